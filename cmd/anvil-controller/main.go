@@ -1,0 +1,136 @@
+// Command anvil-controller is the anvil controller daemon: an OpenStack
+// Ironic-compatible API with the provision state machine and its workers.
+//
+// Every flag can also be set with an ANVIL_* environment variable (e.g.
+// --listen and ANVIL_LISTEN) or in a --config file of "key: value" lines
+// with the flag names as keys. Precedence: flag, environment, file, default.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/anvil-metal/anvil/controller"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
+	hostname, _ := os.Hostname()
+	var (
+		listen    = fs.String("listen", "127.0.0.1:6385", "address to listen on")
+		database  = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH or sqlite://:memory:")
+		auth      = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
+		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
+		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
+		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
+		host      = fs.String("host", hostname, "name written into node reservations")
+		workers   = fs.Int("workers", 16, "concurrent node operations")
+		autoClean = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
+		cleanWait = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
+		deplWait  = fs.Duration("deploy-wait-timeout", 1800e9, "fail nodes waiting in wait call-back longer than this (0 disables)")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat = fs.String("log-format", "text", "text or json")
+		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := applyDefaults(fs, *config, getenv); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if *logFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	log := slog.New(h)
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
+		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
+		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, Logger: log})
+}
+
+// applyDefaults sets flags not given on the command line from ANVIL_*
+// variables, then from the config file.
+func applyDefaults(fs *flag.FlagSet, configPath string, getenv func(string) string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] {
+		if v := getenv("ANVIL_CONFIG"); v != "" {
+			configPath = v
+		}
+	}
+	file := map[string]string{}
+	if configPath != "" {
+		var err error
+		if file, err = readConfig(configPath); err != nil {
+			return err
+		}
+		for k := range file {
+			if fs.Lookup(k) == nil || k == "config" {
+				return fmt.Errorf("config %s: unknown setting %q", configPath, k)
+			}
+		}
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "ANVIL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+			return
+		}
+		if v, ok := file[f.Name]; ok {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("config %s: %s: %w", configPath, f.Name, e)
+			}
+		}
+	})
+	return err
+}
+
+func readConfig(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, fmt.Errorf("config %s line %d: expected 'key: value'", path, n)
+		}
+		out[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
+	}
+	return out, sc.Err()
+}

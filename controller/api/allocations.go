@@ -1,0 +1,256 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+func (s *Server) allocationView(r *http.Request, a *store.Allocation) map[string]any {
+	cands, traits := a.CandidateNodes, a.Traits
+	if cands == nil {
+		cands = []string{}
+	}
+	if traits == nil {
+		traits = []string{}
+	}
+	out := map[string]any{"uuid": a.UUID, "name": sp(a.Name), "node_uuid": sp(a.NodeUUID), "state": a.State,
+		"last_error": sp(a.LastError), "resource_class": a.ResourceClass, "candidate_nodes": cands, "traits": traits,
+		"extra": orEmpty(a.Extra), "created_at": fmtTime(a.CreatedAt), "updated_at": ts(a.UpdatedAt),
+		"links": s.links(r, "allocations/"+a.UUID)}
+	if version(r.Context()) >= 60 {
+		out["owner"] = sp(a.Owner)
+	}
+	return out
+}
+
+type allocationBody struct {
+	UUID           *string        `json:"uuid"`
+	Name           *string        `json:"name"`
+	ResourceClass  *string        `json:"resource_class"`
+	CandidateNodes []string       `json:"candidate_nodes"`
+	Traits         []string       `json:"traits"`
+	Extra          map[string]any `json:"extra"`
+	Owner          *string        `json:"owner"`
+}
+
+// createAllocation claims an available node matching resource class, traits
+// and candidates, as Ironic's standalone allocation API does. Claiming is a
+// compare-and-swap on the node, so two allocations never get the same node.
+func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, 52); err != nil {
+		return err
+	}
+	var b allocationBody
+	if err := decodeBody(r, &b); err != nil {
+		return err
+	}
+	if b.ResourceClass == nil || *b.ResourceClass == "" {
+		return badRequest("Missing mandatory field: resource_class")
+	}
+	a := &store.Allocation{UUID: uuid.NewString(), Name: b.Name, State: "allocating", ResourceClass: *b.ResourceClass,
+		Traits: b.Traits, Extra: b.Extra, Owner: b.Owner, CreatedAt: time.Now().UTC()}
+	if b.UUID != nil {
+		u, err := uuid.Parse(*b.UUID)
+		if err != nil {
+			return badRequest("Invalid value for uuid: %q is not a UUID", *b.UUID)
+		}
+		a.UUID = u.String()
+	}
+	if b.Name != nil {
+		if err := validName(*b.Name); err != nil {
+			return err
+		}
+	}
+	for _, c := range b.CandidateNodes {
+		n, err := s.st.GetNode(ctx, c)
+		if errors.Is(err, store.ErrNotFound) {
+			return badRequest("Candidate node %s could not be found.", c)
+		} else if err != nil {
+			return err
+		}
+		a.CandidateNodes = append(a.CandidateNodes, n.UUID)
+	}
+	if err := s.st.CreateAllocation(ctx, a); err != nil {
+		if errors.Is(err, store.ErrDuplicateName) {
+			return errf(http.StatusConflict, "An allocation with name %s already exists.", deref(a.Name))
+		}
+		return err
+	}
+	if err := s.allocate(ctx, r, a); err != nil {
+		return err
+	}
+	w.Header().Set("Location", s.baseURL(r)+"/v1/allocations/"+a.UUID)
+	writeJSON(w, http.StatusCreated, s.allocationView(r, a))
+	return nil
+}
+
+func (s *Server) allocate(ctx context.Context, r *http.Request, a *store.Allocation) error {
+	avail, no := string(state.Available), false
+	cands := map[string]bool{}
+	for _, c := range a.CandidateNodes {
+		cands[c] = true
+	}
+	var matches []*store.Node
+	page := store.Page{Limit: maxLimit}
+	for {
+		nodes, err := s.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &avail, Maintenance: &no, Associated: &no,
+			ResourceClass: &a.ResourceClass}, page)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if (len(cands) == 0 || cands[n.UUID]) && hasTraits(n, a.Traits) && (a.Owner == nil || deref(n.Owner) == *a.Owner) {
+				matches = append(matches, n)
+			}
+		}
+		if len(nodes) < page.Limit {
+			break
+		}
+		page.Marker = nodes[len(nodes)-1].UUID
+	}
+	// Random order spreads concurrent allocations over the matches.
+	rand.Shuffle(len(matches), func(i, j int) { matches[i], matches[j] = matches[j], matches[i] })
+	for _, cand := range matches {
+		_, err := store.MutateNode(ctx, s.st, cand.UUID, func(n *store.Node) error {
+			if n.ProvisionState != avail || n.InstanceUUID != nil || n.Maintenance || n.Reservation != nil {
+				return errTaken
+			}
+			n.InstanceUUID, n.AllocationUUID = &a.UUID, &a.UUID
+			return nil
+		})
+		if errors.Is(err, errTaken) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		a.NodeUUID, a.State = &cand.UUID, "active"
+		return s.st.UpdateAllocation(ctx, a)
+	}
+	a.State = "error"
+	msg := "Failed to process allocation " + a.UUID + ": no available nodes match the resource class " + a.ResourceClass
+	if len(a.Traits) > 0 || len(cands) > 0 {
+		msg += ", traits and candidate nodes requested"
+	}
+	a.LastError = &msg
+	return s.st.UpdateAllocation(ctx, a)
+}
+
+var errTaken = errors.New("node taken")
+
+func hasTraits(n *store.Node, want []string) bool {
+	have := map[string]bool{}
+	for _, t := range n.Traits {
+		have[t] = true
+	}
+	for _, t := range want {
+		if !have[t] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, 52); err != nil {
+		return err
+	}
+	q, err := parseQuery(r, "node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir")
+	if err != nil {
+		return err
+	}
+	f := store.ResourceFilter{}
+	if ident := q.str("node"); ident != nil {
+		n, err := s.st.GetNode(ctx, *ident)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound("Node", *ident)
+		} else if err != nil {
+			return err
+		}
+		f.NodeUUID = &n.UUID
+	}
+	p, err := q.page([]string{"id"})
+	if err != nil {
+		return err
+	}
+	list, err := s.st.ListAllocations(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
+	if err != nil {
+		return markerError(err, p)
+	}
+	out := []map[string]any{}
+	for _, a := range list {
+		if rc := q.str("resource_class"); rc != nil && a.ResourceClass != *rc {
+			continue
+		}
+		if st := q.str("state"); st != nil && a.State != *st {
+			continue
+		}
+		out = append(out, s.allocationView(r, a))
+	}
+	body := map[string]any{"allocations": out}
+	if len(list) == p.limit {
+		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), list[len(list)-1].UUID, p)
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+func (s *Server) loadAllocation(r *http.Request) (*store.Allocation, error) {
+	if err := atLeast(r.Context(), 52); err != nil {
+		return nil, err
+	}
+	id := mux.Vars(r)["alloc"]
+	a, err := s.st.GetAllocation(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("Allocation", id)
+	}
+	return a, err
+}
+
+func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.loadAllocation(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.allocationView(r, a))
+	return nil
+}
+
+// deleteAllocation frees the node, unless it is being or has been deployed.
+func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.loadAllocation(r)
+	if err != nil {
+		return err
+	}
+	if a.NodeUUID != nil {
+		_, err := store.MutateNode(r.Context(), s.st, *a.NodeUUID, func(n *store.Node) error {
+			switch state.State(n.ProvisionState) {
+			case state.Active, state.Deploying, state.DeployWait:
+				return errf(http.StatusConflict, "Cannot remove allocation %s: node %s is %s; undeploy it first", a.UUID, n.UUID, n.ProvisionState)
+			}
+			if n.AllocationUUID != nil && *n.AllocationUUID == a.UUID {
+				n.AllocationUUID, n.InstanceUUID = nil, nil
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	if err := s.st.DeleteAllocation(r.Context(), a.UUID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,281 @@
+// Package api serves the OpenStack Ironic v1 REST API (nodes, ports,
+// portgroups, allocations, drivers) over gorilla/mux, so that existing
+// clients — the baremetal CLI, gophercloud, Metal3 — work unchanged.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// maxBody bounds request bodies; node documents are small.
+const maxBody = 1 << 20
+
+// Server is the HTTP API.
+type Server struct {
+	st        store.Store
+	cond      *conductor.Conductor
+	log       *slog.Logger
+	publicURL string // base URL for links; "" = derived from each request
+	auth      Authenticator
+	metrics   *Metrics
+	router    *mux.Router
+}
+
+// Config wires the server.
+type Config struct {
+	Store     store.Store
+	Conductor *conductor.Conductor
+	Logger    *slog.Logger
+	PublicURL string
+	Auth      Authenticator // nil = noauth
+	Metrics   *Metrics      // nil = no /metrics
+}
+
+// New builds the API handler.
+func New(cfg Config) *Server {
+	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
+		auth: cfg.Auth, metrics: cfg.Metrics}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.router = s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// handler adapts handlers that return errors.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) wrap(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func (s *Server) routes() *mux.Router {
+	root := mux.NewRouter()
+	root.StrictSlash(false)
+	root.Use(s.requestMiddleware)
+	root.Handle("/", s.wrap(s.getRoot)).Methods(http.MethodGet)
+	if s.metrics != nil {
+		root.Handle("/metrics", s.metrics.Handler()).Methods(http.MethodGet)
+	}
+	// Ironic routes requests without the /v1 prefix to v1 as well.
+	for _, prefix := range []string{"/v1", ""} {
+		sub := root.PathPrefix(prefix).Subrouter()
+		sub.Use(s.versionMiddleware)
+		s.v1Routes(sub, prefix == "/v1")
+	}
+	root.NotFoundHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
+		return errf(http.StatusNotFound, "The resource could not be found.")
+	})
+	root.MethodNotAllowedHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
+		return errf(http.StatusMethodNotAllowed, "The method is not allowed for this resource.")
+	})
+	return root
+}
+
+func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
+	authed := func(h handler) http.Handler { return s.requireAuth(s.wrap(h)) }
+	if withRoot {
+		r.Handle("", authed(s.getV1)).Methods(http.MethodGet)
+		r.Handle("/", authed(s.getV1)).Methods(http.MethodGet)
+	}
+	for _, p := range []string{"/nodes", "/nodes/"} {
+		r.Handle(p, authed(s.listNodes(false))).Methods(http.MethodGet)
+		r.Handle(p, authed(s.createNode)).Methods(http.MethodPost)
+	}
+	r.Handle("/nodes/detail", authed(s.listNodes(true))).Methods(http.MethodGet)
+	n := "/nodes/{node}"
+	r.Handle(n, authed(s.getNode)).Methods(http.MethodGet)
+	r.Handle(n, authed(s.patchNode)).Methods(http.MethodPatch)
+	r.Handle(n, authed(s.deleteNode)).Methods(http.MethodDelete)
+	r.Handle(n+"/states", authed(s.getStates)).Methods(http.MethodGet)
+	r.Handle(n+"/states/provision", authed(s.putProvision)).Methods(http.MethodPut)
+	r.Handle(n+"/states/power", authed(s.putPower)).Methods(http.MethodPut)
+	r.Handle(n+"/states/raid", authed(s.putRAID)).Methods(http.MethodPut)
+	r.Handle(n+"/maintenance", authed(s.putMaintenance)).Methods(http.MethodPut)
+	r.Handle(n+"/maintenance", authed(s.deleteMaintenance)).Methods(http.MethodDelete)
+	r.Handle(n+"/traits", authed(s.getTraits)).Methods(http.MethodGet)
+	r.Handle(n+"/traits", authed(s.putTraits)).Methods(http.MethodPut)
+	r.Handle(n+"/traits", authed(s.deleteTraits)).Methods(http.MethodDelete)
+	r.Handle(n+"/traits/{trait}", authed(s.putTrait)).Methods(http.MethodPut)
+	r.Handle(n+"/traits/{trait}", authed(s.deleteTrait)).Methods(http.MethodDelete)
+	r.Handle(n+"/validate", authed(s.validateNode)).Methods(http.MethodGet)
+	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
+	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
+	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
+	for _, p := range []string{"/ports", "/ports/"} {
+		r.Handle(p, authed(s.listPorts(false))).Methods(http.MethodGet)
+		r.Handle(p, authed(s.createPort)).Methods(http.MethodPost)
+	}
+	r.Handle("/ports/detail", authed(s.listPorts(true))).Methods(http.MethodGet)
+	r.Handle("/ports/{port}", authed(s.getPort)).Methods(http.MethodGet)
+	r.Handle("/ports/{port}", authed(s.patchPort)).Methods(http.MethodPatch)
+	r.Handle("/ports/{port}", authed(s.deletePort)).Methods(http.MethodDelete)
+	for _, p := range []string{"/portgroups", "/portgroups/"} {
+		r.Handle(p, authed(s.listPortgroups(false))).Methods(http.MethodGet)
+		r.Handle(p, authed(s.createPortgroup)).Methods(http.MethodPost)
+	}
+	r.Handle("/portgroups/detail", authed(s.listPortgroups(true))).Methods(http.MethodGet)
+	r.Handle("/portgroups/{pg}", authed(s.getPortgroup)).Methods(http.MethodGet)
+	r.Handle("/portgroups/{pg}", authed(s.deletePortgroup)).Methods(http.MethodDelete)
+	for _, p := range []string{"/allocations", "/allocations/"} {
+		r.Handle(p, authed(s.listAllocations)).Methods(http.MethodGet)
+		r.Handle(p, authed(s.createAllocation)).Methods(http.MethodPost)
+	}
+	r.Handle("/allocations/{alloc}", authed(s.getAllocation)).Methods(http.MethodGet)
+	r.Handle("/allocations/{alloc}", authed(s.deleteAllocation)).Methods(http.MethodDelete)
+	for _, p := range []string{"/drivers", "/drivers/"} {
+		r.Handle(p, authed(s.listDrivers)).Methods(http.MethodGet)
+	}
+	r.Handle("/drivers/{driver}", authed(s.getDriver)).Methods(http.MethodGet)
+}
+
+// statusRecorder captures the status for logs and metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// requestMiddleware assigns a request id, bounds the body, forces JSON
+// responses, and logs and measures each request.
+func (s *Server) requestMiddleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := "req-" + uuid.NewString()
+		w.Header().Set("Openstack-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), ctxRequestID, id))
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		route := "unmatched"
+		if cr := mux.CurrentRoute(r); cr != nil {
+			if t, err := cr.GetPathTemplate(); err == nil {
+				route = t
+			}
+		}
+		elapsed := time.Since(start)
+		if s.metrics != nil {
+			s.metrics.observe(r.Method, route, rec.status, elapsed)
+		}
+		level := slog.LevelDebug
+		if rec.status >= 500 {
+			level = slog.LevelError
+		} else if r.Method != http.MethodGet {
+			level = slog.LevelInfo
+		}
+		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "route", route,
+			"node", mux.Vars(r)["node"], "status", rec.status, "duration_ms", float64(elapsed.Microseconds())/1000)
+	})
+}
+
+// baseURL is the URL clients use to reach us: --public-url, or the request's host.
+func (s *Server) baseURL(r *http.Request) string {
+	if s.publicURL != "" {
+		return s.publicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func link(href, rel string) map[string]string { return map[string]string{"href": href, "rel": rel} }
+
+func (s *Server) links(r *http.Request, resource string) []map[string]string {
+	b := s.baseURL(r)
+	return []map[string]string{link(b+"/v1/"+resource, "self"), link(b+"/"+resource, "bookmark")}
+}
+
+func (s *Server) versionDoc(r *http.Request) map[string]any {
+	return map[string]any{"id": "v1", "links": []map[string]string{link(s.baseURL(r)+"/v1/", "self")},
+		"status": "CURRENT", "min_version": fmt.Sprintf("1.%d", minMinor), "version": fmt.Sprintf("1.%d", maxMinor)}
+}
+
+func (s *Server) getRoot(w http.ResponseWriter, r *http.Request) error {
+	v := s.versionDoc(r)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"name":            "OpenStack Ironic API",
+		"description":     "Ironic is an OpenStack project which enables the provision and management of baremetal machines. (served by anvil)",
+		"default_version": v, "versions": []any{v}})
+	return nil
+}
+
+func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
+	ver := version(r.Context())
+	doc := map[string]any{
+		"id":          "v1",
+		"links":       []map[string]string{link(s.baseURL(r)+"/v1/", "self"), link("https://docs.openstack.org//ironic/latest/contributor//webapi.html", "describedby")},
+		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
+		"chassis":     s.links(r, "chassis/"),
+		"nodes":       s.links(r, "nodes/"),
+		"ports":       s.links(r, "ports/"),
+		"drivers":     s.links(r, "drivers/"),
+		"version":     s.versionDoc(r),
+	}
+	if ver >= 23 {
+		doc["portgroups"] = s.links(r, "portgroups/")
+	}
+	if ver >= 22 {
+		doc["lookup"] = s.links(r, "lookup/")
+		doc["heartbeat"] = s.links(r, "heartbeat/")
+	}
+	if ver >= 52 {
+		doc["allocations"] = s.links(r, "allocations/")
+	}
+	writeJSON(w, http.StatusOK, doc)
+	return nil
+}
+
+// decodeBody decodes a JSON body strictly (unknown fields are refused).
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
+	if dec.More() {
+		return badRequest("Malformed JSON body: trailing data after the JSON document")
+	}
+	return nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if asMaxBytes(err, &mbe) {
+		return errf(http.StatusRequestEntityTooLarge, "Request body is larger than %d bytes", mbe.Limit)
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "json: unknown field ") {
+		return badRequest("Unexpected arguments: %s", strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`))
+	}
+	return badRequest("Malformed JSON body: %s", msg)
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

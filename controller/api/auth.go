@@ -1,0 +1,86 @@
+package api
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Authenticator decides whether a request may use the operator API. The
+// agent endpoints (lookup, heartbeat) and version discovery stay public, as
+// in Ironic.
+type Authenticator interface {
+	Authenticate(r *http.Request) bool
+}
+
+// HTPasswd is http_basic auth against an htpasswd file with bcrypt hashes
+// (htpasswd -B), like Ironic standalone.
+type HTPasswd struct {
+	users map[string][]byte
+}
+
+// ParseHTPasswd reads "user:$2y$..." lines; other hash formats are refused
+// because they are weak.
+func ParseHTPasswd(r io.Reader) (*HTPasswd, error) {
+	h := &HTPasswd{users: map[string][]byte{}}
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		t := strings.TrimSpace(sc.Text())
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		user, hash, ok := strings.Cut(t, ":")
+		if !ok || user == "" {
+			return nil, fmt.Errorf("htpasswd line %d: expected user:hash", line)
+		}
+		if !strings.HasPrefix(hash, "$2y$") && !strings.HasPrefix(hash, "$2a$") && !strings.HasPrefix(hash, "$2b$") {
+			return nil, fmt.Errorf("htpasswd line %d: user %q does not use a bcrypt hash (create it with htpasswd -B)", line, user)
+		}
+		h.users[user] = []byte(hash)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read htpasswd: %w", err)
+	}
+	if len(h.users) == 0 {
+		return nil, fmt.Errorf("htpasswd file has no users")
+	}
+	return h, nil
+}
+
+// Authenticate checks HTTP basic credentials.
+func (h *HTPasswd) Authenticate(r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	hash, known := h.users[user]
+	if !known {
+		// Spend the same time as for a known user, so timing does not
+		// reveal which user names exist.
+		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(pass))
+		return false
+	}
+	return bcrypt.CompareHashAndPassword(hash, []byte(pass)) == nil
+}
+
+var dummyHash = []byte("$2a$10$7EqJtq98hPqEX7fNZaFWoOhi5BWX4Z5P0PTMYpwMPlUK5QWbSRKDa")
+
+func (s *Server) requireAuth(next http.Handler) http.Handler {
+	if s.auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.auth.Authenticate(r) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="anvil"`)
+			s.writeError(w, r, errf(http.StatusUnauthorized, "Authentication required"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

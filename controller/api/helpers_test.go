@@ -1,0 +1,138 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
+)
+
+type testEnv struct {
+	t    *testing.T
+	srv  *httptest.Server
+	cond *conductor.Conductor
+	st   *sqlite.Store
+}
+
+func newEnv(t *testing.T, opts ...func(*Config)) *testEnv {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	cond := conductor.New(st, conductor.Config{Host: "test-host", AutomatedClean: true, CheckInterval: time.Hour}, conductor.FakeDriver{})
+	done := make(chan struct{})
+	go func() { _ = cond.Run(ctx); close(done) }()
+	cfg := Config{Store: st, Conductor: cond, Metrics: NewMetrics(st)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := httptest.NewServer(New(cfg))
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+		st.Close()
+	})
+	return &testEnv{t: t, srv: srv, cond: cond, st: st}
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), "body: %s", r.body)
+	return m
+}
+
+// fault decodes Ironic's nested error body and returns faultstring.
+func (r resp) fault(t *testing.T) string {
+	t.Helper()
+	outer := r.json(t)
+	msg, ok := outer["error_message"].(string)
+	require.True(t, ok, "no error_message in %s", r.body)
+	var inner map[string]any
+	require.NoError(t, json.Unmarshal([]byte(msg), &inner))
+	if fs, ok := inner["faultstring"].(string); ok {
+		return fs
+	}
+	return inner["description"].(string)
+}
+
+// do sends a request at the given microversion ("" = no header).
+func (e *testEnv) do(method, path, ver string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		raw, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	require.NoError(e.t, err)
+	if ver != "" {
+		req.Header.Set(versionHeader, ver)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := e.srv.Client().Do(req)
+	require.NoError(e.t, err)
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	require.NoError(e.t, err)
+	return resp{status: res.StatusCode, header: res.Header, body: data}
+}
+
+const latest = "1.82"
+
+func (e *testEnv) createNode(name string, extra map[string]any) map[string]any {
+	e.t.Helper()
+	body := map[string]any{"driver": "fake-hardware", "name": name}
+	for k, v := range extra {
+		body[k] = v
+	}
+	r := e.do("POST", "/v1/nodes", latest, body)
+	require.Equal(e.t, http.StatusCreated, r.status, string(r.body))
+	return r.json(e.t)
+}
+
+func (e *testEnv) provision(node, target string, extra map[string]any) resp {
+	e.t.Helper()
+	body := map[string]any{"target": target}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return e.do("PUT", "/v1/nodes/"+node+"/states/provision", latest, body)
+}
+
+// waitState polls the node until it reaches want and no work is queued.
+func (e *testEnv) waitState(node, want string) map[string]any {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := e.do("GET", "/v1/nodes/"+node, latest, nil).json(e.t)
+		if n["provision_state"] == want && n["reservation"] == nil && e.cond.Idle() {
+			return n
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("node %s stuck in %v (want %s), last_error=%v", node, n["provision_state"], want, n["last_error"])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

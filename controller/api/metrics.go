@@ -1,0 +1,62 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Metrics are the controller's Prometheus metrics, on a registry of their
+// own (no global registry: tests can build several servers).
+type Metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.HistogramVec
+}
+
+// NewMetrics registers request latency and a nodes-by-state gauge that
+// counts from the store at scrape time (one indexed GROUP BY query).
+func NewMetrics(st store.Nodes) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg, requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "anvil_api_request_duration_seconds",
+		Help:    "Latency of API requests by method, route and status.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"method", "route", "code"})}
+	reg.MustRegister(m.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&nodeStates{st: st, desc: prometheus.NewDesc("anvil_nodes", "Nodes by provision state.", []string{"provision_state"}, nil)})
+	return m
+}
+
+func (m *Metrics) observe(method, route string, code int, d time.Duration) {
+	m.requests.WithLabelValues(method, route, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+
+type nodeStates struct {
+	st   store.Nodes
+	desc *prometheus.Desc
+}
+
+func (c *nodeStates) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *nodeStates) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.st.CountNodesByState(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), st)
+	}
+}

@@ -1,0 +1,150 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// patchOp is one RFC 6902 operation; Ironic accepts add, replace and remove.
+type patchOp struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+var patchPathRE = regexp.MustCompile(`^(/[\w-]+)+$`)
+
+// decodePatch parses and checks a JSON patch document.
+func decodePatch(body []byte) ([]patchOp, error) {
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, badRequest("Schema error for patch: the body must be a JSON list of operations: %v", err)
+	}
+	ops := make([]patchOp, 0, len(raw))
+	for i, m := range raw {
+		var op patchOp
+		for k, v := range m {
+			switch k {
+			case "op":
+				if err := json.Unmarshal(v, &op.Op); err != nil {
+					return nil, badRequest("Schema error for patch: operation %d: op must be a string", i)
+				}
+			case "path":
+				if err := json.Unmarshal(v, &op.Path); err != nil {
+					return nil, badRequest("Schema error for patch: operation %d: path must be a string", i)
+				}
+			case "value":
+				op.Value = v
+			default:
+				return nil, badRequest("Schema error for patch: operation %d: unexpected key %q", i, k)
+			}
+		}
+		switch op.Op {
+		case "add", "replace":
+			if op.Value == nil {
+				return nil, badRequest("Schema error for patch: operation %d (%s %s) needs a value", i, op.Op, op.Path)
+			}
+		case "remove":
+		default:
+			return nil, badRequest("Schema error for patch: operation %d: op %q is not one of add, replace, remove", i, op.Op)
+		}
+		if !patchPathRE.MatchString(op.Path) {
+			return nil, badRequest("Schema error for patch: operation %d: invalid path %q", i, op.Path)
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// applyPatch applies ops in order to doc. Root keys must exist in doc (the
+// caller puts every patchable field there): add on a root key replaces it,
+// remove of a root key sets it to null (the field's default).
+func applyPatch(doc map[string]any, ops []patchOp) error {
+	for _, op := range ops {
+		parts := strings.Split(op.Path[1:], "/")
+		if _, ok := doc[parts[0]]; !ok {
+			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(sortedKeys(doc), ", "))
+		}
+		var val any
+		if op.Value != nil {
+			if err := json.Unmarshal(op.Value, &val); err != nil {
+				return badRequest("Couldn't apply patch '%s %s'. Reason: invalid value: %v", op.Op, op.Path, err)
+			}
+		}
+		if len(parts) == 1 {
+			if op.Op == "remove" {
+				doc[parts[0]] = nil
+			} else {
+				doc[parts[0]] = val
+			}
+			continue
+		}
+		if err := applyNested(doc, parts, op.Op, val); err != nil {
+			return badRequest("Couldn't apply patch '%s %s'. Reason: %v", op.Op, op.Path, err)
+		}
+	}
+	return nil
+}
+
+func applyNested(doc map[string]any, parts []string, op string, val any) error {
+	var parent any = doc
+	for i, p := range parts[:len(parts)-1] {
+		next, err := child(parent, p)
+		if err != nil {
+			return err
+		}
+		if next == nil && i == 0 && op == "add" {
+			// adding under a null object field (e.g. empty driver_info) creates it
+			next = map[string]any{}
+			doc[p] = next
+		}
+		parent = next
+	}
+	last := parts[len(parts)-1]
+	switch c := parent.(type) {
+	case map[string]any:
+		_, exists := c[last]
+		switch op {
+		case "add":
+			c[last] = val
+		case "replace":
+			if !exists {
+				return fmt.Errorf("can't replace a non-existent object '%s'", last)
+			}
+			c[last] = val
+		case "remove":
+			if !exists {
+				return fmt.Errorf("can't remove a non-existent object '%s'", last)
+			}
+			delete(c, last)
+		}
+		return nil
+	case []any:
+		return fmt.Errorf("patching inside lists is not supported ('%s')", last)
+	}
+	return fmt.Errorf("member '%s' is not inside an object", last)
+}
+
+func child(v any, key string) (any, error) {
+	switch c := v.(type) {
+	case map[string]any:
+		x, ok := c[key]
+		if !ok {
+			return nil, fmt.Errorf("member '%s' not found", key)
+		}
+		return x, nil
+	case []any:
+		i, err := strconv.Atoi(key)
+		if err != nil || i < 0 || i >= len(c) {
+			return nil, fmt.Errorf("index '%s' out of range", key)
+		}
+		return c[i], nil
+	}
+	return nil, fmt.Errorf("member '%s' not found", key)
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

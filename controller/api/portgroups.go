@@ -1,0 +1,207 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+func jsonCopy(in any, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+var portgroupFieldMin = map[string]int{"uuid": 23, "name": 23, "address": 23, "node_uuid": 23, "extra": 23,
+	"mode": 26, "properties": 26, "standalone_ports_supported": 23, "created_at": 23, "updated_at": 23}
+
+func (s *Server) portgroupView(r *http.Request, p *store.Portgroup, fields []string) map[string]any {
+	all := map[string]any{"uuid": p.UUID, "name": sp(p.Name), "address": sp(p.Address), "node_uuid": p.NodeUUID,
+		"extra": orEmpty(p.Extra), "mode": sp(p.Mode), "properties": orEmpty(p.Properties),
+		"standalone_ports_supported": p.StandalonePortsSupported, "created_at": fmtTime(p.CreatedAt), "updated_at": ts(p.UpdatedAt)}
+	return s.view(r, all, portgroupFieldMin, fields, "portgroups/"+p.UUID)
+}
+
+func (s *Server) listPortgroups(detail bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error { return s.listPortgroupsFor(w, r, detail, "") }
+}
+
+func (s *Server) listNodePortgroups(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.loadNode(r)
+	if err != nil {
+		return err
+	}
+	return s.listPortgroupsFor(w, r, false, n.UUID)
+}
+
+func (s *Server) listPortgroupsFor(w http.ResponseWriter, r *http.Request, detail bool, nodeUUID string) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, 23); err != nil {
+		return err
+	}
+	q, err := parseQuery(r, "node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
+	if err != nil {
+		return err
+	}
+	f := store.ResourceFilter{}
+	if nodeUUID != "" {
+		f.NodeUUID = &nodeUUID
+	}
+	if ident := q.str("node"); ident != nil {
+		n, err := s.st.GetNode(ctx, *ident)
+		if errors.Is(err, store.ErrNotFound) {
+			return notFound("Node", *ident)
+		} else if err != nil {
+			return err
+		}
+		f.NodeUUID = &n.UUID
+	}
+	if a := q.str("address"); a != nil {
+		mac, err := normalizeMAC(*a)
+		if err != nil {
+			return err
+		}
+		f.Address = &mac
+	}
+	if d, err := q.boolean("detail"); err != nil {
+		return err
+	} else if d != nil {
+		detail = *d
+	}
+	p, err := q.page([]string{"id"})
+	if err != nil {
+		return err
+	}
+	pgs, err := s.st.ListPortgroups(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
+	if err != nil {
+		return markerError(err, p)
+	}
+	view := []string{"uuid", "address", "name"}
+	if detail {
+		view = nil
+	}
+	out := make([]map[string]any, 0, len(pgs))
+	for _, pg := range pgs {
+		out = append(out, s.portgroupView(r, pg, view))
+	}
+	body := map[string]any{"portgroups": out}
+	if len(pgs) == p.limit {
+		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), pgs[len(pgs)-1].UUID, p)
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+type portgroupBody struct {
+	UUID                     *string        `json:"uuid"`
+	Name                     *string        `json:"name"`
+	Address                  *string        `json:"address"`
+	NodeUUID                 string         `json:"node_uuid"`
+	Mode                     *string        `json:"mode"`
+	Properties               map[string]any `json:"properties"`
+	StandalonePortsSupported *bool          `json:"standalone_ports_supported"`
+	Extra                    map[string]any `json:"extra"`
+}
+
+func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, 23); err != nil {
+		return err
+	}
+	var b portgroupBody
+	if err := decodeBody(r, &b); err != nil {
+		return err
+	}
+	n, err := s.st.GetNode(ctx, b.NodeUUID)
+	if errors.Is(err, store.ErrNotFound) {
+		return badRequest("Node %s could not be found.", b.NodeUUID)
+	} else if err != nil {
+		return err
+	}
+	pg := &store.Portgroup{UUID: uuid.NewString(), Name: b.Name, NodeUUID: n.UUID, Mode: b.Mode, Properties: b.Properties,
+		StandalonePortsSupported: true, Extra: b.Extra, CreatedAt: time.Now().UTC()}
+	if b.UUID != nil {
+		u, err := uuid.Parse(*b.UUID)
+		if err != nil {
+			return badRequest("Invalid value for uuid: %q is not a UUID", *b.UUID)
+		}
+		pg.UUID = u.String()
+	}
+	if b.Name != nil {
+		if err := validName(*b.Name); err != nil {
+			return err
+		}
+	}
+	if b.Address != nil {
+		mac, err := normalizeMAC(*b.Address)
+		if err != nil {
+			return err
+		}
+		pg.Address = &mac
+	}
+	if b.StandalonePortsSupported != nil {
+		pg.StandalonePortsSupported = *b.StandalonePortsSupported
+	}
+	if err := s.st.CreatePortgroup(ctx, pg); err != nil {
+		switch {
+		case errors.Is(err, store.ErrDuplicateName):
+			return errf(http.StatusConflict, "A portgroup with name %s already exists.", deref(pg.Name))
+		case errors.Is(err, store.ErrDuplicateAddr):
+			return errf(http.StatusConflict, "A portgroup with MAC address %s already exists.", deref(pg.Address))
+		}
+		return err
+	}
+	w.Header().Set("Location", s.baseURL(r)+"/v1/portgroups/"+pg.UUID)
+	writeJSON(w, http.StatusCreated, s.portgroupView(r, pg, nil))
+	return nil
+}
+
+func (s *Server) loadPortgroup(r *http.Request) (*store.Portgroup, error) {
+	if err := atLeast(r.Context(), 23); err != nil {
+		return nil, err
+	}
+	id := mux.Vars(r)["pg"]
+	pg, err := s.st.GetPortgroup(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("Portgroup", id)
+	}
+	return pg, err
+}
+
+func (s *Server) getPortgroup(w http.ResponseWriter, r *http.Request) error {
+	pg, err := s.loadPortgroup(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.portgroupView(r, pg, nil))
+	return nil
+}
+
+func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
+	pg, err := s.loadPortgroup(r)
+	if err != nil {
+		return err
+	}
+	ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{NodeUUID: &pg.NodeUUID}, store.Page{})
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		if p.PortgroupUUID != nil && *p.PortgroupUUID == pg.UUID {
+			return errf(http.StatusConflict, "Portgroup %s still has ports (%s); remove them from it first.", pg.UUID, p.UUID)
+		}
+	}
+	if err := s.st.DeletePortgroup(r.Context(), pg.UUID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,147 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const maxLimit = 1000
+
+// query is a request's query string checked against the parameters a
+// handler accepts; Ironic refuses unknown ones with 400.
+type query struct {
+	v url.Values
+}
+
+func parseQuery(r *http.Request, allowed ...string) (query, error) {
+	v := r.URL.Query()
+	var unknown []string
+	for k := range v {
+		ok := false
+		for _, a := range allowed {
+			if k == a {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return query{}, badRequest("Unknown argument(s): %s", strings.Join(unknown, ", "))
+	}
+	return query{v: v}, nil
+}
+
+func (q query) has(k string) bool { return q.v.Has(k) }
+
+func (q query) str(k string) *string {
+	if !q.v.Has(k) {
+		return nil
+	}
+	s := q.v.Get(k)
+	return &s
+}
+
+// parseBool accepts Ironic's spellings (oslo strutils).
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "t", "true", "on", "y", "yes":
+		return true, nil
+	case "0", "f", "false", "off", "n", "no":
+		return false, nil
+	}
+	return false, errors.New("not a boolean")
+}
+
+func (q query) boolean(k string) (*bool, error) {
+	if !q.v.Has(k) {
+		return nil, nil
+	}
+	b, err := parseBool(q.v.Get(k))
+	if err != nil {
+		return nil, badRequest("Invalid value for %s: %q is not a boolean", k, q.v.Get(k))
+	}
+	return &b, nil
+}
+
+// page reads limit, marker, sort_key and sort_dir.
+type pageArgs struct {
+	limit   int
+	marker  string
+	sortKey string
+	desc    bool
+}
+
+func (q query) page(sortKeys []string) (pageArgs, error) {
+	p := pageArgs{limit: maxLimit, sortKey: "id"}
+	if q.v.Has("limit") {
+		n, err := strconv.Atoi(q.v.Get("limit"))
+		if err != nil {
+			return p, badRequest("Invalid limit %q: not an integer", q.v.Get("limit"))
+		}
+		if n <= 0 {
+			return p, badRequest("Limit must be positive")
+		}
+		p.limit = min(n, maxLimit)
+	}
+	p.marker = q.v.Get("marker")
+	if k := q.v.Get("sort_key"); k != "" {
+		ok := false
+		for _, s := range sortKeys {
+			if s == k {
+				ok = true
+			}
+		}
+		if !ok {
+			return p, badRequest("The sort_key value %q is an invalid field for sorting", k)
+		}
+		p.sortKey = k
+	}
+	switch d := q.v.Get("sort_dir"); d {
+	case "", "asc":
+	case "desc":
+		p.desc = true
+	default:
+		return p, badRequest("Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", d)
+	}
+	return p, nil
+}
+
+// nextURL builds the "next" link of a full page: the same query with marker.
+func nextURL(base, path string, q url.Values, marker string, p pageArgs) string {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = v
+	}
+	out.Set("marker", marker)
+	out.Set("limit", strconv.Itoa(p.limit))
+	out.Set("sort_key", p.sortKey)
+	if p.desc {
+		out.Set("sort_dir", "desc")
+	} else {
+		out.Set("sort_dir", "asc")
+	}
+	return base + path + "?" + out.Encode()
+}
+
+// fieldsArg reads ?fields=a,b (1.8+).
+func fieldsArg(q query) []string {
+	f := q.v.Get("fields")
+	if f == "" {
+		return nil
+	}
+	var out []string
+	for _, x := range strings.Split(f, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

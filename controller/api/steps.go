@@ -1,0 +1,87 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+func asMaxBytes(err error, target **http.MaxBytesError) bool { return errors.As(err, target) }
+
+// parseSteps checks the schema of clean_steps (interface, step, args?) or
+// deploy_steps (interface, step, args, priority — all required).
+func parseSteps(raw []map[string]any, deploy bool) ([]protocol.Step, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	kind := "clean"
+	if deploy {
+		kind = "deploy"
+	}
+	out := make([]protocol.Step, 0, len(raw))
+	for i, m := range raw {
+		var st protocol.Step
+		for k, v := range m {
+			switch k {
+			case "interface":
+				s, _ := v.(string)
+				if _, ok := protocol.InterfaceRank(s); !ok {
+					return nil, badRequest("Invalid %s step %d: interface %v is not one of power, management, deploy, bios, raid", kind, i, v)
+				}
+				st.Interface = s
+			case "step":
+				s, _ := v.(string)
+				if s == "" {
+					return nil, badRequest("Invalid %s step %d: step must be a non-empty string", kind, i)
+				}
+				st.Step = s
+			case "args":
+				a, ok := v.(map[string]any)
+				if !ok {
+					return nil, badRequest("Invalid %s step %d: args must be an object", kind, i)
+				}
+				st.Args = a
+			case "priority":
+				if !deploy {
+					return nil, badRequest("Invalid clean step %d: unexpected key %q", i, k)
+				}
+				p, ok := priority(v)
+				if !ok {
+					return nil, badRequest("Invalid deploy step %d: priority must be a non-negative integer", i)
+				}
+				st.Priority = p
+			default:
+				return nil, badRequest("Invalid %s step %d: unexpected key %q", kind, i, k)
+			}
+		}
+		if st.Interface == "" || st.Step == "" {
+			return nil, badRequest("Invalid %s step %d: interface and step are required", kind, i)
+		}
+		if deploy {
+			for _, k := range []string{"args", "priority"} {
+				if _, ok := m[k]; !ok {
+					return nil, badRequest("Invalid deploy step %d: %s is required", i, k)
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func priority(v any) (int, bool) {
+	switch p := v.(type) {
+	case float64:
+		if p >= 0 && p == float64(int(p)) {
+			return int(p), true
+		}
+	case string:
+		n, err := strconv.Atoi(p)
+		if err == nil && n >= 0 {
+			return n, true
+		}
+	}
+	return 0, false
+}

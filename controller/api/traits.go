@@ -1,0 +1,129 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+
+	"github.com/gorilla/mux"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+const maxTraits = 50
+
+func validTrait(t string) error {
+	if t == "" || len(t) > 255 {
+		return badRequest("Invalid trait %q: traits are 1 to 255 characters", t)
+	}
+	return nil
+}
+
+func (s *Server) getTraits(w http.ResponseWriter, r *http.Request) error {
+	if err := atLeast(r.Context(), 37); err != nil {
+		return err
+	}
+	n, err := s.loadNode(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"traits": n.Traits})
+	return nil
+}
+
+// setTraits replaces or edits the trait set under the usual update rules.
+func (s *Server) setTraits(r *http.Request, edit func(set map[string]bool) error) error {
+	if err := atLeast(r.Context(), 37); err != nil {
+		return err
+	}
+	n, err := s.loadNode(r)
+	if err != nil {
+		return err
+	}
+	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
+		if m.Reservation != nil {
+			return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", m.UUID, *m.Reservation)
+		}
+		set := map[string]bool{}
+		for _, t := range m.Traits {
+			set[t] = true
+		}
+		if err := edit(set); err != nil {
+			return err
+		}
+		if len(set) > maxTraits {
+			return badRequest("Node %s cannot have more than %d traits", m.UUID, maxTraits)
+		}
+		m.Traits = m.Traits[:0]
+		for t := range set {
+			m.Traits = append(m.Traits, t)
+		}
+		sort.Strings(m.Traits)
+		return nil
+	})
+	return err
+}
+
+func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		Traits *[]string `json:"traits"`
+	}
+	if err := decodeBody(r, &b); err != nil {
+		return err
+	}
+	if b.Traits == nil {
+		return badRequest("Missing argument: traits")
+	}
+	for _, t := range *b.Traits {
+		if err := validTrait(t); err != nil {
+			return err
+		}
+	}
+	err := s.setTraits(r, func(set map[string]bool) error {
+		clear(set)
+		for _, t := range *b.Traits {
+			set[t] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) putTrait(w http.ResponseWriter, r *http.Request) error {
+	t := mux.Vars(r)["trait"]
+	if err := validTrait(t); err != nil {
+		return err
+	}
+	if err := s.setTraits(r, func(set map[string]bool) error { set[t] = true; return nil }); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) deleteTrait(w http.ResponseWriter, r *http.Request) error {
+	t := mux.Vars(r)["trait"]
+	err := s.setTraits(r, func(set map[string]bool) error {
+		if !set[t] {
+			return notFound("Trait", t)
+		}
+		delete(set, t)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) deleteTraits(w http.ResponseWriter, r *http.Request) error {
+	if err := s.setTraits(r, func(set map[string]bool) error { clear(set); return nil }); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

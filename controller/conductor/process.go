@@ -1,0 +1,419 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// maxHops bounds state changes per processing round, so a bug in a phase can
+// never spin a worker forever.
+const maxHops = 64
+
+// process advances one node as far as it can go without waiting.
+func (c *Conductor) process(ctx context.Context, nodeUUID string) {
+	for hop := 0; hop < maxHops; hop++ {
+		if ctx.Err() != nil {
+			return
+		}
+		n, err := c.st.GetNode(ctx, nodeUUID)
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) {
+				c.log.Error("loading node failed", "node", nodeUUID, "err", err)
+			}
+			return
+		}
+		d, ok := c.drivers[n.Driver]
+		if !ok {
+			c.log.Error("node uses a hardware type this controller does not enable", "node", nodeUUID, "driver", n.Driver)
+			return
+		}
+		if n.TargetPowerState != nil {
+			err = c.power(ctx, n, d)
+		} else {
+			switch state.State(n.ProvisionState) {
+			case state.Verifying:
+				err = c.verify(ctx, n, d)
+			case state.Cleaning:
+				err = c.clean(ctx, n, d)
+			case state.Deploying:
+				err = c.deploy(ctx, n, d)
+			case state.Deleting:
+				err = c.tearDown(ctx, n, d)
+			case state.Inspecting:
+				err = c.inspect(ctx, n, d)
+			case state.Adopting, state.Rescuing, state.Unrescuing:
+				err = c.simple(ctx, n)
+			default:
+				return // resting or waiting: nothing to do
+			}
+		}
+		if errors.Is(err, errStale) {
+			c.log.Debug("node moved on while processing", "node", nodeUUID, "err", err)
+			return
+		}
+		if err != nil {
+			c.log.Error("processing node failed", "node", nodeUUID, "state", n.ProvisionState, "err", err)
+			return
+		}
+	}
+	c.log.Error("node processing stopped after too many state changes", "node", nodeUUID)
+}
+
+func (c *Conductor) power(ctx context.Context, n *store.Node, d Driver) error {
+	target := *n.TargetPowerState
+	err := d.SetPower(ctx, n, target)
+	if err != nil {
+		c.event(ctx, n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))
+	} else {
+		c.event(ctx, n.UUID, "INFO", "power", "power action succeeded: "+target)
+	}
+	_, merr := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		m.TargetPowerState = nil
+		if err != nil {
+			m.LastError = strp(fmt.Sprintf("Failed to change power state to %q: %v", target, err))
+		} else {
+			m.PowerState = strp(resultingPower(target))
+		}
+		if !state.Working(state.State(m.ProvisionState)) {
+			m.Reservation = nil
+		}
+		return nil
+	})
+	return merr
+}
+
+func resultingPower(target string) string {
+	switch target {
+	case PowerOff, SoftPowerOff:
+		return PowerOff
+	}
+	return PowerOn
+}
+
+func (c *Conductor) verify(ctx context.Context, n *store.Node, d Driver) error {
+	if err := d.VerifyAccess(ctx, n); err != nil {
+		_, terr := c.transition(ctx, n.UUID, state.Verifying, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(fmt.Sprintf("Failed to verify management access to node %s: %v", n.UUID, err))
+			return nil
+		})
+		return terr
+	}
+	ps, perr := d.PowerState(ctx, n)
+	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
+		if perr == nil {
+			m.PowerState = &ps
+		}
+		return nil
+	})
+	return err
+}
+
+func (c *Conductor) automatedClean(n *store.Node) bool {
+	if n.AutomatedClean != nil {
+		return *n.AutomatedClean
+	}
+	return c.cfg.AutomatedClean
+}
+
+// automatedCleanSteps are the enabled steps (priority > 0 after overrides),
+// ordered by priority then interface.
+func (c *Conductor) automatedCleanSteps(n *store.Node, d Driver) []protocol.Step {
+	var out []protocol.Step
+	for _, s := range d.CleanSteps(n) {
+		if p, ok := c.cfg.PriorityOverrides[s.Key()]; ok {
+			s.Priority = p
+		}
+		if s.Priority > 0 {
+			out = append(out, s)
+		}
+	}
+	protocol.SortSteps(out)
+	return out
+}
+
+// stepPhase describes cleaning or deploying for the shared step runner.
+type stepPhase struct {
+	kind      string // clean | deploy
+	running   state.State
+	stepsKey  string
+	indexKey  string
+	current   func(n *store.Node) *map[string]any
+	onFailure func(n *store.Node, msg string)
+}
+
+var cleanPhase = stepPhase{
+	kind: "clean", running: state.Cleaning, stepsKey: diiCleanSteps, indexKey: diiCleanStepIndex,
+	current: func(n *store.Node) *map[string]any { return &n.CleanStep },
+	onFailure: func(n *store.Node, msg string) {
+		// A step that failed while running puts the node in maintenance
+		// with fault "clean failure", as Ironic does.
+		n.Maintenance = true
+		n.MaintenanceReason = strp(msg)
+		n.Fault = strp("clean failure")
+	},
+}
+
+var deployPhase = stepPhase{
+	kind: "deploy", running: state.Deploying, stepsKey: diiDeploySteps, indexKey: diiDeployStepIndex,
+	current:   func(n *store.Node) *map[string]any { return &n.DeployStep },
+	onFailure: func(*store.Node, string) {},
+}
+
+func index(dii map[string]any, key string) int {
+	switch v := dii[key].(type) {
+	case float64:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}
+
+// runSteps executes the persisted step list from the persisted index. It
+// returns done=true when every step has finished.
+func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase) (done bool, err error) {
+	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
+	if err != nil {
+		return false, c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Cannot %s node %s: %v", ph.kind, n.UUID, err), false)
+	}
+	for idx := index(n.DriverInternalInfo, ph.indexKey); idx < len(steps); idx++ {
+		step := steps[idx]
+		// Persist the current step and index before running it, so a
+		// restart resumes here (steps are idempotent).
+		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+			if state.State(m.ProvisionState) != ph.running {
+				return fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
+			}
+			*ph.current(m) = stepToMap(step)
+			m.DriverInternalInfo[ph.indexKey] = idx
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		c.event(ctx, n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s started (%d/%d)", ph.kind, step.Key(), idx+1, len(steps)))
+		status, serr := d.ExecuteStep(ctx, n, ph.kind, step)
+		if serr != nil {
+			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
+			c.event(ctx, n.UUID, "ERROR", ph.kind+"ing", msg)
+			return false, c.failSteps(ctx, n.UUID, ph, msg, true)
+		}
+		if status == StepWait {
+			_, err := c.transition(ctx, n.UUID, ph.running, state.EvWait, nil)
+			return false, err
+		}
+		c.event(ctx, n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, step.Key()))
+		abortAfter := false
+		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+			if state.State(m.ProvisionState) != ph.running {
+				return fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
+			}
+			abortAfter, _ = (*ph.current(m))["abort_after"].(bool)
+			m.DriverInternalInfo[ph.indexKey] = idx + 1
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		if abortAfter && idx+1 < len(steps) {
+			msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, step.Key())
+			return false, c.failSteps(ctx, n.UUID, ph, msg, false)
+		}
+	}
+	return true, nil
+}
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
+// failSteps moves the node to its failure state. stepRunning says whether a
+// step was running (then the phase's failure policy applies, and the failed
+// step stays visible in clean_step/deploy_step).
+func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
+	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
+		m.LastError = strp(msg)
+		if stepRunning {
+			ph.onFailure(m, msg)
+		} else {
+			*ph.current(m) = map[string]any{}
+		}
+		return nil
+	})
+	return err
+}
+
+func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
+	dii := n.DriverInternalInfo
+	manual, _ := dii[diiManualClean].(bool)
+	if _, planned := dii[diiCleanSteps]; !planned {
+		if !c.automatedClean(n) {
+			c.event(ctx, n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping")
+			return c.finishClean(ctx, n, manual)
+		}
+		steps := c.automatedCleanSteps(n, d)
+		var err error
+		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+			if state.State(m.ProvisionState) != state.Cleaning {
+				return errStale
+			}
+			m.DriverInternalInfo[diiCleanSteps] = stepsToJSON(steps)
+			m.DriverInternalInfo[diiCleanStepIndex] = 0
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	done, err := c.runSteps(ctx, n, d, cleanPhase)
+	if err != nil || !done {
+		return err
+	}
+	return c.finishClean(ctx, n, manual)
+}
+
+// finishClean ends cleaning: available, or manageable after manual cleaning
+// and for retired nodes (which must not become available).
+func (c *Conductor) finishClean(ctx context.Context, n *store.Node, manual bool) error {
+	ev := state.EvDone
+	if manual || n.Retired {
+		ev = state.EvManage
+	}
+	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
+		m.CleanStep = map[string]any{}
+		delete(m.DriverInternalInfo, diiCleanSteps)
+		delete(m.DriverInternalInfo, diiCleanStepIndex)
+		delete(m.DriverInternalInfo, diiManualClean)
+		return nil
+	})
+	return err
+}
+
+// deploySteps merges the driver's enabled deploy steps with the user's:
+// a user step replaces the driver step of the same name (priority 0
+// disables it) and adds new ones.
+func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
+	user, err := stepsFromJSON(n.DriverInternalInfo[diiUserDeploySteps])
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]protocol.Step{}
+	var order []string
+	for _, s := range d.DeploySteps(n) {
+		byKey[s.Key()] = s
+		order = append(order, s.Key())
+	}
+	for _, u := range user {
+		s, known := byKey[u.Key()]
+		if !known {
+			return nil, fmt.Errorf("node does not support deploy step %s", u.Key())
+		}
+		if u.Priority > 0 {
+			if err := s.CheckArgs(u.Args); err != nil {
+				return nil, err
+			}
+		}
+		s.Priority, s.Args = u.Priority, u.Args
+		byKey[u.Key()] = s
+	}
+	var out []protocol.Step
+	for _, k := range order {
+		if byKey[k].Priority > 0 {
+			out = append(out, byKey[k])
+		}
+	}
+	protocol.SortSteps(out)
+	return out, nil
+}
+
+func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
+	if _, planned := n.DriverInternalInfo[diiDeploySteps]; !planned {
+		steps, err := c.deploySteps(n, d)
+		if err != nil {
+			return c.failSteps(ctx, n.UUID, deployPhase, fmt.Sprintf("Failed to validate the final deploy steps list for node %s: %v", n.UUID, err), false)
+		}
+		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+			if state.State(m.ProvisionState) != state.Deploying {
+				return errStale
+			}
+			m.DriverInternalInfo[diiDeploySteps] = stepsToJSON(steps)
+			m.DriverInternalInfo[diiDeployStepIndex] = 0
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	done, err := c.runSteps(ctx, n, d, deployPhase)
+	if err != nil || !done {
+		return err
+	}
+	_, err = c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
+		m.DeployStep = map[string]any{}
+		delete(m.DriverInternalInfo, diiDeploySteps)
+		delete(m.DriverInternalInfo, diiDeployStepIndex)
+		delete(m.DriverInternalInfo, diiUserDeploySteps)
+		m.PowerState = strp(PowerOn)
+		return nil
+	})
+	return err
+}
+
+// tearDown powers the instance off and forgets it, then starts cleaning.
+func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error {
+	if err := d.SetPower(ctx, n, PowerOff); err != nil {
+		_, terr := c.transition(ctx, n.UUID, state.Deleting, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(fmt.Sprintf("Failed to tear down node %s: could not power it off: %v", n.UUID, err))
+			return nil
+		})
+		return terr
+	}
+	_, err := c.transition(ctx, n.UUID, state.Deleting, state.EvClean, func(m *store.Node) error {
+		m.PowerState = strp(PowerOff)
+		m.InstanceInfo = map[string]any{}
+		m.InstanceUUID = nil
+		m.DeployStep = map[string]any{}
+		for _, k := range []string{diiDeploySteps, diiDeployStepIndex, diiUserDeploySteps, diiCleanSteps, diiCleanStepIndex, diiManualClean} {
+			delete(m.DriverInternalInfo, k)
+		}
+		m.CleanStep = map[string]any{}
+		return nil
+	})
+	return err
+}
+
+func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error {
+	if err := d.Inspect(ctx, n); err != nil {
+		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(fmt.Sprintf("Failed to inspect hardware of node %s: %v", n.UUID, err))
+			return nil
+		})
+		return terr
+	}
+	_, err := c.transition(ctx, n.UUID, state.Inspecting, state.EvDone, func(m *store.Node) error {
+		now := c.now()
+		m.InspectionFinishedAt = &now
+		return nil
+	})
+	return err
+}
+
+// simple finishes operations that fake-hardware completes at once.
+func (c *Conductor) simple(ctx context.Context, n *store.Node) error {
+	_, err := c.transition(ctx, n.UUID, state.State(n.ProvisionState), state.EvDone, func(m *store.Node) error {
+		delete(m.InstanceInfo, "rescue_password")
+		if m.ProvisionState == string(state.Active) {
+			m.PowerState = strp(PowerOn)
+		}
+		return nil
+	})
+	return err
+}

@@ -1,0 +1,284 @@
+package conductor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// ProvisionRequest is a PUT /v1/nodes/{id}/states/provision body, already
+// checked for shape and microversion by the API.
+type ProvisionRequest struct {
+	Target         string
+	CleanSteps     []protocol.Step // clean: interface, step, args
+	DeploySteps    []protocol.Step // active/rebuild: interface, step, args, priority
+	ConfigDrive    any
+	RescuePassword string
+	DisableRamdisk bool
+}
+
+// Keys of driver_internal_info used by the step engine (Ironic's names).
+const (
+	diiCleanSteps      = "clean_steps"
+	diiCleanStepIndex  = "clean_step_index"
+	diiManualClean     = "cleaning_manual"
+	diiDeploySteps     = "deploy_steps"
+	diiDeployStepIndex = "deploy_step_index"
+	diiUserDeploySteps = "user_deploy_steps"
+)
+
+// Provision validates and commits a provision verb, then schedules the work.
+// When it returns nil the new state is already stored.
+func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
+	verb, ok := state.LookupVerb(req.Target)
+	if !ok {
+		n, err := c.st.GetNode(ctx, ident)
+		if err != nil {
+			return err
+		}
+		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+	}
+	var from state.State
+	n, err := store.MutateNode(ctx, c.st, ident, func(n *store.Node) error {
+		cur := state.State(n.ProvisionState)
+		from = cur
+		if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
+			return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
+		}
+		if !state.Allowed(cur, verb.Event) || state.Working(cur) {
+			if n.Reservation != nil {
+				return locked(n.UUID, *n.Reservation)
+			}
+			return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+		}
+		if n.Reservation != nil { // e.g. a power action is running
+			return locked(n.UUID, *n.Reservation)
+		}
+		d, ok := c.drivers[n.Driver]
+		if !ok {
+			return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+		}
+		if err := c.checkVerb(n, d, verb, req); err != nil {
+			return err
+		}
+		if verb.Event == state.EvAbort {
+			return c.applyAbort(n)
+		}
+		next, _ := state.Next(cur, verb.Event)
+		c.applyState(n, next, verb.Event)
+		return c.prepare(n, verb, req)
+	})
+	if err != nil {
+		return err
+	}
+	c.log.Info("provision verb accepted", "node", n.UUID, "verb", req.Target, "state", n.ProvisionState)
+	c.event(ctx, n.UUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s requested)", from, n.ProvisionState, req.Target))
+	if state.Working(state.State(n.ProvisionState)) {
+		c.Kick(n.UUID)
+	}
+	return nil
+}
+
+// checkVerb holds the synchronous, per-verb refusals (400s before any work).
+func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
+	switch verb.Event {
+	case state.EvProvide:
+		if n.Retired {
+			return invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)
+		}
+	case state.EvClean:
+		if n.Maintenance {
+			return invalid("The cleaning operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
+		}
+		if len(req.CleanSteps) == 0 {
+			return invalid("clean_steps is required when setting target provision state to clean")
+		}
+		if _, err := c.resolveSteps(d.CleanSteps(n), req.CleanSteps, true); err != nil {
+			return invalid("Cannot clean node %s: %v", n.UUID, err)
+		}
+	case state.EvDelete, state.EvRebuild:
+		if n.Protected {
+			return &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s is protected and cannot be undeployed, rebuilt or deleted", n.UUID)}
+		}
+	case state.EvRescue:
+		if req.RescuePassword == "" {
+			return invalid("A non-empty rescue_password is required when setting target provision state to rescue")
+		}
+	}
+	return nil
+}
+
+// prepare records what the operation needs in the same write as the state
+// change, and clears leftovers of the previous one.
+func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+	dii := n.DriverInternalInfo
+	if state.Working(state.State(n.ProvisionState)) {
+		n.LastError = nil // a new asynchronous operation starts clean
+	}
+	switch verb.Event {
+	case state.EvProvide, state.EvClean:
+		delete(dii, diiCleanSteps)
+		delete(dii, diiCleanStepIndex)
+		delete(dii, diiManualClean)
+		n.CleanStep = map[string]any{}
+		if verb.Event == state.EvClean {
+			steps, _ := c.resolveSteps(c.drivers[n.Driver].CleanSteps(n), req.CleanSteps, true)
+			dii[diiCleanSteps] = stepsToJSON(steps)
+			dii[diiManualClean] = true
+			n.TargetProvisionState = strp(string(state.Manageable))
+		}
+	case state.EvDeploy, state.EvRebuild:
+		delete(dii, diiDeploySteps)
+		delete(dii, diiDeployStepIndex)
+		delete(dii, diiUserDeploySteps)
+		n.DeployStep = map[string]any{}
+		if len(req.DeploySteps) > 0 {
+			dii[diiUserDeploySteps] = stepsToJSON(req.DeploySteps)
+		}
+		if req.ConfigDrive != nil {
+			n.InstanceInfo["configdrive"] = req.ConfigDrive
+		}
+	case state.EvInspect:
+		now := c.now()
+		n.InspectionStartedAt, n.InspectionFinishedAt = &now, nil
+	case state.EvRescue:
+		n.InstanceInfo["rescue_password"] = req.RescuePassword
+	}
+	return nil
+}
+
+// applyAbort handles abort in a wait state. An abortable (or absent) current
+// step fails the operation now; a non-abortable one is marked and the node
+// fails as soon as that step finishes.
+func (c *Conductor) applyAbort(n *store.Node) error {
+	cur := state.State(n.ProvisionState)
+	step := n.CleanStep
+	if cur != state.CleanWait {
+		step = nil
+	}
+	if len(step) > 0 {
+		if abortable, _ := step["abortable"].(bool); !abortable {
+			step["abort_after"] = true
+			return nil
+		}
+	}
+	next, err := state.Next(cur, state.EvAbort)
+	if err != nil {
+		return err
+	}
+	c.applyState(n, next, state.EvAbort)
+	switch cur {
+	case state.CleanWait:
+		name := "(none)"
+		if len(step) > 0 {
+			name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
+		}
+		n.LastError = strp(fmt.Sprintf("By request, the clean operation was aborted during or after the completion of step %q", name))
+		n.CleanStep = map[string]any{}
+	case state.InspectWait:
+		n.LastError = strp("By request, the inspection operation has been aborted")
+	case state.RescueWait:
+		n.LastError = strp("By request, the rescue operation has been aborted")
+	}
+	return nil
+}
+
+// resolveSteps matches requested steps against the available ones. For
+// manual cleaning the requested order is kept and priority/abortable are
+// copied from the driver's step; arguments are checked against argsinfo.
+func (c *Conductor) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
+	byKey := map[string]protocol.Step{}
+	for _, s := range available {
+		byKey[s.Key()] = s
+	}
+	out := make([]protocol.Step, 0, len(requested))
+	for _, r := range requested {
+		s, ok := byKey[r.Key()]
+		if !ok {
+			return nil, fmt.Errorf("node does not support clean step %s", r.Key())
+		}
+		if err := s.CheckArgs(r.Args); err != nil {
+			return nil, err
+		}
+		s.Args = r.Args
+		if !manual {
+			s.Priority = r.Priority
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func stepsToJSON(steps []protocol.Step) []any {
+	out := make([]any, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, stepToMap(s))
+	}
+	return out
+}
+
+func stepToMap(s protocol.Step) map[string]any {
+	var m map[string]any
+	b, _ := json.Marshal(s)
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+// stepsFromJSON decodes a step list stored in driver_internal_info.
+func stepsFromJSON(v any) ([]protocol.Step, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out []protocol.Step
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("decode stored steps: %w", err)
+	}
+	return out, nil
+}
+
+// SetPower validates and commits a power request, then schedules it.
+func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
+	switch target {
+	case PowerOn, PowerOff, Rebooting, SoftRebooting, SoftPowerOff:
+	default:
+		n, err := c.st.GetNode(ctx, ident)
+		if err != nil {
+			return err
+		}
+		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
+	}
+	n, err := store.MutateNode(ctx, c.st, ident, func(n *store.Node) error {
+		cur := state.State(n.ProvisionState)
+		if cur == state.Cleaning || cur == state.CleanWait {
+			return invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
+		}
+		if n.Reservation != nil {
+			return locked(n.UUID, *n.Reservation)
+		}
+		if _, ok := c.drivers[n.Driver]; !ok {
+			return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+		}
+		n.TargetPowerState = strp(target)
+		n.LastError = nil
+		n.Reservation = strp(c.cfg.Host)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.event(ctx, n.UUID, "INFO", "power", "power action requested: "+target)
+	c.Kick(n.UUID)
+	return nil
+}
+
+// IsNotFound reports whether err means the node (or resource) does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

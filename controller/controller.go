@@ -1,0 +1,136 @@
+// Package controller assembles the anvil controller daemon: store,
+// conductor and API behind one HTTP listener.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
+)
+
+// Config is the daemon's configuration, filled by cmd/anvil-controller.
+type Config struct {
+	Listen              string // address to listen on
+	Database            string // sqlite://PATH or sqlite://:memory:
+	Auth                string // noauth | http_basic
+	HTPasswd            string // htpasswd file for http_basic
+	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
+	PublicURL           string // URL clients and agents use to reach us
+	Host                string // name written into node reservations
+	Workers             int
+	AutomatedClean      bool
+	CleanWaitTimeout    time.Duration
+	DeployWaitTimeout   time.Duration
+	Logger              *slog.Logger
+	// Ready, if set, receives the bound address once the listener is up.
+	Ready func(addr net.Addr)
+}
+
+// OpenStore opens the store named by a database URL.
+func OpenStore(ctx context.Context, url string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite://"))
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return nil, errors.New("the PostgreSQL store is not available in this build yet; use sqlite://PATH")
+	}
+	return nil, fmt.Errorf("unsupported database URL %q: use sqlite://PATH or sqlite://:memory:", url)
+}
+
+// authenticator builds the configured auth, refusing unsafe combinations.
+func authenticator(cfg Config) (api.Authenticator, error) {
+	switch cfg.Auth {
+	case "", "noauth":
+		if !cfg.AllowInsecureNoAuth && !isLoopback(cfg.Listen) {
+			return nil, fmt.Errorf("refusing noauth on non-loopback address %s: use --auth http_basic --htpasswd FILE, or --allow-insecure-noauth", cfg.Listen)
+		}
+		return nil, nil
+	case "http_basic":
+		if cfg.HTPasswd == "" {
+			return nil, errors.New("--auth http_basic needs --htpasswd FILE")
+		}
+		f, err := os.Open(cfg.HTPasswd)
+		if err != nil {
+			return nil, fmt.Errorf("open htpasswd: %w", err)
+		}
+		defer f.Close()
+		return api.ParseHTPasswd(f)
+	}
+	return nil, fmt.Errorf("unknown auth strategy %q: use noauth or http_basic", cfg.Auth)
+}
+
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Run serves until ctx ends, then drains requests and workers.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	auth, err := authenticator(cfg)
+	if err != nil {
+		return err
+	}
+	st, err := OpenStore(ctx, cfg.Database)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cond := conductor.New(st, conductor.Config{Host: cfg.Host, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
+		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log},
+		conductor.FakeDriver{})
+	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,
+		Metrics: api.NewMetrics(st)})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", cfg.Database, "auth", cfg.Auth, "host", cond.Host())
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr())
+	}
+
+	condCtx, stopCond := context.WithCancel(context.WithoutCancel(ctx))
+	condDone := make(chan error, 1)
+	go func() { condDone <- cond.Run(condCtx) }()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		stopCond()
+		<-condDone
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("shutting down: draining requests and workers")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = hs.Shutdown(shutCtx)
+	stopCond()
+	<-condDone
+	return err
+}

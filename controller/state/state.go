@@ -1,0 +1,246 @@
+// Package state is the node provision state machine of Ironic 21.4: the 24
+// states, the 63 transitions between them and the API verbs that drive them.
+// It is pure (no I/O) so it can be tested exhaustively and shared by the API
+// layer (is this verb allowed now?) and the conductor (where does this go?).
+package state
+
+import "fmt"
+
+// State is a provision state as it appears on the wire.
+type State string
+
+// The provision states (ironic/common/states.py, 21.4).
+const (
+	Enroll         State = "enroll"
+	Verifying      State = "verifying"
+	Manageable     State = "manageable"
+	Inspecting     State = "inspecting"
+	InspectWait    State = "inspect wait"
+	InspectFailed  State = "inspect failed"
+	Available      State = "available"
+	Deploying      State = "deploying"
+	DeployWait     State = "wait call-back"
+	DeployFailed   State = "deploy failed"
+	Active         State = "active"
+	Deleting       State = "deleting"
+	Cleaning       State = "cleaning"
+	CleanWait      State = "clean wait"
+	CleanFailed    State = "clean failed"
+	Error          State = "error"
+	Adopting       State = "adopting"
+	AdoptFailed    State = "adopt failed"
+	Rescuing       State = "rescuing"
+	RescueWait     State = "rescue wait"
+	RescueFailed   State = "rescue failed"
+	Rescue         State = "rescue"
+	Unrescuing     State = "unrescuing"
+	UnrescueFailed State = "unrescue failed"
+	NoState        State = "" // shown as null in target fields
+)
+
+// Event drives a transition. Verbs sent by clients map to events (see Verbs);
+// done, fail, wait and resume are internal to the conductor.
+type Event string
+
+// Events of the machine.
+const (
+	EvManage   Event = "manage"
+	EvProvide  Event = "provide"
+	EvClean    Event = "clean"
+	EvInspect  Event = "inspect"
+	EvAdopt    Event = "adopt"
+	EvDeploy   Event = "deploy"
+	EvRebuild  Event = "rebuild"
+	EvDelete   Event = "delete"
+	EvAbort    Event = "abort"
+	EvRescue   Event = "rescue"
+	EvUnrescue Event = "unrescue"
+	EvDone     Event = "done"
+	EvFail     Event = "fail"
+	EvWait     Event = "wait"
+	EvResume   Event = "resume"
+)
+
+type edge struct {
+	from State
+	ev   Event
+}
+
+// transitions is the full 21.4 table (63 entries); testdata/statemachine
+// holds the same table and the tests check both agree.
+var transitions = map[edge]State{
+	{Enroll, EvManage}:           Verifying,
+	{Verifying, EvDone}:          Manageable,
+	{Verifying, EvFail}:          Enroll,
+	{Manageable, EvProvide}:      Cleaning,
+	{Manageable, EvClean}:        Cleaning,
+	{Manageable, EvInspect}:      Inspecting,
+	{Manageable, EvAdopt}:        Adopting,
+	{Available, EvDeploy}:        Deploying,
+	{Available, EvManage}:        Manageable,
+	{Deploying, EvWait}:          DeployWait,
+	{Deploying, EvDone}:          Active,
+	{Deploying, EvFail}:          DeployFailed,
+	{DeployWait, EvResume}:       Deploying,
+	{DeployWait, EvFail}:         DeployFailed,
+	{DeployWait, EvDelete}:       Deleting,
+	{DeployFailed, EvRebuild}:    Deploying,
+	{DeployFailed, EvDeploy}:     Deploying,
+	{DeployFailed, EvDelete}:     Deleting,
+	{Active, EvRebuild}:          Deploying,
+	{Active, EvDelete}:           Deleting,
+	{Active, EvRescue}:           Rescuing,
+	{Deleting, EvClean}:          Cleaning,
+	{Deleting, EvFail}:           Error,
+	{Cleaning, EvDone}:           Available,
+	{Cleaning, EvManage}:         Manageable,
+	{Cleaning, EvWait}:           CleanWait,
+	{Cleaning, EvFail}:           CleanFailed,
+	{CleanWait, EvResume}:        Cleaning,
+	{CleanWait, EvFail}:          CleanFailed,
+	{CleanWait, EvAbort}:         CleanFailed,
+	{CleanFailed, EvManage}:      Manageable,
+	{Error, EvRebuild}:           Deploying,
+	{Error, EvDelete}:            Deleting,
+	{Inspecting, EvDone}:         Manageable,
+	{Inspecting, EvWait}:         InspectWait,
+	{Inspecting, EvFail}:         InspectFailed,
+	{InspectWait, EvDone}:        Manageable,
+	{InspectWait, EvFail}:        InspectFailed,
+	{InspectWait, EvAbort}:       InspectFailed,
+	{InspectFailed, EvManage}:    Manageable,
+	{InspectFailed, EvInspect}:   Inspecting,
+	{Adopting, EvDone}:           Active,
+	{Adopting, EvFail}:           AdoptFailed,
+	{AdoptFailed, EvAdopt}:       Adopting,
+	{AdoptFailed, EvManage}:      Manageable,
+	{Rescuing, EvDone}:           Rescue,
+	{Rescuing, EvWait}:           RescueWait,
+	{Rescuing, EvFail}:           RescueFailed,
+	{RescueWait, EvResume}:       Rescuing,
+	{RescueWait, EvFail}:         RescueFailed,
+	{RescueWait, EvAbort}:        RescueFailed,
+	{RescueWait, EvDelete}:       Deleting,
+	{Rescue, EvRescue}:           Rescuing,
+	{Rescue, EvUnrescue}:         Unrescuing,
+	{Rescue, EvDelete}:           Deleting,
+	{RescueFailed, EvRescue}:     Rescuing,
+	{RescueFailed, EvUnrescue}:   Unrescuing,
+	{RescueFailed, EvDelete}:     Deleting,
+	{Unrescuing, EvDone}:         Active,
+	{Unrescuing, EvFail}:         UnrescueFailed,
+	{UnrescueFailed, EvRescue}:   Rescuing,
+	{UnrescueFailed, EvUnrescue}: Unrescuing,
+	{UnrescueFailed, EvDelete}:   Deleting,
+}
+
+// defaultTarget is what target_provision_state shows while a node is in a
+// non-stable state (the FSM's "target" of each state).
+var defaultTarget = map[State]State{
+	Verifying: Manageable, Inspecting: Manageable, InspectWait: Manageable, InspectFailed: Manageable,
+	Deploying: Active, DeployWait: Active, DeployFailed: Active,
+	Deleting: Available, Cleaning: Available, CleanWait: Available, CleanFailed: Available,
+	Adopting: Active, AdoptFailed: Active,
+	Rescuing: Rescue, RescueWait: Rescue, RescueFailed: Rescue,
+	Unrescuing: Active, UnrescueFailed: Active,
+}
+
+// All lists every state, in the order of the reference table.
+func All() []State {
+	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed, Available,
+		Deploying, DeployWait, DeployFailed, Active, Deleting, Cleaning, CleanWait, CleanFailed, Error,
+		Adopting, AdoptFailed, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed}
+}
+
+// Valid reports whether s is one of the 24 states.
+func Valid(s State) bool {
+	for _, x := range All() {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotAllowed is returned (wrapped) when an event is not actionable.
+type ErrNotAllowed struct {
+	From  State
+	Event Event
+}
+
+func (e *ErrNotAllowed) Error() string {
+	return fmt.Sprintf("event %q is not allowed in state %q", e.Event, e.From)
+}
+
+// Next returns the state that event ev leads to from state from.
+func Next(from State, ev Event) (State, error) {
+	to, ok := transitions[edge{from, ev}]
+	if !ok {
+		return "", &ErrNotAllowed{From: from, Event: ev}
+	}
+	return to, nil
+}
+
+// Allowed reports whether ev is actionable in from.
+func Allowed(from State, ev Event) bool {
+	_, ok := transitions[edge{from, ev}]
+	return ok
+}
+
+// DefaultTarget is the target_provision_state shown while in s (NoState for
+// stable states).
+func DefaultTarget(s State) State { return defaultTarget[s] }
+
+// Stable states are resting points: no work runs for the node there.
+func Stable(s State) bool {
+	switch s {
+	case Enroll, Manageable, Available, Active, Error, Rescue:
+		return true
+	}
+	return false
+}
+
+// Waiting states wait for the agent (or an out-of-band poll); the node lock
+// is released there.
+func Waiting(s State) bool {
+	return s == CleanWait || s == DeployWait || s == InspectWait || s == RescueWait
+}
+
+// Failed states end in " failed".
+func Failed(s State) bool {
+	switch s {
+	case DeployFailed, CleanFailed, InspectFailed, RescueFailed, UnrescueFailed, AdoptFailed:
+		return true
+	}
+	return false
+}
+
+// Working states are transient states in which the conductor is doing work
+// (and holds the node lock).
+func Working(s State) bool {
+	return !Stable(s) && !Waiting(s) && !Failed(s)
+}
+
+// UpdateAllowed lists states where PATCH is allowed although a target is set.
+func UpdateAllowed(s State) bool {
+	switch s {
+	case DeployFailed, Inspecting, InspectFailed, InspectWait, CleanFailed, Error, Verifying,
+		AdoptFailed, RescueFailed, UnrescueFailed:
+		return true
+	}
+	return false
+}
+
+// DeleteAllowed lists states in which a node may be deleted (outside maintenance).
+func DeleteAllowed(s State) bool {
+	return s == Manageable || s == Enroll || s == AdoptFailed || s == Available
+}
+
+// LookupAllowed lists states in which an agent is expected to look itself up.
+func LookupAllowed(s State) bool {
+	switch s {
+	case Deploying, DeployWait, Cleaning, CleanWait, Inspecting, InspectWait, Rescuing, RescueWait:
+		return true
+	}
+	return false
+}

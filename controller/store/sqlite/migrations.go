@@ -1,0 +1,61 @@
+package sqlite
+
+// migrations are applied in order; each runs once, inside a transaction,
+// and its index+1 is recorded in schema_migrations. Never edit a released
+// entry: append a new one.
+var migrations = []string{
+	// 1: nodes, generic resources (ports, portgroups, allocations), history.
+	`CREATE TABLE nodes (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		name TEXT UNIQUE,
+		revision INTEGER NOT NULL,
+		driver TEXT NOT NULL,
+		provision_state TEXT NOT NULL,
+		power_state TEXT,
+		maintenance INTEGER NOT NULL,
+		retired INTEGER NOT NULL,
+		instance_uuid TEXT,
+		resource_class TEXT,
+		fault TEXT,
+		owner TEXT,
+		lessee TEXT,
+		conductor_group TEXT NOT NULL DEFAULT '',
+		chassis_uuid TEXT,
+		description TEXT,
+		shard TEXT,
+		reservation TEXT,
+		created_at TEXT NOT NULL,
+		updated_at TEXT,
+		provision_updated_at TEXT,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX nodes_provision_state ON nodes(provision_state, id);
+	CREATE INDEX nodes_maintenance ON nodes(maintenance, id);
+	CREATE INDEX nodes_retired ON nodes(retired, id);
+	CREATE INDEX nodes_driver ON nodes(driver, id);
+	CREATE INDEX nodes_instance_uuid ON nodes(instance_uuid);
+	CREATE INDEX nodes_resource_class ON nodes(resource_class, id);
+	CREATE INDEX nodes_reservation ON nodes(reservation) WHERE reservation IS NOT NULL;
+	CREATE TABLE resources (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		kind TEXT NOT NULL,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT,
+		name TEXT,
+		address TEXT,
+		revision INTEGER NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE UNIQUE INDEX resources_address ON resources(kind, address) WHERE address IS NOT NULL;
+	CREATE UNIQUE INDEX resources_name ON resources(kind, name) WHERE name IS NOT NULL;
+	CREATE INDEX resources_node ON resources(kind, node_uuid);
+	CREATE TABLE events (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT NOT NULL,
+		created_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX events_node ON events(node_uuid, id);`,
+}

@@ -1,0 +1,397 @@
+// Package sqlite is the embedded, pure-Go (no cgo) SQLite implementation of
+// store.Store: one file, created on first start, migrated in code.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// timeFormat is fixed-width so that text comparison orders timestamps.
+const timeFormat = "2006-01-02T15:04:05.000000Z"
+
+// Store is a store.Store on SQLite.
+type Store struct {
+	w *sql.DB // single writer connection: SQLite allows one writer anyway,
+	// and queuing in-process avoids "database is locked" storms.
+	r *sql.DB // readers (WAL lets them run beside the writer)
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path; ":memory:" gives a
+// throwaway database.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+	if path == ":memory:" {
+		// One connection shared by readers and the writer: every
+		// connection to :memory: would otherwise be a different database.
+		db, err := sql.Open("sqlite", "file::memory:?"+pragmas)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: open memory database: %w", err)
+		}
+		db.SetMaxOpenConns(1)
+		s := &Store{w: db, r: db}
+		return s, s.migrate(ctx)
+	}
+	// synchronous(FULL): a state change reported to a client must survive a
+	// power loss of the controller host, not only a crash of the process.
+	dsn := "file:" + path + "?" + pragmas + "&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	r, err := sql.Open("sqlite", dsn+"&mode=ro")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	s := &Store{w: w, r: r}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	err := s.w.Close()
+	if s.r != s.w {
+		err = errors.Join(err, s.r.Close())
+	}
+	return err
+}
+
+// SchemaVersion reports how many migrations are applied.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("sqlite: create schema_migrations: %w", err)
+	}
+	var have int
+	if err := s.w.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("sqlite: database schema version %d is newer than this controller knows (%d); upgrade the controller", have, len(migrations))
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
+			v, time.Now().UTC().Format(timeFormat)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite: record migration %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlite: commit migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+func fmtTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UTC().Format(timeFormat)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// mapErr turns driver constraint errors into store sentinels.
+func mapErr(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "UNIQUE constraint failed") && strings.Contains(msg, ".name"):
+		return fmt.Errorf("%s: %w", what, store.ErrDuplicateName)
+	case strings.Contains(msg, "UNIQUE constraint failed") && strings.Contains(msg, ".uuid"):
+		return fmt.Errorf("%s: %w", what, store.ErrDuplicateUUID)
+	case strings.Contains(msg, "UNIQUE constraint failed") && strings.Contains(msg, ".address"):
+		return fmt.Errorf("%s: %w", what, store.ErrDuplicateAddr)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// ---- nodes ----
+
+const nodeCols = `uuid, name, revision, driver, provision_state, power_state, maintenance, retired,
+	instance_uuid, resource_class, fault, owner, lessee, conductor_group, chassis_uuid, description, shard,
+	reservation, created_at, updated_at, provision_updated_at, data`
+
+func nodeArgs(n *store.Node) ([]any, error) {
+	data, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("encode node %s: %w", n.UUID, err)
+	}
+	return []any{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState,
+		boolInt(n.Maintenance), boolInt(n.Retired), n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner,
+		n.Lessee, n.ConductorGroup, n.ChassisUUID, n.Description, n.Shard, n.Reservation,
+		fmtTime(&n.CreatedAt), fmtTime(n.UpdatedAt), fmtTime(n.ProvisionUpdatedAt), data}, nil
+}
+
+// CreateNode inserts n and sets its ID and Revision.
+func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
+	n.Normalize()
+	n.Revision = 1
+	args, err := nodeArgs(n)
+	if err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
+	if err != nil {
+		return mapErr(err, "create node "+n.UUID)
+	}
+	n.ID, err = res.LastInsertId()
+	return err
+}
+
+func scanNode(sc interface{ Scan(...any) error }) (*store.Node, error) {
+	var (
+		id, rev int64
+		data    []byte
+	)
+	if err := sc.Scan(&id, &rev, &data); err != nil {
+		return nil, err
+	}
+	n := &store.Node{}
+	if err := json.Unmarshal(data, n); err != nil {
+		return nil, fmt.Errorf("decode node %d: %w", id, err)
+	}
+	n.ID, n.Revision = id, rev
+	n.Normalize()
+	return n, nil
+}
+
+// GetNode finds a node by UUID, then by name.
+func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT id, revision, data FROM nodes WHERE uuid = ?1 OR name = ?1 ORDER BY uuid = ?1 DESC LIMIT 1`, ident)
+	n, err := scanNode(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("node %s: %w", ident, store.ErrNotFound)
+	}
+	return n, err
+}
+
+// UpdateNode writes n if nobody changed it since it was read.
+func (s *Store) UpdateNode(ctx context.Context, n *store.Node) error {
+	n.Normalize()
+	now := time.Now().UTC()
+	n.UpdatedAt = &now
+	old := n.Revision
+	n.Revision = old + 1
+	args, err := nodeArgs(n)
+	if err != nil {
+		n.Revision = old
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
+		power_state=?6, maintenance=?7, retired=?8, instance_uuid=?9, resource_class=?10, fault=?11, owner=?12,
+		lessee=?13, conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, reservation=?18,
+		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`, append(args, old)...)
+	if err != nil {
+		n.Revision = old
+		return mapErr(err, "update node "+n.UUID)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		n.Revision = old
+		if _, err := s.GetNode(ctx, n.UUID); err != nil {
+			return err
+		}
+		return fmt.Errorf("update node %s at revision %d: %w", n.UUID, old, store.ErrConflict)
+	}
+	return nil
+}
+
+// DeleteNode removes the node with its ports, portgroups and history.
+func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("delete node %s: %w", uuid, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE uuid = ?`, uuid)
+	if err != nil {
+		return fmt.Errorf("delete node %s: %w", uuid, err)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup')`, uuid); err != nil {
+		return fmt.Errorf("delete ports of node %s: %w", uuid, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE node_uuid = ?`, uuid); err != nil {
+		return fmt.Errorf("delete history of node %s: %w", uuid, err)
+	}
+	return tx.Commit()
+}
+
+// sortExpr maps API sort keys to SQL expressions; COALESCE keeps keyset
+// comparisons well defined for NULLs.
+var sortExpr = map[string]string{
+	"id": "id", "uuid": "uuid", "name": "COALESCE(name, '')", "created_at": "created_at",
+	"updated_at": "COALESCE(updated_at, '')", "provision_state": "provision_state",
+	"provision_updated_at": "COALESCE(provision_updated_at, '')", "power_state": "COALESCE(power_state, '')",
+	"driver": "driver", "maintenance": "maintenance", "resource_class": "COALESCE(resource_class, '')",
+	"instance_uuid": "COALESCE(instance_uuid, '')", "conductor_group": "conductor_group",
+	"owner": "COALESCE(owner, '')", "retired": "retired",
+}
+
+// ListNodes returns nodes matching f, one keyset page at a time.
+func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
+	var where []string
+	var args []any
+	eq := func(col string, v *string) {
+		if v != nil {
+			where = append(where, col+" = ?")
+			args = append(args, *v)
+		}
+	}
+	flag := func(col string, v *bool) {
+		if v != nil {
+			where = append(where, col+" = ?")
+			args = append(args, boolInt(*v))
+		}
+	}
+	eq("provision_state", f.ProvisionState)
+	flag("maintenance", f.Maintenance)
+	flag("retired", f.Retired)
+	eq("driver", f.Driver)
+	eq("resource_class", f.ResourceClass)
+	eq("fault", f.Fault)
+	eq("owner", f.Owner)
+	eq("lessee", f.Lessee)
+	eq("conductor_group", f.ConductorGroup)
+	eq("chassis_uuid", f.ChassisUUID)
+	eq("instance_uuid", f.InstanceUUID)
+	eq("shard", f.Shard)
+	if f.Associated != nil {
+		if *f.Associated {
+			where = append(where, "instance_uuid IS NOT NULL")
+		} else {
+			where = append(where, "instance_uuid IS NULL")
+		}
+	}
+	if f.Reserved != nil {
+		if *f.Reserved {
+			where = append(where, "reservation IS NOT NULL")
+		} else {
+			where = append(where, "reservation IS NULL")
+		}
+	}
+	if f.DescriptionContains != nil {
+		where = append(where, "instr(COALESCE(description, ''), ?) > 0")
+		args = append(args, *f.DescriptionContains)
+	}
+	return s.listPage(ctx, "nodes", "id, revision, data", where, args, p, scanNode)
+}
+
+// listPage runs a keyset-paginated query on table.
+func listPage[T any](ctx context.Context, s *Store, table, cols string, where []string, args []any, p store.Page,
+	scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+	key := p.SortKey
+	if key == "" {
+		key = "id"
+	}
+	expr, ok := sortExpr[key]
+	if !ok || (table != "nodes" && key != "id") {
+		return nil, fmt.Errorf("cannot sort by %q", key)
+	}
+	cmp, dir := ">", "ASC"
+	if p.Desc {
+		cmp, dir = "<", "DESC"
+	}
+	if p.Marker != "" {
+		var mv any
+		var mid int64
+		err := s.r.QueryRowContext(ctx, `SELECT `+expr+`, id FROM `+table+` WHERE uuid = ?`, p.Marker).Scan(&mv, &mid)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("marker %s: %w", p.Marker, store.ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read marker: %w", err)
+		}
+		where = append(where, fmt.Sprintf("(%s %s ? OR (%s = ? AND id %s ?))", expr, cmp, expr, cmp))
+		args = append(args, mv, mv, mid)
+	}
+	q := `SELECT ` + cols + ` FROM ` + table
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += fmt.Sprintf(" ORDER BY %s %s, id %s", expr, dir, dir)
+	if p.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", p.Limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) listPage(ctx context.Context, table, cols string, where []string, args []any, p store.Page,
+	scan func(interface{ Scan(...any) error }) (*store.Node, error)) ([]*store.Node, error) {
+	return listPage(ctx, s, table, cols, where, args, p, scan)
+}
+
+// CountNodesByState counts nodes per provision state (for metrics).
+func (s *Store) CountNodesByState(ctx context.Context) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT provision_state, COUNT(*) FROM nodes GROUP BY provision_state`)
+	if err != nil {
+		return nil, fmt.Errorf("count nodes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var st string
+		var c int
+		if err := rows.Scan(&st, &c); err != nil {
+			return nil, err
+		}
+		out[st] = c
+	}
+	return out, rows.Err()
+}

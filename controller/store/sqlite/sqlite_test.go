@@ -1,0 +1,61 @@
+package sqlite
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+)
+
+func TestSuiteFile(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestSuiteMemory(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(context.Background(), ":memory:")
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	s, err := Open(ctx, path)
+	require.NoError(t, err)
+	n := storetest.NewNode("survivor")
+	require.NoError(t, s.CreateNode(ctx, n))
+	require.NoError(t, s.Close())
+
+	s, err = Open(ctx, path)
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, len(migrations), v)
+	got, err := s.GetNode(ctx, "survivor")
+	require.NoError(t, err)
+	assert.Equal(t, n.UUID, got.UUID)
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	s, err := Open(ctx, path)
+	require.NoError(t, err)
+	_, err = s.w.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (999, 'x')`)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	_, err = Open(ctx, path)
+	assert.ErrorContains(t, err, "newer than this controller")
+}

@@ -1,0 +1,284 @@
+// Package store defines the controller's persistent model and the Store
+// interface that the API and the conductor use. Implementations live in
+// subpackages (sqlite is the embedded default); handlers never see SQL.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors; implementations wrap them with %w.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrConflict      = errors.New("concurrent update") // revision changed under us
+	ErrDuplicateName = errors.New("duplicate name")
+	ErrDuplicateUUID = errors.New("duplicate uuid")
+	ErrDuplicateAddr = errors.New("duplicate address")
+)
+
+// Node is a bare-metal node, with Ironic's field names.
+type Node struct {
+	ID       int64 `json:"-"` // internal id, Ironic's default sort key
+	Revision int64 `json:"-"` // optimistic concurrency
+
+	UUID                 string         `json:"uuid"`
+	Name                 *string        `json:"name"`
+	Driver               string         `json:"driver"`
+	DriverInfo           map[string]any `json:"driver_info"`
+	DriverInternalInfo   map[string]any `json:"driver_internal_info"`
+	Properties           map[string]any `json:"properties"`
+	InstanceInfo         map[string]any `json:"instance_info"`
+	Extra                map[string]any `json:"extra"`
+	InstanceUUID         *string        `json:"instance_uuid"`
+	ChassisUUID          *string        `json:"chassis_uuid"`
+	PowerState           *string        `json:"power_state"`
+	TargetPowerState     *string        `json:"target_power_state"`
+	ProvisionState       string         `json:"provision_state"`
+	TargetProvisionState *string        `json:"target_provision_state"`
+	ProvisionUpdatedAt   *time.Time     `json:"provision_updated_at"`
+	Maintenance          bool           `json:"maintenance"`
+	MaintenanceReason    *string        `json:"maintenance_reason"`
+	Fault                *string        `json:"fault"`
+	LastError            *string        `json:"last_error"`
+	Reservation          *string        `json:"reservation"`
+	ConsoleEnabled       bool           `json:"console_enabled"`
+	CreatedAt            time.Time      `json:"created_at"`
+	UpdatedAt            *time.Time     `json:"updated_at"`
+	InspectionStartedAt  *time.Time     `json:"inspection_started_at"`
+	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
+	CleanStep            map[string]any `json:"clean_step"`
+	DeployStep           map[string]any `json:"deploy_step"`
+	RAIDConfig           map[string]any `json:"raid_config"`
+	TargetRAIDConfig     map[string]any `json:"target_raid_config"`
+	ResourceClass        *string        `json:"resource_class"`
+	Interfaces           Interfaces     `json:"interfaces"`
+	Traits               []string       `json:"traits"`
+	ConductorGroup       string         `json:"conductor_group"`
+	AutomatedClean       *bool          `json:"automated_clean"`
+	Protected            bool           `json:"protected"`
+	ProtectedReason      *string        `json:"protected_reason"`
+	Owner                *string        `json:"owner"`
+	Lessee               *string        `json:"lessee"`
+	Description          *string        `json:"description"`
+	AllocationUUID       *string        `json:"allocation_uuid"`
+	NetworkData          map[string]any `json:"network_data"`
+	Retired              bool           `json:"retired"`
+	RetiredReason        *string        `json:"retired_reason"`
+	BootMode             *string        `json:"boot_mode"`
+	SecureBoot           *bool          `json:"secure_boot"`
+	Shard                *string        `json:"shard"`
+}
+
+// Interfaces are the per-node driver interface names (1.31+).
+type Interfaces struct {
+	Boot       string `json:"boot_interface"`
+	Console    string `json:"console_interface"`
+	Deploy     string `json:"deploy_interface"`
+	Inspect    string `json:"inspect_interface"`
+	Management string `json:"management_interface"`
+	Network    string `json:"network_interface"`
+	Power      string `json:"power_interface"`
+	RAID       string `json:"raid_interface"`
+	Rescue     string `json:"rescue_interface"`
+	Storage    string `json:"storage_interface"`
+	Vendor     string `json:"vendor_interface"`
+	BIOS       string `json:"bios_interface"`
+}
+
+// Normalize replaces nil maps and slices by empty ones, because the API
+// always emits {} and [] for them, never null.
+func (n *Node) Normalize() {
+	for _, m := range []*map[string]any{&n.DriverInfo, &n.DriverInternalInfo, &n.Properties, &n.InstanceInfo,
+		&n.Extra, &n.CleanStep, &n.DeployStep, &n.RAIDConfig, &n.TargetRAIDConfig, &n.NetworkData} {
+		if *m == nil {
+			*m = map[string]any{}
+		}
+	}
+	if n.Traits == nil {
+		n.Traits = []string{}
+	}
+}
+
+// NodeFilter selects nodes; nil fields do not filter.
+type NodeFilter struct {
+	ProvisionState      *string
+	Maintenance         *bool
+	Retired             *bool
+	Associated          *bool
+	Driver              *string
+	ResourceClass       *string
+	Fault               *string
+	Owner               *string
+	Lessee              *string
+	ConductorGroup      *string
+	ChassisUUID         *string
+	InstanceUUID        *string
+	DescriptionContains *string
+	Shard               *string
+	Reserved            *bool
+}
+
+// SortKeys are the node fields a list can be sorted by.
+var SortKeys = []string{"id", "uuid", "name", "created_at", "updated_at", "provision_state",
+	"provision_updated_at", "power_state", "driver", "maintenance", "resource_class", "instance_uuid",
+	"conductor_group", "owner", "retired"}
+
+// Page is keyset pagination: Limit rows after the row whose UUID is Marker.
+type Page struct {
+	Limit   int
+	Marker  string
+	SortKey string // one of SortKeys; "" = id
+	Desc    bool
+}
+
+// Port binds a MAC address to a node; agent lookup finds nodes through it.
+type Port struct {
+	ID                  int64          `json:"-"`
+	UUID                string         `json:"uuid"`
+	Address             string         `json:"address"`
+	NodeUUID            string         `json:"node_uuid"`
+	PortgroupUUID       *string        `json:"portgroup_uuid"`
+	Name                *string        `json:"name"`
+	LocalLinkConnection map[string]any `json:"local_link_connection"`
+	PXEEnabled          bool           `json:"pxe_enabled"`
+	PhysicalNetwork     *string        `json:"physical_network"`
+	Extra               map[string]any `json:"extra"`
+	IsSmartNIC          bool           `json:"is_smartnic"`
+	CreatedAt           time.Time      `json:"created_at"`
+	UpdatedAt           *time.Time     `json:"updated_at"`
+}
+
+// Portgroup bonds ports of one node.
+type Portgroup struct {
+	ID                       int64          `json:"-"`
+	UUID                     string         `json:"uuid"`
+	Name                     *string        `json:"name"`
+	Address                  *string        `json:"address"`
+	NodeUUID                 string         `json:"node_uuid"`
+	Mode                     *string        `json:"mode"`
+	Properties               map[string]any `json:"properties"`
+	StandalonePortsSupported bool           `json:"standalone_ports_supported"`
+	Extra                    map[string]any `json:"extra"`
+	CreatedAt                time.Time      `json:"created_at"`
+	UpdatedAt                *time.Time     `json:"updated_at"`
+}
+
+// Allocation claims an available node for an instance (standalone scheduler).
+type Allocation struct {
+	ID             int64          `json:"-"`
+	UUID           string         `json:"uuid"`
+	Name           *string        `json:"name"`
+	NodeUUID       *string        `json:"node_uuid"`
+	State          string         `json:"state"` // allocating | active | error
+	LastError      *string        `json:"last_error"`
+	ResourceClass  string         `json:"resource_class"`
+	CandidateNodes []string       `json:"candidate_nodes"`
+	Traits         []string       `json:"traits"`
+	Owner          *string        `json:"owner"`
+	Extra          map[string]any `json:"extra"`
+	CreatedAt      time.Time      `json:"created_at"`
+	UpdatedAt      *time.Time     `json:"updated_at"`
+}
+
+// Event is one entry of a node's history (Ironic's node history, plus our
+// step and state events).
+type Event struct {
+	UUID      string    `json:"uuid"`
+	NodeUUID  string    `json:"node_uuid"`
+	CreatedAt time.Time `json:"created_at"`
+	Severity  string    `json:"severity"`   // INFO | WARNING | ERROR
+	EventType string    `json:"event_type"` // provisioning | cleaning | deploying | power | console | bmc | agent
+	Event     string    `json:"event"`
+	Conductor string    `json:"conductor"`
+	User      *string   `json:"user"`
+}
+
+// ResourceFilter selects ports, portgroups and allocations.
+type ResourceFilter struct {
+	NodeUUID *string
+	Address  *string
+	Name     *string
+}
+
+// Nodes is the node part of the store.
+type Nodes interface {
+	CreateNode(ctx context.Context, n *Node) error
+	// GetNode finds a node by UUID or name.
+	GetNode(ctx context.Context, ident string) (*Node, error)
+	ListNodes(ctx context.Context, f NodeFilter, p Page) ([]*Node, error)
+	// UpdateNode writes n if its Revision is still current (else ErrConflict)
+	// and bumps n.Revision.
+	UpdateNode(ctx context.Context, n *Node) error
+	DeleteNode(ctx context.Context, uuid string) error
+	CountNodesByState(ctx context.Context) (map[string]int, error)
+}
+
+// Ports is the port part of the store.
+type Ports interface {
+	CreatePort(ctx context.Context, p *Port) error
+	GetPort(ctx context.Context, uuid string) (*Port, error)
+	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
+	UpdatePort(ctx context.Context, p *Port) error
+	DeletePort(ctx context.Context, uuid string) error
+}
+
+// Portgroups is the portgroup part of the store.
+type Portgroups interface {
+	CreatePortgroup(ctx context.Context, p *Portgroup) error
+	GetPortgroup(ctx context.Context, ident string) (*Portgroup, error)
+	ListPortgroups(ctx context.Context, f ResourceFilter, p Page) ([]*Portgroup, error)
+	UpdatePortgroup(ctx context.Context, p *Portgroup) error
+	DeletePortgroup(ctx context.Context, uuid string) error
+}
+
+// Allocations is the allocation part of the store.
+type Allocations interface {
+	CreateAllocation(ctx context.Context, a *Allocation) error
+	GetAllocation(ctx context.Context, ident string) (*Allocation, error)
+	ListAllocations(ctx context.Context, f ResourceFilter, p Page) ([]*Allocation, error)
+	UpdateAllocation(ctx context.Context, a *Allocation) error
+	DeleteAllocation(ctx context.Context, uuid string) error
+}
+
+// History is the per-node event log.
+type History interface {
+	AppendEvent(ctx context.Context, e *Event) error
+	ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*Event, error)
+}
+
+// Store is everything the controller persists.
+type Store interface {
+	Nodes
+	Ports
+	Portgroups
+	Allocations
+	History
+	Close() error
+}
+
+// MutateNode reads the node, applies fn and writes it back, retrying when
+// another writer got there first. fn may be called several times and must
+// only change n; returning an error aborts without writing.
+func MutateNode(ctx context.Context, s Nodes, ident string, fn func(n *Node) error) (*Node, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := s.GetNode(ctx, ident)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(n); err != nil {
+			return nil, err
+		}
+		err = s.UpdateNode(ctx, n)
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt >= 50 {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}

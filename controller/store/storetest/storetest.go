@@ -1,0 +1,291 @@
+// Package storetest is the behaviour every store.Store implementation must
+// have. Each backend's tests call Run with a constructor of fresh stores.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Run runs the suite; open must return an empty store.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := map[string]func(*testing.T, store.Store){
+		"NodeCRUD":          testNodeCRUD,
+		"NodeConflict":      testNodeConflict,
+		"NodeFilters":       testNodeFilters,
+		"NodePagination":    testNodePagination,
+		"MutateNodeRetries": testMutateNodeRetries,
+		"Ports":             testPorts,
+		"Allocations":       testAllocations,
+		"Events":            testEvents,
+		"CountByState":      testCountByState,
+	}
+	for name, fn := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { s.Close() })
+			fn(t, s)
+		})
+	}
+}
+
+func strp(s string) *string { return &s }
+func boolp(b bool) *bool    { return &b }
+
+// NewNode returns a valid node for tests.
+func NewNode(name string) *store.Node {
+	n := &store.Node{UUID: uuid.NewString(), Driver: "fake-hardware", ProvisionState: "enroll", CreatedAt: time.Now().UTC()}
+	if name != "" {
+		n.Name = &name
+	}
+	return n
+}
+
+func testNodeCRUD(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("node-1")
+	n.DriverInfo = map[string]any{"ipmi_address": "127.0.0.1", "port": float64(623)}
+	require.NoError(t, s.CreateNode(ctx, n))
+	assert.NotZero(t, n.ID)
+
+	byUUID, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	byName, err := s.GetNode(ctx, "node-1")
+	require.NoError(t, err)
+	assert.Equal(t, byUUID, byName)
+	assert.Equal(t, n.DriverInfo, byUUID.DriverInfo)
+	assert.Equal(t, []string{}, byUUID.Traits, "nil slices come back empty")
+	assert.Equal(t, map[string]any{}, byUUID.CleanStep)
+
+	dup := NewNode("node-1")
+	assert.ErrorIs(t, s.CreateNode(ctx, dup), store.ErrDuplicateName)
+	same := NewNode("other")
+	same.UUID = n.UUID
+	assert.ErrorIs(t, s.CreateNode(ctx, same), store.ErrDuplicateUUID)
+
+	byUUID.ProvisionState = "manageable"
+	require.NoError(t, s.UpdateNode(ctx, byUUID))
+	got, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, "manageable", got.ProvisionState)
+	require.NotNil(t, got.UpdatedAt)
+
+	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	_, err = s.GetNode(ctx, n.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	assert.ErrorIs(t, s.DeleteNode(ctx, n.UUID), store.ErrNotFound)
+}
+
+func testNodeConflict(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	a, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	b, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	a.ProvisionState = "verifying"
+	require.NoError(t, s.UpdateNode(ctx, a))
+	b.ProvisionState = "manageable"
+	assert.ErrorIs(t, s.UpdateNode(ctx, b), store.ErrConflict, "stale writer must lose")
+	got, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, "verifying", got.ProvisionState)
+
+	ghost := NewNode("")
+	assert.ErrorIs(t, s.UpdateNode(ctx, ghost), store.ErrNotFound)
+}
+
+func testMutateNodeRetries(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	calls := 0
+	got, err := store.MutateNode(ctx, s, n.UUID, func(m *store.Node) error {
+		calls++
+		if calls == 1 { // a concurrent writer sneaks in between read and write
+			other, err := s.GetNode(ctx, n.UUID)
+			require.NoError(t, err)
+			other.Extra = map[string]any{"other": true}
+			require.NoError(t, s.UpdateNode(ctx, other))
+		}
+		m.Properties = map[string]any{"cpus": float64(calls)}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, calls)
+	assert.Equal(t, map[string]any{"other": true}, got.Extra, "the concurrent change survives")
+	assert.Equal(t, map[string]any{"cpus": float64(2)}, got.Properties)
+
+	_, err = store.MutateNode(ctx, s, n.UUID, func(*store.Node) error { return fmt.Errorf("refused") })
+	assert.EqualError(t, err, "refused")
+}
+
+func testNodeFilters(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mk := func(name, state string, maint, retired bool, inst *string, rc string) {
+		n := NewNode(name)
+		n.ProvisionState, n.Maintenance, n.Retired, n.InstanceUUID = state, maint, retired, inst
+		n.ResourceClass = strp(rc)
+		n.Description = strp("rack " + name)
+		require.NoError(t, s.CreateNode(ctx, n))
+	}
+	mk("a", "available", false, false, nil, "gold")
+	mk("b", "available", true, false, strp(uuid.NewString()), "gold")
+	mk("c", "manageable", false, true, nil, "silver")
+	mk("d", "active", false, false, strp(uuid.NewString()), "silver")
+
+	names := func(f store.NodeFilter) []string {
+		nodes, err := s.ListNodes(ctx, f, store.Page{})
+		require.NoError(t, err)
+		var out []string
+		for _, n := range nodes {
+			out = append(out, *n.Name)
+		}
+		return out
+	}
+	tests := map[string]struct {
+		f    store.NodeFilter
+		want []string
+	}{
+		"all":            {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
+		"state":          {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
+		"maintenance":    {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
+		"retired":        {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},
+		"not retired":    {store.NodeFilter{Retired: boolp(false)}, []string{"a", "b", "d"}},
+		"associated":     {store.NodeFilter{Associated: boolp(true)}, []string{"b", "d"}},
+		"unassociated":   {store.NodeFilter{Associated: boolp(false)}, []string{"a", "c"}},
+		"resource class": {store.NodeFilter{ResourceClass: strp("silver")}, []string{"c", "d"}},
+		"combined":       {store.NodeFilter{ResourceClass: strp("gold"), Maintenance: boolp(false)}, []string{"a"}},
+		"description":    {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
+		"driver none":    {store.NodeFilter{Driver: strp("ipmi")}, nil},
+	}
+	for name, tc := range tests {
+		assert.Equal(t, tc.want, names(tc.f), name)
+	}
+}
+
+func testNodePagination(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var all []string
+	for i := 0; i < 7; i++ {
+		n := NewNode(fmt.Sprintf("n%d", 6-i)) // names in reverse insertion order
+		require.NoError(t, s.CreateNode(ctx, n))
+		all = append(all, n.UUID)
+	}
+	walk := func(p store.Page) []string {
+		var got []string
+		for {
+			page, err := s.ListNodes(ctx, store.NodeFilter{}, p)
+			require.NoError(t, err)
+			for _, n := range page {
+				got = append(got, n.UUID)
+			}
+			if len(page) < p.Limit {
+				return got
+			}
+			p.Marker = page[len(page)-1].UUID
+		}
+	}
+	assert.Equal(t, all, walk(store.Page{Limit: 3}))
+	rev := make([]string, len(all))
+	for i := range all {
+		rev[i] = all[len(all)-1-i]
+	}
+	assert.Equal(t, rev, walk(store.Page{Limit: 2, Desc: true}))
+	assert.Equal(t, rev, walk(store.Page{Limit: 3, SortKey: "name"}), "sorted by name n0..n6")
+
+	_, err := s.ListNodes(ctx, store.NodeFilter{}, store.Page{Limit: 1, Marker: uuid.NewString()})
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.ListNodes(ctx, store.NodeFilter{}, store.Page{SortKey: "driver_info"})
+	assert.Error(t, err)
+}
+
+func testPorts(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	p := &store.Port{UUID: uuid.NewString(), Address: "52:54:00:aa:bb:cc", NodeUUID: n.UUID, PXEEnabled: true, CreatedAt: time.Now().UTC()}
+	require.NoError(t, s.CreatePort(ctx, p))
+	dup := &store.Port{UUID: uuid.NewString(), Address: p.Address, NodeUUID: n.UUID}
+	assert.ErrorIs(t, s.CreatePort(ctx, dup), store.ErrDuplicateAddr)
+
+	byAddr, err := s.ListPorts(ctx, store.ResourceFilter{Address: strp(p.Address)}, store.Page{})
+	require.NoError(t, err)
+	require.Len(t, byAddr, 1)
+	assert.Equal(t, p.UUID, byAddr[0].UUID)
+
+	p.Address = "52:54:00:aa:bb:dd"
+	require.NoError(t, s.UpdatePort(ctx, p))
+	got, err := s.GetPort(ctx, p.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, "52:54:00:aa:bb:dd", got.Address)
+
+	pg := &store.Portgroup{UUID: uuid.NewString(), Name: strp("bond0"), NodeUUID: n.UUID}
+	require.NoError(t, s.CreatePortgroup(ctx, pg))
+	gotPG, err := s.GetPortgroup(ctx, "bond0")
+	require.NoError(t, err)
+	assert.Equal(t, pg.UUID, gotPG.UUID)
+
+	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	_, err = s.GetPort(ctx, p.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "ports go with their node")
+	_, err = s.GetPortgroup(ctx, pg.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testAllocations(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := &store.Allocation{UUID: uuid.NewString(), Name: strp("alloc-1"), State: "allocating", ResourceClass: "gold"}
+	require.NoError(t, s.CreateAllocation(ctx, a))
+	got, err := s.GetAllocation(ctx, "alloc-1")
+	require.NoError(t, err)
+	assert.Equal(t, a.UUID, got.UUID)
+	node := uuid.NewString()
+	got.NodeUUID, got.State = &node, "active"
+	require.NoError(t, s.UpdateAllocation(ctx, got))
+	list, err := s.ListAllocations(ctx, store.ResourceFilter{NodeUUID: &node}, store.Page{})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, "active", list[0].State)
+	require.NoError(t, s.DeleteAllocation(ctx, a.UUID))
+	assert.ErrorIs(t, s.DeleteAllocation(ctx, a.UUID), store.ErrNotFound)
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	for i := 0; i < 5; i++ {
+		require.NoError(t, s.AppendEvent(ctx, &store.Event{UUID: uuid.NewString(), NodeUUID: n.UUID,
+			CreatedAt: time.Now().UTC(), Severity: "INFO", EventType: "provisioning", Event: fmt.Sprintf("e%d", i)}))
+	}
+	all, err := s.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 5)
+	assert.Equal(t, "e0", all[0].Event)
+	last, err := s.ListEvents(ctx, n.UUID, 2)
+	require.NoError(t, err)
+	require.Len(t, last, 2)
+	assert.Equal(t, []string{"e3", "e4"}, []string{last[0].Event, last[1].Event})
+}
+
+func testCountByState(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, st := range []string{"enroll", "enroll", "available"} {
+		n := NewNode("")
+		n.ProvisionState = st
+		require.NoError(t, s.CreateNode(ctx, n))
+	}
+	counts, err := s.CountNodesByState(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"enroll": 2, "available": 1}, counts)
+}
