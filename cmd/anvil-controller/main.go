@@ -127,7 +127,7 @@ func readConfig(path string) (map[string]string, error) {
 			continue
 		}
 		k, v, ok := strings.Cut(line, ":")
-		if !ok {
+		if !ok || strings.ContainsAny(strings.TrimSpace(k), " \t") {
 			return nil, fmt.Errorf("config %s line %d: expected 'key: value'", path, n)
 		}
 		out[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)

@@ -136,9 +136,9 @@ func TestProvisionRefusals(t *testing.T) {
 func TestDeployStepsDisableDriverStep(t *testing.T) {
 	e := newEnv(t)
 	e.createNode("ds", map[string]any{"automated_clean": false})
-	for _, v := range []string{"manage", "provide"} {
-		require.Equal(t, 202, e.provision("ds", v, nil).status)
-	}
+	require.Equal(t, 202, e.provision("ds", "manage", nil).status)
+	e.waitState("ds", "manageable")
+	require.Equal(t, 202, e.provision("ds", "provide", nil).status)
 	e.waitState("ds", "available")
 	r := e.provision("ds", "active", map[string]any{"deploy_steps": []map[string]any{
 		{"interface": "deploy", "step": "deploy", "args": map[string]any{}, "priority": "0"}}})

@@ -1,0 +1,71 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// CompleteAsyncStep records the end of a step that left the node waiting
+// (clean wait / wait call-back): on success the node resumes with the next
+// step, on failure it fails naming the step. A step marked abort_after
+// (abort requested while it could not be interrupted) fails the operation
+// once it finishes, unless it was the last step. stepKey must name the
+// current step, so a stale report can never advance the wrong step.
+func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
+	var ph stepPhase
+	n, err := c.st.GetNode(ctx, nodeUUID)
+	if err != nil {
+		return err
+	}
+	switch state.State(n.ProvisionState) {
+	case state.CleanWait:
+		ph = cleanPhase
+	case state.DeployWait:
+		ph = deployPhase
+	default:
+		return conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
+	}
+	wait := state.State(n.ProvisionState)
+	cur := *ph.current(n)
+	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
+		return conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
+	}
+	if stepErr != nil {
+		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
+		c.event(ctx, nodeUUID, "ERROR", ph.kind+"ing", msg)
+		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(msg)
+			ph.onFailure(m, msg)
+			return nil
+		})
+		return err
+	}
+	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
+	if err != nil {
+		return err
+	}
+	idx := index(n.DriverInternalInfo, ph.indexKey)
+	abortAfter, _ := cur["abort_after"].(bool)
+	c.event(ctx, nodeUUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, stepKey))
+	if abortAfter && idx+1 < len(steps) {
+		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
+		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(msg)
+			*ph.current(m) = map[string]any{}
+			return nil
+		})
+		return err
+	}
+	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
+		m.DriverInternalInfo[ph.indexKey] = idx + 1
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.Kick(nodeUUID)
+	return nil
+}
