@@ -31,21 +31,21 @@ func TestCreateNode(t *testing.T) {
 		status int
 		fault  string
 	}{
-		"unknown field":      {latest, map[string]any{"driver": "fake-hardware", "bogus": 1}, 400, "Unexpected arguments: bogus"},
-		"missing driver":     {latest, map[string]any{"name": "x"}, 400, "Missing mandatory field: driver"},
-		"unknown driver":     {latest, map[string]any{"driver": "nope"}, 400, "No valid host was found"},
-		"duplicate name":     {latest, map[string]any{"driver": "fake-hardware", "name": "node-1"}, 409, "A node with name node-1 already exists."},
-		"bad name":           {latest, map[string]any{"driver": "fake-hardware", "name": "has space"}, 400, "Expected a logical name"},
-		"reserved name":      {latest, map[string]any{"driver": "fake-hardware", "name": "detail"}, 400, "reserved"},
-		"uuid-like name":     {latest, map[string]any{"driver": "fake-hardware", "name": "6f2a8e0e-8a0e-4f5a-9d0e-2b1f4c3d2e1a"}, 400, "looks like a UUID"},
-		"name needs 1.5":     {"1.4", map[string]any{"driver": "fake-hardware", "name": "old"}, 406, "Request not acceptable."},
-		"retired needs 1.61": {"1.60", map[string]any{"driver": "fake-hardware", "retired": true}, 406, "Request not acceptable."},
-		"wrong type":         {latest, map[string]any{"driver": "fake-hardware", "properties": "cpus=4"}, 400, "expected an object"},
+		"unknown field":       {latest, map[string]any{"driver": "fake-hardware", "bogus": 1}, 400, "Unexpected arguments: bogus"},
+		"missing driver":      {latest, map[string]any{"name": "x"}, 400, "Missing mandatory field: driver"},
+		"unknown driver":      {latest, map[string]any{"driver": "nope"}, 400, "No valid host was found"},
+		"duplicate name":      {latest, map[string]any{"driver": "fake-hardware", "name": "node-1"}, 409, "A node with name node-1 already exists."},
+		"bad name":            {latest, map[string]any{"driver": "fake-hardware", "name": "has space"}, 400, "Expected a logical name"},
+		"reserved name":       {latest, map[string]any{"driver": "fake-hardware", "name": "detail"}, 400, "reserved"},
+		"uuid-like name":      {latest, map[string]any{"driver": "fake-hardware", "name": "6f2a8e0e-8a0e-4f5a-9d0e-2b1f4c3d2e1a"}, 400, "looks like a UUID"},
+		"name needs 1.5":      {"1.4", map[string]any{"driver": "fake-hardware", "name": "old"}, 406, "Request not acceptable."},
+		"retired needs 1.61":  {"1.60", map[string]any{"driver": "fake-hardware", "retired": true}, 406, "Request not acceptable."},
+		"wrong type":          {latest, map[string]any{"driver": "fake-hardware", "properties": "cpus=4"}, 400, "expected an object"},
 		"protected on create": {latest, map[string]any{"driver": "fake-hardware", "protected": true}, 400, "Unexpected arguments: protected"},
-		"malformed":          {latest, `{"driver": `, 400, "Malformed JSON body"},
-		"not an object":      {latest, `[1,2]`, 400, "Malformed JSON body"},
-		"trailing data":      {latest, `{"driver":"fake-hardware"} {}`, 400, "trailing data"},
-		"oversized":          {latest, `{"driver":"fake-hardware","extra":{"x":"` + strings.Repeat("a", maxBody) + `"}}`, 413, "larger than"},
+		"malformed":           {latest, `{"driver": `, 400, "Malformed JSON body"},
+		"not an object":       {latest, `[1,2]`, 400, "Malformed JSON body"},
+		"trailing data":       {latest, `{"driver":"fake-hardware"} {}`, 400, "trailing data"},
+		"oversized":           {latest, `{"driver":"fake-hardware","extra":{"x":"` + strings.Repeat("a", maxBody) + `"}}`, 413, "larger than"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -206,17 +206,17 @@ func TestPatchNode(t *testing.T) {
 		status int
 		fault  string
 	}{
-		"remove missing":       {[]map[string]any{op("remove", "/properties/nope", nil)}, 400, "can't remove a non-existent object 'nope'"},
-		"replace missing":      {[]map[string]any{op("replace", "/extra/nope", 1)}, 400, "non-existent"},
-		"not patchable":        {[]map[string]any{op("replace", "/provision_state", "active")}, 400, "Cannot patch /provision_state"},
-		"move op":              {[]map[string]any{op("move", "/extra/a", nil)}, 400, "Schema error for patch"},
-		"bad path":             {[]map[string]any{op("add", "properties", 1)}, 400, "invalid path"},
-		"missing value":        {[]map[string]any{op("add", "/extra/x", nil)}, 400, "needs a value"},
-		"bad bool":             {[]map[string]any{op("replace", "/maintenance", "perhaps")}, 400, "not a boolean"},
+		"remove missing":        {[]map[string]any{op("remove", "/properties/nope", nil)}, 400, "can't remove a non-existent object 'nope'"},
+		"replace missing":       {[]map[string]any{op("replace", "/extra/nope", 1)}, 400, "non-existent"},
+		"not patchable":         {[]map[string]any{op("replace", "/provision_state", "active")}, 400, "Cannot patch /provision_state"},
+		"move op":               {[]map[string]any{op("move", "/extra/a", nil)}, 400, "Schema error for patch"},
+		"bad path":              {[]map[string]any{op("add", "properties", 1)}, 400, "invalid path"},
+		"missing value":         {[]map[string]any{op("add", "/extra/x", nil)}, 400, "needs a value"},
+		"bad bool":              {[]map[string]any{op("replace", "/maintenance", "perhaps")}, 400, "not a boolean"},
 		"reason without retire": {[]map[string]any{op("add", "/retired_reason", "x")}, 400, "only be set when the node is retired"},
-		"protect in enroll":    {[]map[string]any{op("add", "/protected", true)}, 409, "protected"},
-		"unknown driver":       {[]map[string]any{op("replace", "/driver", "nope")}, 400, "No valid host"},
-		"bad name":             {[]map[string]any{op("replace", "/name", "a b")}, 400, "logical name"},
+		"protect in enroll":     {[]map[string]any{op("add", "/protected", true)}, 409, "protected"},
+		"unknown driver":        {[]map[string]any{op("replace", "/driver", "nope")}, 400, "No valid host"},
+		"bad name":              {[]map[string]any{op("replace", "/name", "a b")}, 400, "logical name"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

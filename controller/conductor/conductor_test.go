@@ -27,7 +27,7 @@ type scriptDriver struct {
 	ran     []string
 }
 
-func (d *scriptDriver) Name() string                          { return "script" }
+func (d *scriptDriver) Name() string                           { return "script" }
 func (d *scriptDriver) CleanSteps(*store.Node) []protocol.Step { return d.steps }
 func (d *scriptDriver) ExecuteStep(_ context.Context, _ *store.Node, _ string, s protocol.Step) (StepStatus, error) {
 	d.mu.Lock()
