@@ -1,0 +1,264 @@
+package erase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/hardware/disk"
+)
+
+// Method is one way of erasing a device.
+type Method string
+
+// Erase methods, most specific first.
+const (
+	MethodNVMeCrypto   Method = "nvme_format_crypto_erase"
+	MethodNVMeUserData Method = "nvme_format_user_data_erase"
+	MethodATAEnhanced  Method = "ata_security_erase_enhanced"
+	MethodATA          Method = "ata_security_erase"
+	MethodSecDiscard   Method = "blksecdiscard"
+	MethodDiscard      Method = "blkdiscard"
+	MethodZeroOut      Method = "blkzeroout"
+	MethodOverwrite    Method = "overwrite"
+)
+
+func (m Method) secure() bool {
+	switch m {
+	case MethodNVMeCrypto, MethodNVMeUserData, MethodATAEnhanced, MethodATA:
+		return true
+	}
+	return false
+}
+
+// Action is what the plan does with a device.
+type Action string
+
+// Actions.
+const (
+	ActionErase  Action = "erase"
+	ActionSkip   Action = "skip"
+	ActionRefuse Action = "refuse" // the step must fail before writing anything
+)
+
+// DevicePlan is the decision for one device, computed before anything is
+// written and returned in the step result so an operator sees why.
+type DevicePlan struct {
+	Device           string          `json:"device"`
+	Size             uint64          `json:"size"`
+	Action           Action          `json:"action"`
+	Methods          []Method        `json:"methods,omitempty"` // tried in order until one verifies
+	Reason           string          `json:"reason"`
+	Notes            []string        `json:"notes,omitempty"`
+	EstimatedSeconds float64         `json:"estimated_seconds,omitempty"`
+	NVMe             *NVMeController `json:"nvme,omitempty"`
+	NVMeLBAFormat    uint8           `json:"nvme_lba_format,omitempty"`
+	ATA              *ATAIdentity    `json:"ata,omitempty"`
+	Rotational       bool            `json:"rotational"`
+	LogicalBlockSize uint64          `json:"logical_block_size"`
+}
+
+// Prober answers capability questions while planning, without writing.
+type Prober interface {
+	NVMe(path string) (NVMeController, NVMeNamespace, error)
+	ATA(path string) (ATAIdentity, error)
+}
+
+// SysProber probes real devices through ioctls (read-only opens).
+type SysProber struct{}
+
+// NVMe implements Prober.
+func (SysProber) NVMe(path string) (NVMeController, NVMeNamespace, error) { return NVMeProbe(path) }
+
+// ATA implements Prober.
+func (SysProber) ATA(path string) (ATAIdentity, error) { return ATAProbe(path) }
+
+// Opener opens devices for writing; hardware.Guard implements it. Every
+// write in this package goes through it.
+type Opener interface {
+	OpenForWrite(path string, flag int) (*os.File, error)
+	Allows(path string) bool
+}
+
+// Rough throughputs for estimates; they only need to tell minutes from days.
+const (
+	hddBytesPerSec     = 150e6
+	ssdBytesPerSec     = 500e6
+	zeroOutOffloadRate = 4e9
+	discardRate        = 50e9
+)
+
+// skipReason returns why a device is not erased at all, or "" — the rules
+// shared by full and metadata erase. Read-only is handled by the caller
+// because its outcome depends on the policy.
+func skipReason(d disk.Disk, opener Opener) string {
+	switch {
+	case d.VirtualMedia:
+		return "virtual media: " + d.VirtualMediaReason
+	case d.Controller == "md":
+		return "software RAID array: its member devices are erased instead"
+	case d.Controller == "dm":
+		return "device-mapper device: its underlying devices are erased instead"
+	case d.IsMDMember():
+		return fmt.Sprintf("member of software RAID %s: delete the RAID configuration first", strings.Join(d.MDHolders(), ", "))
+	case opener != nil && !opener.Allows(d.Path):
+		return "protected by the device guard (not in the allow-list, or not in the ramdisk)"
+	}
+	return ""
+}
+
+// Plan decides, for every disk, whether and how it will be erased.
+func Plan(ctx context.Context, disks []disk.Disk, pol Policy, prober Prober, opener Opener) []DevicePlan {
+	var plans []DevicePlan
+	for _, d := range disks {
+		if ctx.Err() != nil {
+			break
+		}
+		plans = append(plans, planOne(d, pol, prober, opener))
+	}
+	return plans
+}
+
+func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener) DevicePlan {
+	p := DevicePlan{Device: d.Path, Size: d.Size, Rotational: d.Rotational, LogicalBlockSize: d.LogicalBlockSize}
+	if r := skipReason(d, opener); r != "" {
+		p.Action, p.Reason = ActionSkip, r
+		return p
+	}
+	if d.ReadOnly {
+		if pol.SkipReadOnly {
+			p.Action, p.Reason = ActionSkip, "read-only device (skip_read_only is set)"
+		} else {
+			p.Action, p.Reason = ActionRefuse, "read-only device and skip_read_only is not set"
+		}
+		return p
+	}
+	if d.Removable && pol.SkipRemovable {
+		p.Action, p.Reason = ActionSkip, "removable device (skip_removable is set)"
+		return p
+	}
+	p.Action = ActionErase
+	var secure []Method
+	var reasons []string
+	switch {
+	case d.Controller == "nvme" && pol.EnableNVMeSecureErase && prober != nil:
+		ctrl, ns, err := prober.NVMe(d.Path)
+		switch {
+		case err != nil:
+			p.Notes = append(p.Notes, "NVMe identify failed: "+err.Error())
+		case !ctrl.FormatSupported():
+			p.Notes = append(p.Notes, fmt.Sprintf("NVMe controller does not support Format NVM (OACS 0x%x)", ctrl.OACS))
+		default:
+			p.NVMe, p.NVMeLBAFormat = &ctrl, ns.LBAFormat
+			if ctrl.CryptoEraseSupported() {
+				// Crypto erase first; some drives advertise it and still
+				// refuse (infra-controller#2820), so user-data erase follows.
+				secure = append(secure, MethodNVMeCrypto)
+				reasons = append(reasons, "NVMe Format with crypto erase (FNA bit 2 set)")
+			} else {
+				reasons = append(reasons, "NVMe Format with user-data erase (no crypto erase in FNA)")
+			}
+			secure = append(secure, MethodNVMeUserData)
+			if ctrl.FormatAppliesToAll() {
+				p.Notes = append(p.Notes, "format applies to all namespaces of the controller (FNA bit 0)")
+			}
+		}
+	case (d.Controller == "sata" || d.Controller == "scsi") && pol.EnableATASecureErase && prober != nil:
+		id, err := prober.ATA(d.Path)
+		switch {
+		case errors.Is(err, errNotApplicable):
+			p.Notes = append(p.Notes, "not an ATA device: "+err.Error())
+		case err != nil:
+			p.Notes = append(p.Notes, "ATA identify failed: "+err.Error())
+		case !id.SecuritySupported:
+			p.Notes = append(p.Notes, "ATA security feature set not supported")
+		case id.Frozen:
+			p.Notes = append(p.Notes, "ATA security is frozen; secure erase not possible until the drive is unfrozen")
+		case id.Locked:
+			p.Notes = append(p.Notes, "ATA drive is locked with an unknown password")
+		default:
+			p.ATA = &id
+			if id.EnhancedSupported {
+				secure = append(secure, MethodATAEnhanced)
+				reasons = append(reasons, "ATA enhanced security erase")
+			} else {
+				secure = append(secure, MethodATA)
+				reasons = append(reasons, "ATA security erase")
+			}
+		}
+	}
+	p.Methods = secure
+	if len(secure) == 0 || pol.ContinueIfSecureEraseFailed {
+		var generic []Method
+		if pol.AllowDiscard && d.DiscardMaxBytes > 0 && !d.Rotational {
+			generic = append(generic, MethodSecDiscard, MethodDiscard)
+			reasons = append(reasons, "discard (allowed by policy; kept only if it reads back zeros)")
+		}
+		if pol.AllowZeroOut && pol.Iterations == 0 && pol.Zeroize {
+			generic = append(generic, MethodZeroOut)
+			reasons = append(reasons, "BLKZEROOUT (single zero pass requested)")
+		}
+		generic = append(generic, MethodOverwrite)
+		reasons = append(reasons, fmt.Sprintf("overwrite: %s", describePasses(pol)))
+		p.Methods = append(p.Methods, generic...)
+	} else {
+		p.Notes = append(p.Notes, "no fallback after a failed secure erase (continue_if_secure_erase_failed is not set)")
+	}
+	p.Reason = strings.Join(reasons, ", then ")
+	p.EstimatedSeconds = estimate(p.Methods[0], d, pol, p.ATA).Seconds()
+	return p
+}
+
+func describePasses(pol Policy) string {
+	s := fmt.Sprintf("%d random pass(es)", pol.Iterations)
+	if pol.Zeroize || pol.Iterations == 0 {
+		s += " and a zero pass"
+	}
+	return s
+}
+
+// passes returns the overwrite passes in order.
+func passes(pol Policy) int {
+	n := pol.Iterations
+	if pol.Zeroize || n == 0 {
+		n++
+	}
+	return n
+}
+
+func estimate(m Method, d disk.Disk, pol Policy, ata *ATAIdentity) time.Duration {
+	size := float64(d.Size)
+	rate := ssdBytesPerSec
+	if d.Rotational {
+		rate = hddBytesPerSec
+	}
+	secs := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	switch m {
+	case MethodNVMeCrypto, MethodNVMeUserData:
+		if m == MethodNVMeCrypto {
+			return 30 * time.Second
+		}
+		return 2*time.Minute + secs(size/(4*ssdBytesPerSec))
+	case MethodATAEnhanced:
+		if ata != nil && ata.EnhancedEraseTime > 0 {
+			return ata.EnhancedEraseTime
+		}
+		return secs(size / rate)
+	case MethodATA:
+		if ata != nil && ata.EraseTime > 0 {
+			return ata.EraseTime
+		}
+		return secs(size / rate)
+	case MethodSecDiscard, MethodDiscard:
+		return secs(size / discardRate)
+	case MethodZeroOut:
+		if d.WriteZeroesMax > 0 {
+			return secs(size / zeroOutOffloadRate)
+		}
+		return secs(size / rate)
+	}
+	return secs(float64(passes(pol)) * size / rate)
+}

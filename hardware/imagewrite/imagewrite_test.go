@@ -1,0 +1,197 @@
+package imagewrite
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/internal/testdev"
+	"github.com/anvil-metal/anvil/protocol"
+	"github.com/klauspost/compress/zstd"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var outside = hardware.Environment{Evidence: "test"}
+
+func sha256sum(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
+func sha512sum(b []byte) string { s := sha512.Sum512(b); return "sha512:" + hex.EncodeToString(s[:]) }
+
+func randomImage(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	copy(b[510:], []byte{0x55, 0xAA}) // looks like a bootable disk
+	return b
+}
+
+func gz(t testing.TB, b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	_, err := w.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	return buf.Bytes()
+}
+
+func zst(t testing.TB, b []byte) []byte {
+	enc, err := zstd.NewWriter(nil)
+	require.NoError(t, err)
+	return enc.EncodeAll(b, nil)
+}
+
+// target makes a plain file standing in for a disk, pre-filled with 0xCC.
+func target(t testing.TB, size int) string {
+	p := filepath.Join(t.TempDir(), "disk")
+	require.NoError(t, os.WriteFile(p, bytes.Repeat([]byte{0xCC}, size), 0o600))
+	return p
+}
+
+func serve(t testing.TB, files map[string][]byte) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/short":
+			// Announce more than we send: the client must see a short read.
+			w.Header().Set("Content-Length", strconv.Itoa(len(files["/short"])+1<<20))
+			w.Write(files["/short"])
+			return
+		}
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestWriteImage(t *testing.T) {
+	img := randomImage(t, 6<<20+1234) // ragged tail: exercises the non-O_DIRECT last write
+	files := map[string][]byte{"/img.raw": img, "/img.gz": gz(t, img), "/img.zst": zst(t, img)}
+	srv := serve(t, files)
+	tests := []struct {
+		name, path, format, checksum, wantFormat string
+	}{
+		{"raw, explicit", "/img.raw", "raw", sha256sum(files["/img.raw"]), "raw"},
+		{"raw, auto", "/img.raw", "", sha256sum(files["/img.raw"]), "raw"},
+		{"gzip, auto, sha512", "/img.gz", "auto", sha512sum(files["/img.gz"]), "gzip"},
+		{"gzip, explicit", "/img.gz", "gzip", sha256sum(files["/img.gz"]), "gzip"},
+		{"zstd, auto", "/img.zst", "auto", sha256sum(files["/img.zst"]), "zstd"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := target(t, 8<<20)
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+			var mu sync.Mutex
+			var reports []hardware.Progress
+			res, err := w.Write(context.Background(), Request{URL: srv.URL + tt.path, Checksum: tt.checksum, Format: tt.format, Device: dev},
+				func(p hardware.Progress) { mu.Lock(); reports = append(reports, p); mu.Unlock() })
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantFormat, res.Format)
+			assert.Equal(t, tt.checksum, res.Checksum)
+			assert.Equal(t, int64(len(img)), res.BytesWritten)
+			assert.Equal(t, int64(len(files[tt.path])), res.BytesDownloaded)
+			got, err := os.ReadFile(dev)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(img, got[:len(img)]), "image on disk")
+			assert.Equal(t, bytes.Repeat([]byte{0xCC}, 8<<20-len(img)), got[len(img):], "rest of the disk untouched")
+			require.NotEmpty(t, reports)
+			assert.Equal(t, 100.0, reports[len(reports)-1].Percent)
+		})
+	}
+}
+
+func TestWriteImageFailsCleanly(t *testing.T) {
+	img := randomImage(t, 3<<20)
+	big := randomImage(t, 9<<20)
+	files := map[string][]byte{"/img": img, "/short": img[:2<<20], "/big": big, "/big.gz": gz(t, big)}
+	srv := serve(t, files)
+	tests := []struct {
+		name      string
+		req       Request
+		wantType  string
+		wantMsg   string
+		headWiped bool // something was written, so the first MiB must be zero
+		untouched bool // nothing may have been written
+	}{
+		{"checksum mismatch", Request{URL: srv.URL + "/img", Checksum: sha256sum([]byte("other"))}, protocol.ErrTypeImageWrite, "checksum mismatch", true, false},
+		{"short read", Request{URL: srv.URL + "/short", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "", true, false},
+		{"raw image larger than the disk", Request{URL: srv.URL + "/big", Checksum: sha256sum(big)}, protocol.ErrTypeImageWrite, "larger than", false, true},
+		{"compressed image larger than the disk", Request{URL: srv.URL + "/big.gz", Checksum: sha256sum(files["/big.gz"])}, protocol.ErrTypeImageWrite, "larger than the device", true, false},
+		{"404", Request{URL: srv.URL + "/missing", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "404", false, true},
+		{"bad checksum syntax", Request{URL: srv.URL + "/img", Checksum: "md5:abc"}, protocol.ErrTypeInvalidArgs, "not supported", false, true},
+		{"truncated digest", Request{URL: srv.URL + "/img", Checksum: "sha256:abcd"}, protocol.ErrTypeInvalidArgs, "hex digest", false, true},
+		{"bad format", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "qcow2"}, protocol.ErrTypeInvalidArgs, "qcow2", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := target(t, 8<<20)
+			tt.req.Device = dev
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+			_, err := w.Write(context.Background(), tt.req, nil)
+			require.Error(t, err)
+			var pe *protocol.Error
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, tt.wantType, pe.Type)
+			assert.Contains(t, pe.Message, tt.wantMsg)
+			got, err := os.ReadFile(dev)
+			require.NoError(t, err)
+			if tt.headWiped {
+				assert.Contains(t, pe.Message, "first MiB")
+				assert.Equal(t, make([]byte, 1<<20), got[:1<<20], "first MiB zeroed")
+			}
+			if tt.untouched {
+				assert.Equal(t, bytes.Repeat([]byte{0xCC}, 8<<20), got)
+			}
+		})
+	}
+}
+
+func TestWriteImageRefusesUnlistedDevice(t *testing.T) {
+	img := randomImage(t, 1<<20)
+	srv := serve(t, map[string][]byte{"/img": img})
+	listed, other := target(t, 2<<20), target(t, 2<<20)
+	w := &Writer{Opener: hardware.NewGuard(outside, []string{listed})}
+	_, err := w.Write(context.Background(), Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Device: other}, nil)
+	var pe *protocol.Error
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, protocol.ErrTypeProtectedDevice, pe.Type)
+	got, _ := os.ReadFile(other)
+	assert.Equal(t, bytes.Repeat([]byte{0xCC}, 2<<20), got)
+}
+
+func TestWriteImageToLoopDevice(t *testing.T) {
+	dev := testdev.Loop(t, 32<<20, true)
+	img := randomImage(t, 20<<20)
+	srv := serve(t, map[string][]byte{"/img.zst": zst(t, img)})
+	w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+	res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img.zst", Checksum: sha256sum(zst(t, img)), Device: dev}, nil)
+	if err != nil && bytes.Contains([]byte(err.Error()), []byte("checksum")) {
+		t.Fatalf("zstd encoding must be deterministic for this test: %v", err)
+	}
+	require.NoError(t, err)
+	assert.Equal(t, int64(32<<20), res.DeviceSize)
+	assert.NotEmpty(t, res.PartitionReread)
+	f, err := os.Open(dev)
+	require.NoError(t, err)
+	defer f.Close()
+	got := make([]byte, len(img))
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(img, got))
+}
