@@ -35,6 +35,7 @@ type Disk struct {
 	Vendor            string      `json:"vendor"`
 	Serial            string      `json:"serial"`
 	WWN               string      `json:"wwn,omitempty"`
+	Firmware          string      `json:"firmware,omitempty"`
 	Rotational        bool        `json:"rotational"`
 	ReadOnly          bool        `json:"read_only"`
 	Removable         bool        `json:"removable"`
