@@ -166,7 +166,8 @@ func (s *Server) requestMiddleware(next http.Handler) http.Handler {
 		start := time.Now()
 		id := "req-" + uuid.NewString()
 		w.Header().Set("Openstack-Request-Id", id)
-		r = r.WithContext(context.WithValue(r.Context(), ctxRequestID, id))
+		ctx := context.WithValue(r.Context(), ctxRequestID, id)
+		r = r.WithContext(context.WithValue(ctx, ctxBase, s.baseURL(r)))
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
@@ -203,15 +204,24 @@ func (s *Server) baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-func link(href, rel string) map[string]string { return map[string]string{"href": href, "rel": rel} }
+func (s *Server) links(r *http.Request, resource string) []link {
+	return linksAt(s.baseURL(r), resource)
+}
 
-func (s *Server) links(r *http.Request, resource string) []map[string]string {
-	b := s.baseURL(r)
-	return []map[string]string{link(b+"/v1/"+resource, "self"), link(b+"/"+resource, "bookmark")}
+func linksAt(base, resource string) []link {
+	return []link{{base + "/v1/" + resource, "self"}, {base + "/" + resource, "bookmark"}}
+}
+
+// baseFromContext returns the base URL computed once per request.
+func baseFromContext(r *http.Request, s *Server) string {
+	if b, ok := r.Context().Value(ctxBase).(string); ok {
+		return b
+	}
+	return s.baseURL(r)
 }
 
 func (s *Server) versionDoc(r *http.Request) map[string]any {
-	return map[string]any{"id": "v1", "links": []map[string]string{link(s.baseURL(r)+"/v1/", "self")},
+	return map[string]any{"id": "v1", "links": []link{{s.baseURL(r) + "/v1/", "self"}},
 		"status": "CURRENT", "min_version": fmt.Sprintf("1.%d", minMinor), "version": fmt.Sprintf("1.%d", maxMinor)}
 }
 
@@ -228,7 +238,7 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	ver := version(r.Context())
 	doc := map[string]any{
 		"id":          "v1",
-		"links":       []map[string]string{link(s.baseURL(r)+"/v1/", "self"), link("https://docs.openstack.org//ironic/latest/contributor//webapi.html", "describedby")},
+		"links":       []link{{s.baseURL(r) + "/v1/", "self"}, {"https://docs.openstack.org//ironic/latest/contributor//webapi.html", "describedby"}},
 		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
 		"chassis":     s.links(r, "chassis/"),
 		"nodes":       s.links(r, "nodes/"),

@@ -99,22 +99,18 @@ func (s *Server) listNodes(detailPath bool) handler {
 		if err != nil {
 			return err
 		}
-		nodes, err := s.st.ListNodes(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc})
-		if errors.Is(err, store.ErrNotFound) && p.marker != "" {
-			return badRequest("Marker %s could not be found.", p.marker)
-		}
-		if err != nil {
-			return err
-		}
 		view := listFields
 		if detail {
 			view = nil
 		} else if fields != nil {
 			view = fields
 		}
-		out := make([]map[string]any, 0, len(nodes))
-		for _, n := range nodes {
-			out = append(out, s.nodeView(r, n, view))
+		nodes, err := s.listNodeViews(r, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc}, view)
+		if errors.Is(err, store.ErrNotFound) && p.marker != "" {
+			return badRequest("Marker %s could not be found.", p.marker)
+		}
+		if err != nil {
+			return err
 		}
 		next := ""
 		if len(nodes) == p.limit && f.InstanceUUID == nil {
@@ -122,22 +118,68 @@ func (s *Server) listNodes(detailPath bool) handler {
 			if detailPath {
 				path += "/detail"
 			}
-			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].UUID, p)
+			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].uuid, p)
 		}
-		return writeNodePage(w, out, next)
+		return writeNodePage(w, nodes, next)
 	}
 }
 
-func writeNodePage(w http.ResponseWriter, nodes []map[string]any, next string) error {
-	if nodes == nil {
-		nodes = []map[string]any{}
+type nodeRow struct {
+	uuid string
+	view *object
+}
+
+// listNodeViews reads a page and renders it; when every requested field is
+// an indexed column the node documents are not read at all.
+func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page, view []string) ([]nodeRow, error) {
+	light := view != nil
+	for _, k := range view {
+		light = light && summaryFields[k]
 	}
-	body := map[string]any{"nodes": nodes}
+	var rows []nodeRow
+	if light {
+		sums, err := s.st.ListNodeSummaries(r.Context(), f, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, sum := range sums {
+			rows = append(rows, nodeRow{sum.UUID, s.nodeView(r, summaryNode(sum), view)})
+		}
+		return rows, nil
+	}
+	nodes, err := s.st.ListNodes(r.Context(), f, p)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		rows = append(rows, nodeRow{n.UUID, s.nodeView(r, n, view)})
+	}
+	return rows, nil
+}
+
+// writeNodePage writes {"nodes": [...], "next": ...} straight into one buffer.
+func writeNodePage(w http.ResponseWriter, nodes []nodeRow, next string) error {
+	var b bytes.Buffer
+	b.Grow(2048 * (len(nodes) + 1)) // a detail node is ~1.5 KiB
+	b.WriteString(`{"nodes":[`)
+	for i, n := range nodes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := n.view.appendTo(&b); err != nil {
+			return err
+		}
+	}
+	b.WriteByte(']')
 	if next != "" {
-		body["next"] = next
+		b.WriteString(`,"next":`)
+		appendString(&b, next)
 	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	b.WriteString("}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(b.Bytes())
+	return err
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) error {
@@ -443,7 +485,7 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {
 	view := s.nodeView(r, n, []string{"console_enabled", "last_error", "power_state", "provision_state",
 		"target_power_state", "target_provision_state", "provision_updated_at", "raid_config", "target_raid_config",
 		"boot_mode", "secure_boot"})
-	delete(view, "links")
+	view.del("links")
 	writeJSON(w, http.StatusOK, view)
 	return nil
 }

@@ -132,50 +132,68 @@ func checkFields(ctx context.Context, fields []string, known map[string]int) err
 
 // nodeView renders a node for the negotiated version. fields == nil means
 // every field plus the sub-resource links.
-func (s *Server) nodeView(r *http.Request, n *store.Node, fields []string) map[string]any {
+func (s *Server) nodeView(r *http.Request, n *store.Node, fields []string) *object {
 	ver := version(r.Context())
-	out := make(map[string]any, len(nodeFields)+6)
-	want := func(string) bool { return true }
-	if fields != nil {
-		set := map[string]bool{}
-		for _, f := range fields {
-			set[f] = true
+	out := newObject(len(nodeFields) + 6)
+	if fields == nil {
+		for _, f := range nodeFields {
+			if f.min <= ver {
+				out.set(f.name, f.get(n))
+			}
 		}
-		want = func(name string) bool { return set[name] }
-	}
-	for _, f := range nodeFields {
-		if f.min > ver || !want(f.name) {
-			continue
-		}
-		out[f.name] = f.get(n)
-	}
-	if _, ok := out["conductor"]; ok {
-		out["conductor"] = s.cond.Host()
-	}
-	if ver < 2 && out["provision_state"] == "available" {
-		out["provision_state"] = nil // before 1.2 "available" was NOSTATE
-	}
-	if ver < 39 {
-		for _, k := range []string{"provision_state", "target_provision_state"} {
-			if out[k] == "inspect wait" {
-				out[k] = "inspecting"
+	} else {
+		for _, name := range fields {
+			if f, ok := nodeFieldByName[name]; ok && f.min <= ver {
+				out.set(name, f.get(n))
 			}
 		}
 	}
-	out["links"] = s.links(r, "nodes/"+n.UUID)
+	if _, ok := out.get("conductor"); ok {
+		out.set("conductor", s.cond.Host())
+	}
+	if ps, _ := out.get("provision_state"); ver < 2 && ps == "available" {
+		out.set("provision_state", nil) // before 1.2 "available" was NOSTATE
+	}
+	if ver < 39 {
+		for _, k := range []string{"provision_state", "target_provision_state"} {
+			if v, _ := out.get(k); v == "inspect wait" {
+				out.set(k, "inspecting")
+			}
+		}
+	}
+	base := baseFromContext(r, s)
+	self := "nodes/" + n.UUID
+	out.set("links", linksAt(base, self))
 	if fields == nil {
-		out["ports"] = s.links(r, "nodes/"+n.UUID+"/ports")
+		out.set("ports", linksAt(base, self+"/ports"))
 		if ver >= 14 {
-			out["states"] = s.links(r, "nodes/"+n.UUID+"/states")
+			out.set("states", linksAt(base, self+"/states"))
 		}
 		if ver >= 24 {
-			out["portgroups"] = s.links(r, "nodes/"+n.UUID+"/portgroups")
+			out.set("portgroups", linksAt(base, self+"/portgroups"))
 		}
 		if ver >= 32 {
-			out["volume"] = s.links(r, "nodes/"+n.UUID+"/volume")
+			out.set("volume", linksAt(base, self+"/volume"))
 		}
 	}
 	return out
+}
+
+var nodeFieldByName = func() map[string]nodeField {
+	m := map[string]nodeField{}
+	for _, f := range nodeFields {
+		m[f.name] = f
+	}
+	return m
+}()
+
+// summaryFields can be served from store.NodeSummary (indexed columns).
+var summaryFields = map[string]bool{"uuid": true, "name": true, "instance_uuid": true, "maintenance": true,
+	"power_state": true, "provision_state": true, "reservation": true}
+
+func summaryNode(s *store.NodeSummary) *store.Node {
+	return &store.Node{UUID: s.UUID, Name: s.Name, InstanceUUID: s.InstanceUUID, Maintenance: s.Maintenance,
+		PowerState: s.PowerState, ProvisionState: s.ProvisionState, Reservation: s.Reservation}
 }
 
 const masked = "******"
@@ -187,7 +205,17 @@ func isSecretKey(k string) bool {
 		strings.HasSuffix(k, "_key") || k == "key"
 }
 
+// The mask helpers copy a map only when something in it must be hidden:
+// node lists render these maps for every node.
+
 func maskSecrets(m map[string]any) map[string]any {
+	hide := false
+	for k, v := range m {
+		hide = hide || (isSecretKey(k) && v != nil && v != "")
+	}
+	if !hide {
+		return m
+	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		if isSecretKey(k) && v != nil && v != "" {
@@ -199,6 +227,9 @@ func maskSecrets(m map[string]any) map[string]any {
 }
 
 func maskInternal(m map[string]any) map[string]any {
+	if m["agent_secret_token"] == nil {
+		return m
+	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		if k == "agent_secret_token" && v != nil {
@@ -210,6 +241,9 @@ func maskInternal(m map[string]any) map[string]any {
 }
 
 func maskInstanceInfo(m map[string]any) map[string]any {
+	if m["configdrive"] == nil && m["image_url"] == nil && m["rescue_password"] == nil {
+		return m
+	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
 		if (k == "configdrive" || k == "image_url" || k == "rescue_password") && v != nil {

@@ -21,6 +21,7 @@ type ctxKey int
 const (
 	ctxVersion ctxKey = iota
 	ctxRequestID
+	ctxBase
 )
 
 // version returns the negotiated minor version of the request.

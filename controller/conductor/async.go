@@ -35,12 +35,11 @@ func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey str
 	}
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
-		c.event(ctx, nodeUUID, "ERROR", ph.kind+"ing", msg)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil
-		})
+		}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
 		return err
 	}
 	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
@@ -49,20 +48,20 @@ func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey str
 	}
 	idx := index(n.DriverInternalInfo, ph.indexKey)
 	abortAfter, _ := cur["abort_after"].(bool)
-	c.event(ctx, nodeUUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, stepKey))
+	finished := c.newEvent(nodeUUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, stepKey))
 	if abortAfter && idx+1 < len(steps) {
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(msg)
 			*ph.current(m) = map[string]any{}
 			return nil
-		})
+		}, finished)
 		return err
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
 		m.DriverInternalInfo[ph.indexKey] = idx + 1
 		return nil
-	})
+	}, finished)
 	if err != nil {
 		return err
 	}

@@ -201,11 +201,16 @@ func (c *Conductor) recover(ctx context.Context) error {
 	return nil
 }
 
-// event appends to the node's history; failures are logged, never fatal.
-func (c *Conductor) event(ctx context.Context, nodeUUID, severity, typ, msg string) {
-	e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: c.now(), Severity: severity,
+// newEvent builds a history entry for the node.
+func (c *Conductor) newEvent(nodeUUID, severity, typ, msg string) *store.Event {
+	return &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: c.now(), Severity: severity,
 		EventType: typ, Event: msg, Conductor: c.cfg.Host}
-	if err := c.st.AppendEvent(ctx, e); err != nil {
+}
+
+// event appends to the node's history on its own; failures are logged, never
+// fatal. Events describing a node change go with the change instead.
+func (c *Conductor) event(ctx context.Context, nodeUUID, severity, typ, msg string) {
+	if err := c.st.AppendEvent(ctx, c.newEvent(nodeUUID, severity, typ, msg)); err != nil {
 		c.log.Warn("recording node event failed", "node", nodeUUID, "err", err)
 	}
 }
@@ -223,31 +228,33 @@ func strp(s string) *string { return &s }
 var errStale = errors.New("node state changed concurrently")
 
 // transition moves the node from `from` by event ev, applying mut in the same
-// write. Targets follow Ironic: entering a non-stable state shows its default
+// write, together with the transition's history entry and any extra events.
+// Targets follow Ironic: entering a non-stable state shows its default
 // target, except that wait/resume/fail/abort keep the operation's target
 // (manual cleaning targets manageable); a stable state clears it.
-func (c *Conductor) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error) (*store.Node, error) {
+func (c *Conductor) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
 	var to state.State
-	n, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
+	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
 		if state.State(n.ProvisionState) != from {
-			return fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
+			return nil, fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
 		}
 		next, err := state.Next(from, ev)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		to = next
 		c.applyState(n, next, ev)
 		if mut != nil {
-			return mut(n)
+			if err := mut(n); err != nil {
+				return nil, err
+			}
 		}
-		return nil
+		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
-	c.event(ctx, nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))
 	return n, nil
 }
 

@@ -67,12 +67,11 @@ func (c *Conductor) process(ctx context.Context, nodeUUID string) {
 func (c *Conductor) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
 	err := d.SetPower(ctx, n, target)
+	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
 	if err != nil {
-		c.event(ctx, n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))
-	} else {
-		c.event(ctx, n.UUID, "INFO", "power", "power action succeeded: "+target)
+		ev = c.newEvent(n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))
 	}
-	_, merr := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+	_, merr := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 		m.TargetPowerState = nil
 		if err != nil {
 			m.LastError = strp(fmt.Sprintf("Failed to change power state to %q: %v", target, err))
@@ -82,7 +81,7 @@ func (c *Conductor) power(ctx context.Context, n *store.Node, d Driver) error {
 		if !state.Working(state.State(m.ProvisionState)) {
 			m.Reservation = nil
 		}
-		return nil
+		return []*store.Event{ev}, nil
 	})
 	return merr
 }
@@ -174,58 +173,53 @@ func index(dii map[string]any, key string) int {
 	return 0
 }
 
-// runSteps executes the persisted step list from the persisted index. It
-// returns done=true when every step has finished.
-func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase) (done bool, err error) {
-	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
-	if err != nil {
-		return false, c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Cannot %s node %s: %v", ph.kind, n.UUID, err), false)
+// runSteps executes the step list from the persisted index. plan, when
+// not nil, is a freshly computed list, stored with the first step's write.
+// Each step costs one write, made before it runs (current step, index and
+// the history of the previous step), so a restart resumes at the step that
+// was running (steps are idempotent). It returns done=true when every step
+// has finished, with the events still to be committed by the caller's final
+// transition.
+func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
+	steps := plan
+	if steps == nil {
+		var err error
+		if steps, err = stepsFromJSON(n.DriverInternalInfo[ph.stepsKey]); err != nil {
+			return false, nil, c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Cannot %s node %s: %v", ph.kind, n.UUID, err), false)
+		}
 	}
+	var pending []*store.Event
 	for idx := index(n.DriverInternalInfo, ph.indexKey); idx < len(steps); idx++ {
 		step := steps[idx]
-		// Persist the current step and index before running it, so a
-		// restart resumes here (steps are idempotent).
-		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		started := c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s started (%d/%d)", ph.kind, step.Key(), idx+1, len(steps)))
+		var err error
+		n, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if state.State(m.ProvisionState) != ph.running {
-				return fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
+				return nil, fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
+			}
+			if plan != nil {
+				m.DriverInternalInfo[ph.stepsKey] = stepsToJSON(plan)
 			}
 			*ph.current(m) = stepToMap(step)
 			m.DriverInternalInfo[ph.indexKey] = idx
-			return nil
+			return append(pending, started), nil
 		})
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
-		c.event(ctx, n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s started (%d/%d)", ph.kind, step.Key(), idx+1, len(steps)))
+		plan, pending = nil, nil
 		status, serr := d.ExecuteStep(ctx, n, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
-			c.event(ctx, n.UUID, "ERROR", ph.kind+"ing", msg)
-			return false, c.failSteps(ctx, n.UUID, ph, msg, true)
+			return false, nil, c.failSteps(ctx, n.UUID, ph, msg, true)
 		}
 		if status == StepWait {
 			_, err := c.transition(ctx, n.UUID, ph.running, state.EvWait, nil)
-			return false, err
+			return false, nil, err
 		}
-		c.event(ctx, n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, step.Key()))
-		abortAfter := false
-		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			if state.State(m.ProvisionState) != ph.running {
-				return fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
-			}
-			abortAfter, _ = (*ph.current(m))["abort_after"].(bool)
-			m.DriverInternalInfo[ph.indexKey] = idx + 1
-			return nil
-		})
-		if err != nil {
-			return false, err
-		}
-		if abortAfter && idx+1 < len(steps) {
-			msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, step.Key())
-			return false, c.failSteps(ctx, n.UUID, ph, msg, false)
-		}
+		pending = []*store.Event{c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, step.Key()))}
 	}
-	return true, nil
+	return true, pending, nil
 }
 
 func capital(s string) string {
@@ -247,42 +241,32 @@ func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase
 			*ph.current(m) = map[string]any{}
 		}
 		return nil
-	})
+	}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
 	return err
 }
 
 func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 	dii := n.DriverInternalInfo
 	manual, _ := dii[diiManualClean].(bool)
+	var plan []protocol.Step
 	if _, planned := dii[diiCleanSteps]; !planned {
 		if !c.automatedClean(n) {
-			c.event(ctx, n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping")
+			return c.finishClean(ctx, n, manual, c.newEvent(n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping"))
+		}
+		if plan = c.automatedCleanSteps(n, d); len(plan) == 0 {
 			return c.finishClean(ctx, n, manual)
 		}
-		steps := c.automatedCleanSteps(n, d)
-		var err error
-		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			if state.State(m.ProvisionState) != state.Cleaning {
-				return errStale
-			}
-			m.DriverInternalInfo[diiCleanSteps] = stepsToJSON(steps)
-			m.DriverInternalInfo[diiCleanStepIndex] = 0
-			return nil
-		})
-		if err != nil {
-			return err
-		}
 	}
-	done, err := c.runSteps(ctx, n, d, cleanPhase)
+	done, pending, err := c.runSteps(ctx, n, d, cleanPhase, plan)
 	if err != nil || !done {
 		return err
 	}
-	return c.finishClean(ctx, n, manual)
+	return c.finishClean(ctx, n, manual, pending...)
 }
 
 // finishClean ends cleaning: available, or manageable after manual cleaning
 // and for retired nodes (which must not become available).
-func (c *Conductor) finishClean(ctx context.Context, n *store.Node, manual bool) error {
+func (c *Conductor) finishClean(ctx context.Context, n *store.Node, manual bool, events ...*store.Event) error {
 	ev := state.EvDone
 	if manual || n.Retired {
 		ev = state.EvManage
@@ -293,7 +277,7 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, manual bool)
 		delete(m.DriverInternalInfo, diiCleanStepIndex)
 		delete(m.DriverInternalInfo, diiManualClean)
 		return nil
-	})
+	}, events...)
 	return err
 }
 
@@ -335,35 +319,29 @@ func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error
 }
 
 func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
+	var plan []protocol.Step
 	if _, planned := n.DriverInternalInfo[diiDeploySteps]; !planned {
-		steps, err := c.deploySteps(n, d)
-		if err != nil {
+		var err error
+		if plan, err = c.deploySteps(n, d); err != nil {
 			return c.failSteps(ctx, n.UUID, deployPhase, fmt.Sprintf("Failed to validate the final deploy steps list for node %s: %v", n.UUID, err), false)
 		}
-		n, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			if state.State(m.ProvisionState) != state.Deploying {
-				return errStale
-			}
-			m.DriverInternalInfo[diiDeploySteps] = stepsToJSON(steps)
-			m.DriverInternalInfo[diiDeployStepIndex] = 0
-			return nil
-		})
-		if err != nil {
+	}
+	var pending []*store.Event
+	if plan == nil || len(plan) > 0 {
+		done, p, err := c.runSteps(ctx, n, d, deployPhase, plan)
+		if err != nil || !done {
 			return err
 		}
+		pending = p
 	}
-	done, err := c.runSteps(ctx, n, d, deployPhase)
-	if err != nil || !done {
-		return err
-	}
-	_, err = c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
+	_, err := c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
 		m.DeployStep = map[string]any{}
 		delete(m.DriverInternalInfo, diiDeploySteps)
 		delete(m.DriverInternalInfo, diiDeployStepIndex)
 		delete(m.DriverInternalInfo, diiUserDeploySteps)
 		m.PowerState = strp(PowerOn)
 		return nil
-	})
+	}, pending...)
 	return err
 }
 

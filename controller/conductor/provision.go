@@ -43,45 +43,52 @@ func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRe
 		}
 		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
-	var from state.State
-	n, err := store.MutateNode(ctx, c.st, ident, func(n *store.Node) error {
+	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
-		from = cur
-		if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
-			return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
+		if err := c.acceptVerb(n, verb, req); err != nil {
+			return nil, err
 		}
-		if !state.Allowed(cur, verb.Event) || state.Working(cur) {
-			if n.Reservation != nil {
-				return locked(n.UUID, *n.Reservation)
-			}
-			return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
-		}
-		if n.Reservation != nil { // e.g. a power action is running
-			return locked(n.UUID, *n.Reservation)
-		}
-		d, ok := c.drivers[n.Driver]
-		if !ok {
-			return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
-		}
-		if err := c.checkVerb(n, d, verb, req); err != nil {
-			return err
-		}
-		if verb.Event == state.EvAbort {
-			return c.applyAbort(n)
-		}
-		next, _ := state.Next(cur, verb.Event)
-		c.applyState(n, next, verb.Event)
-		return c.prepare(n, verb, req)
+		return []*store.Event{c.newEvent(n.UUID, "INFO", "provisioning",
+			fmt.Sprintf("%s -> %s (%s requested)", cur, n.ProvisionState, req.Target))}, nil
 	})
 	if err != nil {
 		return err
 	}
 	c.log.Info("provision verb accepted", "node", n.UUID, "verb", req.Target, "state", n.ProvisionState)
-	c.event(ctx, n.UUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s requested)", from, n.ProvisionState, req.Target))
 	if state.Working(state.State(n.ProvisionState)) {
 		c.Kick(n.UUID)
 	}
 	return nil
+}
+
+// acceptVerb checks a verb against the node and applies it.
+func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+	cur := state.State(n.ProvisionState)
+	if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
+		return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
+	}
+	if !state.Allowed(cur, verb.Event) || state.Working(cur) {
+		if n.Reservation != nil {
+			return locked(n.UUID, *n.Reservation)
+		}
+		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+	}
+	if n.Reservation != nil { // e.g. a power action is running
+		return locked(n.UUID, *n.Reservation)
+	}
+	d, ok := c.drivers[n.Driver]
+	if !ok {
+		return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+	}
+	if err := c.checkVerb(n, d, verb, req); err != nil {
+		return err
+	}
+	if verb.Event == state.EvAbort {
+		return c.applyAbort(n)
+	}
+	next, _ := state.Next(cur, verb.Event)
+	c.applyState(n, next, verb.Event)
+	return c.prepare(n, verb, req)
 }
 
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
@@ -256,26 +263,25 @@ func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
 		}
 		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
 	}
-	n, err := store.MutateNode(ctx, c.st, ident, func(n *store.Node) error {
+	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
 		if cur == state.Cleaning || cur == state.CleanWait {
-			return invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
+			return nil, invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
 		}
 		if n.Reservation != nil {
-			return locked(n.UUID, *n.Reservation)
+			return nil, locked(n.UUID, *n.Reservation)
 		}
 		if _, ok := c.drivers[n.Driver]; !ok {
-			return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+			return nil, invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
 		}
 		n.TargetPowerState = strp(target)
 		n.LastError = nil
 		n.Reservation = strp(c.cfg.Host)
-		return nil
+		return []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}, nil
 	})
 	if err != nil {
 		return err
 	}
-	c.event(ctx, n.UUID, "INFO", "power", "power action requested: "+target)
 	c.Kick(n.UUID)
 	return nil
 }

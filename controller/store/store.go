@@ -209,8 +209,12 @@ type Nodes interface {
 	GetNode(ctx context.Context, ident string) (*Node, error)
 	ListNodes(ctx context.Context, f NodeFilter, p Page) ([]*Node, error)
 	// UpdateNode writes n if its Revision is still current (else ErrConflict)
-	// and bumps n.Revision.
-	UpdateNode(ctx context.Context, n *Node) error
+	// and bumps n.Revision. Events are appended to the node's history in the
+	// same transaction, so history never disagrees with the node.
+	UpdateNode(ctx context.Context, n *Node, events ...*Event) error
+	// ListNodeSummaries is ListNodes for the fields of a plain node list,
+	// read from indexed columns only (the most frequent API call).
+	ListNodeSummaries(ctx context.Context, f NodeFilter, p Page) ([]*NodeSummary, error)
 	DeleteNode(ctx context.Context, uuid string) error
 	CountNodesByState(ctx context.Context) (map[string]int, error)
 }
@@ -258,19 +262,38 @@ type Store interface {
 	Close() error
 }
 
+// NodeSummary is what a plain node list shows.
+type NodeSummary struct {
+	ID             int64
+	UUID           string
+	Name           *string
+	InstanceUUID   *string
+	Maintenance    bool
+	PowerState     *string
+	ProvisionState string
+	Reservation    *string
+}
+
 // MutateNode reads the node, applies fn and writes it back, retrying when
 // another writer got there first. fn may be called several times and must
 // only change n; returning an error aborts without writing.
 func MutateNode(ctx context.Context, s Nodes, ident string, fn func(n *Node) error) (*Node, error) {
+	return MutateNodeEvents(ctx, s, ident, func(n *Node) ([]*Event, error) { return nil, fn(n) })
+}
+
+// MutateNodeEvents is MutateNode where fn also returns history events to
+// commit with the change.
+func MutateNodeEvents(ctx context.Context, s Nodes, ident string, fn func(n *Node) ([]*Event, error)) (*Node, error) {
 	for attempt := 0; ; attempt++ {
 		n, err := s.GetNode(ctx, ident)
 		if err != nil {
 			return nil, err
 		}
-		if err := fn(n); err != nil {
+		events, err := fn(n)
+		if err != nil {
 			return nil, err
 		}
-		err = s.UpdateNode(ctx, n)
+		err = s.UpdateNode(ctx, n, events...)
 		if err == nil {
 			return n, nil
 		}

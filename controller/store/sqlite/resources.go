@@ -210,11 +210,19 @@ func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
 
 // AppendEvent adds an entry to a node's history.
 func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
+	return appendEvent(ctx, s.w, e)
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func appendEvent(ctx context.Context, db execer, e *store.Event) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO events (uuid, node_uuid, created_at, data) VALUES (?, ?, ?, ?)`,
+	_, err = db.ExecContext(ctx, `INSERT INTO events (uuid, node_uuid, created_at, data) VALUES (?, ?, ?, ?)`,
 		e.UUID, e.NodeUUID, fmtTime(&e.CreatedAt), data)
 	return mapErr(err, "append event")
 }

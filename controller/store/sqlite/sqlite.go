@@ -5,7 +5,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
 	"strings"
@@ -207,34 +207,54 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 	return n, err
 }
 
-// UpdateNode writes n if nobody changed it since it was read.
-func (s *Store) UpdateNode(ctx context.Context, n *store.Node) error {
+// UpdateNode writes n if nobody changed it since it was read, with its
+// history events in the same transaction.
+func (s *Store) UpdateNode(ctx context.Context, n *store.Node, events ...*store.Event) error {
 	n.Normalize()
 	now := time.Now().UTC()
 	n.UpdatedAt = &now
 	old := n.Revision
 	n.Revision = old + 1
-	args, err := nodeArgs(n)
+	err := s.updateNode(ctx, n, old, events)
 	if err != nil {
 		n.Revision = old
+	}
+	return err
+}
+
+func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events []*store.Event) error {
+	args, err := nodeArgs(n)
+	if err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("update node %s: %w", n.UUID, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
 		power_state=?6, maintenance=?7, retired=?8, instance_uuid=?9, resource_class=?10, fault=?11, owner=?12,
 		lessee=?13, conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, reservation=?18,
 		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`, append(args, old)...)
 	if err != nil {
-		n.Revision = old
 		return mapErr(err, "update node "+n.UUID)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		n.Revision = old
-		if _, err := s.GetNode(ctx, n.UUID); err != nil {
-			return err
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes WHERE uuid = ?`, n.UUID).Scan(&exists); err != nil {
+			return fmt.Errorf("update node %s: %w", n.UUID, err)
+		}
+		if exists == 0 {
+			return fmt.Errorf("node %s: %w", n.UUID, store.ErrNotFound)
 		}
 		return fmt.Errorf("update node %s at revision %d: %w", n.UUID, old, store.ErrConflict)
 	}
-	return nil
+	for _, e := range events {
+		if err := appendEvent(ctx, tx, e); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // DeleteNode removes the node with its ports, portgroups and history.
@@ -273,6 +293,12 @@ var sortExpr = map[string]string{
 
 // ListNodes returns nodes matching f, one keyset page at a time.
 func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
+	where, args := nodeWhere(f)
+	return s.listPage(ctx, "nodes", "id, revision, data", where, args, p, scanNode)
+}
+
+// nodeWhere turns a filter into SQL conditions on indexed columns.
+func nodeWhere(f store.NodeFilter) ([]string, []any) {
 	var where []string
 	var args []any
 	eq := func(col string, v *string) {
@@ -317,7 +343,7 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page)
 		where = append(where, "instr(COALESCE(description, ''), ?) > 0")
 		args = append(args, *f.DescriptionContains)
 	}
-	return s.listPage(ctx, "nodes", "id, revision, data", where, args, p, scanNode)
+	return where, args
 }
 
 // listPage runs a keyset-paginated query on table.
@@ -375,6 +401,19 @@ func listPage[T any](ctx context.Context, s *Store, table, cols string, where []
 func (s *Store) listPage(ctx context.Context, table, cols string, where []string, args []any, p store.Page,
 	scan func(interface{ Scan(...any) error }) (*store.Node, error)) ([]*store.Node, error) {
 	return listPage(ctx, s, table, cols, where, args, p, scan)
+}
+
+// ListNodeSummaries lists nodes reading only indexed columns.
+func (s *Store) ListNodeSummaries(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.NodeSummary, error) {
+	where, args := nodeWhere(f)
+	return listPage(ctx, s, "nodes", "id, uuid, name, instance_uuid, maintenance, power_state, provision_state, reservation",
+		where, args, p, func(sc interface{ Scan(...any) error }) (*store.NodeSummary, error) {
+			var n store.NodeSummary
+			var maint int
+			err := sc.Scan(&n.ID, &n.UUID, &n.Name, &n.InstanceUUID, &maint, &n.PowerState, &n.ProvisionState, &n.Reservation)
+			n.Maintenance = maint != 0
+			return &n, err
+		})
 }
 
 // CountNodesByState counts nodes per provision state (for metrics).

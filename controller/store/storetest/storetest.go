@@ -27,6 +27,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Allocations":       testAllocations,
 		"Events":            testEvents,
 		"CountByState":      testCountByState,
+		"EventsWithUpdate":  testEventsWithUpdate,
+		"Summaries":         testSummaries,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -288,4 +290,53 @@ func testCountByState(t *testing.T, s store.Store) {
 	counts, err := s.CountNodesByState(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"enroll": 2, "available": 1}, counts)
+}
+
+func testEventsWithUpdate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	stale, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	ev := func(msg string) *store.Event {
+		return &store.Event{UUID: uuid.NewString(), NodeUUID: n.UUID, CreatedAt: time.Now().UTC(), Severity: "INFO", Event: msg}
+	}
+	cur, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	cur.ProvisionState = "verifying"
+	require.NoError(t, s.UpdateNode(ctx, cur, ev("enroll -> verifying"), ev("second")))
+
+	stale.ProvisionState = "manageable"
+	require.ErrorIs(t, s.UpdateNode(ctx, stale, ev("lost")), store.ErrConflict)
+	events, err := s.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	var msgs []string
+	for _, e := range events {
+		msgs = append(msgs, e.Event)
+	}
+	assert.Equal(t, []string{"enroll -> verifying", "second"}, msgs, "a refused update writes none of its events")
+}
+
+func testSummaries(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		n := NewNode(fmt.Sprintf("s%d", i))
+		n.Maintenance = i%2 == 0
+		n.PowerState = strp("power on")
+		require.NoError(t, s.CreateNode(ctx, n))
+	}
+	f := store.NodeFilter{Maintenance: boolp(true)}
+	p := store.Page{Limit: 2, SortKey: "name", Desc: true}
+	full, err := s.ListNodes(ctx, f, p)
+	require.NoError(t, err)
+	sums, err := s.ListNodeSummaries(ctx, f, p)
+	require.NoError(t, err)
+	require.Len(t, sums, len(full))
+	for i := range full {
+		assert.Equal(t, full[i].UUID, sums[i].UUID)
+		assert.Equal(t, full[i].Name, sums[i].Name)
+		assert.Equal(t, full[i].Maintenance, sums[i].Maintenance)
+		assert.Equal(t, full[i].PowerState, sums[i].PowerState)
+		assert.Equal(t, full[i].ProvisionState, sums[i].ProvisionState)
+	}
 }

@@ -1,0 +1,193 @@
+// Command anvil-demo starts anvil-controller on its embedded SQLite store
+// and walks one node through its lifecycle (manage, inspect, provide, deploy,
+// undeploy), printing every transition with timings and a summary table.
+// It stops the controller when done and leaves nothing running.
+//
+// Today the node is a fake-hardware node; the virtual-machine demo (QEMU
+// node behind anvil-vbmc, real agent) replaces it as those parts land.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/client"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("anvil-demo", flag.ContinueOnError)
+	self, _ := os.Executable()
+	controllerBin := fs.String("controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
+	workDir := fs.String("dir", "out/demo", "directory for the demo's database and logs (recreated)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	if err := os.RemoveAll(*workDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*workDir, 0o755); err != nil {
+		return err
+	}
+	ctl, url, err := startController(*controllerBin, *workDir)
+	if err != nil {
+		return err
+	}
+	defer ctl.stop()
+	fmt.Fprintf(out, "anvil-controller running at %s (database %s/anvil.db, log %s/controller.log)\n\n", url, *workDir, *workDir)
+	return walk(ctx, client.New(url, nil), out)
+}
+
+type phase struct {
+	verb, from, to string
+	took           time.Duration
+	steps          []string
+}
+
+func walk(ctx context.Context, c *client.Client, out io.Writer) error {
+	start := time.Now()
+	n, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": "demo-node",
+		"properties": map[string]any{"cpus": 2, "memory_mb": 2048, "local_gb": 10, "cpu_arch": "x86_64"}})
+	if err != nil {
+		return fmt.Errorf("create node: %w", err)
+	}
+	if err := c.CreatePort(ctx, n.UUID, "52:54:00:de:00:01"); err != nil {
+		return fmt.Errorf("create port: %w", err)
+	}
+	fmt.Fprintf(out, "[%7.3fs] created node demo-node (%s) in %s, port 52:54:00:de:00:01\n", time.Since(start).Seconds(), n.UUID, n.ProvisionState)
+
+	var phases []phase
+	seen := 0
+	for _, p := range []struct{ verb, want string }{
+		{"manage", "manageable"}, {"inspect", "manageable"}, {"provide", "available"},
+		{"active", "active"}, {"deleted", "available"},
+	} {
+		before, err := c.GetNode(ctx, "demo-node")
+		if err != nil {
+			return err
+		}
+		ph := phase{verb: p.verb, from: before.ProvisionState}
+		t0 := time.Now()
+		if err := c.Provision(ctx, "demo-node", p.verb, nil); err != nil {
+			return fmt.Errorf("%s: %w", p.verb, err)
+		}
+		if _, err := c.WaitForState(ctx, "demo-node", p.want, 20*time.Millisecond, nil); err != nil {
+			return fmt.Errorf("%s: %w", p.verb, err)
+		}
+		// The history has every transition and step, even those faster
+		// than any polling interval.
+		events, err := c.History(ctx, "demo-node")
+		if err != nil {
+			return err
+		}
+		for _, e := range events[seen:] {
+			at, _ := time.Parse("2006-01-02T15:04:05.999999-07:00", e.CreatedAt)
+			fmt.Fprintf(out, "[%7.3fs] %-8s %s\n", at.Sub(start).Seconds(), p.verb, e.Event)
+			if rest, ok := strings.CutSuffix(e.Event, " finished"); ok && strings.Contains(rest, " step ") {
+				ph.steps = append(ph.steps, rest[strings.LastIndex(rest, " ")+1:])
+			}
+		}
+		seen = len(events)
+		ph.to, ph.took = p.want, time.Since(t0)
+		phases = append(phases, ph)
+	}
+
+	fmt.Fprintf(out, "\nSummary (fake-hardware node, total %.3fs)\n", time.Since(start).Seconds())
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERB\tFROM\tTO\tTIME\tSTEPS")
+	for _, p := range phases {
+		steps := strings.Join(p.steps, ", ")
+		if steps == "" {
+			steps = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3fs\t%s\n", p.verb, p.from, p.to, p.took.Seconds(), steps)
+	}
+	return tw.Flush()
+}
+
+// controllerProc is the anvil-controller child process.
+type controllerProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+func (p *controllerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.log.Close()
+}
+
+var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
+
+func startController(bin, dir string) (*controllerProc, string, error) {
+	logf, err := os.Create(filepath.Join(dir, "controller.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		logf.Close()
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, "", fmt.Errorf("start %s: %w (run `make build` first)", bin, err)
+	}
+	p := &controllerProc{cmd: cmd, done: make(chan struct{}), log: logf}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	select {
+	case a := <-addr:
+		return p, "http://" + a, nil
+	case <-p.done:
+		logf.Close()
+		return nil, "", errors.New("anvil-controller exited at start; see " + logf.Name())
+	case <-time.After(20 * time.Second):
+		p.stop()
+		return nil, "", errors.New("anvil-controller did not start within 20s; see " + logf.Name())
+	}
+}

@@ -1,0 +1,239 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// object is a JSON object with a fixed key order. Node lists are the
+// hottest responses; writing fields in table order avoids the sorting and
+// reflection encoding/json spends on map[string]any.
+type object struct {
+	keys []string
+	vals []any
+}
+
+func newObject(n int) *object { return &object{keys: make([]string, 0, n), vals: make([]any, 0, n)} }
+
+func (o *object) set(k string, v any) {
+	for i, key := range o.keys {
+		if key == k {
+			o.vals[i] = v
+			return
+		}
+	}
+	o.keys = append(o.keys, k)
+	o.vals = append(o.vals, v)
+}
+
+func (o *object) get(k string) (any, bool) {
+	for i, key := range o.keys {
+		if key == k {
+			return o.vals[i], true
+		}
+	}
+	return nil, false
+}
+
+func (o *object) del(k string) {
+	for i, key := range o.keys {
+		if key == k {
+			o.keys = append(o.keys[:i], o.keys[i+1:]...)
+			o.vals = append(o.vals[:i], o.vals[i+1:]...)
+			return
+		}
+	}
+}
+
+// MarshalJSON writes the keys in order.
+func (o *object) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	err := o.appendTo(&b)
+	return b.Bytes(), err
+}
+
+func (o *object) appendTo(b *bytes.Buffer) error {
+	b.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		appendString(b, k)
+		b.WriteByte(':')
+		if err := appendValue(b, o.vals[i]); err != nil {
+			return err
+		}
+	}
+	b.WriteByte('}')
+	return nil
+}
+
+func appendValue(b *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case string:
+		appendString(b, x)
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case *object:
+		return x.appendTo(b)
+	case float64:
+		return appendFloat(b, x)
+	case int:
+		b.WriteString(strconv.Itoa(x))
+	case []link:
+		b.WriteByte('[')
+		for i, l := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"href":`)
+			appendString(b, l.Href)
+			b.WriteString(`,"rel":`)
+			appendString(b, l.Rel)
+			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+	case []string:
+		b.WriteByte('[')
+		for i, v := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			appendString(b, v)
+		}
+		b.WriteByte(']')
+	case []any:
+		b.WriteByte('[')
+		for i, v := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := appendValue(b, v); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		// sorted keys, as encoding/json writes maps
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			appendString(b, k)
+			b.WriteByte(':')
+			if err := appendValue(b, x[k]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		raw, err := json.Marshal(x)
+		if err != nil {
+			return err
+		}
+		b.Write(raw)
+	}
+	return nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes s as a JSON string, escaping like encoding/json
+// (minus HTML escaping, which API clients do not need).
+func appendString(b *bytes.Buffer, s string) {
+	b.WriteByte('"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b.WriteString(s[start:i])
+			switch c {
+			case '"', '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case '\n':
+				b.WriteString(`\n`)
+			case '\r':
+				b.WriteString(`\r`)
+			case '\t':
+				b.WriteString(`\t`)
+			case '\b':
+				b.WriteString(`\b`)
+			case '\f':
+				b.WriteString(`\f`)
+			default:
+				b.WriteString(`\u00`)
+				b.WriteByte(hexDigits[c>>4])
+				b.WriteByte(hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteString(s[start:i])
+			b.WriteString(`\ufffd`)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b.WriteString(s[start:i])
+			b.WriteString(`\u202`)
+			b.WriteByte(hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b.WriteString(s[start:])
+	b.WriteByte('"')
+}
+
+// appendFloat formats like encoding/json: shortest representation, exponent
+// form outside [1e-6, 1e21).
+func appendFloat(b *bytes.Buffer, f float64) error {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return &json.UnsupportedValueError{Str: strconv.FormatFloat(f, 'g', -1, 64)}
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	buf := strconv.AppendFloat(make([]byte, 0, 24), f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		n := len(buf)
+		if n >= 4 && buf[n-4] == 'e' && buf[n-3] == '-' && buf[n-2] == '0' {
+			buf[n-2] = buf[n-1]
+			buf = buf[:n-1]
+		}
+	}
+	b.Write(buf)
+	return nil
+}
+
+// link is one entry of an Ironic links list.
+type link struct {
+	Href string `json:"href"`
+	Rel  string `json:"rel"`
+}

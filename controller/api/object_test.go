@@ -1,0 +1,76 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestObjectKeepsOrderAndEncodesLikeEncodingJSON(t *testing.T) {
+	o := newObject(4)
+	o.set("z", "last\"quote")
+	o.set("a", map[string]any{"k": []any{1.0, "x"}})
+	o.set("m", nil)
+	o.set("b", true)
+	o.set("z", "first") // overwrite keeps position
+	raw, err := json.Marshal(o)
+	require.NoError(t, err)
+	assert.Equal(t, `{"z":"first","a":{"k":[1,"x"]},"m":null,"b":true}`, string(raw))
+	o.del("a")
+	_, ok := o.get("a")
+	assert.False(t, ok)
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"plain", "quote\"back\\slash", "ctl\x00\x1f\n\t", "bad\xffutf8", "line\u2028sep", "ünïcödé"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var b bytes.Buffer
+		appendString(&b, s)
+		var got string
+		if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+			t.Fatalf("invalid JSON for %q: %s: %v", s, b.Bytes(), err)
+		}
+		want, _ := json.Marshal(s)
+		var wantS string
+		_ = json.Unmarshal(want, &wantS)
+		if got != wantS {
+			t.Fatalf("decoded %q, encoding/json gives %q", got, wantS)
+		}
+	})
+}
+
+// FuzzAppendValue checks the fast paths against encoding/json on decoded
+// JSON documents (maps, lists, numbers, strings, booleans, null).
+func FuzzAppendValue(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.5,"x",null,true,{"z":1e-7}]}`, `1e21`, `-0.000001`, `123456789012`, `[]`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return
+		}
+		var b bytes.Buffer
+		require.NoError(t, appendValue(&b, v))
+		// Same meaning as encoding/json (which also HTML-escapes <>&; we
+		// do not, like Ironic), and the same text once that is undone.
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		var back any
+		require.NoError(t, json.Unmarshal(b.Bytes(), &back), "%s", b.Bytes())
+		if !reflect.DeepEqual(back, v) {
+			t.Fatalf("appendValue %s decodes differently from encoding/json %s", b.Bytes(), want)
+		}
+		unescaped := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(want))
+		if b.String() != unescaped {
+			t.Fatalf("appendValue %s, encoding/json %s", b.Bytes(), want)
+		}
+	})
+}

@@ -1,0 +1,261 @@
+// Package client is a small Go client of anvil's (Ironic-compatible) REST
+// API, used by the operator CLI, the demo and the benchmarks.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Version is the microversion the client speaks.
+const Version = "1.82"
+
+// Client talks to one controller.
+type Client struct {
+	base string
+	http *http.Client
+	user string
+	pass string
+}
+
+// New returns a client for base (e.g. http://127.0.0.1:6385). hc may be nil.
+func New(base string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), http: hc}
+}
+
+// WithBasicAuth sets http_basic credentials.
+func (c *Client) WithBasicAuth(user, pass string) *Client {
+	c.user, c.pass = user, pass
+	return c
+}
+
+// Error is an API error with Ironic's faultstring.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
+
+// Do sends a request; in and out are JSON (either may be nil).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", Version)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.user != "" {
+		req.SetBasicAuth(c.user, c.pass)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: read response: %w", method, path, err)
+	}
+	if res.StatusCode >= 400 {
+		return &Error{Status: res.StatusCode, Message: faultString(data)}
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// faultString unwraps Ironic's {"error_message": "<json>"} body.
+func faultString(data []byte) string {
+	var outer struct {
+		ErrorMessage string `json:"error_message"`
+	}
+	if json.Unmarshal(data, &outer) != nil || outer.ErrorMessage == "" {
+		return strings.TrimSpace(string(data))
+	}
+	var inner struct {
+		FaultString string `json:"faultstring"`
+		Description string `json:"description"`
+	}
+	if json.Unmarshal([]byte(outer.ErrorMessage), &inner) != nil {
+		return outer.ErrorMessage
+	}
+	if inner.FaultString != "" {
+		return inner.FaultString
+	}
+	return inner.Description
+}
+
+// Node is the subset of node fields the tools show.
+type Node struct {
+	UUID                 string         `json:"uuid"`
+	Name                 *string        `json:"name"`
+	Driver               string         `json:"driver"`
+	ProvisionState       string         `json:"provision_state"`
+	TargetProvisionState *string        `json:"target_provision_state"`
+	PowerState           *string        `json:"power_state"`
+	Maintenance          bool           `json:"maintenance"`
+	LastError            *string        `json:"last_error"`
+	Reservation          *string        `json:"reservation"`
+	CleanStep            map[string]any `json:"clean_step"`
+	DeployStep           map[string]any `json:"deploy_step"`
+	Retired              bool           `json:"retired"`
+	Properties           map[string]any `json:"properties"`
+	DriverInternalInfo   map[string]any `json:"driver_internal_info"`
+}
+
+// CreateNode creates a node from fields (driver, name, driver_info, ...).
+func (c *Client) CreateNode(ctx context.Context, fields map[string]any) (*Node, error) {
+	var n Node
+	return &n, c.Do(ctx, http.MethodPost, "/v1/nodes", fields, &n)
+}
+
+// GetNode reads a node by UUID or name.
+func (c *Client) GetNode(ctx context.Context, ident string) (*Node, error) {
+	var n Node
+	return &n, c.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ident), nil, &n)
+}
+
+// DeleteNode deletes a node.
+func (c *Client) DeleteNode(ctx context.Context, ident string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(ident), nil, nil)
+}
+
+// ListNodes returns every node matching query (e.g. "provision_state=active"),
+// following "next" links.
+func (c *Client) ListNodes(ctx context.Context, query string, detail bool) ([]Node, error) {
+	path := "/v1/nodes"
+	if detail {
+		path += "/detail"
+	}
+	if query != "" {
+		path += "?" + query
+	}
+	var all []Node
+	for path != "" {
+		var page struct {
+			Nodes []Node `json:"nodes"`
+			Next  string `json:"next"`
+		}
+		if err := c.Do(ctx, http.MethodGet, path, nil, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Nodes...)
+		path = ""
+		if page.Next != "" {
+			u, err := url.Parse(page.Next)
+			if err != nil {
+				return nil, fmt.Errorf("bad next link %q: %w", page.Next, err)
+			}
+			path = u.RequestURI()
+		}
+	}
+	return all, nil
+}
+
+// Provision sends a provision verb with optional extra body keys.
+func (c *Client) Provision(ctx context.Context, ident, target string, extra map[string]any) error {
+	body := map[string]any{"target": target}
+	for k, v := range extra {
+		body[k] = v
+	}
+	return c.Do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/provision", body, nil)
+}
+
+// CreatePort binds a MAC address to a node.
+func (c *Client) CreatePort(ctx context.Context, nodeUUID, mac string) error {
+	return c.Do(ctx, http.MethodPost, "/v1/ports", map[string]any{"node_uuid": nodeUUID, "address": mac}, nil)
+}
+
+// WaitForState polls the node until it rests in want (no work reserved),
+// calling onChange on every observed change. It fails early when the node
+// lands in a failed state or another stable state, as ironicclient's --wait.
+func (c *Client) WaitForState(ctx context.Context, ident, want string, every time.Duration, onChange func(*Node)) (*Node, error) {
+	last := ""
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n, err := c.GetNode(ctx, ident)
+		if err != nil {
+			return nil, err
+		}
+		key := n.ProvisionState + "|" + stepKey(n)
+		if key != last && onChange != nil {
+			onChange(n)
+		}
+		last = key
+		if n.ProvisionState == want && n.Reservation == nil {
+			return n, nil
+		}
+		if strings.HasSuffix(n.ProvisionState, " failed") || n.ProvisionState == "error" {
+			return n, fmt.Errorf("node %s failed: %s: %s", ident, n.ProvisionState, deref(n.LastError))
+		}
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("waiting for %s to reach %q (now %q): %w", ident, want, n.ProvisionState, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func stepKey(n *Node) string {
+	s := n.CleanStep
+	if len(s) == 0 {
+		s = n.DeployStep
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+}
+
+// CurrentStep names the running clean or deploy step ("" when none).
+func CurrentStep(n *Node) string { return stepKey(n) }
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Event is one node history entry.
+type Event struct {
+	UUID      string `json:"uuid"`
+	CreatedAt string `json:"created_at"`
+	Severity  string `json:"severity"`
+	EventType string `json:"event_type"`
+	Event     string `json:"event"`
+}
+
+// History returns the node's event history, oldest first.
+func (c *Client) History(ctx context.Context, ident string) ([]Event, error) {
+	var out struct {
+		History []Event `json:"history"`
+	}
+	return out.History, c.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ident)+"/history", nil, &out)
+}
