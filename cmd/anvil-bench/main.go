@@ -182,7 +182,7 @@ func (b *bench) create(ctx context.Context, n int, prefix string) ([]string, err
 	}
 	err := b.each(ctx, names, func(name string) error {
 		_, err := b.c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": name,
-			"properties": map[string]any{"cpus": 32, "memory_mb": 262144, "local_gb": 960, "cpu_arch": "x86_64"},
+			"properties":  map[string]any{"cpus": 32, "memory_mb": 262144, "local_gb": 960, "cpu_arch": "x86_64"},
 			"driver_info": map[string]any{"ipmi_address": "127.0.0.1", "ipmi_username": "admin", "ipmi_password": "x"}})
 		return err
 	})

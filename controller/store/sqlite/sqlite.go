@@ -5,9 +5,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
+	json "github.com/goccy/go-json"
 	"strings"
 	"time"
 
