@@ -7,11 +7,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	json "github.com/goccy/go-json"
 	"strings"
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/store"
+	json "github.com/goccy/go-json"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
