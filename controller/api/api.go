@@ -119,6 +119,12 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/traits/{trait}", authed(s.deleteTrait)).Methods(http.MethodDelete)
 	r.Handle(n+"/validate", authed(s.validateNode)).Methods(http.MethodGet)
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
+	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
+	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	// agent endpoints are public, as in Ironic: the agent proves itself
+	// with the per-boot token, not with operator credentials
+	r.Handle("/lookup", s.wrap(s.lookup)).Methods(http.MethodGet)
+	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

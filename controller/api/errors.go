@@ -50,6 +50,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			status = http.StatusNotAcceptable
 		case conductor.CodeForbidden:
 			status = http.StatusForbidden
+		case conductor.CodeUnauthorized:
+			status = http.StatusUnauthorized
 		case conductor.CodeUnavailable:
 			status = http.StatusServiceUnavailable
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,14 +22,22 @@ type testEnv struct {
 	srv  *httptest.Server
 	cond *conductor.Conductor
 	st   *sqlite.Store
+	stop func() // stops server, conductor and store (idempotent)
 }
 
 func newEnv(t *testing.T, opts ...func(*Config)) *testEnv {
+	return newEnvWith(t, conductor.Config{CheckInterval: time.Hour}, ":memory:", opts...)
+}
+
+// newEnvWith builds an API over a conductor configured by cc and a store at
+// path; it stops both when the test ends.
+func newEnvWith(t *testing.T, cc conductor.Config, path string, opts ...func(*Config)) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, ":memory:")
+	st, err := sqlite.Open(ctx, path)
 	require.NoError(t, err)
-	cond := conductor.New(st, conductor.Config{Host: "test-host", AutomatedClean: true, CheckInterval: time.Hour}, conductor.FakeDriver{})
+	cc.Host, cc.AutomatedClean = "test-host", true
+	cond := conductor.New(st, cc, conductor.FakeDriver{})
 	done := make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()
 	cfg := Config{Store: st, Conductor: cond, Metrics: NewMetrics(st)}
@@ -36,13 +45,17 @@ func newEnv(t *testing.T, opts ...func(*Config)) *testEnv {
 		o(&cfg)
 	}
 	srv := httptest.NewServer(New(cfg))
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		<-done
-		st.Close()
-	})
-	return &testEnv{t: t, srv: srv, cond: cond, st: st}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Close()
+			cancel()
+			<-done
+			st.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &testEnv{t: t, srv: srv, cond: cond, st: st, stop: stop}
 }
 
 type resp struct {

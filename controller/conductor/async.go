@@ -15,6 +15,14 @@ import (
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
 func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
+	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, nil)
+}
+
+// completeAsync is CompleteAsyncStep applying mut in the same write.
+func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, mut func(m *store.Node)) error {
+	if mut == nil {
+		mut = func(*store.Node) {}
+	}
 	var ph stepPhase
 	n, err := c.st.GetNode(ctx, nodeUUID)
 	if err != nil {
@@ -36,6 +44,7 @@ func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey str
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
+			mut(m)
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil
@@ -52,6 +61,7 @@ func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey str
 	if abortAfter && idx+1 < len(steps) {
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
+			mut(m)
 			m.LastError = strp(msg)
 			*ph.current(m) = map[string]any{}
 			return nil
@@ -59,6 +69,7 @@ func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey str
 		return err
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
+		mut(m)
 		m.DriverInternalInfo[ph.indexKey] = idx + 1
 		return nil
 	}, finished)

@@ -34,6 +34,7 @@ type Config struct {
 	InspectWaitTimeout time.Duration
 	RescueWaitTimeout  time.Duration
 	CheckInterval      time.Duration // how often wait-state timeouts are checked
+	Agent              AgentConfig
 	Logger             *slog.Logger
 	Now                func() time.Time
 }
@@ -72,6 +73,7 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Agent.defaults()
 	c := &Conductor{cfg: cfg, st: st, drivers: map[string]Driver{}, log: cfg.Logger,
 		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{}}
 	c.cond = sync.NewCond(&c.mu)

@@ -26,6 +26,9 @@ type Driver interface {
 	VerifyAccess(ctx context.Context, n *store.Node) error
 	PowerState(ctx context.Context, n *store.Node) (string, error)
 	SetPower(ctx context.Context, n *store.Node, target string) error
+	// SetBootDevice sets the next (or every, when persistent) boot device:
+	// "pxe" before booting the agent, "disk" after a deploy.
+	SetBootDevice(ctx context.Context, n *store.Node, device string, persistent bool) error
 	// CleanSteps and DeploySteps list the out-of-band steps, including
 	// priority-0 (manual only) ones.
 	CleanSteps(n *store.Node) []protocol.Step

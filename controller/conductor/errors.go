@@ -13,6 +13,7 @@ const (
 	CodeNotFound                      // 404
 	CodeNotAcceptable                 // 406: needs a newer API version
 	CodeForbidden                     // 403
+	CodeUnauthorized                  // 401: agent token missing or stale
 	CodeUnavailable                   // 503
 )
 

@@ -35,6 +35,9 @@ func (FakeDriver) PowerState(_ context.Context, n *store.Node) (string, error) {
 // SetPower succeeds at once; the conductor records the new state.
 func (FakeDriver) SetPower(context.Context, *store.Node, string) error { return nil }
 
+// SetBootDevice succeeds at once.
+func (FakeDriver) SetBootDevice(context.Context, *store.Node, string, bool) error { return nil }
+
 // CleanSteps are the fake bios interface's manual steps of Ironic 21.4.
 func (FakeDriver) CleanSteps(*store.Node) []protocol.Step {
 	return []protocol.Step{

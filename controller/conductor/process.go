@@ -48,6 +48,13 @@ func (c *Conductor) process(ctx context.Context, nodeUUID string) {
 				err = c.inspect(ctx, n, d)
 			case state.Adopting, state.Rescuing, state.Unrescuing:
 				err = c.simple(ctx, n)
+			case state.CleanWait, state.DeployWait, state.InspectWait:
+				before := n.Revision
+				if err = c.agentWait(ctx, n, d); err == nil {
+					if after, gerr := c.st.GetNode(ctx, nodeUUID); gerr != nil || after.Revision == before {
+						return // nothing happened: keep waiting
+					}
+				}
 			default:
 				return // resting or waiting: nothing to do
 			}
@@ -121,9 +128,9 @@ func (c *Conductor) automatedClean(n *store.Node) bool {
 
 // automatedCleanSteps are the enabled steps (priority > 0 after overrides),
 // ordered by priority then interface.
-func (c *Conductor) automatedCleanSteps(n *store.Node, d Driver) []protocol.Step {
+func (c *Conductor) automatedCleanSteps(n *store.Node) []protocol.Step {
 	var out []protocol.Step
-	for _, s := range d.CleanSteps(n) {
+	for _, s := range c.CleanStepsFor(n) {
 		if p, ok := c.cfg.PriorityOverrides[s.Key()]; ok {
 			s.Priority = p
 		}
@@ -208,7 +215,7 @@ func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph st
 			return false, nil, err
 		}
 		plan, pending = nil, nil
-		status, serr := d.ExecuteStep(ctx, n, ph.kind, step)
+		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
 			return false, nil, c.failSteps(ctx, n.UUID, ph, msg, true)
@@ -234,6 +241,8 @@ func capital(s string) string {
 // step stays visible in clean_step/deploy_step).
 func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
 	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
+		// the agent gets no further command; its token dies with the operation
+		wipeAgent(m)
 		m.LastError = strp(msg)
 		if stepRunning {
 			ph.onFailure(m, msg)
@@ -250,32 +259,70 @@ func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 	manual, _ := dii[diiManualClean].(bool)
 	var plan []protocol.Step
 	if _, planned := dii[diiCleanSteps]; !planned {
-		if !c.automatedClean(n) {
-			return c.finishClean(ctx, n, manual, c.newEvent(n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping"))
+		if !manual && !c.automatedClean(n) {
+			return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping"))
 		}
-		if plan = c.automatedCleanSteps(n, d); len(plan) == 0 {
-			return c.finishClean(ctx, n, manual)
+		if UsesAgent(n) && dii[diiAgentBooted] != true {
+			// In-band steps are known only once the agent runs.
+			return c.waitForRamdisk(ctx, n, d, cleanPhase)
+		}
+		if manual {
+			user, err := stepsFromJSON(dii[diiUserCleanSteps])
+			if err == nil {
+				plan, err = c.resolveSteps(c.CleanStepsFor(n), user, true)
+			}
+			if err != nil {
+				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
+			}
+		} else if plan = c.automatedCleanSteps(n); len(plan) == 0 {
+			return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "no clean step is enabled"))
 		}
 	}
 	done, pending, err := c.runSteps(ctx, n, d, cleanPhase, plan)
 	if err != nil || !done {
 		return err
 	}
-	return c.finishClean(ctx, n, manual, pending...)
+	return c.finishClean(ctx, n, d, manual, pending...)
+}
+
+// waitForRamdisk reboots the node into the agent ramdisk and waits for it.
+func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
+	aw, err := c.bootRamdisk(ctx, n, d, "boot", "")
+	if err != nil {
+		return c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
+	}
+	_, err = c.transition(ctx, n.UUID, ph.running, state.EvWait, func(m *store.Node) error {
+		setDII(m, diiAwait, aw)
+		delete(m.DriverInternalInfo, diiCommand)
+		return nil
+	}, c.newEvent(n.UUID, "INFO", "agent", "rebooted into the agent ramdisk; waiting for it to call back"))
+	return err
 }
 
 // finishClean ends cleaning: available, or manageable after manual cleaning
 // and for retired nodes (which must not become available).
-func (c *Conductor) finishClean(ctx context.Context, n *store.Node, manual bool, events ...*store.Event) error {
+func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, manual bool, events ...*store.Event) error {
 	ev := state.EvDone
 	if manual || n.Retired {
 		ev = state.EvManage
+	}
+	agent := UsesAgent(n) && n.DriverInternalInfo[diiAgentBooted] == true
+	if agent {
+		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
+		if err := d.SetPower(ctx, n, PowerOff); err != nil {
+			return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cleaning of node %s finished but powering it off failed: %v", n.UUID, err), false)
+		}
 	}
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		delete(m.DriverInternalInfo, diiCleanSteps)
 		delete(m.DriverInternalInfo, diiCleanStepIndex)
 		delete(m.DriverInternalInfo, diiManualClean)
+		delete(m.DriverInternalInfo, diiUserCleanSteps)
+		if agent {
+			wipeAgent(m)
+			m.PowerState = strp(PowerOff)
+		}
 		return nil
 	}, events...)
 	return err
@@ -291,12 +338,19 @@ func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error
 	}
 	byKey := map[string]protocol.Step{}
 	var order []string
-	for _, s := range d.DeploySteps(n) {
+	for _, s := range c.availableDeploySteps(n, d) {
 		byKey[s.Key()] = s
 		order = append(order, s.Key())
 	}
+	_, cached := getDII[stepCache](n, diiStepCache)
 	for _, u := range user {
 		s, known := byKey[u.Key()]
+		if !known && UsesAgent(n) && !cached && (u.Interface == protocol.InterfaceDeploy || u.Interface == protocol.InterfaceRAID) {
+			// in-band step of an agent that has not reported yet: the agent
+			// validates it when it runs
+			s, known = u, true
+			order = append(order, u.Key())
+		}
 		if !known {
 			return nil, fmt.Errorf("node does not support deploy step %s", u.Key())
 		}
@@ -359,7 +413,8 @@ func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		m.InstanceInfo = map[string]any{}
 		m.InstanceUUID = nil
 		m.DeployStep = map[string]any{}
-		for _, k := range []string{diiDeploySteps, diiDeployStepIndex, diiUserDeploySteps, diiCleanSteps, diiCleanStepIndex, diiManualClean} {
+		wipeAgent(m)
+		for _, k := range []string{diiDeploySteps, diiDeployStepIndex, diiUserDeploySteps, diiCleanSteps, diiCleanStepIndex, diiManualClean, diiUserCleanSteps} {
 			delete(m.DriverInternalInfo, k)
 		}
 		m.CleanStep = map[string]any{}
@@ -369,6 +424,9 @@ func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error
 }
 
 func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error {
+	if usesAgentInspect(n) {
+		return c.startAgentInspection(ctx, n, d)
+	}
 	if err := d.Inspect(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to inspect hardware of node %s: %v", n.UUID, err))

@@ -30,6 +30,7 @@ const (
 	diiDeploySteps     = "deploy_steps"
 	diiDeployStepIndex = "deploy_step_index"
 	diiUserDeploySteps = "user_deploy_steps"
+	diiUserCleanSteps  = "user_clean_steps"
 )
 
 // Provision validates and commits a provision verb, then schedules the work.
@@ -105,7 +106,7 @@ func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req Prov
 		if len(req.CleanSteps) == 0 {
 			return invalid("clean_steps is required when setting target provision state to clean")
 		}
-		if _, err := c.resolveSteps(d.CleanSteps(n), req.CleanSteps, true); err != nil {
+		if err := c.checkCleanSteps(n, d, req.CleanSteps); err != nil {
 			return invalid("Cannot clean node %s: %v", n.UUID, err)
 		}
 	case state.EvDelete, state.EvRebuild:
@@ -133,13 +134,17 @@ func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest
 		delete(dii, diiCleanStepIndex)
 		delete(dii, diiManualClean)
 		n.CleanStep = map[string]any{}
+		delete(dii, diiUserCleanSteps)
+		delete(dii, diiAgentBooted)
 		if verb.Event == state.EvClean {
-			steps, _ := c.resolveSteps(c.drivers[n.Driver].CleanSteps(n), req.CleanSteps, true)
-			dii[diiCleanSteps] = stepsToJSON(steps)
+			// resolved against the node's steps when cleaning starts (after
+			// the agent booted, for in-band steps)
+			dii[diiUserCleanSteps] = stepsToJSON(req.CleanSteps)
 			dii[diiManualClean] = true
 			n.TargetProvisionState = strp(string(state.Manageable))
 		}
 	case state.EvDeploy, state.EvRebuild:
+		delete(dii, diiAgentBooted)
 		delete(dii, diiDeploySteps)
 		delete(dii, diiDeployStepIndex)
 		delete(dii, diiUserDeploySteps)
@@ -151,6 +156,7 @@ func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
 	case state.EvInspect:
+		delete(dii, diiAgentBooted)
 		now := c.now()
 		n.InspectionStartedAt, n.InspectionFinishedAt = &now, nil
 	case state.EvRescue:
@@ -193,6 +199,30 @@ func (c *Conductor) applyAbort(n *store.Node) error {
 		n.LastError = strp("By request, the rescue operation has been aborted")
 	}
 	return nil
+}
+
+// checkCleanSteps validates a manual clean request before anything is
+// powered on. For an agent node whose catalogue is not cached yet, steps
+// of the in-band interfaces (deploy, raid) are checked once the agent has
+// reported them; everything else is checked now.
+func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
+	if !UsesAgent(n) {
+		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
+		return err
+	}
+	if _, cached := getDII[stepCache](n, diiStepCache); cached {
+		_, err := c.resolveSteps(c.CleanStepsFor(n), requested, true)
+		return err
+	}
+	oob := d.CleanSteps(n)
+	var now []protocol.Step
+	for _, r := range requested {
+		if isDriverStep(oob, r.Key()) || (r.Interface != protocol.InterfaceDeploy && r.Interface != protocol.InterfaceRAID) {
+			now = append(now, r)
+		}
+	}
+	_, err := c.resolveSteps(oob, now, true)
+	return err
 }
 
 // resolveSteps matches requested steps against the available ones. For

@@ -31,6 +31,7 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 			return fmt.Sprintf("Timeout reached while waiting for rescue ramdisk callback for node %s", n.UUID)
 		}},
 	}
+	c.checkAgentTimers(ctx)
 	no := false
 	for _, w := range waits {
 		if w.timeout <= 0 {
@@ -63,4 +64,80 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
 		}
 	}
+}
+
+// checkAgentTimers fails waiting nodes whose ramdisk never called back after
+// a (re)boot, or whose agent went silent, each with its own message naming
+// the phase, so an operator knows where to look.
+func (c *Conductor) checkAgentTimers(ctx context.Context) {
+	no := false
+	now := c.now()
+	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.InspectWait} {
+		s := string(st)
+		nodes, err := c.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &s, Maintenance: &no}, store.Page{})
+		if err != nil {
+			c.log.Error("listing waiting nodes failed", "state", s, "err", err)
+			continue
+		}
+		for _, n := range nodes {
+			msg := c.agentTimerExpired(n, now)
+			if msg == "" {
+				continue
+			}
+			stepRunning := len(n.CleanStep) > 0
+			_, err := c.transition(ctx, n.UUID, st, state.EvFail, func(m *store.Node) error {
+				m.LastError = strp(msg)
+				wipeAgent(m)
+				if st == state.CleanWait && stepRunning {
+					cleanPhase.onFailure(m, msg)
+				}
+				return nil
+			}, c.newEvent(n.UUID, "ERROR", "agent", msg))
+			if err != nil && !errors.Is(err, errStale) {
+				c.log.Error("failing node after agent timeout failed", "node", n.UUID, "err", err)
+				continue
+			}
+			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
+		}
+	}
+}
+
+func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
+	step := currentStepKey(n)
+	if aw, ok := getDII[await](n, diiAwait); ok {
+		if !agentBack(n, aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
+			what := "the agent ramdisk never called back"
+			if aw.Reason == "reboot" {
+				what = "the agent did not come back after the reboot requested by step " + aw.Step
+			}
+			return fmt.Sprintf("Timeout in %s: %s within %s of the node being rebooted into it at %s; check the node's console, PXE/DHCP and the ramdisk's network.",
+				n.ProvisionState, what, c.cfg.Agent.BootTimeout, aw.Since.Format(time.RFC3339))
+		}
+		return ""
+	}
+	last, ok := n.DriverInternalInfo[diiLastHeartbeat].(string)
+	if !ok {
+		return ""
+	}
+	t, err := time.Parse(time.RFC3339Nano, last)
+	if err != nil || now.Sub(t) <= c.cfg.Agent.SilenceTimeout {
+		return ""
+	}
+	during := ""
+	if step != "" {
+		during = " during step " + step
+	}
+	return fmt.Sprintf("Timeout in %s: the agent went silent%s: no heartbeat for %s (last at %s).",
+		n.ProvisionState, during, now.Sub(t).Round(time.Second), t.Format(time.RFC3339))
+}
+
+func currentStepKey(n *store.Node) string {
+	s := n.CleanStep
+	if len(s) == 0 {
+		s = n.DeployStep
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
 }

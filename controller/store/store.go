@@ -252,6 +252,13 @@ type History interface {
 	ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*Event, error)
 }
 
+// Inventories keeps the hardware inventory the agent reported per node,
+// outside the node document so node lists stay small.
+type Inventories interface {
+	PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error
+	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
+}
+
 // Store is everything the controller persists.
 type Store interface {
 	Nodes
@@ -259,6 +266,7 @@ type Store interface {
 	Portgroups
 	Allocations
 	History
+	Inventories
 	Close() error
 }
 

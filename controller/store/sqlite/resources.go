@@ -254,3 +254,27 @@ func (s *Store) ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*
 	}
 	return out, rows.Err()
 }
+
+// PutInventory stores (replaces) a node's inventory document.
+func (s *Store) PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error {
+	if !json.Valid(inventory) {
+		return fmt.Errorf("inventory of node %s is not valid JSON", nodeUUID)
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
+		VALUES ('inventory', ?1, ?2, 1, ?3)
+		ON CONFLICT(uuid) DO UPDATE SET data = excluded.data, revision = revision + 1`, "inventory-"+nodeUUID, nodeUUID, inventory)
+	if err != nil {
+		return fmt.Errorf("store inventory of node %s: %w", nodeUUID, err)
+	}
+	return nil
+}
+
+// GetInventory returns a node's inventory document.
+func (s *Store) GetInventory(ctx context.Context, nodeUUID string) ([]byte, error) {
+	var data []byte
+	err := s.r.QueryRowContext(ctx, `SELECT data FROM resources WHERE kind = 'inventory' AND uuid = ?`, "inventory-"+nodeUUID).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("inventory of node %s: %w", nodeUUID, store.ErrNotFound)
+	}
+	return data, err
+}

@@ -271,7 +271,7 @@ func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
 	if c, _ := res.RowsAffected(); c == 0 {
 		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup')`, uuid); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup','inventory')`, uuid); err != nil {
 		return fmt.Errorf("delete ports of node %s: %w", uuid, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE node_uuid = ?`, uuid); err != nil {

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"CountByState":      testCountByState,
 		"EventsWithUpdate":  testEventsWithUpdate,
 		"Summaries":         testSummaries,
+		"Inventory":         testInventory,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -339,4 +340,21 @@ func testSummaries(t *testing.T, s store.Store) {
 		assert.Equal(t, full[i].PowerState, sums[i].PowerState)
 		assert.Equal(t, full[i].ProvisionState, sums[i].ProvisionState)
 	}
+}
+
+func testInventory(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	_, err := s.GetInventory(ctx, n.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	require.NoError(t, s.PutInventory(ctx, n.UUID, []byte(`{"cpu":{"count":2}}`)))
+	require.NoError(t, s.PutInventory(ctx, n.UUID, []byte(`{"cpu":{"count":4}}`)), "a second inspection replaces it")
+	got, err := s.GetInventory(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"cpu":{"count":4}}`, string(got))
+	assert.Error(t, s.PutInventory(ctx, n.UUID, []byte(`{`)))
+	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	_, err = s.GetInventory(ctx, n.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "the inventory goes with its node")
 }

@@ -1,0 +1,306 @@
+// Package simagent is a simulated anvil agent: it speaks the real pull
+// protocol over HTTP (lookup, heartbeat, commands) with scripted step
+// outcomes, so controller behaviour can be tested and load-tested without
+// booting a ramdisk. It imports only protocol, like the real agent.
+package simagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// Outcome scripts what a step does when the simulated agent runs it.
+type Outcome struct {
+	Fail    string        // non-empty: the step fails with this message
+	Runs    int           // heartbeats the step stays RUNNING before finishing
+	Result  any           // result to report on success
+	Release chan struct{} // if set, the step runs until this is closed
+}
+
+// ErrUnauthorized is returned by Heartbeat on 401 (token stale).
+var ErrUnauthorized = errors.New("agent token rejected")
+
+// Agent is one simulated node agent.
+type Agent struct {
+	API     string
+	MACs    []string
+	HTTP    *http.Client
+	Clean   []protocol.Step
+	Deploy  []protocol.Step
+	Version string
+	// Outcomes by step key ("deploy.erase_devices") or command name ("inventory").
+	Outcomes  map[string]Outcome
+	Inventory protocol.Inventory
+
+	mu          sync.Mutex
+	bootID      string
+	token       string
+	node        string
+	fingerprint string
+	current     *protocol.CommandStatus
+	curKey      string
+	commands    []protocol.Command
+	runsLeft    int
+	seen        map[string]bool
+	sentSteps   bool
+	ran         []string
+	lastReply   *protocol.HeartbeatResponse
+}
+
+// New returns an agent with IPA's default generic steps.
+func New(api string, macs ...string) *Agent {
+	a := &Agent{API: strings.TrimRight(api, "/"), MACs: macs, HTTP: &http.Client{Timeout: 10 * time.Second},
+		Version: "simagent 1.0 (" + protocol.Version + ")", Outcomes: map[string]Outcome{}, seen: map[string]bool{},
+		Clean: []protocol.Step{
+			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
+			{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true},
+			{Interface: "raid", Step: "delete_configuration", Priority: 0},
+			{Interface: "raid", Step: "create_configuration", Priority: 0,
+				ArgsInfo: map[string]protocol.ArgInfo{"target_raid_config": {Description: "RAID layout"}}},
+		},
+		Deploy: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 0,
+			ArgsInfo: map[string]protocol.ArgInfo{"image_url": {Required: true}, "image_checksum": {Required: true},
+				"image_disk_format": {}, "root_device": {}}}},
+		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},
+			Memory: protocol.Memory{Total: 8 << 30, PhysicalMB: 8192},
+			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}}},
+	}
+	for _, m := range macs {
+		a.Inventory.Interfaces = append(a.Inventory.Interfaces, protocol.NIC{Name: "eth" + fmt.Sprint(len(a.Inventory.Interfaces)), MACAddress: m, HasCarrier: true})
+	}
+	a.Boot()
+	return a
+}
+
+// Boot simulates a (re)boot: a new boot id, no token, no command.
+func (a *Agent) Boot() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bootID, a.token, a.current, a.sentSteps = uuid.NewString(), "", nil, false
+	a.fingerprint = fingerprint(a.Clean, a.Deploy)
+}
+
+func fingerprint(clean, deploy []protocol.Step) string {
+	b, _ := json.Marshal([]any{clean, deploy})
+	return fmt.Sprintf("sim:%x", len(b)*7919+int(b[len(b)/2]))
+}
+
+// Node is the node UUID found by lookup.
+func (a *Agent) Node() string { a.mu.Lock(); defer a.mu.Unlock(); return a.node }
+
+// Token is the current agent token.
+func (a *Agent) Token() string { a.mu.Lock(); defer a.mu.Unlock(); return a.token }
+
+// Commands lists every command the agent started, in order.
+func (a *Agent) Commands() []protocol.Command {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]protocol.Command(nil), a.commands...)
+}
+
+// Ran lists the commands the agent executed ("deploy.erase_devices", "inventory").
+func (a *Agent) Ran() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.ran...)
+}
+
+// LastReply is the last heartbeat reply.
+func (a *Agent) LastReply() *protocol.HeartbeatResponse {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastReply
+}
+
+// Lookup finds the node and gets this boot's token.
+func (a *Agent) Lookup(ctx context.Context) error {
+	q := url.Values{"addresses": {strings.Join(a.MACs, ",")}, "boot_id": {a.bootID}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.API+protocol.LookupPath+"?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+	res, err := a.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return fmt.Errorf("lookup: HTTP %d: %s", res.StatusCode, b)
+	}
+	lr, err := protocol.DecodeLookupResponse(res.Body)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.token, a.node = lr.Config.AgentToken, lr.Node.UUID
+	a.mu.Unlock()
+	return nil
+}
+
+// Heartbeat sends one heartbeat, then acts on the reply: a new command is
+// started (and finishes per its Outcome on later heartbeats).
+func (a *Agent) Heartbeat(ctx context.Context) (*protocol.HeartbeatResponse, error) {
+	a.mu.Lock()
+	hb := protocol.Heartbeat{AgentToken: a.token, AgentVersion: a.Version, BootID: a.bootID, Fingerprint: a.fingerprint}
+	if !a.sentSteps {
+		hb.Steps = &protocol.StepCatalogue{Fingerprint: a.fingerprint, Managers: []protocol.ManagerVersion{{Name: "simulated", Version: "1.0"}},
+			Clean: a.Clean, Deploy: a.Deploy}
+		hb.BootTimings = []protocol.BootPhase{{Phase: "kernel", Seconds: 0.8}, {Phase: "heartbeat", Seconds: 4.2}}
+	}
+	a.advance()
+	if a.current != nil {
+		st := *a.current
+		hb.Command = &st
+	}
+	node := a.node
+	a.mu.Unlock()
+
+	body, _ := json.Marshal(hb)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.API+protocol.HeartbeatPath+node, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", "1.82")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := a.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusUnauthorized {
+		return nil, ErrUnauthorized
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		return nil, fmt.Errorf("heartbeat: HTTP %d: %s", res.StatusCode, b)
+	}
+	reply, err := protocol.DecodeHeartbeatResponse(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastReply = reply
+	if hb.Steps != nil {
+		a.sentSteps = true
+	}
+	if reply.SendSteps {
+		a.sentSteps = false
+	}
+	if a.current != nil && reply.Ack == a.current.ID && a.current.State != protocol.CommandRunning {
+		a.current = nil
+	}
+	if reply.Command != nil && (a.current == nil || a.current.State != protocol.CommandRunning) && !a.seen[reply.Command.ID] {
+		a.start(*reply.Command)
+	}
+	return reply, nil
+}
+
+// start begins a command; it reports RUNNING until its outcome says done.
+func (a *Agent) start(c protocol.Command) {
+	a.seen[c.ID] = true
+	key := c.Name
+	if c.Step != nil {
+		key = c.Step.Key()
+	}
+	a.ran = append(a.ran, key)
+	a.commands = append(a.commands, c)
+	a.curKey = key
+	a.current = &protocol.CommandStatus{ID: c.ID, Name: c.Name, State: protocol.CommandRunning,
+		StartedAt: time.Now().UTC(), Progress: &protocol.Progress{Percent: 0, Message: "starting " + key}}
+	a.runsLeft = a.Outcomes[key].Runs
+	if c.Fingerprint != "" && c.Fingerprint != a.fingerprint {
+		a.finish(&protocol.Error{Type: protocol.ErrTypeVersionMismatch, Code: 409, Message: "step catalogue changed"}, nil)
+	}
+}
+
+// advance moves the running command along its scripted outcome.
+func (a *Agent) advance() {
+	cur := a.current
+	if cur == nil || cur.State != protocol.CommandRunning {
+		return
+	}
+	out := a.Outcomes[a.curKey]
+	if out.Release != nil {
+		select {
+		case <-out.Release:
+		default:
+			cur.Progress.Percent = min(cur.Progress.Percent+10, 90)
+			return
+		}
+	}
+	if a.runsLeft > 0 {
+		a.runsLeft--
+		cur.Progress.Percent = min(cur.Progress.Percent+25, 90)
+		return
+	}
+	if out.Fail != "" {
+		a.finish(&protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500, Message: out.Fail}, nil)
+		return
+	}
+	result := out.Result
+	if cur.Name == protocol.CmdInventory {
+		result = a.Inventory
+	}
+	a.finish(nil, result)
+}
+
+func (a *Agent) finish(e *protocol.Error, result any) {
+	now := time.Now().UTC()
+	a.current.FinishedAt = &now
+	a.current.Progress = &protocol.Progress{Percent: 100, Message: "done"}
+	if e != nil {
+		a.current.State, a.current.Error = protocol.CommandFailed, e
+		return
+	}
+	a.current.State = protocol.CommandSucceeded
+	if result != nil {
+		a.current.Result, _ = json.Marshal(result)
+	}
+}
+
+// Run looks up and heartbeats every interval until ctx ends, re-looking up
+// when the token is rejected. Errors are retried, never fatal.
+func (a *Agent) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		if a.Token() == "" {
+			if a.Lookup(ctx) != nil {
+				sleep(ctx, interval)
+				continue
+			}
+		}
+		if _, err := a.Heartbeat(ctx); errors.Is(err, ErrUnauthorized) {
+			a.mu.Lock()
+			a.token = ""
+			a.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
