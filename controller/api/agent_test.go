@@ -53,6 +53,13 @@ func (e *testEnv) drive(a *simagent.Agent, node, want string, before func(n map[
 		if before != nil {
 			before(n)
 		}
+		// The controller rebooted the node after this agent booted (the
+		// await names the agent's boot as the old one): like a real node,
+		// the simulated agent comes back with a new boot.
+		dii, _ := n["driver_internal_info"].(map[string]any)
+		if aw, ok := dii["agent_await"].(map[string]any); ok && aw["old_boot_id"] != "" && aw["old_boot_id"] == dii["agent_boot_id"] && a.Token() != "" {
+			a.Boot()
+		}
 		if a.Token() == "" {
 			_ = a.Lookup(ctx)
 		} else if _, err := a.Heartbeat(ctx); errors.Is(err, simagent.ErrUnauthorized) {
