@@ -1,0 +1,278 @@
+// Command anvil is the operator CLI for anvil-controller's REST API.
+//
+//	anvil node list [--state S]          nodes with state, current step, last error
+//	anvil node show NODE                 one node in detail
+//	anvil node steps NODE                the cached clean steps, their age and fingerprint
+//	anvil node events NODE               the node's history
+//	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
+//	anvil node clean NODE --steps FILE|- [--wait]
+//
+// The controller URL comes from --url or ANVIL_URL (default
+// http://127.0.0.1:6385); http_basic credentials from ANVIL_USERNAME and
+// ANVIL_PASSWORD.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: anvil [--url URL] node <list|show|steps|events|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
+
+// verbs maps CLI verbs to provision targets and the state --wait expects.
+var verbs = map[string]struct{ target, want string }{
+	"manage": {"manage", "manageable"}, "provide": {"provide", "available"}, "inspect": {"inspect", "manageable"},
+	"clean": {"clean", "manageable"}, "deploy": {"active", "active"}, "undeploy": {"deleted", "available"},
+	"abort": {"abort", ""},
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("anvil", flag.ContinueOnError)
+	def := getenv("ANVIL_URL")
+	if def == "" {
+		def = "http://127.0.0.1:6385"
+	}
+	url := fs.String("url", def, "controller URL")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) < 2 || rest[0] != "node" {
+		return errors.New(usage)
+	}
+	c := client.New(*url, nil)
+	if u := getenv("ANVIL_USERNAME"); u != "" {
+		c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
+	}
+	cmd, rest := rest[1], rest[2:]
+	switch cmd {
+	case "list":
+		return list(ctx, c, rest, out)
+	case "show", "steps", "events":
+		if len(rest) != 1 {
+			return fmt.Errorf("usage: anvil node %s NODE", cmd)
+		}
+		switch cmd {
+		case "show":
+			return show(ctx, c, rest[0], out)
+		case "steps":
+			return steps(ctx, c, rest[0], out)
+		}
+		return events(ctx, c, rest[0], out)
+	}
+	v, ok := verbs[cmd]
+	if !ok {
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+	return verb(ctx, c, cmd, v.target, v.want, rest, stdin, out)
+}
+
+func list(ctx context.Context, c *client.Client, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	st := fs.String("state", "", "only nodes in this provision state")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	q := ""
+	if *st != "" {
+		q = "provision_state=" + strings.ReplaceAll(*st, " ", "%20")
+	}
+	nodes, err := c.ListNodes(ctx, q, true)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tUUID\tSTATE\tPOWER\tSTEP\tLAST ERROR")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", deref(n.Name, "-"), n.UUID, stateText(&n), deref(n.PowerState, "-"),
+			stepText(&n), trim(deref(n.LastError, ""), 60))
+	}
+	return tw.Flush()
+}
+
+func stateText(n *client.Node) string {
+	s := n.ProvisionState
+	if n.TargetProvisionState != nil && !strings.HasSuffix(s, "failed") {
+		s += " -> " + *n.TargetProvisionState
+	}
+	if n.Maintenance {
+		s += " (maintenance)"
+	}
+	return s
+}
+
+// stepText shows the current step with index/total and progress.
+func stepText(n *client.Node) string {
+	step := client.CurrentStep(n)
+	if step == "" {
+		return "-"
+	}
+	key, idxKey := "clean_steps", "clean_step_index"
+	if len(n.CleanStep) == 0 {
+		key, idxKey = "deploy_steps", "deploy_step_index"
+	}
+	if list, ok := n.DriverInternalInfo[key].([]any); ok {
+		if i, ok := n.DriverInternalInfo[idxKey].(float64); ok {
+			step += fmt.Sprintf(" (%d/%d)", int(i)+1, len(list))
+		}
+	}
+	if st, ok := n.DriverInternalInfo["agent_command_status"].(map[string]any); ok && st["state"] == "RUNNING" {
+		if p, ok := st["progress"].(map[string]any); ok {
+			step += fmt.Sprintf(" %.0f%%", p["percent"])
+			if m, _ := p["message"].(string); m != "" {
+				step += " " + m
+			}
+		}
+	}
+	return step
+}
+
+func show(ctx context.Context, c *client.Client, node string, out io.Writer) error {
+	var raw map[string]any
+	if err := c.Do(ctx, "GET", "/v1/nodes/"+node, nil, &raw); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(raw, "", "  ")
+	_, err := fmt.Fprintln(out, string(b))
+	return err
+}
+
+func steps(ctx context.Context, c *client.Client, node string, out io.Writer) error {
+	var body struct {
+		Message      string `json:"message"`
+		Fingerprint  string `json:"fingerprint"`
+		AgentVersion string `json:"agent_version"`
+		AgeSeconds   int    `json:"age_seconds"`
+		Steps        []struct {
+			Interface string         `json:"interface"`
+			Step      string         `json:"step"`
+			Priority  int            `json:"priority"`
+			Abortable bool           `json:"abortable"`
+			Args      map[string]any `json:"args"`
+		} `json:"steps"`
+	}
+	if err := c.Do(ctx, "GET", "/v1/nodes/"+node+"/cleaning/steps", nil, &body); err != nil {
+		return err
+	}
+	if body.Steps == nil && body.Message != "" {
+		_, err := fmt.Fprintln(out, body.Message)
+		return err
+	}
+	if body.Fingerprint != "" {
+		fmt.Fprintf(out, "cached from %s, %s ago, fingerprint %s\n", body.AgentVersion, time.Duration(body.AgeSeconds)*time.Second, body.Fingerprint)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tPRIORITY\tABORTABLE\tARGS")
+	for _, s := range body.Steps {
+		var args []string
+		for k := range s.Args {
+			args = append(args, k)
+		}
+		fmt.Fprintf(tw, "%s.%s\t%d\t%v\t%s\n", s.Interface, s.Step, s.Priority, s.Abortable, strings.Join(args, ","))
+	}
+	return tw.Flush()
+}
+
+func events(ctx context.Context, c *client.Client, node string, out io.Writer) error {
+	evs, err := c.History(ctx, node)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSEVERITY\tTYPE\tEVENT")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.CreatedAt, e.Severity, e.EventType, e.Event)
+	}
+	return tw.Flush()
+}
+
+func verb(ctx context.Context, c *client.Client, name, target, want string, args []string, stdin io.Reader, out io.Writer) error {
+	if len(args) < 1 {
+		return fmt.Errorf("usage: anvil node %s NODE [--wait] [--timeout D]", name)
+	}
+	node := args[0]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	wait := fs.Bool("wait", false, "wait until the node rests in the expected state, showing progress")
+	timeout := fs.Duration("timeout", time.Hour, "give up waiting after this long")
+	stepsFile := fs.String("steps", "", "clean steps as JSON, from a file or - for standard input")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	extra := map[string]any{}
+	if name == "clean" {
+		if *stepsFile == "" {
+			return errors.New("anvil node clean needs --steps FILE|-")
+		}
+		var r io.Reader = stdin
+		if *stepsFile != "-" {
+			f, err := os.Open(*stepsFile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			r = f
+		}
+		var cs []map[string]any
+		if err := json.NewDecoder(r).Decode(&cs); err != nil {
+			return fmt.Errorf("clean steps: expected a JSON list of {interface, step, args}: %w", err)
+		}
+		extra["clean_steps"] = cs
+	}
+	if err := c.Provision(ctx, node, target, extra); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: %s accepted\n", node, name)
+	if !*wait || want == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	start := time.Now()
+	last := ""
+	n, err := c.WaitForState(ctx, node, want, time.Second, func(n *client.Node) {
+		line := fmt.Sprintf("[%6.1fs] %s  %s", time.Since(start).Seconds(), stateText(n), stepText(n))
+		if line != last {
+			fmt.Fprintln(out, line)
+			last = line
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: %s after %.1fs\n", node, n.ProvisionState, time.Since(start).Seconds())
+	return nil
+}
+
+func deref(s *string, def string) string {
+	if s == nil {
+		return def
+	}
+	return *s
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
