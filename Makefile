@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-compat bench demo demo-clean fmt vet lint clean
+.PHONY: help build test test-quick test-vm test-compat bench demo demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,10 +19,11 @@ test-quick: ## unit and integration tests without VMs (< 5 min)
 test-compat: build ## drive a real controller with the python-ironicclient `baremetal` CLI
 	ANVIL_CONTROLLER_BIN=$(CURDIR)/$(BIN)/anvil-controller $(GO) test -count=1 -tags compat -run Compat -v ./cmd/anvil-controller/
 
-test-vm: ## tests that boot QEMU VMs (TCG) and drive BMC emulators
-	$(GO) test -count=1 -tags vm -timeout 30m ./...
+test-vm: ## only the tests that boot QEMU VMs (TCG) and drive BMC emulators
+	$(GO) test -count=1 -tags vm -run 'VM' -timeout 30m ./...
 
-test: test-quick test-compat test-vm ## everything CI runs
+test: test-compat ## everything CI runs: all Go tests including VM ones (one pass), then the CLI compatibility test
+	$(GO) test -count=1 -tags vm -timeout 40m ./...
 
 bench: build ## benchmarks: API load from another process, store and conductor micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./controller/...

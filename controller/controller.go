@@ -32,6 +32,9 @@ type Config struct {
 	AutomatedClean      bool
 	CleanWaitTimeout    time.Duration
 	DeployWaitTimeout   time.Duration
+	HeartbeatInterval   time.Duration
+	AgentBootTimeout    time.Duration
+	AgentSilenceTimeout time.Duration
 	Logger              *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
@@ -98,7 +101,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer st.Close()
 	cond := conductor.New(st, conductor.Config{Host: cfg.Host, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
-		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log},
+		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
+		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
+			SilenceTimeout: cfg.AgentSilenceTimeout}},
 		conductor.FakeDriver{})
 	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,
 		Metrics: api.NewMetrics(st)})

@@ -31,20 +31,23 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
 	hostname, _ := os.Hostname()
 	var (
-		listen    = fs.String("listen", "127.0.0.1:6385", "address to listen on")
-		database  = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH or sqlite://:memory:")
-		auth      = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
-		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
-		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
-		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
-		host      = fs.String("host", hostname, "name written into node reservations")
-		workers   = fs.Int("workers", 16, "concurrent node operations")
-		autoClean = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
-		cleanWait = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
-		deplWait  = fs.Duration("deploy-wait-timeout", 1800e9, "fail nodes waiting in wait call-back longer than this (0 disables)")
-		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat = fs.String("log-format", "text", "text or json")
-		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
+		listen     = fs.String("listen", "127.0.0.1:6385", "address to listen on")
+		database   = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH or sqlite://:memory:")
+		auth       = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
+		htpasswd   = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
+		insecure   = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
+		publicURL  = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
+		host       = fs.String("host", hostname, "name written into node reservations")
+		workers    = fs.Int("workers", 16, "concurrent node operations")
+		autoClean  = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
+		cleanWait  = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
+		deplWait   = fs.Duration("deploy-wait-timeout", 1800e9, "fail nodes waiting in wait call-back longer than this (0 disables)")
+		hbEvery    = fs.Duration("heartbeat-interval", 10e9, "how often idle agents heartbeat")
+		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
+		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
+		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat  = fs.String("log-format", "text", "text or json")
+		config     = fs.String("config", "", "config file of 'flag-name: value' lines")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,7 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
-		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, Logger: log})
+		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*
