@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"strings"
+
+	"github.com/anvil-metal/anvil/hardware"
+)
+
+// BootConfig is what the kernel command line tells the agent. Flags of the
+// agent binary override it; the command line is how the ramdisk is
+// configured without rebuilding it.
+type BootConfig struct {
+	// API is the controller URL (anvil.api=, or IPA's ipa-api-url=).
+	API string
+	// Token is the per-boot nonce baked into the boot config by the
+	// controller (anvil.token=); optional.
+	Token string
+	// Debug turns on debug logging (anvil.debug, anvil.debug=1).
+	Debug bool
+	// Interfaces restricts network setup to these interfaces
+	// (anvil.interface=eth0, repeatable or comma-separated).
+	Interfaces []string
+	// Devices is the device allow-list (anvil.devices=/dev/loop3,...);
+	// nil means none was given.
+	Devices []string
+	// Node is the node UUID, when the boot config knows it (anvil.node=).
+	Node string
+}
+
+// ParseCmdline reads /proc/cmdline-style text. Unknown parameters are
+// ignored (the line is shared with the kernel and init), and so is
+// everything after "--", which belongs to init.
+func ParseCmdline(s string) BootConfig {
+	var c BootConfig
+	for _, arg := range splitCmdline(s) {
+		if arg == "--" {
+			break
+		}
+		key, val, hasVal := strings.Cut(arg, "=")
+		switch key {
+		case "anvil.api":
+			c.API = val
+		case "ipa-api-url":
+			// IPA's name, so a PXE config written for IPA works; ours wins.
+			if c.API == "" {
+				c.API = val
+			}
+		case "anvil.token":
+			c.Token = val
+		case "anvil.debug":
+			c.Debug = !hasVal || truthy(val)
+		case "anvil.interface":
+			for _, n := range strings.Split(val, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					c.Interfaces = append(c.Interfaces, n)
+				}
+			}
+		case "anvil.devices":
+			c.Devices = hardware.ParseAllowList(val)
+		case "anvil.node":
+			c.Node = val
+		}
+	}
+	return c
+}
+
+func truthy(v string) bool {
+	switch strings.ToLower(v) {
+	case "0", "false", "no", "off":
+		return false
+	}
+	return true
+}
+
+// splitCmdline splits on whitespace, honouring double quotes the way the
+// kernel does (`key="a b"` is one parameter, quotes removed).
+func splitCmdline(s string) []string {
+	var out []string
+	var cur strings.Builder
+	inQuote, inArg := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			inQuote = !inQuote
+			inArg = true
+		case !inQuote && (r == ' ' || r == '\t' || r == '\n' || r == '\r'):
+			if inArg {
+				out = append(out, cur.String())
+				cur.Reset()
+				inArg = false
+			}
+		default:
+			cur.WriteRune(r)
+			inArg = true
+		}
+	}
+	if inArg {
+		out = append(out, cur.String())
+	}
+	return out
+}

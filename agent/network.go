@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/u-root/u-root/pkg/dhclient"
+	"github.com/vishvananda/netlink"
+)
+
+// Link is one network interface as the agent sees it.
+type Link struct {
+	Name     string
+	MAC      string // lower-case, colon-separated
+	Physical bool   // backed by a device, not a bridge, veth or tunnel
+	Loopback bool
+	Carrier  bool
+	HasIPv4  bool
+}
+
+// LinkLister lists the machine's interfaces.
+type LinkLister interface {
+	Links(ctx context.Context) ([]Link, error)
+}
+
+// DHCP configures interfaces with DHCPv4 and returns those that got a
+// lease. Behind an interface so tests need no NICs; the real one is
+// DHCPv4Client.
+type DHCP interface {
+	Configure(ctx context.Context, names []string) ([]string, error)
+}
+
+// Interfaces is the real Network: it picks the interfaces to use, runs
+// DHCP on those without an address (in the ramdisk only) and returns their
+// MACs for the lookup.
+type Interfaces struct {
+	Links LinkLister
+	// DHCP is nil outside the ramdisk: the agent must not reconfigure a
+	// workstation's network, it only reports the MACs.
+	DHCP DHCP
+	// Hints restrict the interfaces used (anvil.interface=); empty means all.
+	Hints []string
+	Log   *slog.Logger
+}
+
+var _ Network = (*Interfaces)(nil)
+
+// Up implements Network. It succeeds when there are MACs to look up with
+// and, when configuring, at least one interface has an IPv4 address.
+func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
+	log := n.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	links, err := n.Links.Links(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	use := n.pick(links)
+	if len(use) == 0 {
+		return nil, fmt.Errorf("no usable interface among %d (hints %v)", len(links), n.Hints)
+	}
+	var macs, need []string
+	addressed := 0
+	for _, l := range use {
+		macs = append(macs, l.MAC)
+		if l.HasIPv4 {
+			addressed++
+		} else {
+			need = append(need, l.Name)
+		}
+	}
+	if n.DHCP != nil && len(need) > 0 {
+		got, err := n.DHCP.Configure(ctx, need)
+		log.InfoContext(ctx, "DHCPv4", "interfaces", need, "leased", got, "err", err)
+		addressed += len(got)
+		if addressed == 0 {
+			if err == nil {
+				err = errors.New("no lease")
+			}
+			return nil, fmt.Errorf("DHCPv4 on %v: %w", need, err)
+		}
+	}
+	return macs, nil
+}
+
+// pick chooses the interfaces to report: the hinted ones if any, else the
+// physical ones, else (a VM or container without device links) every
+// non-loopback interface with a MAC.
+func (n *Interfaces) pick(links []Link) []Link {
+	var withMAC []Link
+	for _, l := range links {
+		if !l.Loopback && l.MAC != "" && l.MAC != "00:00:00:00:00:00" {
+			withMAC = append(withMAC, l)
+		}
+	}
+	slices.SortFunc(withMAC, func(a, b Link) int { return strings.Compare(a.Name, b.Name) })
+	if len(n.Hints) > 0 {
+		return slices.DeleteFunc(withMAC, func(l Link) bool { return !slices.Contains(n.Hints, l.Name) })
+	}
+	physical := slices.DeleteFunc(slices.Clone(withMAC), func(l Link) bool { return !l.Physical })
+	if len(physical) > 0 {
+		return physical
+	}
+	return withMAC
+}
+
+// SysfsLinks lists interfaces from <Root>/sys/class/net; addresses come
+// from the running kernel (Addrs), so they are only meaningful for Root "/".
+type SysfsLinks struct {
+	Root  string
+	Addrs func(name string) ([]net.Addr, error) // nil: net.InterfaceByName
+}
+
+var _ LinkLister = SysfsLinks{}
+
+// Links implements LinkLister.
+func (s SysfsLinks) Links(context.Context) ([]Link, error) {
+	dir := filepath.Join(s.Root, "sys", "class", "net")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	var out []Link
+	for _, e := range entries {
+		name := e.Name()
+		p := filepath.Join(dir, name)
+		l := Link{Name: name, MAC: strings.ToLower(readTrim(filepath.Join(p, "address")))}
+		// ARPHRD_LOOPBACK is 772.
+		l.Loopback = readTrim(filepath.Join(p, "type")) == "772" || name == "lo"
+		if _, err := os.Stat(filepath.Join(p, "device")); err == nil {
+			l.Physical = true
+		}
+		// carrier is unreadable (EINVAL) while the link is down.
+		l.Carrier = readTrim(filepath.Join(p, "carrier")) == "1"
+		l.HasIPv4 = s.hasIPv4(name)
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (s SysfsLinks) hasIPv4(name string) bool {
+	addrs := s.Addrs
+	if addrs == nil {
+		addrs = func(name string) ([]net.Addr, error) {
+			ifc, err := net.InterfaceByName(name)
+			if err != nil {
+				return nil, err
+			}
+			return ifc.Addrs()
+		}
+	}
+	as, err := addrs(name)
+	if err != nil {
+		return false
+	}
+	for _, a := range as {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			return true
+		}
+	}
+	return false
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// DHCPv4Client is the real DHCP, u-root's dhclient: it brings each link up,
+// keeps those that come up with a carrier, and configures the leases
+// (address, routes, resolv.conf).
+type DHCPv4Client struct {
+	LinkUpTimeout time.Duration // default 10 s
+	Timeout       time.Duration // one request; default 5 s
+	Retries       int           // default 3
+	Log           *slog.Logger
+}
+
+var _ DHCP = DHCPv4Client{}
+
+// Configure implements DHCP.
+func (d DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, error) {
+	if d.LinkUpTimeout <= 0 {
+		d.LinkUpTimeout = 10 * time.Second
+	}
+	if d.Timeout <= 0 {
+		d.Timeout = 5 * time.Second
+	}
+	if d.Retries <= 0 {
+		d.Retries = 3
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// IfUp waits for operstate up, which needs a carrier: a NIC with no
+	// cable is skipped instead of burning DHCP timeouts. In parallel, so
+	// four unplugged ports cost one timeout, not four.
+	type up struct {
+		link netlink.Link
+		err  error
+	}
+	ups := make([]up, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := dhclient.IfUp(name, d.LinkUpTimeout)
+			ups[i] = up{l, err}
+		}()
+	}
+	wg.Wait()
+	var links []netlink.Link
+	var errs []error
+	for i, u := range ups {
+		if u.err != nil {
+			errs = append(errs, u.err)
+			log.InfoContext(ctx, "interface has no link; skipping", "interface", names[i], "err", u.err)
+			continue
+		}
+		links = append(links, u.link)
+	}
+	if len(links) == 0 {
+		return nil, fmt.Errorf("no interface came up: %w", errors.Join(errs...))
+	}
+	cfg := dhclient.Config{Timeout: d.Timeout, Retries: d.Retries, LogLevel: dhclient.LogSummary}
+	var got []string
+	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, d.LinkUpTimeout) {
+		name := r.Interface.Attrs().Name
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, r.Err))
+			continue
+		}
+		if err := r.Lease.Configure(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: configure lease: %w", name, err))
+			continue
+		}
+		log.InfoContext(ctx, "DHCPv4 lease configured", "interface", name, "lease", r.Lease.String())
+		got = append(got, name)
+	}
+	if len(got) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return got, nil
+}
