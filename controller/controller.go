@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -35,6 +38,7 @@ type Config struct {
 	HeartbeatInterval   time.Duration
 	AgentBootTimeout    time.Duration
 	AgentSilenceTimeout time.Duration
+	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
 	Logger              *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
@@ -100,11 +104,22 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval})
+	// note records what the BMC did (which provider answered) in the node's
+	// history; a failure to record is logged, never fatal.
+	note := func(ctx context.Context, nodeUUID, severity, msg string) {
+		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
+			EventType: "bmc", Event: msg, Conductor: cfg.Host}
+		if err := st.AppendEvent(ctx, e); err != nil {
+			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
+		}
+	}
 	cond := conductor.New(st, conductor.Config{Host: cfg.Host, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
 			SilenceTimeout: cfg.AgentSilenceTimeout}},
-		conductor.FakeDriver{})
+		conductor.FakeDriver{}, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
+		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,
 		Metrics: api.NewMetrics(st)})
 

@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		hbEvery    = fs.Duration("heartbeat-interval", 10e9, "how often idle agents heartbeat")
 		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
+		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
 		config     = fs.String("config", "", "config file of 'flag-name: value' lines")
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, Logger: log})
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -196,13 +197,14 @@ func summaryNode(s *store.NodeSummary) *store.Node {
 		PowerState: s.PowerState, ProvisionState: s.ProvisionState, Reservation: s.Reservation}
 }
 
-const masked = "******"
+const masked = bmc.MaskedValue
 
-// isSecretKey matches the driver_info keys Ironic masks.
+// isSecretKey matches the driver_info keys that are masked: the bmc
+// package owns the list (it also keeps them out of its logs); private keys
+// are masked too.
 func isSecretKey(k string) bool {
 	k = strings.ToLower(k)
-	return strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token") ||
-		strings.HasSuffix(k, "_key") || k == "key"
+	return bmc.IsSecret(k) || strings.HasSuffix(k, "_key") || k == "key"
 }
 
 // The mask helpers copy a map only when something in it must be hidden:

@@ -95,6 +95,12 @@ func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequ
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
 func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
 	switch verb.Event {
+	case state.EvManage:
+		if state.State(n.ProvisionState) == state.Enroll {
+			if err := d.Validate(n)["power"]; err != nil {
+				return invalid("Cannot manage node %s: its driver_info cannot be used to reach the BMC: %v", n.UUID, err)
+			}
+		}
 	case state.EvProvide:
 		if n.Retired {
 			return invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)

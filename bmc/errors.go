@@ -1,0 +1,99 @@
+package bmc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// errKind is how the Manager reacts to a failed BMC command.
+type errKind int
+
+const (
+	kindPermanent   errKind = iota // give up, report as is
+	kindAuth                       // credentials rejected: give up at once
+	kindBusy                       // BMC answered "busy" (409, 503, insufficient resources): retry
+	kindUnreachable                // no answer (refused, timeout): retry
+	kindInvalid                    // driver_info does not fit this BMC (unknown system id)
+)
+
+// classifiedError carries a session's verdict about an error. Sessions
+// classify because only they see the protocol details (HTTP status codes in
+// the transport, ipmitool output and timing); bmclib flattens those into
+// strings inside multierrors.
+type classifiedError struct {
+	kind errKind
+	err  error
+}
+
+func (e *classifiedError) Error() string { return e.err.Error() }
+func (e *classifiedError) Unwrap() error { return e.err }
+
+func classified(kind errKind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classifiedError{kind: kind, err: err}
+}
+
+func kindOf(err error) errKind {
+	var ce *classifiedError
+	if errors.As(err, &ce) {
+		return ce.kind
+	}
+	return kindPermanent
+}
+
+func retryable(err error) bool {
+	k := kindOf(err)
+	return k == kindBusy || k == kindUnreachable
+}
+
+// sentinelFor wraps a final error with the public sentinel of its kind.
+func sentinelFor(err error) error {
+	switch kindOf(err) {
+	case kindAuth:
+		return fmt.Errorf("%w: %w", ErrAuth, err)
+	case kindBusy:
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case kindUnreachable:
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	case kindInvalid:
+		return fmt.Errorf("%w: %w", ErrInvalidDriverInfo, err)
+	}
+	return err
+}
+
+// bmclibError is a bmclib error flattened to one line. bmclib aggregates
+// per-provider failures in a multierror ("2 errors occurred:\n\t* provider:
+// gofish: ...\n\t* no Opener implementations found"), which reads badly in
+// a node's last_error; with a single provider only the provider's own
+// message matters. The original stays reachable through Unwrap.
+type bmclibError struct {
+	msg   string
+	cause error
+}
+
+func (e *bmclibError) Error() string { return e.msg }
+func (e *bmclibError) Unwrap() error { return e.cause }
+
+func flatten(err error) error {
+	if err == nil {
+		return nil
+	}
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		switch {
+		case line == "",
+			strings.HasSuffix(line, "errors occurred:"), strings.HasSuffix(line, "error occurred:"),
+			strings.HasPrefix(line, "no Opener implementations found"):
+			continue
+		}
+		parts = append(parts, line)
+	}
+	if len(parts) == 0 {
+		return err
+	}
+	return &bmclibError{msg: strings.Join(parts, "; "), cause: err}
+}

@@ -1,0 +1,167 @@
+// Package ipmisim runs OpenIPMI's ipmi_sim for tests: a real IPMI-over-LAN
+// BMC on a free 127.0.0.1 UDP port whose chassis power and boot device are
+// handled by anvil-vbmc's chassis-control program.
+package ipmisim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+)
+
+// Options configure Start.
+type Options struct {
+	// ChassisControl is the program ipmi_sim runs as
+	// "<ChassisControl> 0x20 get|set <param> [value]", e.g.
+	// "/tmp/anvil-vbmc chassis-control --url http://127.0.0.1:8000/control/node-1".
+	ChassisControl string
+	// Username and Password of the IPMI admin user (default admin/password).
+	Username, Password string
+}
+
+// Sim is a running ipmi_sim.
+type Sim struct {
+	Port int
+	Dir  string // config, state and ipmi_sim's output (sim.log)
+	cmd  *exec.Cmd
+}
+
+// RepoRoot finds the module root by walking up from the working directory
+// (a package directory under go test).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("ipmisim: go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// BuildVBMC builds cmd/anvil-vbmc into a temporary directory and returns
+// the binary's path (used as the chassis-control program).
+func BuildVBMC(t testing.TB) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "anvil-vbmc")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/anvil-vbmc")
+	cmd.Dir = RepoRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ipmisim: building anvil-vbmc: %v\n%s", err, b)
+	}
+	return out
+}
+
+// SkipIfMissing skips the test when ipmi_sim or ipmitool is not installed.
+func SkipIfMissing(t testing.TB) {
+	t.Helper()
+	for _, b := range []string{"ipmi_sim", "ipmitool"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("%s not installed (Debian packages openipmi, ipmitool): %v", b, err)
+		}
+	}
+}
+
+// freeUDPPort returns a UDP port on 127.0.0.1 that was free a moment ago.
+func freeUDPPort(t testing.TB) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// Start renders testdata/ipmi/lan.conf.tmpl, starts ipmi_sim as a child of
+// the test and stops it at cleanup. It skips the test if ipmi_sim is
+// missing.
+func Start(t testing.TB, o Options) *Sim {
+	t.Helper()
+	SkipIfMissing(t)
+	if o.Username == "" {
+		o.Username = "admin"
+	}
+	if o.Password == "" {
+		o.Password = "password"
+	}
+	for _, s := range []string{o.ChassisControl, o.Username, o.Password} {
+		if strings.ContainsAny(s, "\"\n") {
+			t.Fatalf("ipmisim: %q cannot be quoted in lan.conf", s)
+		}
+	}
+	root := RepoRoot(t)
+	tmpl, err := template.ParseFiles(filepath.Join(root, "testdata", "ipmi", "lan.conf.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sim{Port: freeUDPPort(t), Dir: t.TempDir()}
+	var conf bytes.Buffer
+	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password}); err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(s.Dir, "lan.conf")
+	state := filepath.Join(s.Dir, "state")
+	if err := os.WriteFile(confPath, conf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(s.Dir, "sim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = exec.Command("ipmi_sim", "-c", confPath, "-f", filepath.Join(root, "testdata", "ipmi", "sim.emu"), "-s", state, "-n")
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-exited
+	})
+	if err := waitBound(s.Port, exited); err != nil {
+		out, _ := os.ReadFile(filepath.Join(s.Dir, "sim.log"))
+		t.Fatalf("ipmisim: %v\n%s", err, out)
+	}
+	return s
+}
+
+// waitBound waits until ipmi_sim has bound the UDP port: binding it
+// ourselves then fails.
+func waitBound(port int, exited <-chan error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("ipmi_sim exited: %v", err)
+		default:
+		}
+		c, err := net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return nil
+		}
+		c.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("ipmi_sim did not bind its port within 5s")
+}

@@ -1,0 +1,178 @@
+// Command anvil-vbmc is a virtual BMC for development and tests: a Redfish
+// service in front of in-memory or QEMU virtual nodes, plus the
+// chassis-control program that lets ipmi_sim drive the same nodes over IPMI.
+//
+//	anvil-vbmc [--listen 127.0.0.1:8000] [--config nodes.json] [--node name]... [--username u] [--password p]
+//	anvil-vbmc chassis-control --url http://127.0.0.1:8000/control/<node> <mc> get|set <param> [value]
+//
+// See bmc/vbmc/README.md.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/anvil-metal/anvil/bmc/vbmc"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "chassis-control" {
+		os.Exit(chassisControl(os.Args[2:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-vbmc:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+type nodeList []string
+
+func (n *nodeList) String() string     { return strings.Join(*n, ",") }
+func (n *nodeList) Set(v string) error { *n = append(*n, v); return nil }
+
+// serve runs the virtual BMC until ctx is done.
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("anvil-vbmc", flag.ContinueOnError)
+	listen := fs.String("listen", "", "address to serve Redfish and the control endpoint on (default 127.0.0.1:8000)")
+	config := fs.String("config", "", "JSON file describing nodes (see bmc/vbmc/README.md)")
+	username := fs.String("username", "", "BMC user name (default admin)")
+	password := fs.String("password", "", "BMC password (default $ANVIL_VBMC_PASSWORD, else password)")
+	debug := fs.Bool("debug", false, "log every request")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM; needs --tls-key)")
+	tlsKey := fs.String("tls-key", "", "private key for --tls-cert (PEM)")
+	selfSigned := fs.String("tls-self-signed", "", "serve HTTPS with a fresh self-signed certificate, written to this PEM file for clients to trust")
+	busyAfterOff := fs.Duration("fault-busy-after-power-off", 0, "answer 409 to Reset actions for this long after a power off")
+	ignoreBoot := fs.Bool("fault-ignore-boot-override", false, "accept boot override PATCHes without applying them")
+	var extra nodeList
+	fs.Var(&extra, "node", "add an in-memory node with this name (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	var cfg vbmc.Config
+	if *config != "" {
+		var err error
+		if cfg, err = vbmc.LoadConfig(*config); err != nil {
+			return err
+		}
+	}
+	for _, n := range extra {
+		cfg.Nodes = append(cfg.Nodes, vbmc.NodeConfig{Name: n})
+	}
+	// Flags beat the file; the environment supplies a password kept off
+	// the command line; defaults last.
+	cfg.Listen = firstNonEmpty(*listen, cfg.Listen, "127.0.0.1:8000")
+	cfg.Username = firstNonEmpty(*username, cfg.Username, "admin")
+	cfg.Password = firstNonEmpty(*password, os.Getenv("ANVIL_VBMC_PASSWORD"), cfg.Password, "password")
+	if len(cfg.Nodes) == 0 {
+		return errors.New("no nodes: use --node NAME or --config FILE")
+	}
+
+	nodes, err := vbmc.BuildNodes(log, cfg)
+	if err != nil {
+		return err
+	}
+	defer vbmc.CloseNodes(nodes)
+
+	srv := vbmc.NewServer(log, cfg.Username, cfg.Password, nodes...)
+	srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: *busyAfterOff, IgnoreBootPatch: *ignoreBoot})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	switch {
+	case *selfSigned != "":
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		tc, certPEM, err := vbmc.SelfSignedTLS(host, "localhost")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*selfSigned, certPEM, 0o644); err != nil {
+			return err
+		}
+		ln = tls.NewListener(ln, tc)
+		scheme = "https"
+	case *tlsCert != "" || *tlsKey != "":
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return err
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		scheme = "https"
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	log.Info("anvil-vbmc: serving", "redfish", scheme+"://"+ln.Addr().String()+"/redfish/v1", "nodes", strings.Join(names, ","), "username", cfg.Username)
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("anvil-vbmc: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// chassisControl is run by ipmi_sim for every chassis_control call; it
+// prints "param:value" for gets and must finish quickly.
+func chassisControl(args []string) int {
+	fs := flag.NewFlagSet("chassis-control", flag.ContinueOnError)
+	url := fs.String("url", "", "node control URL, e.g. http://127.0.0.1:8000/control/node-1")
+	username := fs.String("username", "", "BMC user name (default $ANVIL_VBMC_USERNAME, else admin)")
+	password := fs.String("password", "", "BMC password (default $ANVIL_VBMC_PASSWORD, else password)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *url == "" {
+		fmt.Fprintln(os.Stderr, "chassis-control: --url is required")
+		return 2
+	}
+	user := firstNonEmpty(*username, os.Getenv("ANVIL_VBMC_USERNAME"), "admin")
+	pass := firstNonEmpty(*password, os.Getenv("ANVIL_VBMC_PASSWORD"), "password")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	if err := vbmc.ChassisControl(ctx, hc, *url, user, pass, fs.Args(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "chassis-control:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,152 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/bmc"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// BMCDriver is a real hardware type (ipmi or redfish): power and boot
+// device out of band through bmc.Manager; disks in band through the agent
+// (its nodes default to the direct deploy and agent inspect interfaces).
+type BMCDriver struct {
+	hw string
+	m  *bmc.Manager
+	// note records what happened on the BMC (which provider answered) in
+	// the node's history.
+	note func(ctx context.Context, nodeUUID, severity, msg string)
+}
+
+// NewBMCDriver returns the hardware type hw ("ipmi" or "redfish") over m.
+// note may be nil.
+func NewBMCDriver(hw string, m *bmc.Manager, note func(ctx context.Context, nodeUUID, severity, msg string)) *BMCDriver {
+	if note == nil {
+		note = func(context.Context, string, string, string) {}
+	}
+	return &BMCDriver{hw: hw, m: m, note: note}
+}
+
+// Name of the hardware type.
+func (d *BMCDriver) Name() string { return d.hw }
+
+func (d *BMCDriver) target(n *store.Node) (bmc.Target, error) {
+	t, err := bmc.ParseDriverInfo(d.hw, n.DriverInfo)
+	if err != nil {
+		return t, err
+	}
+	t.ID = n.UUID
+	return t, nil
+}
+
+// Validate checks driver_info; the in-band interfaces need the agent only.
+func (d *BMCDriver) Validate(n *store.Node) map[string]error {
+	_, err := d.target(n)
+	out := map[string]error{"power": err, "management": err, "boot": nil, "deploy": nil, "inspect": nil,
+		"console": errors.New("no console interface is enabled"), "network": nil, "raid": nil,
+		"rescue": errors.New("no rescue interface is enabled"), "storage": nil, "bios": errors.New("no bios interface is enabled")}
+	if !UsesAgent(n) {
+		out["deploy"] = fmt.Errorf("deploy interface %q is not supported by %s; use direct", n.Interfaces.Deploy, d.hw)
+	}
+	return out
+}
+
+func (d *BMCDriver) record(ctx context.Context, n *store.Node, what string, o bmc.Outcome, err error) {
+	if err != nil {
+		d.note(ctx, n.UUID, "ERROR", fmt.Sprintf("bmc: %s failed after %d attempt(s) in %s: %v", what, o.Attempts, o.Duration.Round(1e6), err))
+		return
+	}
+	d.note(ctx, n.UUID, "INFO", fmt.Sprintf("bmc: %s via %s (%d attempt(s), %s)", what, o.Provider, o.Attempts, o.Duration.Round(1e6)))
+}
+
+// VerifyAccess checks the credentials against the BMC (the manage verb).
+func (d *BMCDriver) VerifyAccess(ctx context.Context, n *store.Node) error {
+	t, err := d.target(n)
+	if err != nil {
+		return err
+	}
+	o, err := d.m.Verify(ctx, t)
+	d.record(ctx, n, "credentials verified", o, err)
+	return err
+}
+
+// PowerState reads the power state.
+func (d *BMCDriver) PowerState(ctx context.Context, n *store.Node) (string, error) {
+	t, err := d.target(n)
+	if err != nil {
+		return "", err
+	}
+	ps, _, err := d.m.PowerState(ctx, t)
+	return string(ps), err
+}
+
+// SetPower performs an Ironic power target, verified by the bmc package.
+func (d *BMCDriver) SetPower(ctx context.Context, n *store.Node, target string) error {
+	t, err := d.target(n)
+	if err != nil {
+		return err
+	}
+	a, err := bmc.ActionForTarget(target)
+	if err != nil {
+		return err
+	}
+	o, err := d.m.SetPower(ctx, t, a)
+	d.record(ctx, n, "power "+target, o, err)
+	return err
+}
+
+// SetBootDevice sets the boot device, UEFI when the node boots that way.
+func (d *BMCDriver) SetBootDevice(ctx context.Context, n *store.Node, device string, persistent bool) error {
+	t, err := d.target(n)
+	if err != nil {
+		return err
+	}
+	efi := n.BootMode != nil && *n.BootMode == "uefi"
+	if cap, ok := n.Properties["capabilities"].(string); ok && !efi {
+		efi = containsBootMode(cap, "uefi")
+	}
+	o, err := d.m.SetBootDevice(ctx, t, bmc.BootDevice(device), bmc.BootOptions{Persistent: persistent, EFI: efi})
+	d.record(ctx, n, fmt.Sprintf("boot device %s (persistent=%v, uefi=%v)", device, persistent, efi), o, err)
+	return err
+}
+
+// containsBootMode reads Ironic's "boot_mode:uefi" capability.
+func containsBootMode(capabilities, mode string) bool {
+	for _, kv := range splitComma(capabilities) {
+		if kv == "boot_mode:"+mode {
+			return true
+		}
+	}
+	return false
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// CleanSteps: the BMC types add no out-of-band clean steps yet.
+func (d *BMCDriver) CleanSteps(*store.Node) []protocol.Step { return nil }
+
+// DeploySteps: the deploy steps come from the direct deploy interface.
+func (d *BMCDriver) DeploySteps(*store.Node) []protocol.Step { return nil }
+
+// ExecuteStep has no out-of-band steps to run.
+func (d *BMCDriver) ExecuteStep(_ context.Context, _ *store.Node, _ string, s protocol.Step) (StepStatus, error) {
+	return StepDone, fmt.Errorf("%s has no out-of-band step %s", d.hw, s.Key())
+}
+
+// Inspect out of band is not supported: nodes inspect through the agent.
+func (d *BMCDriver) Inspect(context.Context, *store.Node) error {
+	return fmt.Errorf("%s inspects in band: set inspect_interface to agent", d.hw)
+}
