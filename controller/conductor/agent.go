@@ -258,7 +258,7 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 		if !cached || cache.Fingerprint != hb.Fingerprint {
 			resp.SendSteps = true
 		}
-		if _, waiting := getDII[await](n, diiAwait); waiting && cached && !resp.SendSteps {
+		if aw, waiting := getDII[await](n, diiAwait); waiting && !resp.SendSteps && agentBack(n, aw) {
 			kick = true // the ramdisk is back; the worker continues
 		}
 		pending, hasPending := getDII[pendingCommand](n, diiCommand)

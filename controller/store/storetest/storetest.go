@@ -4,7 +4,9 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"EventsWithUpdate":  testEventsWithUpdate,
 		"Summaries":         testSummaries,
 		"Inventory":         testInventory,
+		"ConcurrentUpdates": testConcurrentUpdates,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -357,4 +360,49 @@ func testInventory(t *testing.T, s store.Store) {
 	require.NoError(t, s.DeleteNode(ctx, n.UUID))
 	_, err = s.GetInventory(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "the inventory goes with its node")
+}
+
+// testConcurrentUpdates writes many nodes at once (a backend may commit
+// them together) and checks that each writer gets its own outcome: fresh
+// writes land with their events, stale ones fail alone.
+func testConcurrentUpdates(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 40
+	var ids []string
+	for i := 0; i < n; i++ {
+		node := NewNode(fmt.Sprintf("c%d", i))
+		require.NoError(t, s.CreateNode(ctx, node))
+		ids = append(ids, node.UUID)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for i, id := range ids {
+		fresh, err := s.GetNode(ctx, id)
+		require.NoError(t, err)
+		stale := *fresh
+		stale.Revision-- // as if read before someone else's write
+		wg.Add(2)
+		go func(i int) {
+			defer wg.Done()
+			fresh.ProvisionState = "manageable"
+			errs[i] = s.UpdateNode(ctx, fresh, &store.Event{UUID: uuid.NewString(), NodeUUID: fresh.UUID, CreatedAt: time.Now(), Event: "ok"})
+		}(i)
+		go func(i int) {
+			defer wg.Done()
+			stale.ProvisionState = "error"
+			errs[n+i] = s.UpdateNode(ctx, &stale, &store.Event{UUID: uuid.NewString(), NodeUUID: stale.UUID, CreatedAt: time.Now(), Event: "stale"})
+		}(i)
+	}
+	wg.Wait()
+	for i, id := range ids {
+		require.NoError(t, errs[i], id)
+		assert.True(t, errors.Is(errs[n+i], store.ErrConflict), "stale write %d: %v", i, errs[n+i])
+		got, err := s.GetNode(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "manageable", got.ProvisionState)
+		events, err := s.ListEvents(ctx, id, 0)
+		require.NoError(t, err)
+		require.Len(t, events, 1)
+		assert.Equal(t, "ok", events[0].Event)
+	}
 }
