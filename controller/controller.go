@@ -39,6 +39,7 @@ type Config struct {
 	AgentBootTimeout    time.Duration
 	AgentSilenceTimeout time.Duration
 	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
+	PriorityOverrides   map[string]int
 	Logger              *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
 		}
 	}
-	cond := conductor.New(st, conductor.Config{Host: cfg.Host, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
+	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
 			SilenceTimeout: cfg.AgentSilenceTimeout}},

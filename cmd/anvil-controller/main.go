@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -45,6 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		hbEvery    = fs.Duration("heartbeat-interval", 10e9, "how often idle agents heartbeat")
 		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
+		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
@@ -54,6 +56,10 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	if err := applyDefaults(fs, *config, getenv); err != nil {
+		return err
+	}
+	overrides, err := parsePriorities(*prio)
+	if err != nil {
 		return err
 	}
 	var level slog.Level
@@ -72,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, Logger: log})
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*
@@ -138,4 +144,23 @@ func readConfig(path string) (map[string]string, error) {
 		out[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
 	}
 	return out, sc.Err()
+}
+
+// parsePriorities reads "deploy.erase_devices:0,deploy.erase_devices_metadata:123".
+func parsePriorities(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(item, ":")
+		iface, step, dot := strings.Cut(key, ".")
+		n, err := strconv.Atoi(val)
+		if !ok || !dot || iface == "" || step == "" || err != nil || n < 0 {
+			return nil, fmt.Errorf("--clean-step-priority: %q is not interface.step:N with N >= 0", item)
+		}
+		out[key] = n
+	}
+	return out, nil
 }

@@ -66,3 +66,13 @@ func TestRefusesNoauthOffLoopback(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "refusing noauth on non-loopback address")
 }
+
+func TestParsePriorities(t *testing.T) {
+	got, err := parsePriorities("deploy.erase_devices:0, deploy.erase_devices_metadata:123")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"deploy.erase_devices": 0, "deploy.erase_devices_metadata": 123}, got)
+	for _, bad := range []string{"erase_devices:1", "deploy.x", "deploy.x:-1", "deploy.x:high", ".x:1"} {
+		_, err := parsePriorities(bad)
+		assert.Error(t, err, bad)
+	}
+}

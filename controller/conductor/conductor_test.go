@@ -257,3 +257,23 @@ func TestLockedNodeRefusesVerbs(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, CodeLocked, ce.Code)
 }
+
+func TestDuplicatePriorityInOneInterfaceIsRefused(t *testing.T) {
+	drv := &scriptDriver{steps: []protocol.Step{
+		{Interface: "deploy", Step: "a", Priority: 10}, {Interface: "deploy", Step: "b", Priority: 10},
+		{Interface: "bios", Step: "c", Priority: 10}}}
+	e := start(t, drv, Config{}, nil)
+	id := e.manageable(t)
+	require.NoError(t, e.c.Provision(context.Background(), id, ProvisionRequest{Target: "provide"}))
+	n := e.wait(t, id, state.CleanFailed)
+	assert.Contains(t, *n.LastError, "interface deploy has two enabled clean steps with priority 10 (deploy.a and deploy.b)")
+	assert.Empty(t, drv.executed(), "nothing ran in an undefined order")
+
+	// an override resolves it; equal priorities across interfaces are fine
+	drv2 := &scriptDriver{steps: drv.steps}
+	e2 := start(t, drv2, Config{PriorityOverrides: map[string]int{"deploy.b": 5}}, nil)
+	id2 := e2.manageable(t)
+	require.NoError(t, e2.c.Provision(context.Background(), id2, ProvisionRequest{Target: "provide"}))
+	e2.wait(t, id2, state.Available)
+	assert.Equal(t, []string{"deploy.a", "bios.c", "deploy.b"}, drv2.executed())
+}

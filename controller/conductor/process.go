@@ -127,19 +127,31 @@ func (c *Conductor) automatedClean(n *store.Node) bool {
 }
 
 // automatedCleanSteps are the enabled steps (priority > 0 after overrides),
-// ordered by priority then interface.
-func (c *Conductor) automatedCleanSteps(n *store.Node) []protocol.Step {
+// ordered by priority then interface. Two enabled steps of one interface
+// with the same priority have no defined order: that is a configuration
+// error, reported instead of guessing.
+func (c *Conductor) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) {
 	var out []protocol.Step
+	seen := map[string]string{} // interface/priority -> step
 	for _, s := range c.CleanStepsFor(n) {
 		if p, ok := c.cfg.PriorityOverrides[s.Key()]; ok {
 			s.Priority = p
 		}
-		if s.Priority > 0 {
-			out = append(out, s)
+		if s.Priority <= 0 {
+			continue
 		}
+		k := fmt.Sprintf("%s/%d", s.Interface, s.Priority)
+		if other, dup := seen[k]; dup {
+			c.log.Error("two enabled clean steps of one interface share a priority; not cleaning with that interface",
+				"node", n.UUID, "interface", s.Interface, "priority", s.Priority, "steps", other+","+s.Key())
+			return nil, fmt.Errorf("interface %s has two enabled clean steps with priority %d (%s and %s), so their order is undefined; "+
+				"give one of them another priority with --clean-step-priority", s.Interface, s.Priority, other, s.Key())
+		}
+		seen[k] = s.Key()
+		out = append(out, s)
 	}
 	protocol.SortSteps(out)
-	return out
+	return out, nil
 }
 
 // stepPhase describes cleaning or deploying for the shared step runner.
@@ -274,8 +286,14 @@ func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 			if err != nil {
 				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
-		} else if plan = c.automatedCleanSteps(n); len(plan) == 0 {
-			return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "no clean step is enabled"))
+		} else {
+			var err error
+			if plan, err = c.automatedCleanSteps(n); err != nil {
+				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
+			}
+			if len(plan) == 0 {
+				return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "no clean step is enabled"))
+			}
 		}
 	}
 	done, pending, err := c.runSteps(ctx, n, d, cleanPhase, plan)
