@@ -40,7 +40,10 @@ type Config struct {
 	AgentSilenceTimeout time.Duration
 	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
 	PriorityOverrides   map[string]int
-	Logger              *slog.Logger
+	// SimulateAgents runs a simulated agent for every fake-hardware node
+	// with the direct deploy interface (a development mode).
+	SimulateAgents bool
+	Logger         *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -115,11 +118,20 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
 		}
 	}
+	var fake conductor.Driver = conductor.FakeDriver{}
+	var listenURL string
+	var sim *simulatedHardware
+	if cfg.SimulateAgents {
+		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL })
+		defer sim.shutdown()
+		fake = sim
+		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
+	}
 	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
 			SilenceTimeout: cfg.AgentSilenceTimeout}},
-		conductor.FakeDriver{}, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
+		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,
 		Metrics: api.NewMetrics(st)})
@@ -128,6 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	listenURL = "http://" + ln.Addr().String()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", cfg.Database, "auth", cfg.Auth, "host", cond.Host())
 	if cfg.Ready != nil {

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		hbEvery    = fs.Duration("heartbeat-interval", 10e9, "how often idle agents heartbeat")
 		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
+		simulate   = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -78,7 +79,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, Logger: log})
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

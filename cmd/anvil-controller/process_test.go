@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,4 +48,36 @@ func TestGracefulShutdownOnSIGTERM(t *testing.T) {
 	}
 	assert.Equal(t, 0, p.cmd.ProcessState.ExitCode(), p.log())
 	assert.Contains(t, p.log(), "shutting down")
+}
+
+// TestSimulatedAgents runs the real binary in its development mode: a
+// fake-hardware node with the direct deploy interface is cleaned and
+// deployed by a simulated agent speaking the real protocol over HTTP.
+func TestSimulatedAgents(t *testing.T) {
+	p := startController(t, "--database", "sqlite://:memory:", "--simulate-agents", "--heartbeat-interval", "100ms")
+	require.Equal(t, 201, send(t, "POST", p.URL+"/v1/nodes", `{"driver":"fake-hardware","name":"sim","deploy_interface":"direct",
+		"instance_info":{"image_source":"http://127.0.0.1:1/img.raw","image_checksum":"sha256:00"}}`))
+	_, n := getJSON(t, p.URL, "/v1/nodes/sim")
+	require.Equal(t, 201, send(t, "POST", p.URL+"/v1/ports", fmt.Sprintf(`{"address":"52:54:00:51:00:01","node_uuid":"%s"}`, n["uuid"])))
+	walk := func(verb, want string) {
+		t.Helper()
+		require.Equal(t, 202, send(t, "PUT", p.URL+"/v1/nodes/sim/states/provision", `{"target":"`+verb+`"}`))
+		require.Eventually(t, func() bool {
+			_, n := getJSON(t, p.URL, "/v1/nodes/sim")
+			require.NotContains(t, n["provision_state"], "failed", "last_error: %v\n%s", n["last_error"], p.log())
+			return n["provision_state"] == want && n["reservation"] == nil
+		}, 60*time.Second, 50*time.Millisecond, "%s never reached %s", verb, want)
+	}
+	walk("manage", "manageable")
+	walk("provide", "available")
+	walk("active", "active")
+	_, h := getJSON(t, p.URL, "/v1/nodes/sim/history")
+	var events []string
+	for _, e := range h["history"].([]any) {
+		events = append(events, e.(map[string]any)["event"].(string))
+	}
+	all := strings.Join(events, "\n")
+	assert.Contains(t, all, "clean step deploy.erase_devices_metadata finished")
+	assert.Contains(t, all, "clean step deploy.erase_devices finished")
+	assert.Contains(t, all, "deploy step deploy.write_image finished")
 }

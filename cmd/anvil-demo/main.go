@@ -3,8 +3,11 @@
 // undeploy), printing every transition with timings and a summary table.
 // It stops the controller when done and leaves nothing running.
 //
-// Today the node is a fake-hardware node; the virtual-machine demo (QEMU
-// node behind anvil-vbmc, real agent) replaces it as those parts land.
+// Today the node is a fake-hardware node whose agent is simulated by the
+// controller (--simulate-agents): the in-band flow is real (lookup, token,
+// heartbeats, steps with progress, over HTTP) but no disk is touched. The
+// virtual-machine demo (QEMU node behind anvil-vbmc, real agent ramdisk)
+// replaces it as those parts land.
 package main
 
 import (
@@ -72,14 +75,17 @@ type phase struct {
 func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 	start := time.Now()
 	n, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": "demo-node",
-		"properties": map[string]any{"cpus": 2, "memory_mb": 2048, "local_gb": 10, "cpu_arch": "x86_64"}})
+		"deploy_interface": "direct", "inspect_interface": "agent",
+		"instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/demo.raw",
+			"image_checksum": "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"}})
 	if err != nil {
 		return fmt.Errorf("create node: %w", err)
 	}
 	if err := c.CreatePort(ctx, n.UUID, "52:54:00:de:00:01"); err != nil {
 		return fmt.Errorf("create port: %w", err)
 	}
-	fmt.Fprintf(out, "[%7.3fs] created node demo-node (%s) in %s, port 52:54:00:de:00:01\n", time.Since(start).Seconds(), n.UUID, n.ProvisionState)
+	fmt.Fprintf(out, "[%7.3fs] created node demo-node (%s) in %s, port 52:54:00:de:00:01; its agent is simulated by the controller\n",
+		time.Since(start).Seconds(), n.UUID, n.ProvisionState)
 
 	var phases []phase
 	seen := 0
@@ -96,7 +102,13 @@ func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 		if err := c.Provision(ctx, "demo-node", p.verb, nil); err != nil {
 			return fmt.Errorf("%s: %w", p.verb, err)
 		}
-		if _, err := c.WaitForState(ctx, "demo-node", p.want, 20*time.Millisecond, nil); err != nil {
+		last := ""
+		if _, err := c.WaitForState(ctx, "demo-node", p.want, 100*time.Millisecond, func(n *client.Node) {
+			if line := progressLine(n); line != last {
+				fmt.Fprintf(out, "[%7.3fs] %-8s   %s\n", time.Since(start).Seconds(), p.verb, line)
+				last = line
+			}
+		}); err != nil {
 			return fmt.Errorf("%s: %w", p.verb, err)
 		}
 		// The history has every transition and step, even those faster
@@ -106,8 +118,6 @@ func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 			return err
 		}
 		for _, e := range events[seen:] {
-			at, _ := time.Parse("2006-01-02T15:04:05.999999-07:00", e.CreatedAt)
-			fmt.Fprintf(out, "[%7.3fs] %-8s %s\n", at.Sub(start).Seconds(), p.verb, e.Event)
 			if rest, ok := strings.CutSuffix(e.Event, " finished"); ok && strings.Contains(rest, " step ") {
 				ph.steps = append(ph.steps, rest[strings.LastIndex(rest, " ")+1:])
 			}
@@ -117,7 +127,7 @@ func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 		phases = append(phases, ph)
 	}
 
-	fmt.Fprintf(out, "\nSummary (fake-hardware node, total %.3fs)\n", time.Since(start).Seconds())
+	fmt.Fprintf(out, "\nSummary (fake-hardware node with a simulated agent, total %.3fs)\n", time.Since(start).Seconds())
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERB\tFROM\tTO\tTIME\tSTEPS")
 	for _, p := range phases {
@@ -128,6 +138,20 @@ func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3fs\t%s\n", p.verb, p.from, p.to, p.took.Seconds(), steps)
 	}
 	return tw.Flush()
+}
+
+// progressLine shows the node's state, current step and agent progress.
+func progressLine(n *client.Node) string {
+	line := n.ProvisionState
+	if step := client.CurrentStep(n); step != "" {
+		line += "  step " + step
+		if st, ok := n.DriverInternalInfo["agent_command_status"].(map[string]any); ok && st["state"] == "RUNNING" {
+			if p, ok := st["progress"].(map[string]any); ok {
+				line += fmt.Sprintf(" %3.0f%%", p["percent"])
+			}
+		}
+	}
+	return line
 }
 
 // controllerProc is the anvil-controller child process.
@@ -155,7 +179,8 @@ func startController(bin, dir string) (*controllerProc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"))
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"),
+		"--simulate-agents", "--heartbeat-interval", "200ms")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logf.Close()

@@ -192,10 +192,9 @@ func (c *Client) CreatePort(ctx context.Context, nodeUUID, mac string) error {
 }
 
 // WaitForState polls the node until it rests in want (no work reserved),
-// calling onChange on every observed change. It fails early when the node
-// lands in a failed state or another stable state, as ironicclient's --wait.
-func (c *Client) WaitForState(ctx context.Context, ident, want string, every time.Duration, onChange func(*Node)) (*Node, error) {
-	last := ""
+// calling onPoll with every reading (callers show what changed, e.g. the
+// agent's progress). It fails early when the node lands in a failed state.
+func (c *Client) WaitForState(ctx context.Context, ident, want string, every time.Duration, onPoll func(*Node)) (*Node, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -203,11 +202,9 @@ func (c *Client) WaitForState(ctx context.Context, ident, want string, every tim
 		if err != nil {
 			return nil, err
 		}
-		key := n.ProvisionState + "|" + stepKey(n)
-		if key != last && onChange != nil {
-			onChange(n)
+		if onPoll != nil {
+			onPoll(n)
 		}
-		last = key
 		if n.ProvisionState == want && n.Reservation == nil {
 			return n, nil
 		}

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/simagent"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// simulatedHardware is fake-hardware whose nodes run a simulated agent
+// (--simulate-agents): powering a node on or rebooting it boots a simulated
+// agent that speaks the real protocol to this controller over HTTP; powering
+// it off stops it. It lets the whole in-band flow (lookup, heartbeats, steps
+// with progress) run on a laptop without VMs.
+type simulatedHardware struct {
+	conductor.FakeDriver
+	st       store.Store
+	log      *slog.Logger
+	url      func() string // the controller's URL, known once listening
+	interval time.Duration
+	stepRuns int // heartbeats each simulated step stays running (shows progress)
+
+	mu     sync.Mutex
+	agents map[string]context.CancelFunc
+	wg     sync.WaitGroup
+	ctx    context.Context
+}
+
+func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger, url func() string) *simulatedHardware {
+	return &simulatedHardware{st: st, log: log, url: url, interval: 200 * time.Millisecond, stepRuns: 5,
+		agents: map[string]context.CancelFunc{}, ctx: ctx}
+}
+
+// SetPower boots or stops the node's simulated agent.
+func (s *simulatedHardware) SetPower(ctx context.Context, n *store.Node, target string) error {
+	switch target {
+	case conductor.PowerOff, conductor.SoftPowerOff:
+		s.stop(n.UUID)
+	default:
+		s.boot(ctx, n)
+	}
+	return nil
+}
+
+func (s *simulatedHardware) stop(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel, ok := s.agents[node]; ok {
+		cancel()
+		delete(s.agents, node)
+	}
+}
+
+func (s *simulatedHardware) boot(ctx context.Context, n *store.Node) {
+	if !conductor.UsesAgent(n) {
+		return
+	}
+	ports, err := s.st.ListPorts(ctx, store.ResourceFilter{NodeUUID: &n.UUID}, store.Page{})
+	if err != nil || len(ports) == 0 {
+		s.log.Warn("simulated node has no port, so its agent cannot look itself up", "node", n.UUID, "err", err)
+		return
+	}
+	var macs []string
+	for _, p := range ports {
+		macs = append(macs, p.Address)
+	}
+	s.stop(n.UUID) // a reboot replaces the running agent
+	a := simagent.New(s.url(), macs...)
+	for _, st := range append(append([]string{}, "deploy.erase_devices_metadata", "deploy.erase_devices"), "deploy.write_image") {
+		a.Outcomes[st] = simagent.Outcome{Runs: s.stepRuns}
+	}
+	actx, cancel := context.WithCancel(s.ctx)
+	s.mu.Lock()
+	s.agents[n.UUID] = cancel
+	s.mu.Unlock()
+	s.log.Info("simulated agent booted", "node", n.UUID, "macs", macs)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		// a real ramdisk takes a few seconds to boot; so does this one
+		select {
+		case <-actx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		a.Run(actx, s.interval)
+	}()
+}
+
+// shutdown stops every simulated agent.
+func (s *simulatedHardware) shutdown() {
+	s.mu.Lock()
+	for id, cancel := range s.agents {
+		cancel()
+		delete(s.agents, id)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
