@@ -4,7 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +99,31 @@ func TestAgentCleansLoopDevicesThroughTheController(t *testing.T) {
 	all := strings.Join(events, "\n")
 	assert.Contains(t, all, "clean step deploy.erase_devices_metadata finished")
 	assert.Contains(t, all, "clean step deploy.erase_devices finished")
+
+	// Deploy: the agent streams an image over HTTP, checks its sha256 and
+	// writes it to the loop device named by the root device hint.
+	img := make([]byte, 4<<20)
+	_, _ = rand.Read(img)
+	sum := sha256.Sum256(img)
+	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(img) }))
+	defer imgSrv.Close()
+	patch := []map[string]any{
+		{"op": "add", "path": "/instance_info/image_source", "value": imgSrv.URL + "/disk.raw"},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": "sha256:" + hex.EncodeToString(sum[:])},
+		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"name": devs[1]}},
+	}
+	require.NoError(t, c.Do(ctx, "PATCH", "/v1/nodes/loop-node", patch, nil))
+	require.NoError(t, c.Provision(ctx, "loop-node", "active", nil))
+	start = time.Now()
+	n, err = c.WaitForState(ctx, "loop-node", "active", 100*time.Millisecond, nil)
+	require.NoError(t, err, "deploy failed; agent log:\n%s", tail(dir+"/agent.log"))
+	t.Logf("deploy of a 4 MiB image to a loop device took %s", time.Since(start).Round(time.Millisecond))
+	got, err := os.ReadFile(files[1])
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(img, got[:len(img)]), "the loop device holds the image")
+	first, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	assert.False(t, bytes.Equal(img[:4096], first[:4096]), "the other device was not written")
 }
 
 // writePattern fills the start, the middle and the end of a disk image with
