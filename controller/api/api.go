@@ -141,6 +141,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	}
 	r.Handle("/portgroups/detail", authed(s.listPortgroups(true))).Methods(http.MethodGet)
 	r.Handle("/portgroups/{pg}", authed(s.getPortgroup)).Methods(http.MethodGet)
+	r.Handle("/portgroups/{pg}", authed(s.patchPortgroup)).Methods(http.MethodPatch)
 	r.Handle("/portgroups/{pg}", authed(s.deletePortgroup)).Methods(http.MethodDelete)
 	for _, p := range []string{"/allocations", "/allocations/"} {
 		r.Handle(p, authed(s.listAllocations)).Methods(http.MethodGet)

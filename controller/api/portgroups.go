@@ -205,3 +205,81 @@ func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// patchPortgroup applies a JSON patch to the writable portgroup fields.
+func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	ops, err := decodePatch(body)
+	if err != nil {
+		return err
+	}
+	pg, err := s.loadPortgroup(r)
+	if err != nil {
+		return err
+	}
+	cur := map[string]any{"name": sp(pg.Name), "address": sp(pg.Address), "node_uuid": pg.NodeUUID,
+		"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
+		"standalone_ports_supported": pg.StandalonePortsSupported}
+	var doc map[string]any
+	if err := jsonCopy(cur, &doc); err != nil {
+		return err
+	}
+	if err := applyPatch(doc, ops); err != nil {
+		return err
+	}
+	for _, k := range sortedKeys(doc) {
+		v := doc[k]
+		if mustJSON(v) == mustJSON(cur[k]) {
+			continue
+		}
+		switch k {
+		case "name":
+			if pg.Name, err = asOptString(k, v, 255); err == nil && pg.Name != nil {
+				err = validName(*pg.Name)
+			}
+		case "address":
+			var a *string
+			if a, err = asOptString(k, v, 17); err == nil && a != nil {
+				var mac string
+				if mac, err = normalizeMAC(*a); err == nil {
+					a = &mac
+				}
+			}
+			pg.Address = a
+		case "node_uuid":
+			id, _ := v.(string)
+			n, gerr := s.st.GetNode(r.Context(), id)
+			if gerr != nil {
+				return badRequest("Node %s could not be found.", id)
+			}
+			pg.NodeUUID = n.UUID
+		case "mode":
+			pg.Mode, err = asOptString(k, v, 255)
+		case "properties":
+			pg.Properties, err = asObject(k, v)
+		case "extra":
+			pg.Extra, err = asObject(k, v)
+		case "standalone_ports_supported":
+			pg.StandalonePortsSupported, err = asBool(k, v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	now := time.Now().UTC()
+	pg.UpdatedAt = &now
+	if err := s.st.UpdatePortgroup(r.Context(), pg); err != nil {
+		switch {
+		case errors.Is(err, store.ErrDuplicateName):
+			return errf(http.StatusConflict, "A portgroup with name %s already exists.", deref(pg.Name))
+		case errors.Is(err, store.ErrDuplicateAddr):
+			return errf(http.StatusConflict, "A portgroup with MAC address %s already exists.", deref(pg.Address))
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.portgroupView(r, pg, nil))
+	return nil
+}

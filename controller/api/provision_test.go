@@ -250,6 +250,15 @@ func TestPortsAndPortgroups(t *testing.T) {
 	require.Equal(t, 201, r.status, string(r.body))
 	assert.Equal(t, 200, e.do("GET", "/v1/portgroups/bond0", latest, nil).status)
 	assert.Equal(t, 406, e.do("GET", "/v1/portgroups", "1.22", nil).status)
+	r = e.do("PATCH", "/v1/portgroups/bond0", latest, []map[string]any{{"op": "replace", "path": "/mode", "value": "802.3ad"},
+		{"op": "add", "path": "/properties/miimon", "value": "100"}, {"op": "replace", "path": "/name", "value": "bond1"}})
+	require.Equal(t, 200, r.status, string(r.body))
+	pgv := r.json(t)
+	assert.Equal(t, "802.3ad", pgv["mode"])
+	assert.Equal(t, map[string]any{"miimon": "100"}, pgv["properties"])
+	assert.Equal(t, 200, e.do("GET", "/v1/portgroups/bond1", latest, nil).status)
+	assert.Equal(t, 400, e.do("PATCH", "/v1/portgroups/bond1", latest, []map[string]any{{"op": "replace", "path": "/address", "value": "nope"}}).status)
+	assert.Equal(t, 400, e.do("PATCH", "/v1/portgroups/bond1", latest, []map[string]any{{"op": "add", "path": "/uuid", "value": "x"}}).status)
 
 	require.Equal(t, 204, e.do("DELETE", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
