@@ -447,6 +447,13 @@ func (c *Conductor) inbandStep(ctx context.Context, n *store.Node, kind string, 
 		name = protocol.CmdExecuteDeployStep
 	}
 	_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		// Resuming after a restart may run this again: a command already
+		// issued for this step keeps its id, so the agent (which never
+		// re-runs an id) cannot execute the step twice. Completing a step
+		// clears its command, so a later identical step gets a new one.
+		if p, ok := getDII[pendingCommand](m, diiCommand); ok && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
+			return nil
+		}
 		s := step
 		c.issueCommand(m, name, &s)
 		return nil

@@ -72,6 +72,9 @@ func (c *Conductor) executeStep(ctx context.Context, n *store.Node, d Driver, ki
 func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver, step protocol.Step) (StepStatus, error) {
 	switch step.Step {
 	case "deploy":
+		if aw, ok := getDII[await](n, diiAwait); ok && aw.Step == step.Key() {
+			return StepWait, nil // already rebooted for this step (resumed after a restart)
+		}
 		aw, err := c.bootRamdisk(ctx, n, d, "boot", step.Key())
 		if err != nil {
 			return StepDone, err

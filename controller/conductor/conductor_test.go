@@ -277,3 +277,31 @@ func TestDuplicatePriorityInOneInterfaceIsRefused(t *testing.T) {
 	e2.wait(t, id2, state.Available)
 	assert.Equal(t, []string{"deploy.a", "bios.c", "deploy.b"}, drv2.executed())
 }
+
+// TestResumedInbandStepKeepsItsCommand covers a controller that died after
+// issuing an in-band command but before moving the node to clean wait: the
+// resumed step must not issue a second command (the agent would run the
+// step twice).
+func TestResumedInbandStepKeepsItsCommand(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, t.TempDir()+"/anvil.db")
+	require.NoError(t, err)
+	defer st.Close()
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
+	n.Interfaces.Deploy = "direct"
+	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead-controller")
+	steps := twoSteps(true)
+	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(steps), diiCleanStepIndex: 0, diiAgentBooted: true}
+	n.CleanStep = stepToMap(steps[0])
+	c0 := New(st, Config{}, &scriptDriver{})
+	c0.issueCommand(n, "execute_clean_step", &steps[0])
+	first, _ := getDII[pendingCommand](n, diiCommand)
+	require.NoError(t, st.CreateNode(ctx, n))
+
+	e := start(t, &scriptDriver{}, Config{}, st)
+	got := e.wait(t, n.UUID, state.CleanWait)
+	again, ok := getDII[pendingCommand](got, diiCommand)
+	require.True(t, ok)
+	assert.Equal(t, first.ID, again.ID, "the resumed step reuses the command already issued")
+}
