@@ -223,18 +223,12 @@ func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
 	cur := map[string]any{"name": sp(pg.Name), "address": sp(pg.Address), "node_uuid": pg.NodeUUID,
 		"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
 		"standalone_ports_supported": pg.StandalonePortsSupported}
-	var doc map[string]any
-	if err := jsonCopy(cur, &doc); err != nil {
+	changed, err := patchChanges(cur, ops)
+	if err != nil {
 		return err
 	}
-	if err := applyPatch(doc, ops); err != nil {
-		return err
-	}
-	for _, k := range sortedKeys(doc) {
-		v := doc[k]
-		if mustJSON(v) == mustJSON(cur[k]) {
-			continue
-		}
+	for _, k := range sortedKeys(changed) {
+		v := changed[k]
 		switch k {
 		case "name":
 			if pg.Name, err = asOptString(k, v, 255); err == nil && pg.Name != nil {

@@ -287,18 +287,9 @@ func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) error {
 	all := map[string]any{"address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
 		"local_link_connection": orEmpty(p.LocalLinkConnection), "pxe_enabled": p.PXEEnabled,
 		"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC}
-	var doc map[string]any
-	if err := jsonCopy(all, &doc); err != nil {
+	changed, err := patchChanges(all, ops)
+	if err != nil {
 		return err
-	}
-	if err := applyPatch(doc, ops); err != nil {
-		return err
-	}
-	changed := map[string]any{}
-	for k, v := range doc {
-		if mustJSON(v) != mustJSON(all[k]) {
-			changed[k] = v
-		}
 	}
 	if err := s.setPortFields(r, p, changed); err != nil {
 		return err
