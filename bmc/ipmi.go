@@ -185,6 +185,7 @@ func (s *ipmiSession) bootOverride(ctx context.Context) (bootOverride, error) {
 		args = append(args, "chassis", "bootparam", "get", "5")
 		cmd := exec.CommandContext(ctx, s.ipmitool, args...)
 		cmd.Env = []string{"IPMITOOL_PASSWORD=" + s.t.Password}
+		cmd.WaitDelay = time.Second // never hang on the output pipe after a kill
 		out, err = cmd.CombinedOutput()
 		if err == nil || ctx.Err() != nil {
 			break

@@ -41,7 +41,8 @@ func TestIPMIAgainstIPMISim(t *testing.T) {
 		ChassisControl: fmt.Sprintf("%s chassis-control --url %s/control/node-1 --username %s --password %s", bin, env.url, testUser, testPass),
 		Password:       ipmiPass,
 	})
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var logs syncBuffer
 	cfg := fastConfig(&logs)
 	cfg.MinInterval = 20 * time.Millisecond
@@ -148,7 +149,9 @@ func TestIPMIFailingChassisIsNotAnAuthError(t *testing.T) {
 	})
 	cfg := fastConfig(nil)
 	cfg.Retry = bmc.RetryPolicy{Attempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxElapsed: 5 * time.Second}
-	_, err := bmc.New(cfg).SetPower(context.Background(), ipmiTarget(t, sim.Port, ipmiPass), bmc.ActionOn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := bmc.New(cfg).SetPower(ctx, ipmiTarget(t, sim.Port, ipmiPass), bmc.ActionOn)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, bmc.ErrAuth)
 	assert.ErrorIs(t, err, bmc.ErrBusy)

@@ -137,7 +137,11 @@ func Start(t testing.TB, o Options) *Sim {
 	go func() { exited <- s.cmd.Wait(); logf.Close() }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Kill()
-		<-exited
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Logf("ipmisim: ipmi_sim (pid %d) did not exit 10s after SIGKILL", s.cmd.Process.Pid)
+		}
 	})
 	if err := waitBound(s.Port, exited); err != nil {
 		out, _ := os.ReadFile(filepath.Join(s.Dir, "sim.log"))
