@@ -40,6 +40,8 @@ type Config struct {
 	AgentSilenceTimeout time.Duration
 	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
 	PriorityOverrides   map[string]int
+	PowerSyncInterval   time.Duration // 0 disables
+	PowerSyncEnforce    bool
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
@@ -127,7 +129,8 @@ func Run(ctx context.Context, cfg Config) error {
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
+	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides,
+		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
 			SilenceTimeout: cfg.AgentSilenceTimeout}},

@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
 		simulate   = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
+		syncEvery  = fs.Duration("power-sync-interval", 60e9, "check every managed node's power state once per interval, spread over it (0 disables)")
+		syncForce  = fs.Bool("power-sync-enforce", true, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
@@ -79,7 +81,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate, Logger: log})
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
+		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -35,6 +35,7 @@ type Config struct {
 	RescueWaitTimeout  time.Duration
 	CheckInterval      time.Duration // how often wait-state timeouts are checked
 	Agent              AgentConfig
+	PowerSync          PowerSyncConfig
 	Logger             *slog.Logger
 	Now                func() time.Time
 }
@@ -115,6 +116,9 @@ func (c *Conductor) Run(ctx context.Context) error {
 	if err := c.recover(ctx); err != nil {
 		c.log.Error("resuming interrupted operations failed", "err", err)
 	}
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); c.runPowerSync(ctx) }()
+	defer func() { <-syncDone }()
 	t := time.NewTicker(c.cfg.CheckInterval)
 	defer t.Stop()
 	for {

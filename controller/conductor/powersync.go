@@ -1,0 +1,168 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// PowerSyncConfig tunes the periodic power-state check.
+type PowerSyncConfig struct {
+	// Interval within which every managed node is checked once; 0 disables.
+	Interval time.Duration
+	// Ticks per interval: the fleet is read in this many keyset pages, so a
+	// tick never reads the whole table.
+	Ticks int
+	// MaxFailures in a row put the node in maintenance with fault "power
+	// failure" (Ironic's power_state_sync_max_retries, 3).
+	MaxFailures int
+	// Enforce sets the recorded state back on a resting node outside
+	// maintenance when the BMC reports another one (Ironic's
+	// force_power_state_during_sync).
+	Enforce bool
+}
+
+// powerSync walks the fleet page by page and keeps per-node failure state
+// for backoff. Its state lives only in memory: after a restart the walk
+// starts over, which costs one extra round of reads.
+type powerSync struct {
+	mu       sync.Mutex
+	marker   string
+	failures map[string]int
+	next     map[string]time.Time // backoff: not before
+}
+
+func (c *Conductor) runPowerSync(ctx context.Context) {
+	cfg := c.cfg.PowerSync
+	if cfg.Interval <= 0 {
+		return
+	}
+	if cfg.Ticks <= 0 {
+		cfg.Ticks = 60
+	}
+	if cfg.MaxFailures <= 0 {
+		cfg.MaxFailures = 3
+	}
+	ps := &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}
+	tick := cfg.Interval / time.Duration(cfg.Ticks)
+	// jitter the start so controllers restarted together do not poll in step
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Duration(rand.Int64N(int64(tick) + 1))):
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		c.powerSyncTick(ctx, ps, cfg)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// powerSyncTick checks the next page of nodes.
+func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerSyncConfig) {
+	counts, err := c.st.CountNodesByState(ctx)
+	if err != nil {
+		c.log.Warn("power sync: counting nodes failed", "err", err)
+		return
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	page := total/cfg.Ticks + 1
+	ps.mu.Lock()
+	marker := ps.marker
+	ps.mu.Unlock()
+	nodes, err := c.st.ListNodes(ctx, store.NodeFilter{}, store.Page{Limit: page, Marker: marker, SortKey: "uuid"})
+	if err != nil {
+		c.log.Warn("power sync: listing nodes failed", "err", err)
+		ps.mu.Lock()
+		ps.marker = "" // the marker node may be gone: start over
+		ps.mu.Unlock()
+		return
+	}
+	ps.mu.Lock()
+	if len(nodes) < page {
+		ps.marker = ""
+	} else {
+		ps.marker = nodes[len(nodes)-1].UUID
+	}
+	ps.mu.Unlock()
+	for _, n := range nodes {
+		c.syncNodePower(ctx, ps, cfg, n)
+	}
+}
+
+func (c *Conductor) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
+	st := state.State(n.ProvisionState)
+	if st == state.Enroll || n.Reservation != nil || n.TargetPowerState != nil {
+		return // not verified yet, or work on it is running
+	}
+	d, ok := c.drivers[n.Driver]
+	if !ok {
+		return
+	}
+	ps.mu.Lock()
+	notBefore := ps.next[n.UUID]
+	ps.mu.Unlock()
+	if c.now().Before(notBefore) {
+		return
+	}
+	actual, err := d.PowerState(ctx, n)
+	if err != nil {
+		ps.mu.Lock()
+		ps.failures[n.UUID]++
+		fails := ps.failures[n.UUID]
+		// back off exponentially (capped) from an unhealthy BMC
+		ps.next[n.UUID] = c.now().Add(min(time.Duration(1<<min(fails, 6))*time.Second, 5*time.Minute))
+		ps.mu.Unlock()
+		c.log.Warn("power sync: reading power state failed", "node", n.UUID, "failures", fails, "err", err)
+		if fails == cfg.MaxFailures && !n.Maintenance {
+			msg := fmt.Sprintf("During sync_power_state, max retries exceeded for node %s, node state %s does not match expected state '%s'. Updating DB state to 'None' Switching node to maintenance mode. Error: %v",
+				n.UUID, deref(n.PowerState), deref(n.PowerState), err)
+			_, _ = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+				m.Maintenance, m.MaintenanceReason, m.Fault, m.PowerState = true, strp(msg), strp("power failure"), nil
+				return []*store.Event{c.newEvent(n.UUID, "ERROR", "power", msg)}, nil
+			})
+		}
+		return
+	}
+	ps.mu.Lock()
+	delete(ps.failures, n.UUID)
+	delete(ps.next, n.UUID)
+	ps.mu.Unlock()
+	recorded := deref(n.PowerState)
+	if actual == recorded || actual == "" {
+		return
+	}
+	enforce := cfg.Enforce && !n.Maintenance && state.Stable(st) && recorded != ""
+	if enforce {
+		if err := d.SetPower(ctx, n, recorded); err == nil {
+			c.event(ctx, n.UUID, "WARNING", "power", fmt.Sprintf("power state was %q, expected %q: restored %q", actual, recorded, recorded))
+			return
+		} else {
+			c.log.Warn("power sync: restoring power state failed", "node", n.UUID, "err", err)
+		}
+	}
+	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		if m.Reservation != nil || m.TargetPowerState != nil || deref(m.PowerState) != recorded {
+			return nil, errStale // someone acted meanwhile; next round decides
+		}
+		m.PowerState = &actual
+		return []*store.Event{c.newEvent(n.UUID, "WARNING", "power",
+			fmt.Sprintf("power state changed outside the controller: recorded %q, BMC reports %q", recorded, actual))}, nil
+	})
+	if err != nil && err != errStale {
+		c.log.Warn("power sync: recording power state failed", "node", n.UUID, "err", err)
+	}
+}
