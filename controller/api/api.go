@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,9 @@ type Server struct {
 	auth      Authenticator
 	metrics   *Metrics
 	router    *mux.Router
+	// bufs recycles list response buffers: a detail list of 1000 nodes is
+	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
+	bufs sync.Pool
 }
 
 // Config wires the server.

@@ -88,7 +88,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 			f.ProvisionState = ps
 		}
 		if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
-			return writeNodePage(w, nil, "")
+			return s.writeNodePage(w, nil, "")
 		}
 		for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
 			if *dst, err = q.boolean(k); err != nil {
@@ -120,7 +120,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 			}
 			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].uuid, p)
 		}
-		return writeNodePage(w, nodes, next)
+		return s.writeNodePage(w, nodes, next)
 	}
 }
 
@@ -157,23 +157,28 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 	return rows, nil
 }
 
-// writeNodePage writes {"nodes": [...], "next": ...} straight into one buffer.
-func writeNodePage(w http.ResponseWriter, nodes []nodeRow, next string) error {
-	var b bytes.Buffer
-	b.Grow(2048 * (len(nodes) + 1)) // a detail node is ~1.5 KiB
+// writeNodePage writes {"nodes": [...], "next": ...} straight into one
+// pooled buffer.
+func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next string) error {
+	b, _ := s.bufs.Get().(*bytes.Buffer)
+	if b == nil {
+		b = new(bytes.Buffer)
+	}
+	b.Reset()
+	defer s.bufs.Put(b)
 	b.WriteString(`{"nodes":[`)
 	for i, n := range nodes {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		if err := n.view.appendTo(&b); err != nil {
+		if err := n.view.appendTo(b); err != nil {
 			return err
 		}
 	}
 	b.WriteByte(']')
 	if next != "" {
 		b.WriteString(`,"next":`)
-		appendString(&b, next)
+		appendString(b, next)
 	}
 	b.WriteString("}\n")
 	w.Header().Set("Content-Type", "application/json")
