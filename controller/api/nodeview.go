@@ -139,7 +139,7 @@ func (s *Server) nodeView(r *http.Request, n *store.Node, fields []string) *obje
 	if fields == nil {
 		for _, f := range nodeFields {
 			if f.min <= ver {
-				out.set(f.name, f.get(n))
+				out.add(f.name, f.get(n))
 			}
 		}
 	} else {
@@ -166,15 +166,15 @@ func (s *Server) nodeView(r *http.Request, n *store.Node, fields []string) *obje
 	self := "nodes/" + n.UUID
 	out.set("links", linksAt(base, self))
 	if fields == nil {
-		out.set("ports", linksAt(base, self+"/ports"))
+		out.add("ports", linksAt(base, self+"/ports"))
 		if ver >= 14 {
-			out.set("states", linksAt(base, self+"/states"))
+			out.add("states", linksAt(base, self+"/states"))
 		}
 		if ver >= 24 {
-			out.set("portgroups", linksAt(base, self+"/portgroups"))
+			out.add("portgroups", linksAt(base, self+"/portgroups"))
 		}
 		if ver >= 32 {
-			out.set("volume", linksAt(base, self+"/volume"))
+			out.add("volume", linksAt(base, self+"/volume"))
 		}
 	}
 	return out

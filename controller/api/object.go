@@ -19,6 +19,13 @@ type object struct {
 
 func newObject(n int) *object { return &object{keys: make([]string, 0, n), vals: make([]any, 0, n)} }
 
+// add appends a key the object does not have yet (no scan: views are built
+// from tables of distinct fields).
+func (o *object) add(k string, v any) {
+	o.keys = append(o.keys, k)
+	o.vals = append(o.vals, v)
+}
+
 func (o *object) set(k string, v any) {
 	for i, key := range o.keys {
 		if key == k {

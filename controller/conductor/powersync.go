@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -84,10 +85,19 @@ func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerS
 	marker := ps.marker
 	ps.mu.Unlock()
 	nodes, err := c.st.ListNodes(ctx, store.NodeFilter{}, store.Page{Limit: page, Marker: marker, SortKey: "uuid"})
+	if errors.Is(err, store.ErrNotFound) && marker != "" {
+		// the node we stopped at was deleted: start the walk over (a few
+		// nodes get an extra read this interval)
+		c.log.Debug("power sync: page marker was deleted; starting over", "marker", marker)
+		ps.mu.Lock()
+		ps.marker = ""
+		ps.mu.Unlock()
+		return
+	}
 	if err != nil {
 		c.log.Warn("power sync: listing nodes failed", "err", err)
 		ps.mu.Lock()
-		ps.marker = "" // the marker node may be gone: start over
+		ps.marker = ""
 		ps.mu.Unlock()
 		return
 	}
