@@ -38,6 +38,7 @@ type Config struct {
 	HeartbeatInterval   time.Duration
 	AgentBootTimeout    time.Duration
 	AgentSilenceTimeout time.Duration
+	StepTimeout         time.Duration
 	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
 	PriorityOverrides   map[string]int
 	PowerSyncInterval   time.Duration // 0 disables
@@ -133,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
-			SilenceTimeout: cfg.AgentSilenceTimeout}},
+			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,

@@ -48,6 +48,9 @@ type Step struct {
 	RebootRequested bool               `json:"reboot_requested"`
 	ArgsInfo        map[string]ArgInfo `json:"argsinfo,omitempty"`
 	Args            map[string]any     `json:"args,omitempty"`
+	// MaxSeconds, when set, is how long one run of the step may take before
+	// the controller gives up on it (0: the controller's default).
+	MaxSeconds int `json:"max_seconds,omitempty"`
 }
 
 // Key is "interface.step", the identity of a step.
@@ -63,6 +66,9 @@ func (s Step) Validate() error {
 	}
 	if s.Priority < 0 {
 		return fmt.Errorf("step %s: negative priority %d", s.Key(), s.Priority)
+	}
+	if s.MaxSeconds < 0 {
+		return fmt.Errorf("step %s: negative max_seconds %d", s.Key(), s.MaxSeconds)
 	}
 	return nil
 }

@@ -365,6 +365,20 @@ func TestAgentTimeouts(t *testing.T) {
 	})
 }
 
+func TestAgentStepTimeLimit(t *testing.T) {
+	cc := agentConfig()
+	cc.Agent.StepTimeout = time.Hour
+	e := newEnvWith(t, cc, ":memory:")
+	e.agentNode("slow", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Clean[0].MaxSeconds = 1 // the step declares its own limit, shorter than the default
+	a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Release: make(chan struct{})}
+	require.Equal(t, 202, e.provision("slow", "provide", nil).status)
+	n := e.drive(a, "slow", "clean failed", nil) // the agent keeps heartbeating: it is not silent
+	assert.Contains(t, n["last_error"], "step deploy.erase_devices_metadata exceeded its limit of 1s")
+	assert.Equal(t, true, n["maintenance"], "a step was running")
+}
+
 func TestAgentEndpointsRefuseBadInput(t *testing.T) {
 	e := newEnvWith(t, agentConfig(), ":memory:")
 	id := e.agentNode("bad", nil)

@@ -28,7 +28,10 @@ type AgentConfig struct {
 	BootTimeout time.Duration
 	// SilenceTimeout: a booted agent must heartbeat at least this often.
 	SilenceTimeout time.Duration
-	Erase          *protocol.ErasePolicy
+	// StepTimeout: default limit of one in-band step run, for steps that do
+	// not declare max_seconds (0: no limit).
+	StepTimeout time.Duration
+	Erase       *protocol.ErasePolicy
 }
 
 func (a *AgentConfig) defaults() {

@@ -104,6 +104,16 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 
 func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 	step := currentStepKey(n)
+	if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil {
+		limit := c.cfg.Agent.StepTimeout
+		if p.Step.MaxSeconds > 0 {
+			limit = time.Duration(p.Step.MaxSeconds) * time.Second
+		}
+		if limit > 0 && now.Sub(p.IssuedAt) > limit {
+			return fmt.Sprintf("Timeout in %s: step %s exceeded its limit of %s (started %s); the agent is still alive but the step did not finish.",
+				n.ProvisionState, p.Step.Key(), limit, p.IssuedAt.Format(time.RFC3339))
+		}
+	}
 	if aw, ok := getDII[await](n, diiAwait); ok {
 		if !agentBack(n, aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
 			what := "the agent ramdisk never called back"
