@@ -144,6 +144,7 @@ func TestAgentStepFailure(t *testing.T) {
 	assert.Equal(t, true, n["maintenance"])
 	assert.Equal(t, "clean failure", n["fault"])
 	assert.Equal(t, "erase_devices", n["clean_step"].(map[string]any)["step"])
+	assert.Equal(t, "power off", n["power_state"], "a failed cleaning is torn down: node powered off")
 }
 
 func TestAgentProgressIsVisible(t *testing.T) {
@@ -188,6 +189,10 @@ func TestAgentAbort(t *testing.T) {
 		})
 		assert.Contains(t, n["last_error"], `aborted during or after the completion of step "deploy.erase_devices_metadata"`)
 		assert.Equal(t, false, n["maintenance"])
+		assert.Equal(t, "power off", n["power_state"], "aborting tears cleaning down: the node is powered off")
+		assert.NotContains(t, n["driver_internal_info"], "agent_secret_token", "and the agent's token is gone")
+		_, err := a.Heartbeat(context.Background())
+		assert.Error(t, err, "the aborted agent can no longer act")
 	})
 	t.Run("not abortable", func(t *testing.T) {
 		e := newEnvWith(t, agentConfig(), ":memory:")

@@ -333,6 +333,18 @@ func wipeAgent(n *store.Node) {
 	}
 }
 
+// tearDownAgent ends an agent operation that failed or was aborted, as
+// Ironic tears cleaning down: the agent's token dies (it can no longer act)
+// and the node is powered off by the worker (the power action holds the
+// reservation until done).
+func (c *Conductor) tearDownAgent(n *store.Node) {
+	wipeAgent(n)
+	if UsesAgent(n) || usesAgentInspect(n) {
+		n.TargetPowerState = strp(PowerOff)
+		n.Reservation = strp(c.cfg.Host)
+	}
+}
+
 // agentBack reports whether the agent of a new boot has heartbeated with
 // its catalogue since the await began.
 func agentBack(n *store.Node, aw await) bool {

@@ -45,6 +45,7 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			mut(m)
+			c.tearDownAgent(m)
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil
@@ -62,6 +63,7 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			mut(m)
+			c.tearDownAgent(m)
 			m.LastError = strp(msg)
 			*ph.current(m) = map[string]any{}
 			return nil

@@ -261,6 +261,9 @@ func (c *Conductor) transition(ctx context.Context, nodeUUID string, from state.
 		return nil, err
 	}
 	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
+	if n.TargetPowerState != nil {
+		c.Kick(nodeUUID) // e.g. the power-off of a torn-down agent operation
+	}
 	return n, nil
 }
 

@@ -254,7 +254,7 @@ func capital(s string) string {
 func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
 	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
 		// the agent gets no further command; its token dies with the operation
-		wipeAgent(m)
+		c.tearDownAgent(m)
 		m.LastError = strp(msg)
 		if stepRunning {
 			ph.onFailure(m, msg)

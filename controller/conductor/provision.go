@@ -56,7 +56,7 @@ func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRe
 		return err
 	}
 	c.log.Info("provision verb accepted", "node", n.UUID, "verb", req.Target, "state", n.ProvisionState)
-	if state.Working(state.State(n.ProvisionState)) {
+	if state.Working(state.State(n.ProvisionState)) || n.TargetPowerState != nil {
 		c.Kick(n.UUID)
 	}
 	return nil
@@ -191,6 +191,7 @@ func (c *Conductor) applyAbort(n *store.Node) error {
 		return err
 	}
 	c.applyState(n, next, state.EvAbort)
+	c.tearDownAgent(n) // an aborted erase really stops
 	switch cur {
 	case state.CleanWait:
 		name := "(none)"

@@ -87,7 +87,7 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 			stepRunning := len(n.CleanStep) > 0
 			_, err := c.transition(ctx, n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
-				wipeAgent(m)
+				c.tearDownAgent(m)
 				if st == state.CleanWait && stepRunning {
 					cleanPhase.onFailure(m, msg)
 				}
