@@ -44,3 +44,12 @@ vet: ## go vet
 
 clean:
 	rm -rf $(BIN) out
+
+.PHONY: image image-clean
+image: ## agent ramdisk into out/image/: vmlinuz, initramfs.cpio.gz, manifest.json (image/README.md)
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS) -o $(BIN)/anvil-image ./cmd/anvil-image
+	$(BIN)/anvil-image -repo $(CURDIR)
+
+image-clean: ## remove the built image and its download/base cache
+	rm -rf out/image out/image-cache

@@ -1,7 +1,7 @@
 // Command anvil-image builds the agent ramdisk: out/image/vmlinuz,
 // out/image/initramfs.cpio.gz and out/image/manifest.json (see image/).
 //
-//	anvil-image [-repo .] [-out out/image] [-cache out/image-cache] [-rebuild] [-no-mdadm]
+//	anvil-image [-repo .] [-out out/image] [-cache out/image-cache] [-rebuild] [-no-mdadm] [-compress gzip|zstd]
 package main
 
 import (
@@ -38,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modules := fs.String("modules", strings.Join(image.DefaultModules(), ","), "kernel modules to load at boot (with dependencies)")
 	noMdadm := fs.Bool("no-mdadm", false, "leave Debian's mdadm (and libc, libudev) out")
 	rebuild := fs.Bool("rebuild", false, "rebuild the u-root busybox and the base even if cached")
+	compress := fs.String("compress", "gzip", "initramfs compression: gzip or zstd (the kernel must have CONFIG_RD_ZSTD)")
+	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.CacheDir = *cache
 	}
 	cfg.KernelPackage, cfg.Mdadm, cfg.Rebuild = *kernel, !*noMdadm, *rebuild
+	cfg.Compression = image.Compression(*compress)
 	cfg.Modules = nil
 	for _, m := range strings.Split(*modules, ",") {
 		if m = strings.TrimSpace(m); m != "" {
@@ -72,14 +75,47 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 	fmt.Fprintf(stdout, "kernel     %s (%s %s)  %s\n", m.Kernel.File.Path, m.Kernel.ImagePackage, m.Kernel.Version, mib(m.Kernel.File.Bytes))
-	fmt.Fprintf(stdout, "initramfs  %s  %s gzip, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
-	fmt.Fprintf(stdout, "  base     %s gzip (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
+	fmt.Fprintf(stdout, "initramfs  %s  %s %s, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), m.Compression, mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
+	fmt.Fprintf(stdout, "  base     %s (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
 		mib(m.Base.Bytes), m.Base.Cached, m.Uroot.Version, len(m.Uroot.Commands), m.Modules.Files, mib(m.Modules.Bytes))
-	fmt.Fprintf(stdout, "  agent    %s gzip  %s@%s dirty=%v\n", mib(m.Overlay.Bytes), "anvil-agent", short(m.Agent.Revision), m.Agent.Dirty)
+	fmt.Fprintf(stdout, "  agent    %s  %s@%s dirty=%v\n", mib(m.Overlay.Bytes), "anvil-agent", short(m.Agent.Revision), m.Agent.Dirty)
 	if len(m.Modules.Missing) > 0 {
 		fmt.Fprintf(stdout, "  modules not in %s: %s\n", m.Kernel.Release, strings.Join(m.Modules.Missing, " "))
 	}
 	fmt.Fprintf(stdout, "manifest   %s  (build %s)\n", filepath.Join(cfg.OutDir, "manifest.json"), m.Timings["total"])
+	if *checkRepro {
+		return checkReproducible(ctx, log, cfg, m, stdout)
+	}
+	return nil
+}
+
+// checkReproducible rebuilds the image in a temp dir with nothing cached
+// but the Debian downloads and compares the initramfs hashes.
+func checkReproducible(ctx context.Context, log *slog.Logger, cfg image.Config, first *image.Manifest, stdout io.Writer) error {
+	tmp, err := os.MkdirTemp("", "anvil-image-repro-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	again := cfg
+	again.OutDir, again.CacheDir, again.Rebuild = filepath.Join(tmp, "out"), filepath.Join(tmp, "cache"), true
+	if err := os.MkdirAll(again.CacheDir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range []string{"debs", "root"} { // share downloads, nothing built
+		if err := os.Symlink(filepath.Join(cfg.CacheDir, d), filepath.Join(again.CacheDir, d)); err != nil {
+			return err
+		}
+	}
+	m, err := image.Build(ctx, log, again)
+	if err != nil {
+		return fmt.Errorf("second build: %w", err)
+	}
+	if m.Initramfs.SHA256 != first.Initramfs.SHA256 {
+		return fmt.Errorf("not reproducible: initramfs sha256 %s, then %s (base %s / %s, overlay %s / %s)",
+			first.Initramfs.SHA256, m.Initramfs.SHA256, first.Base.SHA256, m.Base.SHA256, first.Overlay.SHA256, m.Overlay.SHA256)
+	}
+	fmt.Fprintf(stdout, "reproducible: a from-scratch rebuild gave the same initramfs (sha256 %s)\n", m.Initramfs.SHA256)
 	return nil
 }
 

@@ -1,0 +1,478 @@
+// Package image builds the anvil agent ramdisk: a Debian cloud kernel and
+// an initramfs made of a cached base (u-root's busybox with init and
+// debugging tools, the kernel modules the agent needs, mdadm) and an
+// overlay holding just the agent binary, appended as a second compressed
+// cpio so that an agent change rebuilds in seconds.
+//
+// Everything comes from the Go module proxy (u-root) and Debian packages
+// (kernel, mdadm), fetched with apt-get download and unpacked with dpkg -x,
+// never installed. Archives are written by our own cpio code with fixed
+// metadata, so the same inputs give the same bytes.
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Config describes one image build.
+type Config struct {
+	// RepoDir is the anvil module (go.mod, cmd/anvil-agent).
+	RepoDir string
+	// OutDir receives vmlinuz, initramfs.cpio.gz and manifest.json.
+	OutDir string
+	// CacheDir keeps downloaded packages and built bases between builds.
+	CacheDir string
+	// KernelPackage is the Debian kernel metapackage.
+	KernelPackage string
+	// Modules are loaded at boot (with their dependencies).
+	Modules []string
+	// Commands are the u-root commands in the busybox.
+	Commands []string
+	// Mdadm adds Debian's mdadm (+ libudev, libc) as /sbin/mdadm.
+	Mdadm bool
+	// AgentPackage is the Go package of the agent.
+	AgentPackage string
+	// Rebuild ignores cached bases (the downloads stay cached).
+	Rebuild bool
+	// Compression of the initramfs: Gzip (default) or Zstd.
+	Compression Compression
+}
+
+// DefaultConfig is the standard image for a checkout at repo.
+func DefaultConfig(repo string) Config {
+	return Config{
+		RepoDir:       repo,
+		OutDir:        filepath.Join(repo, "out", "image"),
+		CacheDir:      filepath.Join(repo, "out", "image-cache"),
+		KernelPackage: "linux-image-cloud-amd64",
+		Modules:       DefaultModules(),
+		Commands:      DefaultCommands(),
+		Mdadm:         true,
+		AgentPackage:  "./cmd/anvil-agent",
+		Compression:   Gzip,
+	}
+}
+
+// InitramfsName is the initramfs file name in OutDir.
+func InitramfsName(c Compression) string { return "initramfs.cpio" + c.Ext() }
+
+// AgentPath is where the overlay puts the agent; /bin/uinit links to it.
+const AgentPath = "bin/anvil-agent"
+
+// Manifest describes a built image.
+type Manifest struct {
+	Kernel struct {
+		Package      string `json:"package"`
+		ImagePackage string `json:"image_package"`
+		Version      string `json:"version"`
+		Release      string `json:"release"`
+		File         File   `json:"file"`
+	} `json:"kernel"`
+	Uroot struct {
+		Version  string   `json:"version"`
+		Commands []string `json:"commands"`
+	} `json:"u_root"`
+	Go    string `json:"go"`
+	Agent struct {
+		Revision string `json:"revision"`
+		Dirty    bool   `json:"dirty"`
+		Binary   File   `json:"binary"`
+	} `json:"agent"`
+	Modules struct {
+		Load    []string `json:"load"`
+		Builtin []string `json:"builtin,omitempty"`
+		Missing []string `json:"missing,omitempty"`
+		Files   int      `json:"files"`
+		Bytes   int64    `json:"bytes"`
+	} `json:"modules"`
+	Mdadm       *Extra      `json:"mdadm,omitempty"`
+	Compression Compression `json:"compression"`
+	Base        Part        `json:"base"`
+	Overlay     Part        `json:"overlay"`
+	Initramfs   File        `json:"initramfs"`
+	// UncompressedBytes is base + overlay cpio size.
+	UncompressedBytes int64 `json:"uncompressed_bytes"`
+	// Timings of this build, not part of the image identity.
+	Timings map[string]string `json:"timings"`
+}
+
+// Extra is a program added from Debian packages with what it loads.
+type Extra struct {
+	Packages []Package `json:"packages"`
+	Files    []string  `json:"files"`
+	Bytes    int64     `json:"bytes"`
+}
+
+// File is an output file's name, size and SHA-256.
+type File struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Part is one of the concatenated archives.
+type Part struct {
+	File
+	Key               string `json:"cache_key,omitempty"`
+	UncompressedBytes int64  `json:"uncompressed_bytes"`
+	Cached            bool   `json:"cached"`
+}
+
+// Build builds (or reuses) the base, builds the agent overlay and
+// assembles out/: vmlinuz, initramfs.cpio.gz and manifest.json.
+func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error) {
+	m := &Manifest{Timings: map[string]string{}}
+	started := time.Now()
+	for _, d := range []string{cfg.OutDir, cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+	}
+	deb := Debian{CacheDir: cfg.CacheDir, Log: log}
+
+	// Kernel.
+	t := time.Now()
+	var programs []string
+	if cfg.Mdadm {
+		programs = append(programs, "mdadm")
+	}
+	plan, err := deb.Resolve(ctx, cfg.KernelPackage, programs...)
+	if err != nil {
+		return nil, fmt.Errorf("debian packages: %w", err)
+	}
+	k, err := deb.FetchKernel(ctx, plan)
+	if err != nil {
+		return nil, fmt.Errorf("kernel: %w", err)
+	}
+	kcfg, err := KernelConfig(k.Config)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Compression == "" {
+		cfg.Compression = Gzip
+	}
+	if opt := cfg.Compression.KernelConfig(); kcfg[opt] != "y" {
+		return nil, fmt.Errorf("kernel %s cannot unpack a %s initramfs (%s=%q)", k.Release, cfg.Compression, opt, kcfg[opt])
+	}
+	m.Kernel.Package, m.Kernel.ImagePackage = k.Meta.Name, k.Image.Name
+	m.Kernel.Version, m.Kernel.Release = k.Image.Version, k.Release
+	m.Timings["kernel"] = since(t)
+
+	mods, err := ResolveModules(k.ModulesDir(), k.Release, cfg.Modules)
+	if err != nil {
+		return nil, fmt.Errorf("modules: %w", err)
+	}
+	if len(mods.Missing) > 0 {
+		log.Warn("modules not in this kernel", "release", k.Release, "missing", mods.Missing)
+	}
+	m.Modules.Load, m.Modules.Builtin, m.Modules.Missing = mods.Load, mods.Builtin, mods.Missing
+	m.Modules.Files = len(mods.Files)
+	if m.Modules.Bytes, err = mods.Size(); err != nil {
+		return nil, err
+	}
+
+	var mdadm []Package
+	if cfg.Mdadm {
+		if mdadm, err = deb.FetchProgram(ctx, plan, "mdadm"); err != nil {
+			return nil, fmt.Errorf("mdadm: %w", err)
+		}
+	}
+
+	urootVersion, err := goModuleVersion(ctx, cfg.RepoDir, "github.com/u-root/u-root")
+	if err != nil {
+		return nil, err
+	}
+	m.Uroot.Version, m.Uroot.Commands = urootVersion, cfg.Commands
+	m.Go = runtime.Version()
+
+	// Base: u-root + modules + mdadm, cached by everything that goes in.
+	t = time.Now()
+	base, err := BuildBase(ctx, log, BaseInputs{
+		RepoDir: cfg.RepoDir, CacheDir: cfg.CacheDir, Commands: cfg.Commands, UrootVersion: urootVersion,
+		Kernel: k, Modules: mods, Mdadm: mdadm, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Base, m.Mdadm = base.Part, base.Mdadm
+	if base.Uroot > 0 {
+		m.Timings["u-root"] = base.Uroot.Round(time.Millisecond).String()
+	}
+	m.Timings["base"] = since(t)
+
+	// Overlay: the agent.
+	t = time.Now()
+	agentBin := filepath.Join(cfg.CacheDir, "anvil-agent")
+	if err := BuildAgent(ctx, cfg.RepoDir, cfg.AgentPackage, agentBin); err != nil {
+		return nil, err
+	}
+	if m.Agent.Binary, err = hashFile(agentBin); err != nil {
+		return nil, err
+	}
+	m.Agent.Binary.Path = "/" + AgentPath
+	m.Agent.Revision, m.Agent.Dirty = gitRevision(ctx, cfg.RepoDir)
+	m.Timings["agent_build"] = since(t)
+	t = time.Now()
+	overlay := filepath.Join(cfg.CacheDir, "overlay.cpio"+cfg.Compression.Ext())
+	if m.Overlay, err = BuildOverlay(agentBin, overlay, cfg.Compression); err != nil {
+		return nil, err
+	}
+	m.Timings["overlay"] = since(t)
+
+	// Assemble.
+	initrd := filepath.Join(cfg.OutDir, InitramfsName(cfg.Compression))
+	if m.Initramfs, err = Assemble(initrd, filepath.Join(cfg.CacheDir, base.Path), overlay); err != nil {
+		return nil, err
+	}
+	if m.Kernel.File, err = Assemble(filepath.Join(cfg.OutDir, "vmlinuz"), k.Vmlinuz); err != nil {
+		return nil, err
+	}
+	m.Compression = cfg.Compression
+	m.UncompressedBytes = m.Base.UncompressedBytes + m.Overlay.UncompressedBytes
+	m.Timings["total"] = since(started)
+	if err := m.Write(filepath.Join(cfg.OutDir, "manifest.json")); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Write writes the manifest as indented JSON.
+func (m *Manifest) Write(file string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	return writeAtomic(file, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// BuildOverlay writes the archive holding just the agent binary at
+// /bin/anvil-agent (what /bin/uinit in the base points to).
+func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
+	ov := NewArchive()
+	ov.AddDir("bin", 0o755)
+	if err := ov.AddFile(AgentPath, agentBin, 0o755); err != nil {
+		return Part{}, err
+	}
+	raw, err := ov.WriteCompressedFile(file, c)
+	if err != nil {
+		return Part{}, err
+	}
+	f, err := hashFile(file)
+	if err != nil {
+		return Part{}, err
+	}
+	f.Path = filepath.Base(file)
+	return Part{File: f, UncompressedBytes: raw}, nil
+}
+
+// Assemble concatenates parts into file (the kernel unpacks concatenated
+// compressed cpio archives in order) and describes the result.
+func Assemble(file string, parts ...string) (File, error) {
+	if err := Concat(file, parts...); err != nil {
+		return File{}, err
+	}
+	f, err := hashFile(file)
+	if err != nil {
+		return File{}, err
+	}
+	f.Path = filepath.Base(file)
+	return f, nil
+}
+
+// BaseInputs is everything the base archive is made of.
+type BaseInputs struct {
+	RepoDir      string // Go module the u-root commands resolve in
+	CacheDir     string
+	Commands     []string
+	UrootVersion string
+	Kernel       Kernel
+	Modules      ModuleSet
+	Mdadm        []Package // mdadm and its lib packages; nil leaves it out
+	Compression  Compression
+	Rebuild      bool // ignore cached u-root and base archives
+}
+
+// Base is a built (or cached) base archive.
+type Base struct {
+	Part
+	Mdadm *Extra
+	Uroot time.Duration // time spent building u-root; 0 if cached
+}
+
+// BuildBase returns the cached base archive for these inputs, building it
+// if needed: u-root's cpio (itself cached by u-root version, Go version and
+// commands), the kernel modules and mdadm, merged into one archive.
+func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, error) {
+	k, mods, mdadm := in.Kernel, in.Modules, in.Mdadm
+	var res Base
+	urootKey := cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath)
+	mdKey := ""
+	for _, p := range mdadm {
+		mdKey += p.Name + "=" + p.Version + ","
+	}
+	baseKey := cacheKey("base-v2", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, strings.Join(mods.Load, ","), mdKey)
+	res.Key = baseKey
+	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
+	baseFile := filepath.Join(in.CacheDir, res.Path)
+	sizeFile := baseFile + ".size"
+
+	var mdBytes int64
+	mdFiles := map[string]string{}
+	if len(mdadm) > 0 {
+		var roots []string
+		for _, p := range mdadm {
+			roots = append(roots, p.Root)
+		}
+		var err error
+		if mdFiles, err = ELFClosure(roots, "sbin/mdadm"); err != nil {
+			return res, fmt.Errorf("mdadm: %w", err)
+		}
+		for _, host := range mdFiles {
+			st, err := os.Stat(host)
+			if err != nil {
+				return res, fmt.Errorf("mdadm: %w", err)
+			}
+			mdBytes += st.Size()
+		}
+		res.Mdadm = &Extra{Packages: mdadm, Bytes: mdBytes}
+		for p := range mdFiles {
+			res.Mdadm.Files = append(res.Mdadm.Files, "/"+p)
+		}
+		sort.Strings(res.Mdadm.Files)
+	}
+
+	if !in.Rebuild {
+		if sz, err := os.ReadFile(sizeFile); err == nil {
+			if f, err := hashFile(baseFile); err == nil {
+				res.File, res.Cached = f, true
+				res.Path = filepath.Base(baseFile)
+				if _, err := fmt.Sscan(string(sz), &res.UncompressedBytes); err == nil {
+					log.Info("base cached", "file", baseFile)
+					return res, nil
+				}
+			}
+		}
+	}
+
+	urootFile := filepath.Join(in.CacheDir, "uroot-"+urootKey+".cpio")
+	if _, err := os.Stat(urootFile); in.Rebuild || errors.Is(err, os.ErrNotExist) {
+		tmp, err := os.MkdirTemp("", "anvil-image-")
+		if err != nil {
+			return res, fmt.Errorf("u-root build: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		log.Info("building u-root busybox (20-40 s)", "u-root", in.UrootVersion, "commands", len(in.Commands))
+		t := time.Now()
+		out := filepath.Join(tmp, "uroot.cpio")
+		if err := BuildUroot(ctx, log, UrootConfig{
+			ModuleDir: in.RepoDir, Commands: in.Commands, Uinit: "/" + AgentPath, TempDir: tmp, Output: out,
+		}); err != nil {
+			return res, err
+		}
+		if err := Concat(urootFile, out); err != nil {
+			return res, err
+		}
+		res.Uroot = time.Since(t)
+	}
+
+	a := NewArchive()
+	uf, err := os.Open(urootFile)
+	if err != nil {
+		return res, fmt.Errorf("base: %w", err)
+	}
+	defer uf.Close()
+	if err := a.AddArchive(uf); err != nil {
+		return res, fmt.Errorf("base: u-root archive: %w", err)
+	}
+	modRoot := "lib/modules/" + k.Release
+	for _, f := range mods.Files {
+		if err := a.AddFile(modRoot+"/"+f, filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
+			return res, err
+		}
+	}
+	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
+	for _, f := range []string{"modules.builtin", "modules.builtin.modinfo"} {
+		if err := a.AddFile(modRoot+"/"+f, filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
+			return res, err
+		}
+	}
+	a.AddBytes("lib/modules-load.d/anvil.conf", mods.LoadConf(), 0o644)
+	paths := make([]string, 0, len(mdFiles))
+	for p := range mdFiles {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	first := map[string]string{} // host file -> archive path holding it
+	for _, p := range paths {
+		if prev, ok := first[mdFiles[p]]; ok {
+			// Same file under two names (ld.so in /lib64 and the
+			// multiarch dir): link instead of storing it twice.
+			a.AddSymlink(p, "/"+prev)
+			continue
+		}
+		first[mdFiles[p]] = p
+		if err := a.AddFile(p, mdFiles[p], 0o755); err != nil {
+			return res, err
+		}
+	}
+	// mdadm and the agent's RAID steps expect these to exist.
+	a.AddDir("etc/mdadm", 0o755)
+	a.AddDir("run", 0o755)
+	a.AddDir("var/log", 0o755)
+
+	raw, err := a.WriteCompressedFile(baseFile, in.Compression)
+	if err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(sizeFile, []byte(fmt.Sprint(raw)), 0o644); err != nil {
+		return res, fmt.Errorf("base: %w", err)
+	}
+	f, err := hashFile(baseFile)
+	if err != nil {
+		return res, err
+	}
+	res.File, res.UncompressedBytes = f, raw
+	res.Path = filepath.Base(baseFile)
+	return res, nil
+}
+
+func cacheKey(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func hashFile(file string) (File, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return File{}, fmt.Errorf("hash: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return File{}, fmt.Errorf("hash %s: %w", file, err)
+	}
+	return File{Path: file, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

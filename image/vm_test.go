@@ -1,0 +1,502 @@
+//go:build vm
+
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// guestfwdEnv switches the test binary into a one-connection TCP relay:
+// slirp's guestfwd "cmd:" form runs the binary once per guest connection
+// with the connection on stdin/stdout. (The "tcp:host:port" form opens a
+// single host connection when QEMU starts and funnels every guest
+// connection into it, which breaks as soon as the server closes it.)
+const guestfwdEnv = "ANVIL_VM_GUESTFWD"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(guestfwdEnv); addr != "" {
+		os.Exit(relay(addr))
+	}
+	os.Exit(m.Run())
+}
+
+func relay(addr string) int {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "guestfwd relay:", err)
+		return 1
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(c, os.Stdin)
+		_ = c.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(os.Stdout, c)
+	c.Close()
+	return 0
+}
+
+// apiVersion is the microversion the test speaks (inventory needs 1.81+).
+const apiVersion = "1.82"
+
+// sizeBudget bounds the compressed initramfs (kernel not included).
+const sizeBudget = 15_000_000
+
+// guestAPI is where the agent finds the controller: slirp forwards it.
+const guestAPI = "10.0.2.100:6385"
+
+// vmImage builds the image (the u-root base is cached in out/; the agent
+// overlay is rebuilt so the VM runs the agent of this checkout).
+func vmImage(tb testing.TB) (kernel, initrd string) {
+	tb.Helper()
+	cfg, _ := buildVMImage(tb)
+	return filepath.Join(cfg.OutDir, "vmlinuz"), filepath.Join(cfg.OutDir, "initramfs.cpio.gz")
+}
+
+func buildVMImage(tb testing.TB) (Config, *Manifest) {
+	tb.Helper()
+	for _, bin := range []string{"qemu-system-x86_64", "apt-get", "dpkg", "depmod"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			tb.Skipf("%s not installed: %v", bin, err)
+		}
+	}
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := DefaultConfig(repo)
+	if pkg := os.Getenv("ANVIL_VM_KERNEL_PACKAGE"); pkg != "" {
+		// e.g. linux-image-amd64, the generic kernel with the drivers
+		// real hardware needs; built next to the default image.
+		cfg.KernelPackage, cfg.OutDir = pkg, filepath.Join(repo, "out", "image-"+pkg)
+	}
+	start := time.Now()
+	m, err := Build(context.Background(), slog.New(slog.NewTextHandler(tbWriter{tb}, nil)), cfg)
+	if err != nil {
+		tb.Fatalf("Build() = %v", err)
+	}
+	tb.Logf("image ready in %v: initramfs %d bytes (base cached: %v), kernel %s", time.Since(start).Round(time.Millisecond),
+		m.Initramfs.Bytes, m.Base.Cached, m.Kernel.Release)
+	if m.Initramfs.Bytes > sizeBudget {
+		tb.Errorf("initramfs is %d bytes compressed, over the %d byte budget", m.Initramfs.Bytes, sizeBudget)
+	}
+	return cfg, m
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// controller is a running anvil-controller binary.
+type controller struct {
+	url  string
+	port string
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
+
+func startController(tb testing.TB) *controller {
+	tb.Helper()
+	dir := tb.TempDir()
+	bin := filepath.Join(dir, "anvil-controller")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/anvil-controller")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("build controller: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"),
+		"--heartbeat-interval", "2s")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	c := &controller{}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.logs.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if tb.Failed() {
+			tb.Logf("controller log:\n%s", c.log())
+		}
+	})
+	select {
+	case a := <-addr:
+		c.url = "http://" + a
+		_, c.port, _ = net.SplitHostPort(a)
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("controller did not start:\n%s", c.log())
+	}
+	return c
+}
+
+func (c *controller) log() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.logs.String()
+}
+
+// call sends a request at apiVersion and decodes a JSON object answer.
+func (c *controller) call(tb testing.TB, method, path string, body any) (int, map[string]any) {
+	tb.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.url+path, r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", apiVersion)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	if res.StatusCode >= 300 {
+		tb.Logf("%s %s = %d: %s", method, path, res.StatusCode, raw)
+	}
+	return res.StatusCode, m
+}
+
+func (c *controller) mustCall(tb testing.TB, method, path string, body any) map[string]any {
+	tb.Helper()
+	code, m := c.call(tb, method, path, body)
+	if code >= 300 {
+		tb.Fatalf("%s %s = HTTP %d, want 2xx", method, path, code)
+	}
+	return m
+}
+
+// waitState polls the node until provision_state is want.
+func (c *controller) waitState(tb testing.TB, node, want string, timeout time.Duration) map[string]any {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		_, n := c.call(tb, "GET", "/v1/nodes/"+node, nil)
+		if n["provision_state"] == want {
+			return n
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("node %s: provision_state %v, want %q after %v (last_error %v)", node, n["provision_state"], want, timeout, n["last_error"])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// vm is a QEMU child process.
+type vm struct {
+	cmd     *exec.Cmd
+	serial  string
+	started time.Time
+	exited  chan struct{}
+}
+
+// startVM boots the image with two NVMe disks and a virtio NIC on a
+// restricted slirp network whose only way out is the guestfwd to the
+// controller.
+func startVM(tb testing.TB, kernel, initrd, mac, controllerAddr string, disks []string, extraArgs ...string) *vm {
+	tb.Helper()
+	dir := tb.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if strings.ContainsAny(self, " ,") {
+		tb.Skipf("test binary path %q cannot be used in a QEMU option", self)
+	}
+	args := []string{
+		"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none",
+		"-kernel", kernel, "-initrd", initrd,
+		"-append", "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI + strings.Join(append([]string{""}, extraArgs...), " "),
+		"-netdev", "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self,
+		"-device", "virtio-net-pci,netdev=n0,mac=" + mac,
+		"-device", "virtio-rng-pci",
+		"-serial", "file:" + filepath.Join(dir, "serial.log"),
+	}
+	for i, d := range disks {
+		f := filepath.Join(dir, fmt.Sprintf("nvme%d.raw", i+1))
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Truncate(f, 64<<20); err != nil {
+			tb.Fatal(err)
+		}
+		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw", f, i+1),
+			"-device", fmt.Sprintf("nvme,serial=%s,drive=d%d", d, i+1))
+	}
+	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{})}
+	v.cmd = exec.Command("qemu-system-x86_64", args...)
+	v.cmd.Env = append(os.Environ(), guestfwdEnv+"="+controllerAddr)
+	var qout bytes.Buffer
+	v.cmd.Stdout, v.cmd.Stderr = &qout, &qout
+	v.started = time.Now()
+	if err := v.cmd.Start(); err != nil {
+		tb.Fatalf("start qemu: %v", err)
+	}
+	go func() { _ = v.cmd.Wait(); close(v.exited) }()
+	tb.Cleanup(func() {
+		v.stop()
+		if tb.Failed() {
+			s, _ := os.ReadFile(v.serial)
+			tb.Logf("qemu output:\n%s\nserial console:\n%s", qout.String(), s)
+		}
+	})
+	return v
+}
+
+// inspection is what one boot into inspection measured.
+type inspection struct {
+	firstHeartbeat time.Duration // QEMU start -> agent_last_heartbeat (controller clock)
+	seenHeartbeat  time.Duration // QEMU start -> the poll that first saw it
+	bootTimings    []any         // driver_internal_info.agent_boot_timings
+	node           map[string]any
+	vm             *vm
+}
+
+// stop kills QEMU now (cleanup would do it at the end of the test).
+func (v *vm) stop() {
+	_ = v.cmd.Process.Kill()
+	<-v.exited
+}
+
+// inspectWithVM enrols a node for mac, starts inspection, boots the VM and
+// waits for the controller to finish inspection (or, if untilHeartbeat, for
+// the first heartbeat only).
+func inspectWithVM(tb testing.TB, c *controller, kernel, initrd, name, mac string, disks []string, untilHeartbeat bool) inspection {
+	tb.Helper()
+	node := c.mustCall(tb, "POST", "/v1/nodes", map[string]any{
+		"driver": "fake-hardware", "name": name, "deploy_interface": "direct", "inspect_interface": "agent",
+	})
+	uuid, _ := node["uuid"].(string)
+	c.mustCall(tb, "POST", "/v1/ports", map[string]any{"address": mac, "node_uuid": uuid})
+	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "manage"})
+	c.waitState(tb, name, "manageable", time.Minute)
+	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "inspect"})
+
+	// fake-hardware's power actions are no-ops: the test is the power.
+	v := startVM(tb, kernel, initrd, mac, "127.0.0.1:"+c.port, disks)
+	res := inspection{vm: v}
+	deadline := v.started.Add(4 * time.Minute)
+	left := false // left manageable (inspection started)
+	for {
+		_, n := c.call(tb, "GET", "/v1/nodes/"+name, nil)
+		state, _ := n["provision_state"].(string)
+		dii, _ := n["driver_internal_info"].(map[string]any)
+		if res.seenHeartbeat == 0 && dii["agent_last_heartbeat"] != nil {
+			res.seenHeartbeat = time.Since(v.started)
+			if ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(dii["agent_last_heartbeat"])); err == nil {
+				res.firstHeartbeat = ts.Sub(v.started)
+			}
+			tb.Logf("first heartbeat %v after QEMU start (seen by polling after %v)", res.firstHeartbeat.Round(time.Millisecond), res.seenHeartbeat.Round(time.Millisecond))
+		}
+		if bt, ok := dii["agent_boot_timings"].([]any); ok && res.bootTimings == nil {
+			res.bootTimings = bt
+		}
+		if state != "manageable" {
+			left = true
+		}
+		switch {
+		case untilHeartbeat && res.seenHeartbeat > 0:
+			res.node = n
+			return res
+		case left && state == "manageable":
+			res.node = n
+			tb.Logf("inspection finished %v after QEMU start", time.Since(v.started).Round(time.Millisecond))
+			return res
+		case strings.HasSuffix(state, "failed"):
+			tb.Fatalf("node %s: provision_state %q, last_error %v", name, state, n["last_error"])
+		case time.Now().After(deadline):
+			tb.Fatalf("node %s: provision_state %q after %v, want manageable after inspection", name, state, time.Since(v.started))
+		}
+		select {
+		case <-v.exited:
+			tb.Fatalf("QEMU exited during inspection (state %q)", state)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// TestVMInspection boots the agent ramdisk in QEMU against a real
+// controller and checks the inventory it reports.
+func TestVMInspection(t *testing.T) {
+	kernel, initrd := vmImage(t)
+	c := startController(t)
+	serials := []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}
+	res := inspectWithVM(t, c, kernel, initrd, "vm-node", "52:54:00:a1:00:01", serials, false)
+
+	if res.seenHeartbeat == 0 {
+		t.Errorf("driver_internal_info.agent_last_heartbeat never appeared")
+	}
+	t.Logf("QEMU start -> first heartbeat: %v", res.firstHeartbeat.Round(time.Millisecond))
+
+	// Inventory: both NVMe disks with size and serial.
+	_, inv := c.call(t, "GET", "/v1/nodes/vm-node/inventory", nil)
+	inventory, _ := inv["inventory"].(map[string]any)
+	disks, _ := inventory["disks"].([]any)
+	found := map[string]map[string]any{}
+	for _, d := range disks {
+		dm, _ := d.(map[string]any)
+		if s, _ := dm["serial"].(string); s != "" {
+			found[s] = dm
+		}
+	}
+	for _, s := range serials {
+		d, ok := found[s]
+		if !ok {
+			b, _ := json.MarshalIndent(disks, "", "  ")
+			t.Errorf("inventory has no disk with serial %q; disks:\n%s", s, b)
+			continue
+		}
+		if size, _ := d["size"].(float64); size != 64<<20 {
+			t.Errorf("disk %v (serial %s): size %v, want %d", d["name"], s, d["size"], 64<<20)
+		}
+		t.Logf("disk %v serial %s size %v model %v", d["name"], s, d["size"], d["model"])
+	}
+
+	// Boot timings: recorded in driver_internal_info at the first heartbeat.
+	if len(res.bootTimings) == 0 {
+		t.Errorf("driver_internal_info.agent_boot_timings never appeared")
+	} else {
+		b, _ := json.Marshal(res.bootTimings)
+		t.Logf("agent boot timings: %s", b)
+	}
+	// History: the agent's lookup is recorded.
+	_, h := c.call(t, "GET", "/v1/nodes/vm-node/history", nil)
+	events, _ := h["history"].([]any)
+	var lines []string
+	looked := false
+	for _, e := range events {
+		em, _ := e.(map[string]any)
+		ev := fmt.Sprint(em["event"])
+		lines = append(lines, fmt.Sprintf("%v %v %s", em["severity"], em["event_type"], ev))
+		if strings.Contains(ev, "looked up") {
+			looked = true
+		}
+	}
+	if !looked {
+		t.Errorf("history has no agent lookup event:\n%s", strings.Join(lines, "\n"))
+	} else {
+		t.Logf("history:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// BenchmarkVMBootToHeartbeat boots the ramdisk three times (one node each)
+// and reports the median QEMU start -> first heartbeat.
+func BenchmarkVMBootToHeartbeat(b *testing.B) {
+	kernel, initrd := vmImage(b)
+	c := startController(b)
+	var all []time.Duration
+	for i := 0; i < b.N; i++ {
+		var runs []time.Duration
+		for j := 0; j < 3; j++ {
+			name := fmt.Sprintf("bench-%d-%d", i, j)
+			mac := fmt.Sprintf("52:54:00:b0:%02x:%02x", i, j)
+			res := inspectWithVM(b, c, kernel, initrd, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
+			res.vm.stop()
+			runs = append(runs, res.firstHeartbeat)
+		}
+		all = append(all, runs...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(all[len(all)/2].Seconds(), "s-to-heartbeat(median)")
+	b.Logf("QEMU start -> first heartbeat: %v", all)
+}
+
+// TestVMMdadm boots the base image with a script in place of the agent:
+// the md modules load from modules-load.d and the packaged mdadm (dynamic,
+// with its own libc and libudev) builds a RAID1 over the two NVMe disks.
+func TestVMMdadm(t *testing.T) {
+	cfg, m := buildVMImage(t)
+	if m.Mdadm == nil {
+		t.Skip("image built without mdadm")
+	}
+	dir := t.TempDir()
+	script := `#!/bbin/gosh
+echo MDTEST-START
+mdadm --version
+mdadm --create /dev/md0 --level=1 --raid-devices=2 --metadata=1.2 --run --assume-clean /dev/nvme0n1 /dev/nvme1n1
+echo MDTEST-RC=$?
+cat /proc/mdstat
+lsmod
+echo MDTEST-END
+shutdown halt
+`
+	ov := NewArchive()
+	ov.AddBytes(AgentPath, []byte(script), 0o755)
+	overlay := filepath.Join(dir, "script.cpio.gz")
+	if _, err := ov.WriteGzipFile(overlay); err != nil {
+		t.Fatal(err)
+	}
+	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	if err := Concat(initrd, filepath.Join(cfg.CacheDir, m.Base.Path), overlay); err != nil {
+		t.Fatal(err)
+	}
+	// No controller: the guestfwd relay is never used.
+	v := startVM(t, filepath.Join(cfg.OutDir, "vmlinuz"), initrd, "52:54:00:a1:00:02", "127.0.0.1:9", []string{"ANVIL-MD-0001", "ANVIL-MD-0002"})
+	select {
+	case <-v.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("VM did not power off within 2 minutes")
+	}
+	raw, _ := os.ReadFile(v.serial)
+	log := string(raw)
+	start := strings.Index(log, "MDTEST-START")
+	end := strings.Index(log, "MDTEST-END")
+	if start < 0 || end < start {
+		t.Fatalf("script did not run to the end; serial:\n%s", log)
+	}
+	out := log[start:end]
+	t.Logf("guest:\n%s", out)
+	for _, want := range []string{"mdadm - v", "MDTEST-RC=0", "md0 : active raid1", "[UU]", "raid1", "md_mod"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("guest output has no %q", want)
+		}
+	}
+}
