@@ -30,6 +30,7 @@ type Config struct {
 	HTPasswd            string // htpasswd file for http_basic
 	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
 	PublicURL           string // URL clients and agents use to reach us
+	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
 	Host                string // name written into node reservations
 	Workers             int
 	AutomatedClean      bool
@@ -137,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
-	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth,
+	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
 		Metrics: api.NewMetrics(st)})
 
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		insecure   = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 		publicURL  = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 		host       = fs.String("host", hostname, "name written into node reservations")
+		bootDir    = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.gz (make image: out/image) served to PXE-booting nodes")
 		workers    = fs.Int("workers", 16, "concurrent node operations")
 		autoClean  = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
 		cleanWait  = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
-		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
+		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
 		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
 		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, Logger: log})

@@ -31,6 +31,7 @@ type Server struct {
 	publicURL string // base URL for links; "" = derived from each request
 	auth      Authenticator
 	metrics   *Metrics
+	bootDir   string // kernel and initramfs served to nodes ("" = none)
 	router    *mux.Router
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
@@ -45,12 +46,13 @@ type Config struct {
 	PublicURL string
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
+	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics}
+		auth: cfg.Auth, metrics: cfg.Metrics, bootDir: cfg.BootDir}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -129,6 +131,8 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	// with the per-boot token, not with operator credentials
 	r.Handle("/lookup", s.wrap(s.lookup)).Methods(http.MethodGet)
 	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/boot/files/{file}", s.wrap(s.bootFile)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/boot/{node}/ipxe", s.wrap(s.bootScript)).Methods(http.MethodGet)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBootScriptAndFiles(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel-bytes"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("initramfs-bytes"), 0o644))
+	e := newEnvWith(t, agentConfig(), ":memory:", func(c *Config) { c.BootDir = dir; c.PublicURL = "http://10.0.2.100:6385" })
+	id := e.agentNode("pxe", nil)
+
+	r := e.do("GET", "/v1/boot/pxe/ipxe", "", nil)
+	require.Equal(t, 200, r.status)
+	assert.True(t, strings.HasPrefix(string(r.body), "#!ipxe\n"))
+	assert.Contains(t, string(r.body), "exit 0", "a manageable node expects no agent: boot the next device")
+
+	require.Equal(t, 202, e.provision("pxe", "provide", nil).status)
+	e.waitState("pxe", "clean wait")
+	r = e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil)
+	require.Equal(t, 200, r.status)
+	script := string(r.body)
+	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id)
+	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
+	assert.Contains(t, script, "boot\n")
+
+	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
+		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
+	require.Equal(t, 201, e.do("POST", "/v1/ports", latest, map[string]any{"address": mac2, "node_uuid": n2["uuid"]}).status)
+	require.Equal(t, 202, e.provision("pxe2", "manage", nil).status)
+	e.waitState("pxe2", "manageable")
+	require.Equal(t, 202, e.provision("pxe2", "provide", nil).status)
+	e.waitState("pxe2", "clean wait")
+	script = string(e.do("GET", "/v1/boot/pxe2/ipxe", "", nil).body)
+	assert.Contains(t, script, "anvil.api=http://192.0.2.1:6385 anvil.node="+n2["uuid"].(string)+" console=ttyS1 anvil.debug", "per-node URL and kernel parameters")
+
+	f := e.do("GET", "/v1/boot/files/vmlinuz", "", nil)
+	require.Equal(t, 200, f.status)
+	assert.Equal(t, "kernel-bytes", string(f.body))
+	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
+
+	plain := newEnv(t)
+	r = plain.do("GET", "/v1/boot/x/ipxe", "", nil)
+	assert.Equal(t, 404, r.status)
+	assert.Contains(t, r.fault(t), "--boot-dir")
+}

@@ -1,0 +1,85 @@
+package postgres
+
+// migrations are applied in order; each runs once, inside a transaction
+// that holds the migration advisory lock, and its index+1 is recorded in
+// schema_migrations (the numbering the SQLite store uses). Never edit a
+// released entry: append a new one.
+//
+// The tables and columns are the SQLite store's, one for one, so that data
+// can be copied between the two backends table by table. Differences are
+// PostgreSQL's own:
+//   - documents (data) are bytea holding the exact bytes the Go codec wrote:
+//     jsonb would re-encode them (key order, number spelling) and refuses
+//     \u0000 in strings, which a BMC password or a vendor field may hold;
+//     nothing queries inside the documents, so jsonb would buy nothing;
+//   - text columns are COLLATE "C": byte order, like SQLite's BINARY, so a
+//     sorted list is the same on both backends whatever locale the database
+//     cluster was created with;
+//   - timestamps are timestamptz; NULL sorts first through COALESCE with
+//     '-infinity', as the empty string does in SQLite;
+//   - unique constraints and indexes are named, because mapErr recognises
+//     duplicates by constraint name;
+//   - updated_at is deliberately not indexed and nodes keep free space per
+//     page (fillfactor): every node update changes updated_at, and an update
+//     that touches no indexed column can be a HOT update that writes no index.
+var migrations = []string{
+	// 1: nodes, generic resources (ports, portgroups, allocations,
+	// inventories), history.
+	`CREATE TABLE nodes (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT nodes_uuid_key UNIQUE,
+		name text COLLATE "C" CONSTRAINT nodes_name_key UNIQUE,
+		revision bigint NOT NULL,
+		driver text COLLATE "C" NOT NULL,
+		provision_state text COLLATE "C" NOT NULL,
+		power_state text COLLATE "C",
+		maintenance boolean NOT NULL,
+		retired boolean NOT NULL,
+		instance_uuid text COLLATE "C",
+		resource_class text COLLATE "C",
+		fault text COLLATE "C",
+		owner text COLLATE "C",
+		lessee text COLLATE "C",
+		conductor_group text COLLATE "C" NOT NULL DEFAULT '',
+		chassis_uuid text COLLATE "C",
+		description text COLLATE "C",
+		shard text COLLATE "C",
+		reservation text COLLATE "C",
+		created_at timestamptz NOT NULL,
+		updated_at timestamptz,
+		provision_updated_at timestamptz,
+		data bytea NOT NULL
+	) WITH (fillfactor = 85);
+	CREATE INDEX nodes_provision_state ON nodes (provision_state, id);
+	CREATE INDEX nodes_maintenance ON nodes (maintenance, id);
+	CREATE INDEX nodes_retired ON nodes (retired, id);
+	CREATE INDEX nodes_driver ON nodes (driver, id);
+	CREATE INDEX nodes_instance_uuid ON nodes (instance_uuid);
+	CREATE INDEX nodes_resource_class ON nodes (resource_class, id);
+	CREATE INDEX nodes_conductor_group ON nodes (conductor_group, id);
+	CREATE INDEX nodes_reservation ON nodes (reservation) WHERE reservation IS NOT NULL;
+	-- keyset pages sorted by name walk this index (sortExpr "name")
+	CREATE INDEX nodes_name_sort ON nodes ((COALESCE(name, '')), id);
+	CREATE INDEX nodes_created_at ON nodes (created_at, id);
+	CREATE TABLE resources (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		kind text COLLATE "C" NOT NULL,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT resources_uuid_key UNIQUE,
+		node_uuid text COLLATE "C",
+		name text COLLATE "C",
+		address text COLLATE "C",
+		revision bigint NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE UNIQUE INDEX resources_address ON resources (kind, address) WHERE address IS NOT NULL;
+	CREATE UNIQUE INDEX resources_name ON resources (kind, name) WHERE name IS NOT NULL;
+	CREATE INDEX resources_node ON resources (kind, node_uuid);
+	CREATE TABLE events (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT events_uuid_key UNIQUE,
+		node_uuid text COLLATE "C" NOT NULL,
+		created_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX events_node ON events (node_uuid, id);`,
+}

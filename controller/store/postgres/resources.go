@@ -1,0 +1,298 @@
+package postgres
+
+import (
+	"context"
+	stdjson "encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Ports, portgroups, allocations and inventories share one table, as in the
+// SQLite store: small documents looked up by uuid, name, address or node,
+// which is all the table indexes. Their documents are written with
+// encoding/json, again as in the SQLite store, so both hold the same bytes.
+
+type resourceKeys struct {
+	uuid, node string
+	name, addr *string
+}
+
+// nullable stores an empty node UUID (an allocation not yet placed) as NULL.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func createResource(ctx context.Context, s *Store, kind string, k resourceKeys, v any) (int64, error) {
+	data, err := stdjson.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
+	}
+	var id int64
+	err = s.pool.QueryRow(ctx, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
+		VALUES ($1, $2, $3, $4, $5, 1, $6) RETURNING id`, kind, k.uuid, nullable(k.node), k.name, k.addr, data).Scan(&id)
+	if err != nil {
+		return 0, mapErr(err, "create "+kind+" "+k.uuid)
+	}
+	return id, nil
+}
+
+func updateResource(ctx context.Context, s *Store, kind string, k resourceKeys, v any) error {
+	data, err := stdjson.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE resources SET node_uuid = $1, name = $2, address = $3, revision = revision + 1,
+		data = $4 WHERE kind = $5 AND uuid = $6`, nullable(k.node), k.name, k.addr, data, kind, k.uuid)
+	if err != nil {
+		return mapErr(err, "update "+kind+" "+k.uuid)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s %s: %w", kind, k.uuid, store.ErrNotFound)
+	}
+	return nil
+}
+
+func deleteResource(ctx context.Context, s *Store, kind, uuid string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM resources WHERE kind = $1 AND uuid = $2`, kind, uuid)
+	if err != nil {
+		return fmt.Errorf("delete %s %s: %w", kind, uuid, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s %s: %w", kind, uuid, store.ErrNotFound)
+	}
+	return nil
+}
+
+func scanResource[T any](setID func(*T, int64)) func(pgx.Row) (*T, error) {
+	return func(row pgx.Row) (*T, error) {
+		var id int64
+		var data []byte
+		if err := row.Scan(&id, &data); err != nil {
+			return nil, err
+		}
+		v := new(T)
+		if err := stdjson.Unmarshal(data, v); err != nil {
+			return nil, fmt.Errorf("decode resource %d: %w", id, err)
+		}
+		setID(v, id)
+		return v, nil
+	}
+}
+
+// getResource finds by uuid, or by uuid then name when byName.
+func getResource[T any](ctx context.Context, s *Store, kind, ident string, byName bool, setID func(*T, int64)) (*T, error) {
+	q := `SELECT id, data FROM resources WHERE kind = $1 AND uuid = $2`
+	if byName {
+		q = `SELECT id, data FROM resources WHERE kind = $1 AND (uuid = $2 OR name = $2) ORDER BY uuid = $2 DESC LIMIT 1`
+	}
+	v, err := scanResource(setID)(s.pool.QueryRow(ctx, q, kind, ident))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s %s: %w", kind, ident, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", kind, ident, err)
+	}
+	return v, nil
+}
+
+func listResources[T any](ctx context.Context, s *Store, kind string, f store.ResourceFilter, p store.Page, setID func(*T, int64)) ([]*T, error) {
+	var args params
+	where := []string{"kind = " + args.add(kind)}
+	if f.NodeUUID != nil {
+		where = append(where, "node_uuid = "+args.add(*f.NodeUUID))
+	}
+	if f.Address != nil {
+		where = append(where, "address = "+args.add(*f.Address))
+	}
+	if f.Name != nil {
+		where = append(where, "name = "+args.add(*f.Name))
+	}
+	return listPage(ctx, s, "resources", "id, data", where, args, p, scanResource(setID))
+}
+
+func setPortID(p *store.Port, id int64)             { p.ID = id }
+func setPortgroupID(p *store.Portgroup, id int64)   { p.ID = id }
+func setAllocationID(a *store.Allocation, id int64) { a.ID = id }
+
+func portKeys(p *store.Port) resourceKeys {
+	return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: &p.Address}
+}
+
+func portgroupKeys(p *store.Portgroup) resourceKeys {
+	return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: p.Address}
+}
+
+func allocationKeys(a *store.Allocation) resourceKeys {
+	k := resourceKeys{uuid: a.UUID, name: a.Name}
+	if a.NodeUUID != nil {
+		k.node = *a.NodeUUID
+	}
+	return k
+}
+
+// CreatePort inserts a port.
+func (s *Store) CreatePort(ctx context.Context, p *store.Port) (err error) {
+	p.ID, err = createResource(ctx, s, "port", portKeys(p), p)
+	return err
+}
+
+// GetPort finds a port by uuid.
+func (s *Store) GetPort(ctx context.Context, uuid string) (*store.Port, error) {
+	return getResource(ctx, s, "port", uuid, false, setPortID)
+}
+
+// ListPorts lists ports.
+func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error) {
+	return listResources(ctx, s, "port", f, p, setPortID)
+}
+
+// UpdatePort writes a port.
+func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
+	return updateResource(ctx, s, "port", portKeys(p), p)
+}
+
+// DeletePort removes a port.
+func (s *Store) DeletePort(ctx context.Context, uuid string) error {
+	return deleteResource(ctx, s, "port", uuid)
+}
+
+// CreatePortgroup inserts a portgroup.
+func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) (err error) {
+	p.ID, err = createResource(ctx, s, "portgroup", portgroupKeys(p), p)
+	return err
+}
+
+// GetPortgroup finds a portgroup by uuid or name.
+func (s *Store) GetPortgroup(ctx context.Context, ident string) (*store.Portgroup, error) {
+	return getResource(ctx, s, "portgroup", ident, true, setPortgroupID)
+}
+
+// ListPortgroups lists portgroups.
+func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Portgroup, error) {
+	return listResources(ctx, s, "portgroup", f, p, setPortgroupID)
+}
+
+// UpdatePortgroup writes a portgroup.
+func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
+	return updateResource(ctx, s, "portgroup", portgroupKeys(p), p)
+}
+
+// DeletePortgroup removes a portgroup.
+func (s *Store) DeletePortgroup(ctx context.Context, uuid string) error {
+	return deleteResource(ctx, s, "portgroup", uuid)
+}
+
+// CreateAllocation inserts an allocation.
+func (s *Store) CreateAllocation(ctx context.Context, a *store.Allocation) (err error) {
+	a.ID, err = createResource(ctx, s, "allocation", allocationKeys(a), a)
+	return err
+}
+
+// GetAllocation finds an allocation by uuid or name.
+func (s *Store) GetAllocation(ctx context.Context, ident string) (*store.Allocation, error) {
+	return getResource(ctx, s, "allocation", ident, true, setAllocationID)
+}
+
+// ListAllocations lists allocations.
+func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error) {
+	return listResources(ctx, s, "allocation", f, p, setAllocationID)
+}
+
+// UpdateAllocation writes an allocation.
+func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
+	return updateResource(ctx, s, "allocation", allocationKeys(a), a)
+}
+
+// DeleteAllocation removes an allocation.
+func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
+	return deleteResource(ctx, s, "allocation", uuid)
+}
+
+// encodeEvent is the event document, with the SQLite store's codec.
+func encodeEvent(e *store.Event) ([]byte, error) {
+	data, err := stdjson.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	return data, nil
+}
+
+// AppendEvent adds an entry to a node's history.
+func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
+	data, err := encodeEvent(e)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO events (uuid, node_uuid, created_at, data) VALUES ($1, $2, $3, $4)`,
+		e.UUID, e.NodeUUID, e.CreatedAt, data)
+	return mapErr(err, "append event")
+}
+
+// ListEvents returns a node's history, oldest first; limit > 0 keeps the
+// newest limit entries.
+func (s *Store) ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*store.Event, error) {
+	var lim any // LIMIT NULL is no limit: one statement serves both cases
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT data FROM (
+			SELECT id, data FROM events WHERE node_uuid = $1 ORDER BY id DESC LIMIT $2
+		) newest ORDER BY id ASC`, nodeUUID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Event
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		e := &store.Event{}
+		if err := stdjson.Unmarshal(data, e); err != nil {
+			return nil, fmt.Errorf("decode event: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}
+
+// PutInventory stores (replaces) a node's inventory document. The upsert
+// is atomic in PostgreSQL, so two controllers storing the same node's
+// inventory at once cannot both insert.
+func (s *Store) PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error {
+	if !stdjson.Valid(inventory) {
+		return fmt.Errorf("inventory of node %s is not valid JSON", nodeUUID)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
+		VALUES ('inventory', $1, $2, 1, $3)
+		ON CONFLICT (uuid) DO UPDATE SET data = excluded.data, revision = resources.revision + 1`,
+		"inventory-"+nodeUUID, nodeUUID, inventory)
+	if err != nil {
+		return fmt.Errorf("store inventory of node %s: %w", nodeUUID, err)
+	}
+	return nil
+}
+
+// GetInventory returns a node's inventory document, byte for byte as stored.
+func (s *Store) GetInventory(ctx context.Context, nodeUUID string) ([]byte, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM resources WHERE kind = 'inventory' AND uuid = $1`, "inventory-"+nodeUUID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inventory of node %s: %w", nodeUUID, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inventory of node %s: %w", nodeUUID, err)
+	}
+	return data, nil
+}
