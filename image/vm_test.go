@@ -118,7 +118,7 @@ type controller struct {
 
 var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
 
-func startController(tb testing.TB) *controller {
+func startController(tb testing.TB, extraArgs ...string) *controller {
 	tb.Helper()
 	dir := tb.TempDir()
 	bin := filepath.Join(dir, "anvil-controller")
@@ -128,8 +128,8 @@ func startController(tb testing.TB) *controller {
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("build controller: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"),
-		"--heartbeat-interval", "2s")
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--database", "sqlite://" + filepath.Join(dir, "anvil.db"),
+		"--heartbeat-interval", "2s"}, extraArgs...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -238,10 +238,19 @@ type vm struct {
 	exited  chan struct{}
 }
 
+// vmBoot says how a VM boots: directly from kernel and initrd, or over the
+// network (pxeNode set): QEMU's iPXE gets a script from slirp's TFTP that
+// chains to the controller's /v1/boot/{node}/ipxe.
+type vmBoot struct {
+	kernel, initrd string
+	extraArgs      []string
+	pxeNode        string
+}
+
 // startVM boots the image with two NVMe disks and a virtio NIC on a
 // restricted slirp network whose only way out is the guestfwd to the
 // controller.
-func startVM(tb testing.TB, kernel, initrd, mac, controllerAddr string, disks []string, extraArgs ...string) *vm {
+func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []string) *vm {
 	tb.Helper()
 	dir := tb.TempDir()
 	self, err := os.Executable()
@@ -251,15 +260,29 @@ func startVM(tb testing.TB, kernel, initrd, mac, controllerAddr string, disks []
 	if strings.ContainsAny(self, " ,") {
 		tb.Skipf("test binary path %q cannot be used in a QEMU option", self)
 	}
-	args := []string{
-		"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none",
-		"-kernel", kernel, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI + strings.Join(append([]string{""}, extraArgs...), " "),
-		"-netdev", "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self,
-		"-device", "virtio-net-pci,netdev=n0,mac=" + mac,
-		"-device", "virtio-rng-pci",
-		"-serial", "file:" + filepath.Join(dir, "serial.log"),
+	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
+	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
+	if boot.pxeNode == "" {
+		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
+			"-append", "console=ttyS0 panic=-1 anvil.api=http://"+guestAPI+strings.Join(append([]string{""}, boot.extraArgs...), " "))
+	} else {
+		tftp := filepath.Join(dir, "tftp")
+		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/" + boot.pxeNode + "/ipxe\n"
+		if err := os.MkdirAll(tftp, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tftp, "boot.ipxe"), []byte(script), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		args = append(args, "-boot", "n")
+		netdev += ",tftp=" + tftp + ",bootfile=boot.ipxe"
 	}
+	args = append(args,
+		"-netdev", netdev,
+		"-device", "virtio-net-pci,netdev=n0,mac="+mac,
+		"-device", "virtio-rng-pci",
+		"-serial", "file:"+filepath.Join(dir, "serial.log"),
+	)
 	for i, d := range disks {
 		f := filepath.Join(dir, fmt.Sprintf("nvme%d.raw", i+1))
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
@@ -309,7 +332,7 @@ func (v *vm) stop() {
 // inspectWithVM enrols a node for mac, starts inspection, boots the VM and
 // waits for the controller to finish inspection (or, if untilHeartbeat, for
 // the first heartbeat only).
-func inspectWithVM(tb testing.TB, c *controller, kernel, initrd, name, mac string, disks []string, untilHeartbeat bool) inspection {
+func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, disks []string, untilHeartbeat bool) inspection {
 	tb.Helper()
 	node := c.mustCall(tb, "POST", "/v1/nodes", map[string]any{
 		"driver": "fake-hardware", "name": name, "deploy_interface": "direct", "inspect_interface": "agent",
@@ -321,7 +344,10 @@ func inspectWithVM(tb testing.TB, c *controller, kernel, initrd, name, mac strin
 	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "inspect"})
 
 	// fake-hardware's power actions are no-ops: the test is the power.
-	v := startVM(tb, kernel, initrd, mac, "127.0.0.1:"+c.port, disks)
+	if boot.pxeNode != "" {
+		boot.pxeNode = uuid
+	}
+	v := startVM(tb, boot, mac, "127.0.0.1:"+c.port, disks)
 	res := inspection{vm: v}
 	deadline := v.started.Add(4 * time.Minute)
 	left := false // left manageable (inspection started)
@@ -369,7 +395,7 @@ func TestVMInspection(t *testing.T) {
 	kernel, initrd := vmImage(t)
 	c := startController(t)
 	serials := []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}
-	res := inspectWithVM(t, c, kernel, initrd, "vm-node", "52:54:00:a1:00:01", serials, false)
+	res := inspectWithVM(t, c, vmBoot{kernel: kernel, initrd: initrd}, "vm-node", "52:54:00:a1:00:01", serials, false)
 
 	if res.seenHeartbeat == 0 {
 		t.Errorf("driver_internal_info.agent_last_heartbeat never appeared")
@@ -438,7 +464,7 @@ func BenchmarkVMBootToHeartbeat(b *testing.B) {
 		for j := 0; j < 3; j++ {
 			name := fmt.Sprintf("bench-%d-%d", i, j)
 			mac := fmt.Sprintf("52:54:00:b0:%02x:%02x", i, j)
-			res := inspectWithVM(b, c, kernel, initrd, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
+			res := inspectWithVM(b, c, vmBoot{kernel: kernel, initrd: initrd}, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
 			res.vm.stop()
 			runs = append(runs, res.firstHeartbeat)
 		}
@@ -479,7 +505,7 @@ shutdown halt
 		t.Fatal(err)
 	}
 	// No controller: the guestfwd relay is never used.
-	v := startVM(t, filepath.Join(cfg.OutDir, "vmlinuz"), initrd, "52:54:00:a1:00:02", "127.0.0.1:9", []string{"ANVIL-MD-0001", "ANVIL-MD-0002"})
+	v := startVM(t, vmBoot{kernel: filepath.Join(cfg.OutDir, "vmlinuz"), initrd: initrd}, "52:54:00:a1:00:02", "127.0.0.1:9", []string{"ANVIL-MD-0001", "ANVIL-MD-0002"})
 	select {
 	case <-v.exited:
 	case <-time.After(2 * time.Minute):
@@ -497,6 +523,25 @@ shutdown halt
 	for _, want := range []string{"mdadm - v", "MDTEST-RC=0", "md0 : active raid1", "[UU]", "raid1", "md_mod"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("guest output has no %q", want)
+		}
+	}
+}
+
+// TestVMPXEInspection network-boots the agent: QEMU's iPXE takes its
+// script from slirp's TFTP, chains to the controller's per-node iPXE script,
+// downloads the kernel and initramfs over HTTP from --boot-dir, and the
+// agent then inspects the node as in TestVMInspection.
+func TestVMPXEInspection(t *testing.T) {
+	kernel, _ := vmImage(t)
+	c := startController(t, "--boot-dir", filepath.Dir(kernel), "--public-url", "http://"+guestAPI)
+	serials := []string{"ANVIL-NVME-0003", "ANVIL-NVME-0004"}
+	res := inspectWithVM(t, c, vmBoot{pxeNode: "set-by-inspect"}, "pxe-node", "52:54:00:a1:00:03", serials, false)
+	t.Logf("PXE: QEMU start -> first heartbeat: %v", res.firstHeartbeat.Round(time.Millisecond))
+	_, inv := c.call(t, "GET", "/v1/nodes/pxe-node/inventory", nil)
+	b, _ := json.Marshal(inv)
+	for _, s := range serials {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("inventory lacks disk %s: %s", s, b)
 		}
 	}
 }
