@@ -75,6 +75,7 @@ type Client struct {
 	// nodeUUID comes from the kernel command line; it is fixed for the
 	// life of the process, so it is not a Lookup argument.
 	nodeUUID string
+	nonce    string
 }
 
 // ClientConfig configures a Client.
@@ -86,6 +87,9 @@ type ClientConfig struct {
 	// NodeUUID, when known (anvil.node=), is sent with lookups so the
 	// controller need not match MACs.
 	NodeUUID string
+	// Nonce is the per-boot nonce from the kernel command line
+	// (anvil.token=), sent with lookups when set.
+	Nonce string
 	// Timeout bounds one request; 0 means 30 s. Heartbeat answers are
 	// immediate on the controller side, so a slow request means a sick
 	// network and is better retried.
@@ -119,6 +123,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		http:      &http.Client{Transport: tr, Timeout: cfg.Timeout},
 		userAgent: UserAgent(cfg.Version),
 		nodeUUID:  cfg.NodeUUID,
+		nonce:     cfg.Nonce,
 	}, nil
 }
 
@@ -135,7 +140,10 @@ func (c *Client) Lookup(ctx context.Context, macs []string, bootID string) (*pro
 	if len(macs) > 0 {
 		q.Set("addresses", strings.Join(macs, ","))
 	}
-	q.Set("boot_id", bootID)
+	q.Set(protocol.LookupBootID, bootID)
+	if c.nonce != "" {
+		q.Set(protocol.LookupNonce, c.nonce)
+	}
 	if c.nodeUUID != "" {
 		q.Set("node_uuid", c.nodeUUID)
 	}

@@ -22,6 +22,16 @@ const (
 	HeartbeatPath = "/v1/heartbeat/" // + node uuid
 )
 
+// Lookup query parameters beyond Ironic's addresses and node_uuid.
+const (
+	// LookupBootID is the agent's boot id (new on every boot).
+	LookupBootID = "boot_id"
+	// LookupNonce is the per-boot nonce the controller put on the kernel
+	// command line (anvil.token=) when it served the node's iPXE script;
+	// while a nonce is outstanding, lookup requires it.
+	LookupNonce = "nonce"
+)
+
 // LookupResponse answers GET /v1/lookup?addresses=<macs>&node_uuid=&boot_id=.
 // "node" and "config" are Ironic's keys; the config carries our extras.
 type LookupResponse struct {

@@ -122,13 +122,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	log.Info("anvil-agent", "version", agent.Version, "in_ramdisk", env.InRamdisk, "environment", env.Evidence,
 		"api", o.api, "root", o.root, "devices", o.devices)
 
-	if o.token != "" {
-		// Parsed so a boot config carrying it is understood, but the wire
-		// protocol has no place for it yet (and the controller refuses
-		// unknown lookup parameters).
-		log.Warn("anvil.token is set but not sent: the lookup protocol has no boot nonce field yet")
-	}
-	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node})
+	// anvil.token= is the per-boot nonce the controller put in the node's
+	// iPXE script; lookups carry it so only the machine that booted that
+	// script can obtain the agent token.
+	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node, Nonce: o.token})
 	if err != nil {
 		if !env.InRamdisk {
 			fmt.Fprintln(stderr, "anvil-agent:", err, "(set --api or anvil.api= on the kernel command line)")

@@ -21,7 +21,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) error {
 	if err := atLeast(r.Context(), 22); err != nil {
 		return err
 	}
-	q, err := parseQuery(r, "addresses", "node_uuid", "boot_id")
+	q, err := parseQuery(r, "addresses", "node_uuid", protocol.LookupBootID, protocol.LookupNonce)
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) error {
 	if len(macs) == 0 && nodeUUID == "" {
 		return badRequest("At least one of 'addresses' and 'node_uuid' parameters is required")
 	}
-	resp, err := s.cond.Lookup(r.Context(), macs, nodeUUID, q.v.Get("boot_id"))
+	resp, err := s.cond.Lookup(r.Context(), macs, nodeUUID, q.v.Get(protocol.LookupBootID), q.v.Get(protocol.LookupNonce))
 	if err != nil {
 		return err
 	}

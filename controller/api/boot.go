@@ -17,7 +17,8 @@ var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). Nodes that expect no agent get a script that exits
+// cannot authenticate). Its kernel command line carries a per-boot nonce
+// (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if s.bootDir == "" {
@@ -37,7 +38,11 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	base := s.publicBase(r, n)
-	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID}
+	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+	if err != nil {
+		return err
+	}
+	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {

@@ -3,6 +3,7 @@ package api
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -27,7 +28,18 @@ func TestBootScriptAndFiles(t *testing.T) {
 	r = e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil)
 	require.Equal(t, 200, r.status)
 	script := string(r.body)
-	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id)
+	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
+	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
+	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
+	assert.Contains(t, again, "anvil.token="+nonce, "a re-fetch of the script gets the same nonce")
+
+	// while the nonce is outstanding, lookup needs it
+	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
+	require.Equal(t, 403, r.status)
+	assert.Contains(t, r.fault(t), "per-boot nonce")
+	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
+	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
+	require.Equal(t, 200, r.status, string(r.body))
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
 
@@ -39,7 +51,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 202, e.provision("pxe2", "provide", nil).status)
 	e.waitState("pxe2", "clean wait")
 	script = string(e.do("GET", "/v1/boot/pxe2/ipxe", "", nil).body)
-	assert.Contains(t, script, "anvil.api=http://192.0.2.1:6385 anvil.node="+n2["uuid"].(string)+" console=ttyS1 anvil.debug", "per-node URL and kernel parameters")
+	assert.Regexp(t, "anvil.api=http://192.0.2.1:6385 anvil.node="+n2["uuid"].(string)+" anvil.token=\\S+ console=ttyS1 anvil.debug", script, "per-node URL and kernel parameters")
 
 	f := e.do("GET", "/v1/boot/files/vmlinuz", "", nil)
 	require.Equal(t, 200, f.status)

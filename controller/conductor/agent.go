@@ -58,6 +58,7 @@ const (
 	diiCommandStatus = "agent_command_status" // last status the agent reported
 	diiAwait         = "agent_await"          // await: waiting for the ramdisk to (re)boot
 	diiAgentBooted   = "agent_booted"         // the ramdisk is up for the current operation
+	diiBootNonce     = "agent_boot_nonce"     // nonce in the iPXE script served for this operation
 )
 
 // stepCache is the agent's step catalogue as last reported.
@@ -126,7 +127,7 @@ func notFoundf(format string, a ...any) error {
 // ports, and hands out the agent token of this boot. The same boot id gets
 // the same token again (a lost reply is no dead end); a new boot id gets a
 // new token and invalidates the previous boot's.
-func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID string) (*protocol.LookupResponse, error) {
+func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, nonce string) (*protocol.LookupResponse, error) {
 	ident := nodeUUID
 	if ident == "" {
 		var err error
@@ -140,6 +141,9 @@ func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID 
 			return nil, notFoundf("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
 		}
 		dii := n.DriverInternalInfo
+		if want, _ := dii[diiBootNonce].(string); want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(nonce)) != 1 {
+			return nil, &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)}
+		}
 		cur, _ := dii[diiToken].(string)
 		curBoot, _ := dii[diiBootID].(string)
 		if cur != "" && bootID != "" && bootID == curBoot {
@@ -328,7 +332,7 @@ func (c *Conductor) bootRamdisk(ctx context.Context, n *store.Node, d Driver, re
 // wipeAgent forgets the agent of an operation that ended: its token (so a
 // lingering agent can no longer act), command and readiness.
 func wipeAgent(n *store.Node) {
-	for _, k := range []string{diiToken, diiBootID, diiCommand, diiCommandStatus, diiAwait, diiAgentBooted, diiLastHeartbeat} {
+	for _, k := range []string{diiToken, diiBootID, diiCommand, diiCommandStatus, diiAwait, diiAgentBooted, diiLastHeartbeat, diiBootNonce} {
 		delete(n.DriverInternalInfo, k)
 	}
 }
@@ -540,4 +544,25 @@ func (c *Conductor) CleanStepsFor(n *store.Node) []protocol.Step {
 		return mergeSteps(d.CleanSteps(n), cachedSteps(n, "clean"))
 	}
 	return d.CleanSteps(n)
+}
+
+// BootNonce returns the per-boot nonce to put on the kernel command line of
+// the node's iPXE script, minting one if none is outstanding. iPXE may fetch
+// the script more than once: the same nonce is handed out until the
+// operation ends (wipeAgent), so any of those fetches boots a valid agent.
+func (c *Conductor) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
+	var nonce string
+	_, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
+		if cur, _ := n.DriverInternalInfo[diiBootNonce].(string); cur != "" {
+			nonce = cur
+			return errUnchanged
+		}
+		nonce = newToken()
+		n.DriverInternalInfo[diiBootNonce] = nonce
+		return nil
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return nonce, err
 }
