@@ -355,11 +355,7 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	ops, err := decodePatch(body)
+	ops, err := readPatch(r)
 	if err != nil {
 		return err
 	}

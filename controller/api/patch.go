@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -17,6 +18,15 @@ type patchOp struct {
 }
 
 var patchPathRE = regexp.MustCompile(`^(/[\w-]+)+$`)
+
+// readPatch reads and checks a request's JSON patch body.
+func readPatch(r *http.Request) ([]patchOp, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return decodePatch(body)
+}
 
 // decodePatch parses and checks a JSON patch document.
 func decodePatch(body []byte) ([]patchOp, error) {

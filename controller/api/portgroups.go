@@ -208,11 +208,7 @@ func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
 
 // patchPortgroup applies a JSON patch to the writable portgroup fields.
 func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	ops, err := decodePatch(body)
+	ops, err := readPatch(r)
 	if err != nil {
 		return err
 	}

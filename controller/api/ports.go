@@ -272,11 +272,7 @@ func (s *Server) createPort(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	ops, err := decodePatch(body)
+	ops, err := readPatch(r)
 	if err != nil {
 		return err
 	}

@@ -401,12 +401,12 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 				msg = st.Error.Type + ": " + msg
 			}
 		}
-		return c.completeStep(ctx, n.UUID, key, errors.New(msg), clearCmd)
+		return c.completeAsync(ctx, n.UUID, key, errors.New(msg), clearCmd)
 	}
 	if pending.Step.RebootRequested {
 		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)
 		if err != nil {
-			return c.completeStep(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), clearCmd)
+			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), clearCmd)
 		}
 		_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {
@@ -418,7 +418,7 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 		})
 		return err
 	}
-	return c.completeStep(ctx, n.UUID, key, nil, clearCmd)
+	return c.completeAsync(ctx, n.UUID, key, nil, clearCmd)
 }
 
 // agentIsBack continues after the ramdisk (re)booted.
@@ -432,7 +432,7 @@ func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw
 	switch {
 	case aw.Step != "":
 		// the reboot (into the ramdisk, or requested by a step) completes that step
-		return c.completeStep(ctx, n.UUID, aw.Step, nil, func(m *store.Node) { _ = ready(m) })
+		return c.completeAsync(ctx, n.UUID, aw.Step, nil, func(m *store.Node) { _ = ready(m) })
 	case cur == state.InspectWait:
 		_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {
@@ -451,11 +451,6 @@ func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw
 		}
 		return err
 	}
-}
-
-// completeStep is CompleteAsyncStep with an extra mutation in the same write.
-func (c *Conductor) completeStep(ctx context.Context, nodeUUID, stepKey string, stepErr error, mut func(m *store.Node)) error {
-	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, mut)
 }
 
 // inbandStep starts a step on the agent: the command is left for the next
