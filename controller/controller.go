@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -19,13 +20,14 @@ import (
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
 	Listen              string // address to listen on
-	Database            string // sqlite://PATH or sqlite://:memory:
+	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
 	Auth                string // noauth | http_basic
 	HTPasswd            string // htpasswd file for http_basic
 	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
@@ -58,9 +60,13 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 	case strings.HasPrefix(url, "sqlite://"):
 		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite://"))
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return nil, errors.New("the PostgreSQL store is not available in this build yet; use sqlite://PATH")
+		s, err := postgres.Open(ctx, url)
+		if err != nil {
+			return nil, err // not s: a nil *postgres.Store would be a non-nil store.Store
+		}
+		return s, nil
 	}
-	return nil, fmt.Errorf("unsupported database URL %q: use sqlite://PATH or sqlite://:memory:", url)
+	return nil, fmt.Errorf("unsupported database URL %q: use sqlite://PATH, sqlite://:memory: or postgres://USER:PASSWORD@HOST/DB", redactURL(url))
 }
 
 // authenticator builds the configured auth, refusing unsafe combinations.
@@ -147,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listenURL = "http://" + ln.Addr().String()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", cfg.Database, "auth", cfg.Auth, "host", cond.Host())
+	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth, "host", cond.Host())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}
@@ -172,4 +178,16 @@ func Run(ctx context.Context, cfg Config) error {
 	stopCond()
 	<-condDone
 	return err
+}
+
+// redactURL hides the password of a database URL for logs and errors.
+func redactURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, has := u.User.Password(); has {
+		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }

@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	hostname, _ := os.Hostname()
 	var (
 		listen     = fs.String("listen", "127.0.0.1:6385", "address to listen on")
-		database   = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH or sqlite://:memory:")
+		database   = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH, sqlite://:memory: (throwaway) or postgres://USER:PASSWORD@HOST/DB (several controllers sharing a fleet)")
 		auth       = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
 		htpasswd   = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
 		insecure   = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")

@@ -25,11 +25,13 @@ import (
 
 // Store is a store.Store on PostgreSQL.
 //
-// It uses pgx's native pool rather than database/sql: the pool hands out
-// connections whose prepared statements pgx caches per connection (every
-// query here is a fixed string, so each is parsed and planned once per
-// connection), values travel in the binary format, and unique violations
-// arrive as *pgconn.PgError with the constraint name that mapErr needs.
+// It uses pgx's native pool rather than database/sql: pgx prepares each
+// statement once per connection and caches it (the queries are fixed
+// strings, or a few shapes per list filter), values travel in the binary
+// format, arrays bind directly (updateNodeSQL), and errors arrive as
+// *pgconn.PgError with the SQLSTATE and constraint name mapErr needs.
+// database/sql would add a second pool and conversions for nothing: the
+// store is the only user of the connection.
 type Store struct {
 	pool *pgxpool.Pool
 }
@@ -48,9 +50,15 @@ const migrationLockKey int64 = 0x616e76696c
 func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		// The parse error may quote the URL and with it the password.
-		return nil, errors.New("postgres: invalid database URL")
+		// Not wrapped: the parse error may quote the URL, password included
+		// (pgx redacts it only on a best-effort basis).
+		return nil, errors.New("postgres: invalid database URL; expected postgres://USER:PASSWORD@HOST:PORT/DATABASE?OPTIONS")
 	}
+	// The isolation level is deliberately left to the database: forcing one
+	// with a startup parameter would break PgBouncer, which refuses
+	// parameters it does not know. The revision check needs no more than
+	// READ COMMITTED, and under a stricter default a lost race surfaces as a
+	// serialization failure, which updateNode reports as ErrConflict too.
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		// Lets a DBA tell the controllers' sessions apart in pg_stat_activity.
 		cfg.ConnConfig.RuntimeParams["application_name"] = "anvil-controller"
@@ -136,8 +144,12 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 	return false, nil
 }
 
-// uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
-const uniqueViolation = "23505"
+// SQLSTATEs the store interprets.
+const (
+	uniqueViolation      = "23505"
+	serializationFailure = "40001" // a concurrent update under REPEATABLE READ or SERIALIZABLE
+	deadlockDetected     = "40P01"
+)
 
 // duplicateOf names the sentinel for a violated unique constraint or index
 // (see migrations); nil for constraints that have none.
@@ -301,6 +313,11 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 		n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 		n.Description, n.Shard, n.Reservation, n.UpdatedAt, n.ProvisionUpdatedAt, data, old,
 		evUUIDs, evNodes, evTimes, evData).Scan(&updated)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected) {
+		// Another writer won; the statement, events included, was rolled back.
+		return fmt.Errorf("update node %s at revision %d: %w", n.UUID, old, store.ErrConflict)
+	}
 	if err != nil {
 		return mapErr(err, "update node "+n.UUID)
 	}
