@@ -414,6 +414,7 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 			}
 			clearCmd(m)
 			setDII(m, diiAwait, aw)
+			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 			return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", fmt.Sprintf("step %s requested a reboot; rebooted, waiting for the agent's new boot", key))}, nil
 		})
 		return err

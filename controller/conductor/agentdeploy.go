@@ -81,6 +81,7 @@ func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver
 		}
 		_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
 			setDII(m, diiAwait, aw)
+			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 			delete(m.DriverInternalInfo, diiCommand)
 			return nil
 		})
@@ -159,6 +160,7 @@ func (c *Conductor) startAgentInspection(ctx context.Context, n *store.Node, d D
 	}
 	_, err = c.transition(ctx, n.UUID, state.Inspecting, state.EvWait, func(m *store.Node) error {
 		setDII(m, diiAwait, aw)
+		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	})

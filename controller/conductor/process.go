@@ -311,6 +311,7 @@ func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver,
 	}
 	_, err = c.transition(ctx, n.UUID, ph.running, state.EvWait, func(m *store.Node) error {
 		setDII(m, diiAwait, aw)
+		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	}, c.newEvent(n.UUID, "INFO", "agent", "rebooted into the agent ramdisk; waiting for it to call back"))
