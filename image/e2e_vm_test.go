@@ -4,8 +4,11 @@ package image
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,12 +19,13 @@ import (
 	"github.com/anvil-metal/anvil/bmc/vbmc"
 )
 
-// TestVME2ERedfishCleaning is the whole system on virtual hardware: a QEMU
-// node behind anvil-vbmc (Redfish), driven by anvil-controller through
+// TestVME2ERedfishCleanAndDeploy is the whole system on virtual hardware: a
+// QEMU node behind anvil-vbmc (Redfish), driven by anvil-controller through
 // bmclib, booting the agent ramdisk when the controller sets PXE and
-// reboots it, and cleaning its two NVMe disks for real. The host then reads
-// the disk image files: nothing the test wrote there may remain.
-func TestVME2ERedfishCleaning(t *testing.T) {
+// reboots it, cleaning its two NVMe disks for real (the host then reads the
+// disk image files: nothing the test wrote there may remain), then
+// deploying a whole-disk image that the VM boots.
+func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	kernel, initrd := vmImage(t)
 	c := startController(t, "--bmc-min-interval", "200ms")
 	self, err := os.Executable()
@@ -39,9 +43,18 @@ func TestVME2ERedfishCleaning(t *testing.T) {
 		writePattern(t, path, size)
 		disks = append(disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: serial})
 	}
+	// The whole-disk image the deploy writes: a boot sector that prints a
+	// marker on the serial console, padded to 1 MiB. The guest fetches it
+	// through a second forward to a server on the host's loopback.
+	diskImage := bootSector("ANVIL-BOOTED-FROM-DISK")
+	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(diskImage) }))
+	defer imgSrv.Close()
+	const imageHost = "10.0.2.101:8080"
+
 	const mac = "52:54:00:e2:e0:01"
 	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: filepath.Join(dir, "qemu"), Disks: disks,
-		NIC:    &vbmc.QEMUNIC{MAC: mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self}},
+		NIC: &vbmc.QEMUNIC{MAC: mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self,
+			"tcp:" + imageHost + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(imgSrv.URL, "http://")}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5})
 	if err != nil {
@@ -97,8 +110,59 @@ func TestVME2ERedfishCleaning(t *testing.T) {
 			t.Errorf("cached steps lack %s: %s", want, b)
 		}
 	}
+
+	// Deploy: the agent writes the image to the disk named by the hint,
+	// checks its sha256, the controller switches the boot device to disk
+	// and powers the node on; the VM must boot the deployed image.
+	sum := sha256.Sum256(diskImage)
+	c.mustCall(t, "PATCH", "/v1/nodes/e2e", []map[string]any{
+		{"op": "add", "path": "/instance_info/image_source", "value": "http://" + imageHost + "/disk.raw"},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": "sha256:" + hex.EncodeToString(sum[:])},
+		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"serial": disks[0].Serial}},
+	})
+	c.mustCall(t, "PUT", "/v1/nodes/e2e/states/provision", map[string]any{"target": "active"})
+	got = c.waitState(t, "e2e", "active", 5*time.Minute)
+	step("active: image written and node powered on from disk")
+	written, err := os.ReadFile(disks[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(written[:len(diskImage)], diskImage) {
+		t.Errorf("the root device does not hold the image")
+	}
+	serial := filepath.Join(dir, "qemu", "serial.log")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s, _ := os.ReadFile(serial)
+		if i := bytes.Index(s, []byte("ANVIL-BOOTED-FROM-DISK")); i >= 0 {
+			step("the VM booted the deployed image (marker on its serial console)")
+			t.Logf("serial console before the marker:\n%s", tailBytes(s[:i+22], 400))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deployed image did not boot; serial console:\n%s", tailBytes(s, 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	_, h := c.call(t, "GET", "/v1/nodes/e2e/history", nil)
 	t.Logf("history:\n%s", historyLines(h))
+}
+
+// bootSector returns a 1 MiB whole-disk image whose MBR boot code writes
+// msg to COM1 (port 0x3f8) and halts: enough to prove the firmware booted
+// the deployed disk. Hand-assembled real-mode code:
+//
+//	cli; xor ax,ax; mov ds,ax; mov si,msg; mov dx,0x3f8
+//	loop: lodsb; test al,al; jz done; out dx,al; jmp loop
+//	done: hlt; jmp done
+func bootSector(msg string) []byte {
+	code := []byte{0xFA, 0x31, 0xC0, 0x8E, 0xD8, 0xBE, 0x16, 0x7C, 0xBA, 0xF8, 0x03,
+		0xAC, 0x84, 0xC0, 0x74, 0x03, 0xEE, 0xEB, 0xF8, 0xF4, 0xEB, 0xFD}
+	img := make([]byte, 1<<20)
+	copy(img, code)
+	copy(img[len(code):], msg+"\r\n\x00") // msg at 0x7c00+22 = 0x7c16
+	img[510], img[511] = 0x55, 0xAA
+	return img
 }
 
 // writePattern fills a sparse disk image with 0x5a at its start, middle

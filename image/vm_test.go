@@ -31,11 +31,21 @@ import (
 const guestfwdEnv = "ANVIL_VM_GUESTFWD"
 
 func TestMain(m *testing.M) {
+	// A second forward (e.g. to an image server) names its target as an
+	// argument: slirp runs "cmd:" through argv, not a shell.
+	for _, a := range os.Args[1:] {
+		if addr, ok := strings.CutPrefix(a, relayFlag); ok {
+			os.Exit(relay(addr))
+		}
+	}
 	if addr := os.Getenv(guestfwdEnv); addr != "" {
 		os.Exit(relay(addr))
 	}
 	os.Exit(m.Run())
 }
+
+// relayFlag makes the test binary a relay to the address that follows.
+const relayFlag = "-anvil-relay="
 
 func relay(addr string) int {
 	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
