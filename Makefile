@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-compat bench demo demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-compat bench demo demo-sim demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,10 +29,13 @@ bench: build ## benchmarks: API load from another process, store and conductor m
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./controller/...
 	$(BIN)/anvil-bench -controller $(BIN)/anvil-controller
 
-demo: build ## start a controller on the embedded store and walk a node through its lifecycle
+demo: build image ## a QEMU node behind anvil-vbmc (Redfish) through its whole lifecycle with the real agent
+	$(BIN)/anvil-demo -vm -image out/image -controller $(BIN)/anvil-controller
+
+demo-sim: build ## the same walk on a fake-hardware node whose agent the controller simulates (no VM, seconds)
 	$(BIN)/anvil-demo -controller $(BIN)/anvil-controller
 
-demo-clean: ## remove what the demo left behind
+demo-clean: ## remove what the demo left behind (it stops everything it started itself)
 	rm -rf out/demo
 
 fmt: ## gofmt the tree

@@ -46,7 +46,7 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	// The whole-disk image the deploy writes: a boot sector that prints a
 	// marker on the serial console, padded to 1 MiB. The guest fetches it
 	// through a second forward to a server on the host's loopback.
-	diskImage := bootSector("ANVIL-BOOTED-FROM-DISK")
+	diskImage := BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
 	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(diskImage) }))
 	defer imgSrv.Close()
 	const imageHost = "10.0.2.101:8080"
@@ -146,23 +146,6 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	}
 	_, h := c.call(t, "GET", "/v1/nodes/e2e/history", nil)
 	t.Logf("history:\n%s", historyLines(h))
-}
-
-// bootSector returns a 1 MiB whole-disk image whose MBR boot code writes
-// msg to COM1 (port 0x3f8) and halts: enough to prove the firmware booted
-// the deployed disk. Hand-assembled real-mode code:
-//
-//	cli; xor ax,ax; mov ds,ax; mov si,msg; mov dx,0x3f8
-//	loop: lodsb; test al,al; jz done; out dx,al; jmp loop
-//	done: hlt; jmp done
-func bootSector(msg string) []byte {
-	code := []byte{0xFA, 0x31, 0xC0, 0x8E, 0xD8, 0xBE, 0x16, 0x7C, 0xBA, 0xF8, 0x03,
-		0xAC, 0x84, 0xC0, 0x74, 0x03, 0xEE, 0xEB, 0xF8, 0xF4, 0xEB, 0xFD}
-	img := make([]byte, 1<<20)
-	copy(img, code)
-	copy(img[len(code):], msg+"\r\n\x00") // msg at 0x7c00+22 = 0x7c16
-	img[510], img[511] = 0x55, 0xAA
-	return img
 }
 
 // writePattern fills a sparse disk image with 0x5a at its start, middle

@@ -31,6 +31,12 @@ import (
 )
 
 func main() {
+	// QEMU's guestfwd runs this binary as a one-connection relay.
+	if len(os.Args) == 2 {
+		if addr, ok := strings.CutPrefix(os.Args[1], relayFlag); ok {
+			os.Exit(relay(addr))
+		}
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "anvil-demo:", err)
 		os.Exit(1)
@@ -42,7 +48,9 @@ func run(args []string, out io.Writer) error {
 	self, _ := os.Executable()
 	controllerBin := fs.String("controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
 	workDir := fs.String("dir", "out/demo", "directory for the demo's database and logs (recreated)")
-	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	vm := fs.Bool("vm", false, "provision a QEMU virtual machine behind anvil-vbmc (Redfish) with the real agent ramdisk")
+	imageDir := fs.String("image", "out/image", "agent ramdisk (make image) for -vm")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,13 +65,24 @@ func run(args []string, out io.Writer) error {
 	if err := os.MkdirAll(*workDir, 0o755); err != nil {
 		return err
 	}
-	ctl, url, err := startController(*controllerBin, *workDir)
+	if *vm {
+		abs, err := filepath.Abs(*workDir)
+		if err != nil {
+			return err
+		}
+		img, err := filepath.Abs(*imageDir)
+		if err != nil {
+			return err
+		}
+		return runVM(ctx, out, *controllerBin, img, abs)
+	}
+	ctl, url, err := startController(*controllerBin, *workDir, "--simulate-agents", "--heartbeat-interval", "200ms")
 	if err != nil {
 		return err
 	}
 	defer ctl.stop()
 	fmt.Fprintf(out, "anvil-controller running at %s (database %s/anvil.db, log %s/controller.log)\n\n", url, *workDir, *workDir)
-	return walk(ctx, client.New(url, nil), out)
+	return walk(ctx, client.New(url, nil), out, simulatedNode())
 }
 
 type phase struct {
@@ -72,20 +91,35 @@ type phase struct {
 	steps          []string
 }
 
-func walk(ctx context.Context, c *client.Client, out io.Writer) error {
-	start := time.Now()
-	n, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": "demo-node",
+// demoNode is what the demo enrols and how it checks each phase.
+type demoNode struct {
+	fields map[string]any // POST /v1/nodes body
+	mac    string
+	about  string // how the node is made, for the operator
+	// after runs when a verb finished (e.g. to check the disks from the host)
+	after func(ctx context.Context, verb string, out io.Writer) error
+}
+
+// simulatedNode is a fake-hardware node whose agent the controller simulates.
+func simulatedNode() demoNode {
+	return demoNode{fields: map[string]any{"driver": "fake-hardware", "name": "demo-node",
 		"deploy_interface": "direct", "inspect_interface": "agent",
 		"instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/demo.raw",
-			"image_checksum": "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"}})
+			"image_checksum": "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"}},
+		mac: "52:54:00:de:00:01", about: "its agent is simulated by the controller"}
+}
+
+func walk(ctx context.Context, c *client.Client, out io.Writer, dn demoNode) error {
+	start := time.Now()
+	n, err := c.CreateNode(ctx, dn.fields)
 	if err != nil {
 		return fmt.Errorf("create node: %w", err)
 	}
-	if err := c.CreatePort(ctx, n.UUID, "52:54:00:de:00:01"); err != nil {
+	if err := c.CreatePort(ctx, n.UUID, dn.mac); err != nil {
 		return fmt.Errorf("create port: %w", err)
 	}
-	fmt.Fprintf(out, "[%7.3fs] created node demo-node (%s) in %s, port 52:54:00:de:00:01; its agent is simulated by the controller\n",
-		time.Since(start).Seconds(), n.UUID, n.ProvisionState)
+	fmt.Fprintf(out, "[%7.3fs] created node demo-node (%s) in %s, port %s; %s\n",
+		time.Since(start).Seconds(), n.UUID, n.ProvisionState, dn.mac, dn.about)
 
 	var phases []phase
 	seen := 0
@@ -125,9 +159,14 @@ func walk(ctx context.Context, c *client.Client, out io.Writer) error {
 		seen = len(events)
 		ph.to, ph.took = p.want, time.Since(t0)
 		phases = append(phases, ph)
+		if dn.after != nil {
+			if err := dn.after(ctx, p.verb, out); err != nil {
+				return fmt.Errorf("after %s: %w", p.verb, err)
+			}
+		}
 	}
 
-	fmt.Fprintf(out, "\nSummary (fake-hardware node with a simulated agent, total %.3fs)\n", time.Since(start).Seconds())
+	fmt.Fprintf(out, "\nSummary (%s; total %.3fs)\n", dn.about, time.Since(start).Seconds())
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERB\tFROM\tTO\tTIME\tSTEPS")
 	for _, p := range phases {
@@ -174,13 +213,12 @@ func (p *controllerProc) stop() {
 
 var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
 
-func startController(bin, dir string) (*controllerProc, string, error) {
+func startController(bin, dir string, extra ...string) (*controllerProc, string, error) {
 	logf, err := os.Create(filepath.Join(dir, "controller.log"))
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", "sqlite://"+filepath.Join(dir, "anvil.db"),
-		"--simulate-agents", "--heartbeat-interval", "200ms")
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--database", "sqlite://" + filepath.Join(dir, "anvil.db")}, extra...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logf.Close()
