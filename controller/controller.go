@@ -26,26 +26,27 @@ import (
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen              string // address to listen on
-	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                string // noauth | http_basic
-	HTPasswd            string // htpasswd file for http_basic
-	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
-	PublicURL           string // URL clients and agents use to reach us
-	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
-	Host                string // name written into node reservations
-	Workers             int
-	AutomatedClean      bool
-	CleanWaitTimeout    time.Duration
-	DeployWaitTimeout   time.Duration
-	HeartbeatInterval   time.Duration
-	AgentBootTimeout    time.Duration
-	AgentSilenceTimeout time.Duration
-	StepTimeout         time.Duration
-	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
-	PriorityOverrides   map[string]int
-	PowerSyncInterval   time.Duration // 0 disables
-	PowerSyncEnforce    bool
+	Listen               string // address to listen on
+	Database             string // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth                 string // noauth | http_basic
+	HTPasswd             string // htpasswd file for http_basic
+	AllowInsecureNoAuth  bool   // allow noauth on a non-loopback address
+	PublicURL            string // URL clients and agents use to reach us
+	BootDir              string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	Host                 string // name written into node reservations
+	Workers              int
+	AutomatedClean       bool
+	CleanWaitTimeout     time.Duration
+	DeployWaitTimeout    time.Duration
+	HeartbeatInterval    time.Duration
+	AgentBootTimeout     time.Duration
+	AgentSilenceTimeout  time.Duration
+	StepTimeout          time.Duration
+	TimeoutCheckInterval time.Duration
+	BMCMinInterval       time.Duration // minimum spacing of commands to one BMC
+	PriorityOverrides    map[string]int
+	PowerSyncInterval    time.Duration // 0 disables
+	PowerSyncEnforce     bool
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
@@ -137,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides,
+	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, CheckInterval: cfg.TimeoutCheckInterval,
 		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,

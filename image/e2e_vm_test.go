@@ -25,9 +25,24 @@ import (
 // reboots it, cleaning its two NVMe disks for real (the host then reads the
 // disk image files: nothing the test wrote there may remain), then
 // deploying a whole-disk image that the VM boots.
-func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
+// e2e is one virtual node behind anvil-vbmc and a controller driving it.
+type e2e struct {
+	c        *controller
+	node     *vbmc.Node
+	disks    []vbmc.QEMUDisk
+	dir      string
+	bmcURL   string
+	mac      string
+	imageURL string // where the guest fetches the deploy image
+	image    []byte
+}
+
+// newE2E starts a controller (with extra flags), a QEMU node behind an
+// in-process anvil-vbmc, an image server reachable from the guest, and
+// disks pre-filled with a pattern and GPT headers.
+func newE2E(t *testing.T, controllerArgs ...string) *e2e {
 	kernel, initrd := vmImage(t)
-	c := startController(t, "--bmc-min-interval", "200ms")
+	c := startController(t, append([]string{"--bmc-min-interval", "200ms"}, controllerArgs...)...)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -35,53 +50,70 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	// QEMU inherits this: its guestfwd relay (the test binary) dials the controller.
 	t.Setenv(guestfwdEnv, "127.0.0.1:"+c.port)
 
-	dir := t.TempDir()
+	e := &e2e{c: c, dir: t.TempDir(), mac: "52:54:00:e2:e0:01"}
 	const size = 64 << 20
-	var disks []vbmc.QEMUDisk
 	for i, serial := range []string{"ANVIL-E2E-0001", "ANVIL-E2E-0002"} {
-		path := filepath.Join(dir, "nvme"+string(rune('0'+i))+".raw")
+		path := filepath.Join(e.dir, "nvme"+string(rune('0'+i))+".raw")
 		writePattern(t, path, size)
-		disks = append(disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: serial})
+		e.disks = append(e.disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: serial})
 	}
-	// The whole-disk image the deploy writes: a boot sector that prints a
-	// marker on the serial console, padded to 1 MiB. The guest fetches it
-	// through a second forward to a server on the host's loopback.
-	diskImage := BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
-	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(diskImage) }))
-	defer imgSrv.Close()
+	// The whole-disk image a deploy writes: a boot sector that prints a
+	// marker on the serial console. The guest fetches it through a second
+	// forward to a server on the host's loopback.
+	e.image = BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
+	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(e.image) }))
+	t.Cleanup(imgSrv.Close)
 	const imageHost = "10.0.2.101:8080"
+	e.imageURL = "http://" + imageHost + "/disk.raw"
 
-	const mac = "52:54:00:e2:e0:01"
-	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: filepath.Join(dir, "qemu"), Disks: disks,
-		NIC: &vbmc.QEMUNIC{MAC: mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self,
+	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
+		NIC: &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self,
 			"tcp:" + imageHost + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(imgSrv.URL, "http://")}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := vbmc.NewNode("e2e-node", q)
-	bmcSrv := httptest.NewServer(vbmc.NewServer(nil, "admin", "password", node).Handler())
-	defer bmcSrv.Close()
-	defer vbmc.CloseNodes([]*vbmc.Node{node})
+	e.node = vbmc.NewNode("e2e-node", q)
+	bmcSrv := httptest.NewServer(vbmc.NewServer(nil, "admin", "password", e.node).Handler())
+	e.bmcURL = bmcSrv.URL
 	t.Cleanup(func() {
+		vbmc.CloseNodes([]*vbmc.Node{e.node})
+		bmcSrv.Close()
 		if t.Failed() {
-			s, _ := os.ReadFile(filepath.Join(dir, "qemu", "serial.log"))
+			s, _ := os.ReadFile(filepath.Join(e.dir, "qemu", "serial.log"))
 			t.Logf("serial console:\n%s", tailBytes(s, 6000))
 		}
 	})
+	return e
+}
 
+// enroll creates a redfish node for the VM (password as given) and its port.
+func (e *e2e) enroll(t *testing.T, name, password string) {
+	n := e.c.mustCall(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "name": name, "deploy_interface": "direct",
+		"driver_info": map[string]any{"redfish_address": e.bmcURL, "redfish_system_id": "/redfish/v1/Systems/e2e-node",
+			"redfish_username": "admin", "redfish_password": password}})
+	if password == "password" {
+		e.c.mustCall(t, "POST", "/v1/ports", map[string]any{"address": e.mac, "node_uuid": n["uuid"]})
+	}
+}
+
+func (e *e2e) verb(t *testing.T, node, target string) {
+	e.c.mustCall(t, "PUT", "/v1/nodes/"+node+"/states/provision", map[string]any{"target": target})
+}
+
+func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
+	e := newE2E(t)
+	c, node, disks, diskImage := e.c, e.node, e.disks, e.image
+	dir := e.dir
 	start := time.Now()
 	step := func(what string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), what) }
-	n := c.mustCall(t, "POST", "/v1/nodes", map[string]any{"driver": "redfish", "name": "e2e", "deploy_interface": "direct",
-		"driver_info": map[string]any{"redfish_address": bmcSrv.URL, "redfish_system_id": "/redfish/v1/Systems/e2e-node",
-			"redfish_username": "admin", "redfish_password": "password"}})
-	c.mustCall(t, "POST", "/v1/ports", map[string]any{"address": mac, "node_uuid": n["uuid"]})
-	c.mustCall(t, "PUT", "/v1/nodes/e2e/states/provision", map[string]any{"target": "manage"})
+	e.enroll(t, "e2e", "password")
+	e.verb(t, "e2e", "manage")
 	c.waitState(t, "e2e", "manageable", time.Minute)
 	step("manageable: credentials verified against the virtual BMC")
 
-	c.mustCall(t, "PUT", "/v1/nodes/e2e/states/provision", map[string]any{"target": "provide"})
+	e.verb(t, "e2e", "provide")
 	got := c.waitState(t, "e2e", "available", 5*time.Minute)
 	step("available: automated cleaning done")
 	if got["power_state"] != "power off" {
@@ -116,11 +148,11 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	// and powers the node on; the VM must boot the deployed image.
 	sum := sha256.Sum256(diskImage)
 	c.mustCall(t, "PATCH", "/v1/nodes/e2e", []map[string]any{
-		{"op": "add", "path": "/instance_info/image_source", "value": "http://" + imageHost + "/disk.raw"},
+		{"op": "add", "path": "/instance_info/image_source", "value": e.imageURL},
 		{"op": "add", "path": "/instance_info/image_checksum", "value": "sha256:" + hex.EncodeToString(sum[:])},
 		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"serial": disks[0].Serial}},
 	})
-	c.mustCall(t, "PUT", "/v1/nodes/e2e/states/provision", map[string]any{"target": "active"})
+	e.verb(t, "e2e", "active")
 	got = c.waitState(t, "e2e", "active", 5*time.Minute)
 	step("active: image written and node powered on from disk")
 	written, err := os.ReadFile(disks[0].Path)
@@ -194,4 +226,80 @@ func historyLines(h map[string]any) string {
 		lines = append(lines, fmt.Sprintf("%v %-8v %v", em["created_at"], em["event_type"], em["event"]))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestVME2EFaults: a wrong BMC password, the VM dying in the middle of a
+// clean step, and an abort during clean wait, all on the real VM.
+func TestVME2EFaults(t *testing.T) {
+	e := newE2E(t, "--agent-silence-timeout", "6s", "--timeout-check-interval", "1s", "--heartbeat-interval", "1s")
+	c := e.c
+	start := time.Now()
+	step := func(what string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), what) }
+
+	// wrong BMC password: back to enroll with last_error
+	e.enroll(t, "badpw", "wrong")
+	e.verb(t, "badpw", "manage")
+	n := waitFor(t, c, "badpw", time.Minute, func(n map[string]any) bool { return n["provision_state"] == "enroll" && n["last_error"] != nil })
+	if le := fmt.Sprint(n["last_error"]); !strings.Contains(le, "Failed to verify management access") || strings.Contains(le, "wrong") {
+		t.Errorf("last_error %q: want a verification failure that does not show the password", le)
+	}
+	step("wrong BMC password: node back in enroll with last_error")
+
+	// the VM dies while the agent runs a clean step
+	e.enroll(t, "e2e", "password")
+	e.verb(t, "e2e", "manage")
+	c.waitState(t, "e2e", "manageable", time.Minute)
+	e.verb(t, "e2e", "provide")
+	n = waitFor(t, c, "e2e", 2*time.Minute, func(n map[string]any) bool {
+		cs, _ := n["clean_step"].(map[string]any)
+		return cs["step"] != nil
+	})
+	running := fmt.Sprint(n["clean_step"].(map[string]any)["step"])
+	if err := e.node.Reset(t.Context(), vbmc.ResetForceOff); err != nil {
+		t.Fatal(err)
+	}
+	step("killed the VM during step " + running)
+	n = c.waitState(t, "e2e", "clean failed", 2*time.Minute)
+	if le := fmt.Sprint(n["last_error"]); !strings.Contains(le, "went silent during step deploy."+running) {
+		t.Errorf("last_error %q: want the agent-silence message naming step %s", le, running)
+	}
+	step("clean failed after the silence timeout: " + fmt.Sprint(n["last_error"]))
+
+	// abort during clean wait: clean failed, and the VM is powered off
+	// (first the teardown of the failed cleaning releases the node)
+	waitFor(t, c, "e2e", time.Minute, func(n map[string]any) bool { return n["reservation"] == nil })
+	c.mustCall(t, "DELETE", "/v1/nodes/e2e/maintenance", nil)
+	e.verb(t, "e2e", "manage")
+	c.waitState(t, "e2e", "manageable", time.Minute)
+	e.verb(t, "e2e", "provide")
+	waitFor(t, c, "e2e", 2*time.Minute, func(n map[string]any) bool {
+		cs, _ := n["clean_step"].(map[string]any)
+		return n["provision_state"] == "clean wait" && cs["step"] != nil
+	})
+	e.verb(t, "e2e", "abort")
+	n = c.waitState(t, "e2e", "clean failed", time.Minute)
+	if le := fmt.Sprint(n["last_error"]); !strings.Contains(le, "By request, the clean operation was aborted") {
+		t.Errorf("last_error %q: want the abort message", le)
+	}
+	waitFor(t, c, "e2e", time.Minute, func(n map[string]any) bool { return n["power_state"] == "power off" && n["reservation"] == nil })
+	if on, _ := e.node.On(t.Context()); on {
+		t.Errorf("the VM still runs after the abort")
+	}
+	step("abort in clean wait: clean failed, VM powered off")
+}
+
+// waitFor polls a node until ok says so.
+func waitFor(t *testing.T, c *controller, node string, timeout time.Duration, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		_, n := c.call(t, "GET", "/v1/nodes/"+node, nil)
+		if ok(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: condition not met after %v: state %v, last_error %v", node, timeout, n["provision_state"], n["last_error"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

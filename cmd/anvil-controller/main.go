@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
 		simulate   = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
+		checkEvery = fs.Duration("timeout-check-interval", 10e9, "how often waiting nodes are checked against their timers")
 		stepLimit  = fs.Duration("step-timeout", 12*3600e9, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
 		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 		syncEvery  = fs.Duration("power-sync-interval", 60e9, "check every managed node's power state once per interval, spread over it (0 disables)")
@@ -83,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
 		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, Logger: log})
 }
 
