@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -301,5 +302,43 @@ func waitFor(t *testing.T, c *controller, node string, timeout time.Duration, ok
 			t.Fatalf("node %s: condition not met after %v: state %v, last_error %v", node, timeout, n["provision_state"], n["last_error"])
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestVME2EBaremetalCLI: python-ironicclient's baremetal CLI drives the
+// virtual node through manage and provide (automated cleaning), as an
+// operator would; the host then checks the disks.
+func TestVME2EBaremetalCLI(t *testing.T) {
+	if _, err := exec.LookPath("baremetal"); err != nil {
+		t.Skip("the baremetal CLI (python3-ironicclient) is not installed; .ci/run installs it")
+	}
+	e := newE2E(t)
+	e.enroll(t, "cli-vm", "password")
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("baremetal", args...)
+		cmd.Env = append(os.Environ(), "OS_AUTH_TYPE=none", "OS_ENDPOINT="+e.c.url, "HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("baremetal %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	start := time.Now()
+	cli("node", "manage", "cli-vm", "--wait", "120")
+	t.Logf("[%6.1fs] baremetal node manage --wait: done", time.Since(start).Seconds())
+	cli("node", "provide", "cli-vm", "--wait", "300")
+	t.Logf("[%6.1fs] baremetal node provide --wait: done", time.Since(start).Seconds())
+	if got := strings.TrimSpace(cli("node", "show", "cli-vm", "-f", "value", "-c", "provision_state")); got != "available" {
+		t.Fatalf("provision_state %q after provide, want available", got)
+	}
+	for _, d := range e.disks {
+		data, err := os.ReadFile(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
+			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
+		}
 	}
 }
