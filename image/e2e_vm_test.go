@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
+	"github.com/anvil-metal/anvil/bmc/vbmc/ipmisim"
 )
 
 // TestVME2ERedfishCleanAndDeploy is the whole system on virtual hardware: a
@@ -340,5 +341,41 @@ func TestVME2EBaremetalCLI(t *testing.T) {
 		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
 			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
 		}
+	}
+}
+
+// TestVME2EIPMICleaning is scenario 1 over IPMI: OpenIPMI's ipmi_sim on a
+// loopback UDP port, whose chassis control drives the same QEMU node, and
+// bmclib's ipmitool provider in the controller.
+func TestVME2EIPMICleaning(t *testing.T) {
+	ipmisim.SkipIfMissing(t)
+	e := newE2E(t)
+	sim := ipmisim.Start(t, ipmisim.Options{ChassisControl: fmt.Sprintf("%s chassis-control --url %s/control/e2e-node --username admin --password password",
+		ipmisim.BuildVBMC(t), e.bmcURL)})
+	n := e.c.mustCall(t, "POST", "/v1/nodes", map[string]any{"driver": "ipmi", "name": "ipmi-vm", "deploy_interface": "direct",
+		"driver_info": map[string]any{"ipmi_address": "127.0.0.1", "ipmi_port": sim.Port, "ipmi_username": "admin", "ipmi_password": "password"}})
+	e.c.mustCall(t, "POST", "/v1/ports", map[string]any{"address": e.mac, "node_uuid": n["uuid"]})
+	start := time.Now()
+	e.verb(t, "ipmi-vm", "manage")
+	e.c.waitState(t, "ipmi-vm", "manageable", time.Minute)
+	t.Logf("[%6.1fs] manageable: credentials verified over IPMI", time.Since(start).Seconds())
+	e.verb(t, "ipmi-vm", "provide")
+	got := e.c.waitState(t, "ipmi-vm", "available", 5*time.Minute)
+	t.Logf("[%6.1fs] available: cleaned over IPMI", time.Since(start).Seconds())
+	if got["power_state"] != "power off" {
+		t.Errorf("power_state %v after cleaning, want power off", got["power_state"])
+	}
+	for _, d := range e.disks {
+		data, err := os.ReadFile(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
+			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
+		}
+	}
+	_, h := e.c.call(t, "GET", "/v1/nodes/ipmi-vm/history", nil)
+	if hist := historyLines(h); !strings.Contains(hist, "via ipmitool") {
+		t.Errorf("history does not show the ipmitool provider:\n%s", hist)
 	}
 }
