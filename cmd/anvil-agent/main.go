@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	// anvil.token= is the per-boot nonce the controller put in the node's
 	// iPXE script; lookups carry it so only the machine that booted that
 	// script can obtain the agent token.
+	if env.InRamdisk {
+		assembleArrays(log)
+	}
 	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node, Nonce: o.token})
 	if err != nil {
 		if !env.InRamdisk {
@@ -264,4 +268,15 @@ func erasePolicy(p *protocol.ErasePolicy) *erase.Policy {
 	pol.EnableATASecureErase = p.EnableATAErase
 	pol.ContinueIfSecureEraseFailed = p.ContinueOnSecureErr
 	return &pol
+}
+
+// assembleArrays starts the software RAID arrays found on the disks. A
+// ramdisk has no udev to do it, and without it an array built in an
+// earlier boot would be invisible to the inventory and to
+// delete_configuration. Best effort: no arrays is the common case.
+func assembleArrays(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "mdadm", "--assemble", "--scan", "--run").CombinedOutput()
+	log.Info("assembled software RAID arrays found on the disks", "output", strings.TrimSpace(string(out)), "err", err)
 }

@@ -305,3 +305,15 @@ func TestResumedInbandStepKeepsItsCommand(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, first.ID, again.ID, "the resumed step reuses the command already issued")
 }
+
+func TestCreateConfigurationTakesTheNodesTargetRAIDConfig(t *testing.T) {
+	n := storetest.NewNode("")
+	n.TargetRAIDConfig = map[string]any{"logical_disks": []any{map[string]any{"size_gb": "MAX", "raid_level": "1"}}}
+	got := withNodeArgs(n, []protocol.Step{{Interface: "raid", Step: "create_configuration"}, {Interface: "deploy", Step: "erase_devices_metadata"},
+		{Interface: "raid", Step: "create_configuration", Args: map[string]any{"target_raid_config": "given"}}})
+	assert.Equal(t, n.TargetRAIDConfig, got[0].Args["target_raid_config"], "taken from the node, as Ironic does")
+	assert.Nil(t, got[1].Args)
+	assert.Equal(t, "given", got[2].Args["target_raid_config"], "an explicit argument wins")
+	create := protocol.Step{Interface: "raid", Step: "create_configuration", ArgsInfo: map[string]protocol.ArgInfo{"target_raid_config": {Required: true}}}
+	assert.NoError(t, create.CheckArgs(got[0].Args))
+}

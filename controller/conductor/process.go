@@ -281,7 +281,7 @@ func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 		if manual {
 			user, err := stepsFromJSON(dii[diiUserCleanSteps])
 			if err == nil {
-				plan, err = c.resolveSteps(c.CleanStepsFor(n), user, true)
+				plan, err = c.resolveSteps(c.CleanStepsFor(n), withNodeArgs(n, user), true)
 			}
 			if err != nil {
 				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)

@@ -213,6 +213,7 @@ func (c *Conductor) applyAbort(n *store.Node) error {
 // of the in-band interfaces (deploy, raid) are checked once the agent has
 // reported them; everything else is checked now.
 func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
+	requested = withNodeArgs(n, requested)
 	if !UsesAgent(n) {
 		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
 		return err
@@ -230,6 +231,26 @@ func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protoco
 	}
 	_, err := c.resolveSteps(oob, now, true)
 	return err
+}
+
+// withNodeArgs fills arguments that Ironic takes from the node rather than
+// from the request: raid.create_configuration builds the node's
+// target_raid_config (set with PUT /v1/nodes/{id}/states/raid).
+func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
+	out := make([]protocol.Step, len(requested))
+	for i, r := range requested {
+		if r.Key() == "raid.create_configuration" && len(n.TargetRAIDConfig) > 0 {
+			if _, given := r.Args["target_raid_config"]; !given {
+				args := map[string]any{"target_raid_config": n.TargetRAIDConfig}
+				for k, v := range r.Args {
+					args[k] = v
+				}
+				r.Args = args
+			}
+		}
+		out[i] = r
+	}
+	return out
 }
 
 // resolveSteps matches requested steps against the available ones. For
