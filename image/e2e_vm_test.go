@@ -445,3 +445,47 @@ func hasMDSuperblock(t *testing.T, path string) bool {
 	}
 	return bytes.Contains(data, []byte{0xfc, 0x4e, 0x2b, 0xa9, 0x01, 0x00, 0x00, 0x00})
 }
+
+// TestVME2EControllerRestart: the controller is killed (SIGKILL) while the
+// agent erases the disks and started again on the same database; cleaning
+// completes after the restart and the disks are erased.
+func TestVME2EControllerRestart(t *testing.T) {
+	e := newE2E(t, "--heartbeat-interval", "1s")
+	c := e.c
+	start := time.Now()
+	step := func(what string) { t.Logf("[%6.1fs] %s", time.Since(start).Seconds(), what) }
+	e.enroll(t, "rs", "password")
+	e.verb(t, "rs", "manage")
+	c.waitState(t, "rs", "manageable", time.Minute)
+	e.verb(t, "rs", "provide")
+	n := waitFor(t, c, "rs", 2*time.Minute, func(n map[string]any) bool {
+		cs, _ := n["clean_step"].(map[string]any)
+		return cs["step"] != nil
+	})
+	c.restart(t)
+	step(fmt.Sprintf("killed and restarted the controller during step %v", n["clean_step"].(map[string]any)["step"]))
+	got := c.waitState(t, "rs", "available", 5*time.Minute)
+	step("cleaning completed after the restart")
+	if got["power_state"] != "power off" {
+		t.Errorf("power_state %v, want power off", got["power_state"])
+	}
+	for _, d := range e.disks {
+		data, err := os.ReadFile(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
+			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
+		}
+	}
+	_, h := c.call(t, "GET", "/v1/nodes/rs/history", nil)
+	hist := historyLines(h)
+	if !strings.Contains(hist, "resumed the operation") && !strings.Contains(hist, "clean step deploy.erase_devices finished") {
+		t.Errorf("history does not show the resumed cleaning:\n%s", hist)
+	}
+	for _, s := range []string{"erase_devices_metadata started", "erase_devices started"} {
+		if c := strings.Count(hist, "clean step deploy."+s); c > 1 {
+			t.Errorf("%q appears %d times: a step ran twice\n%s", s, c, hist)
+		}
+	}
+}

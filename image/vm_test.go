@@ -124,6 +124,10 @@ type controller struct {
 	port string
 	mu   sync.Mutex
 	logs bytes.Buffer
+
+	bin, dir string
+	args     []string
+	cmd      *exec.Cmd
 }
 
 var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
@@ -138,8 +142,22 @@ func startController(tb testing.TB, extraArgs ...string) *controller {
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("build controller: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--database", "sqlite://" + filepath.Join(dir, "anvil.db"),
-		"--heartbeat-interval", "2s"}, extraArgs...)...)
+	c := &controller{bin: bin, dir: dir, args: extraArgs}
+	c.start(tb, "127.0.0.1:0")
+	tb.Cleanup(func() {
+		c.kill()
+		if tb.Failed() {
+			tb.Logf("controller log:\n%s", c.log())
+		}
+	})
+	return c
+}
+
+// start runs the controller binary on listen with its database in c.dir.
+func (c *controller) start(tb testing.TB, listen string) {
+	tb.Helper()
+	cmd := exec.Command(c.bin, append([]string{"--listen", listen, "--database", "sqlite://" + filepath.Join(c.dir, "anvil.db"),
+		"--heartbeat-interval", "2s"}, c.args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -148,7 +166,7 @@ func startController(tb testing.TB, extraArgs ...string) *controller {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	c := &controller{}
+	c.cmd = cmd
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -161,13 +179,6 @@ func startController(tb testing.TB, extraArgs ...string) *controller {
 			}
 		}
 	}()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if tb.Failed() {
-			tb.Logf("controller log:\n%s", c.log())
-		}
-	})
 	select {
 	case a := <-addr:
 		c.url = "http://" + a
@@ -175,7 +186,22 @@ func startController(tb testing.TB, extraArgs ...string) *controller {
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("controller did not start:\n%s", c.log())
 	}
-	return c
+}
+
+// kill stops the controller at once (SIGKILL), as a crash would.
+func (c *controller) kill() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+	}
+}
+
+// restart kills the controller and starts it again on the same port and
+// database (the guest's relay keeps pointing at that port).
+func (c *controller) restart(tb testing.TB) {
+	tb.Helper()
+	c.kill()
+	c.start(tb, "127.0.0.1:"+c.port)
 }
 
 func (c *controller) log() string {
