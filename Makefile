@@ -1,10 +1,11 @@
 # anvil — bare-metal provisioning. `make help` lists the targets.
+SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-compat bench demo demo-sim demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-e2e test-compat bench demo demo-sim demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,11 +20,19 @@ test-quick: ## unit and integration tests without VMs (< 5 min)
 test-compat: build ## drive a real controller with the python-ironicclient `baremetal` CLI
 	ANVIL_CONTROLLER_BIN=$(CURDIR)/$(BIN)/anvil-controller $(GO) test -count=1 -tags compat -run Compat -v ./cmd/anvil-controller/
 
-test-vm: ## only the tests that boot QEMU VMs (TCG) and drive BMC emulators
+test-vm: ## only the tests that boot QEMU VMs (TCG) and drive BMC emulators, incl. the end-to-end scenarios
 	$(GO) test -count=1 -tags vm -run 'VM' -timeout 30m ./...
 
-test: test-compat ## everything CI runs: all Go tests including VM ones (one pass), then the CLI compatibility test
-	$(GO) test -count=1 -tags vm -timeout 40m ./...
+test-e2e: ## only the end-to-end scenarios, verbose
+	$(GO) test -count=1 -tags vm -run 'VME2E' -timeout 30m -v ./image/
+
+test: test-compat ## everything CI runs: all Go tests including VM ones, the end-to-end scenarios with their durations, and the CLI compatibility test
+	$(GO) test -count=1 -tags vm -skip 'VME2E' -timeout 40m ./...
+	@mkdir -p out
+	@echo "== end-to-end scenarios (QEMU nodes behind anvil-vbmc, real agent ramdisk)"
+	@$(GO) test -count=1 -tags vm -run 'VME2E' -timeout 30m -v ./image/ > out/e2e.log 2>&1; s=$$?; \
+	  grep -E '^(--- |ok|FAIL)|e2e_vm_test.go:[0-9]+: \[' out/e2e.log; \
+	  if [ $$s -ne 0 ]; then echo "== full log of the end-to-end run:"; cat out/e2e.log; fi; exit $$s
 
 bench: build ## benchmarks: API load from another process, store and conductor micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./controller/...
