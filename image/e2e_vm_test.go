@@ -125,18 +125,7 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 		t.Errorf("the VM is still running after cleaning")
 	}
 
-	for _, d := range disks {
-		data, err := os.ReadFile(d.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(data, []byte("EFI PART")) {
-			t.Errorf("%s: a GPT header survived cleaning", d.Serial)
-		}
-		if i := bytes.IndexByte(data, 0x5a); i >= 0 {
-			t.Errorf("%s: the test pattern survived at offset %d", d.Serial, i)
-		}
-	}
+	assertErased(t, disks)
 	_, steps := c.call(t, "GET", "/v1/nodes/e2e/cleaning/steps", nil)
 	b := strings.Join(strings.Fields(strings.ReplaceAll(strings.ReplaceAll(toJSON(steps), ",", " "), "\"", "")), " ")
 	for _, want := range []string{"erase_devices_metadata", "erase_devices"} {
@@ -333,15 +322,7 @@ func TestVME2EBaremetalCLI(t *testing.T) {
 	if got := strings.TrimSpace(cli("node", "show", "cli-vm", "-f", "value", "-c", "provision_state")); got != "available" {
 		t.Fatalf("provision_state %q after provide, want available", got)
 	}
-	for _, d := range e.disks {
-		data, err := os.ReadFile(d.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
-			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
-		}
-	}
+	assertErased(t, e.disks)
 }
 
 // TestVME2EIPMICleaning is scenario 1 over IPMI: OpenIPMI's ipmi_sim on a
@@ -365,15 +346,7 @@ func TestVME2EIPMICleaning(t *testing.T) {
 	if got["power_state"] != "power off" {
 		t.Errorf("power_state %v after cleaning, want power off", got["power_state"])
 	}
-	for _, d := range e.disks {
-		data, err := os.ReadFile(d.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
-			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
-		}
-	}
+	assertErased(t, e.disks)
 	_, h := e.c.call(t, "GET", "/v1/nodes/ipmi-vm/history", nil)
 	if hist := historyLines(h); !strings.Contains(hist, "via ipmitool") {
 		t.Errorf("history does not show the ipmitool provider:\n%s", hist)
@@ -469,15 +442,7 @@ func TestVME2EControllerRestart(t *testing.T) {
 	if got["power_state"] != "power off" {
 		t.Errorf("power_state %v, want power off", got["power_state"])
 	}
-	for _, d := range e.disks {
-		data, err := os.ReadFile(d.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(data, []byte("EFI PART")) || bytes.IndexByte(data, 0x5a) >= 0 {
-			t.Errorf("%s: the pattern or a GPT header survived cleaning", d.Serial)
-		}
-	}
+	assertErased(t, e.disks)
 	_, h := c.call(t, "GET", "/v1/nodes/rs/history", nil)
 	hist := historyLines(h)
 	if !strings.Contains(hist, "resumed the operation") && !strings.Contains(hist, "clean step deploy.erase_devices finished") {
@@ -486,6 +451,24 @@ func TestVME2EControllerRestart(t *testing.T) {
 	for _, s := range []string{"erase_devices_metadata started", "erase_devices started"} {
 		if c := strings.Count(hist, "clean step deploy."+s); c > 1 {
 			t.Errorf("%q appears %d times: a step ran twice\n%s", s, c, hist)
+		}
+	}
+}
+
+// assertErased reads the disk image files from the host: neither the
+// pattern nor a GPT header the test wrote may remain anywhere.
+func assertErased(t *testing.T, disks []vbmc.QEMUDisk) {
+	t.Helper()
+	for _, d := range disks {
+		data, err := os.ReadFile(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("EFI PART")) {
+			t.Errorf("%s: a GPT header survived cleaning", d.Serial)
+		}
+		if i := bytes.IndexByte(data, 0x5a); i >= 0 {
+			t.Errorf("%s: the test pattern survived at offset %d", d.Serial, i)
 		}
 	}
 }
