@@ -75,25 +75,6 @@ func (a *Archive) AddArchive(r io.ReaderAt) error {
 	})
 }
 
-// Paths lists the paths in the archive, sorted.
-func (a *Archive) Paths() []string {
-	var p []string
-	for _, r := range a.records {
-		p = append(p, r.Name)
-	}
-	sort.Strings(p)
-	return p
-}
-
-// Size is the sum of the file contents in the archive.
-func (a *Archive) Size() int64 {
-	var n int64
-	for _, r := range a.records {
-		n += int64(r.FileSize)
-	}
-	return n
-}
-
 // Write writes the archive: directories first (sorted, so parents precede
 // children), then everything else sorted by path, then the trailer.
 func (a *Archive) Write(w io.Writer) error {

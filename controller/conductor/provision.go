@@ -3,7 +3,6 @@ package conductor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
@@ -343,6 +342,3 @@ func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
 	c.Kick(n.UUID)
 	return nil
 }
-
-// IsNotFound reports whether err means the node (or resource) does not exist.
-func IsNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

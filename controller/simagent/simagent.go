@@ -57,7 +57,6 @@ type Agent struct {
 	seen        map[string]bool
 	sentSteps   bool
 	ran         []string
-	lastReply   *protocol.HeartbeatResponse
 }
 
 // New returns an agent with IPA's default generic steps.
@@ -98,9 +97,6 @@ func fingerprint(clean, deploy []protocol.Step) string {
 	return fmt.Sprintf("sim:%x", len(b)*7919+int(b[len(b)/2]))
 }
 
-// Node is the node UUID found by lookup.
-func (a *Agent) Node() string { a.mu.Lock(); defer a.mu.Unlock(); return a.node }
-
 // Token is the current agent token.
 func (a *Agent) Token() string { a.mu.Lock(); defer a.mu.Unlock(); return a.token }
 
@@ -116,13 +112,6 @@ func (a *Agent) Ran() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.ran...)
-}
-
-// LastReply is the last heartbeat reply.
-func (a *Agent) LastReply() *protocol.HeartbeatResponse {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lastReply
 }
 
 // Lookup finds the node and gets this boot's token.
@@ -195,7 +184,6 @@ func (a *Agent) Heartbeat(ctx context.Context) (*protocol.HeartbeatResponse, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.lastReply = reply
 	if hb.Steps != nil {
 		a.sentSteps = true
 	}

@@ -149,15 +149,6 @@ func ParseIdentifyNamespace(b []byte) (NVMeNamespace, error) {
 	return ns, nil
 }
 
-// nvmeAdmin issues one admin command on f.
-func nvmeAdmin(f *os.File, cmd *nvmeAdminCmd) error {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nvmeIoctlAdminCmd, uintptr(unsafe.Pointer(cmd)))
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
 func nvmeNSID(f *os.File) (uint32, error) {
 	r, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nvmeIoctlID, 0)
 	if e != 0 {

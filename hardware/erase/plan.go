@@ -26,14 +26,6 @@ const (
 	MethodOverwrite    Method = "overwrite"
 )
 
-func (m Method) secure() bool {
-	switch m {
-	case MethodNVMeCrypto, MethodNVMeUserData, MethodATAEnhanced, MethodATA:
-		return true
-	}
-	return false
-}
-
 // Action is what the plan does with a device.
 type Action string
 
