@@ -275,12 +275,13 @@ type vm struct {
 }
 
 // vmBoot says how a VM boots: directly from kernel and initrd, or over the
-// network (pxeNode set): QEMU's iPXE gets a script from slirp's TFTP that
-// chains to the controller's /v1/boot/{node}/ipxe.
+// network (pxe): QEMU's iPXE gets a script from slirp's TFTP that chains to
+// the controller's /v1/boot/{pxeNode}/ipxe.
 type vmBoot struct {
 	kernel, initrd string
 	extraArgs      []string
-	pxeNode        string
+	pxe            bool
+	pxeNode        string // set by inspectWithVM once the node exists
 }
 
 // startVM boots the image with two NVMe disks and a virtio NIC on a
@@ -298,7 +299,7 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
 	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
-	if boot.pxeNode == "" {
+	if !boot.pxe {
 		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
 			"-append", "console=ttyS0 panic=-1 anvil.api=http://"+guestAPI+strings.Join(append([]string{""}, boot.extraArgs...), " "))
 	} else {
@@ -380,9 +381,7 @@ func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, 
 	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "inspect"})
 
 	// fake-hardware's power actions are no-ops: the test is the power.
-	if boot.pxeNode != "" {
-		boot.pxeNode = uuid
-	}
+	boot.pxeNode = uuid
 	v := startVM(tb, boot, mac, "127.0.0.1:"+c.port, disks)
 	res := inspection{vm: v}
 	deadline := v.started.Add(4 * time.Minute)
@@ -571,7 +570,7 @@ func TestVMPXEInspection(t *testing.T) {
 	kernel, _ := vmImage(t)
 	c := startController(t, "--boot-dir", filepath.Dir(kernel), "--public-url", "http://"+guestAPI)
 	serials := []string{"ANVIL-NVME-0003", "ANVIL-NVME-0004"}
-	res := inspectWithVM(t, c, vmBoot{pxeNode: "set-by-inspect"}, "pxe-node", "52:54:00:a1:00:03", serials, false)
+	res := inspectWithVM(t, c, vmBoot{pxe: true}, "pxe-node", "52:54:00:a1:00:03", serials, false)
 	t.Logf("PXE: QEMU start -> first heartbeat: %v", res.firstHeartbeat.Round(time.Millisecond))
 	_, inv := c.call(t, "GET", "/v1/nodes/pxe-node/inventory", nil)
 	b, _ := json.Marshal(inv)

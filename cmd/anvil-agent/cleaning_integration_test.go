@@ -55,28 +55,9 @@ func TestAgentCleansLoopDevicesThroughTheController(t *testing.T) {
 		devs, files = append(devs, dev), append(files, f)
 	}
 
-	bins := t.TempDir()
-	for _, pkg := range []string{"../anvil-controller", "."} {
-		cmd := exec.Command("go", "build", "-o", bins+"/", pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	ctlURL := startProc(t, "controller", regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`),
-		bins+"/anvil-controller", "--listen", "127.0.0.1:0", "--database", "sqlite://"+dir+"/anvil.db",
-		"--heartbeat-interval", "200ms")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := client.New("http://"+ctlURL, nil)
-	node, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": "loop-node", "deploy_interface": "direct"})
-	require.NoError(t, err)
-	require.NoError(t, c.CreatePort(ctx, node.UUID, "52:54:00:aa:bb:01"))
-	require.NoError(t, c.Provision(ctx, "loop-node", "manage", nil))
-	_, err = c.WaitForState(ctx, "loop-node", "manageable", 50*time.Millisecond, nil)
-	require.NoError(t, err)
-
-	startProc(t, "agent", nil, bins+"/anvil-agent", "--api", "http://"+ctlURL, "--macs", "52:54:00:aa:bb:01",
-		"--devices", strings.Join(devs, ","), "--root", "/", "--cmdline", "/dev/null", "--log-file", dir+"/agent.log")
+	c := realAgentNode(t, ctx, dir, "loop-node", "52:54:00:aa:bb:01", devs)
 	require.NoError(t, c.Provision(ctx, "loop-node", "provide", nil))
 	start := time.Now()
 	n, err := c.WaitForState(ctx, "loop-node", "available", 100*time.Millisecond, nil)
@@ -141,6 +122,34 @@ func writePattern(t *testing.T, path string, size int64) {
 	require.NoError(t, err)
 	_, err = f.WriteAt([]byte("EFI PART"), size-512)
 	require.NoError(t, err)
+}
+
+// realAgentNode builds both binaries, starts the controller with its
+// database in dir, enrols a manageable fake-hardware node with the direct
+// deploy interface and a port for mac, and starts the real agent outside
+// the ramdisk with only devs on its allow-list.
+func realAgentNode(t *testing.T, ctx context.Context, dir, name, mac string, devs []string) *client.Client {
+	t.Helper()
+	bins := t.TempDir()
+	for _, pkg := range []string{"../anvil-controller", "."} {
+		cmd := exec.Command("go", "build", "-o", bins+"/", pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	ctl := startProc(t, "controller", regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`),
+		bins+"/anvil-controller", "--listen", "127.0.0.1:0", "--database", "sqlite://"+dir+"/anvil.db",
+		"--heartbeat-interval", "200ms")
+	c := client.New("http://"+ctl, nil)
+	node, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": name, "deploy_interface": "direct"})
+	require.NoError(t, err)
+	require.NoError(t, c.CreatePort(ctx, node.UUID, mac))
+	require.NoError(t, c.Provision(ctx, name, "manage", nil))
+	_, err = c.WaitForState(ctx, name, "manageable", 50*time.Millisecond, nil)
+	require.NoError(t, err)
+	startProc(t, "agent", nil, bins+"/anvil-agent", "--api", "http://"+ctl, "--macs", mac,
+		"--devices", strings.Join(devs, ","), "--root", "/", "--cmdline", "/dev/null", "--log-file", dir+"/agent.log")
+	return c
 }
 
 // startProc starts a binary as a child of the test and stops it at the

@@ -5,15 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/anvil-metal/anvil/controller/client"
 )
 
 // TestRealAgentFailingStep: a read-only loop device on the allow-list makes
@@ -35,26 +32,9 @@ func TestRealAgentFailingStep(t *testing.T) {
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 
-	bins := t.TempDir()
-	for _, pkg := range []string{"../anvil-controller", "."} {
-		cmd := exec.Command("go", "build", "-o", bins+"/", pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", b)
-	}
-	ctl := startProc(t, "controller", regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`),
-		bins+"/anvil-controller", "--listen", "127.0.0.1:0", "--database", "sqlite://"+dir+"/anvil.db", "--heartbeat-interval", "200ms")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := client.New("http://"+ctl, nil)
-	node, err := c.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": "ro-node", "deploy_interface": "direct"})
-	require.NoError(t, err)
-	require.NoError(t, c.CreatePort(ctx, node.UUID, "52:54:00:aa:bb:02"))
-	require.NoError(t, c.Provision(ctx, "ro-node", "manage", nil))
-	_, err = c.WaitForState(ctx, "ro-node", "manageable", 50*time.Millisecond, nil)
-	require.NoError(t, err)
-	startProc(t, "agent", nil, bins+"/anvil-agent", "--api", "http://"+ctl, "--macs", "52:54:00:aa:bb:02",
-		"--devices", dev, "--root", "/", "--cmdline", "/dev/null", "--log-file", dir+"/agent.log")
+	c := realAgentNode(t, ctx, dir, "ro-node", "52:54:00:aa:bb:02", []string{dev})
 
 	require.NoError(t, c.Provision(ctx, "ro-node", "provide", nil))
 	n, err := c.WaitForState(ctx, "ro-node", "available", 100*time.Millisecond, nil)
