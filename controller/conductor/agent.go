@@ -252,17 +252,17 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 		if first && len(hb.BootTimings) > 0 {
 			setDII(n, diiBootTimings, hb.BootTimings)
 		}
-		cache, cached := getDII[stepCache](n, diiStepCache)
+		fingerprint := cachedFingerprint(n)
 		if hb.Steps != nil {
 			setDII(n, diiStepCache, stepCache{Fingerprint: hb.Steps.Fingerprint, Managers: hb.Steps.Managers,
 				Clean: hb.Steps.Clean, Deploy: hb.Steps.Deploy, AgentVersion: hb.AgentVersion, RefreshedAt: now})
-			if !cached || cache.Fingerprint != hb.Steps.Fingerprint {
+			if fingerprint != hb.Steps.Fingerprint {
 				events = append(events, c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent step catalogue cached: %d clean, %d deploy steps (fingerprint %s)",
 					len(hb.Steps.Clean), len(hb.Steps.Deploy), hb.Steps.Fingerprint)))
 			}
-			cache, cached = getDII[stepCache](n, diiStepCache)
+			fingerprint = hb.Steps.Fingerprint
 		}
-		if !cached || cache.Fingerprint != hb.Fingerprint {
+		if fingerprint == "" || fingerprint != hb.Fingerprint {
 			resp.SendSteps = true
 		}
 		if aw, waiting := getDII[await](n, diiAwait); waiting && !resp.SendSteps && agentBack(n, aw) {
@@ -304,8 +304,7 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 // issueCommand leaves a command for the agent (delivered by the next
 // heartbeat) in the same write as the caller's other changes.
 func (c *Conductor) issueCommand(n *store.Node, name string, step *protocol.Step) {
-	cache, _ := getDII[stepCache](n, diiStepCache)
-	cmd := pendingCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cache.Fingerprint,
+	cmd := pendingCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cachedFingerprint(n),
 		Node: map[string]any{"uuid": n.UUID, "properties": n.Properties, "instance_info": n.InstanceInfo,
 			"target_raid_config": n.TargetRAIDConfig}}, IssuedAt: c.now()}
 	if step == nil {
@@ -358,8 +357,15 @@ func agentBack(n *store.Node, aw await) bool {
 	if err != nil || boot == "" || boot == aw.OldBootID || t.Before(aw.Since) {
 		return false
 	}
-	cache, ok := getDII[stepCache](n, diiStepCache)
-	return ok && cache.Fingerprint != ""
+	return cachedFingerprint(n) != ""
+}
+
+// cachedFingerprint reads the cached catalogue's fingerprint without
+// decoding the catalogue: heartbeats compare it every time.
+func cachedFingerprint(n *store.Node) string {
+	cache, _ := n.DriverInternalInfo[diiStepCache].(map[string]any)
+	fp, _ := cache["fingerprint"].(string)
+	return fp
 }
 
 // agentWait advances a node waiting for its agent (clean wait, wait
