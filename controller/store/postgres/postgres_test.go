@@ -2,28 +2,18 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
@@ -32,32 +22,32 @@ import (
 // cluster costs seconds to create; a database costs milliseconds), with a
 // fresh database per subtest.
 func TestPostgres(t *testing.T) {
-	srv := startServer(t)
+	srv := pgserver.ForTest(t)
 
 	t.Run("Suite", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, srv.newDatabase(t)) })
+		storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
 	})
-	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.newDatabase(t)) })
-	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.newDatabase(t)) })
-	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.newDatabase(t)) })
+	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.NewDatabase(t)) })
+	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.NewDatabase(t)) })
+	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.NewDatabase(t)) })
 	t.Run("TwoControllersRaceRepeatableRead", func(t *testing.T) {
 		// A database (here: the URL) may default to a stricter isolation
 		// level: lost races are then serialization failures, which must
 		// still read as conflicts.
-		testTwoControllersRace(t, srv.newDatabase(t)+"&default_transaction_isolation=repeatable%20read")
+		testTwoControllersRace(t, srv.NewDatabase(t)+"&default_transaction_isolation=repeatable%20read")
 	})
-	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.newDatabase(t)) })
-	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.newDatabase(t)) })
-	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.newDatabase(t)) })
-	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.newDatabase(t)) })
+	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.NewDatabase(t)) })
+	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
+	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
+	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's
 		// English: a < B < b) shows that the schema, not the cluster's
 		// locale, fixes the order.
-		url, err := srv.createDatabase(t, "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
+		url, err := srv.NewDatabaseWith(t, "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
 		if err != nil {
 			t.Logf("no ICU collation in this PostgreSQL build (%v); using the default database", err)
-			url = srv.newDatabase(t)
+			url = srv.NewDatabase(t)
 		}
 		testPagingMatchesSQLite(t, url)
 	})
@@ -367,328 +357,4 @@ func testPagingMatchesSQLite(t *testing.T, url string) {
 			}
 		}
 	}
-}
-
-// ---- a throwaway PostgreSQL server ----
-
-// pgServer is a PostgreSQL cluster in a temporary directory, listening on
-// loopback, owned by one test.
-type pgServer struct {
-	port int
-	dbs  atomic.Int64 // names the per-test databases
-}
-
-// startServer creates a cluster with the distribution's initdb, starts
-// postgres on a free loopback port and stops it when t ends. The test is
-// skipped, not failed, when PostgreSQL is not installed.
-func startServer(t *testing.T) *pgServer {
-	t.Helper()
-	bin, err := findPGBinDir()
-	if errors.Is(err, errNotInstalled) {
-		t.Skipf("PostgreSQL server binaries not found (%v); install the postgresql package or set ANVIL_TEST_PG_BINDIR", err)
-	}
-	require.NoError(t, err)
-	cred, err := serverCredential()
-	require.NoError(t, err)
-	dir := serverDir(t, cred)
-	data := filepath.Join(dir, "data")
-
-	initdb := serverCmd(bin, "initdb", dir, cred, "-D", data, "-A", "trust", "-U", "anvil",
-		"-E", "UTF8", "--no-locale", "--no-sync")
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-
-	// The free port is found by binding and releasing it, so another process
-	// may take it before postgres binds: then postgres exits and we retry.
-	const attempts = 5
-	for attempt := 1; ; attempt++ {
-		port := freePort(t)
-		err := runServer(t, bin, dir, data, port, cred)
-		if err == nil {
-			return &pgServer{port: port}
-		}
-		if !errors.Is(err, errPortTaken) || attempt == attempts {
-			t.Fatalf("start postgres: %v", err)
-		}
-		t.Logf("port %d taken, retrying: %v", port, err)
-	}
-}
-
-var (
-	errPortTaken    = errors.New("port taken")
-	errNotInstalled = errors.New("not installed")
-)
-
-// runServer starts postgres and waits until it accepts connections. On
-// success the server is stopped in t's cleanup.
-func runServer(t *testing.T, bin, dir, data string, port int, cred *syscall.Credential) error {
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("create server log: %w", err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := serverCmd(bin, "postgres", dir, cred, "-D", data, "-k", dir, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1",
-		// A throwaway cluster: durability off, and small, because the
-		// machine running the tests is shared.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "shared_buffers=16MB", "-c", "max_connections=60")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	serverLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-
-	stop := func() {
-		// SIGINT is PostgreSQL's "fast" shutdown: sessions are ended and
-		// the cluster is shut down cleanly without waiting for clients.
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("postgres://anvil@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", port)
-	for {
-		conn, err := pgx.Connect(ctx, url)
-		if err == nil {
-			conn.Close(ctx)
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() { // the server's side of a failure
-					log := serverLog()
-					t.Logf("postgres log (last 8 kB):\n%s", log[max(0, len(log)-8192):])
-				}
-			})
-			return nil
-		}
-		select {
-		case <-exited:
-			log := serverLog()
-			if strings.Contains(log, "could not bind") || strings.Contains(log, "Address already in use") {
-				return fmt.Errorf("%w: %s", errPortTaken, log)
-			}
-			return fmt.Errorf("postgres exited before accepting connections:\n%s", log)
-		case <-ctx.Done():
-			stop()
-			return fmt.Errorf("postgres did not accept connections within a minute (last error: %v):\n%s", err, serverLog())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// newDatabase creates an empty database for t, dropped when t ends, and
-// returns its URL.
-func (srv *pgServer) newDatabase(t *testing.T) string {
-	t.Helper()
-	url, err := srv.createDatabase(t, "")
-	require.NoError(t, err)
-	return url
-}
-
-// createDatabase is newDatabase with CREATE DATABASE options.
-func (srv *pgServer) createDatabase(t *testing.T, options string) (string, error) {
-	t.Helper()
-	name := fmt.Sprintf("anvil_test_%d", srv.dbs.Add(1))
-	if err := srv.admin(`CREATE DATABASE ` + name + ` ` + options); err != nil {
-		return "", err
-	}
-	t.Cleanup(func() {
-		if err := srv.admin(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
-			t.Errorf("drop test database: %v", err)
-		}
-	})
-	return fmt.Sprintf("postgres://anvil@127.0.0.1:%d/%s?sslmode=disable", srv.port, name), nil
-}
-
-// admin runs a statement on the maintenance database; CREATE and DROP
-// DATABASE cannot run inside the test's own database.
-func (srv *pgServer) admin(sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://anvil@127.0.0.1:%d/postgres?sslmode=disable", srv.port))
-	if err != nil {
-		return fmt.Errorf("connect to the maintenance database: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("%s: %w", sql, err)
-	}
-	return nil
-}
-
-// findPGBinDir finds a directory holding both initdb and postgres: they
-// must come from the same installation, as initdb runs the postgres next to
-// it. ANVIL_TEST_PG_BINDIR wins (and, being explicit, fails the test
-// rather than skipping it when wrong); then PATH (Debian links only some
-// programs into /usr/bin or /usr/local/bin, so links are followed to the
-// real directory); then the usual install locations, newest version first.
-func findPGBinDir() (string, error) {
-	complete := func(dir string) bool {
-		for _, name := range []string{"initdb", "postgres"} {
-			fi, err := os.Stat(filepath.Join(dir, name))
-			if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	if dir := os.Getenv("ANVIL_TEST_PG_BINDIR"); dir != "" {
-		if complete(dir) {
-			return dir, nil
-		}
-		return "", fmt.Errorf("ANVIL_TEST_PG_BINDIR=%s has no initdb and postgres", dir)
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil && complete(filepath.Dir(real)) {
-			return filepath.Dir(real), nil
-		}
-	}
-	var candidates []string
-	for _, pattern := range []string{"/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin", "/usr/local/pgsql/bin"} {
-		m, _ := filepath.Glob(pattern)
-		candidates = append(candidates, m...)
-	}
-	// Newest major version first: compare the numbers in the paths.
-	version := func(p string) int {
-		digits := strings.Map(func(r rune) rune {
-			if r >= '0' && r <= '9' {
-				return r
-			}
-			return -1
-		}, p)
-		v, _ := strconv.Atoi(digits)
-		return v
-	}
-	slices.SortFunc(candidates, func(a, b string) int { return version(b) - version(a) })
-	for _, dir := range candidates {
-		if complete(dir) {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("%w: no initdb and postgres in PATH, /usr/lib/postgresql/*/bin, /usr/pgsql-*/bin or /usr/local/pgsql/bin", errNotInstalled)
-}
-
-// serverCredential is who runs initdb and postgres. PostgreSQL refuses to
-// run as root (initdb: "cannot be run as root"; postgres: "root execution
-// of the PostgreSQL server is not permitted"), and CI runs the tests as
-// root; then the server runs as an unprivileged account instead: the
-// "postgres" account the distribution package creates, else "nobody", else
-// the conventional nobody ids. nil means: run as ourselves.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	for _, name := range []string{"postgres", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			continue
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err1 != nil || err2 != nil || uid == 0 {
-			continue
-		}
-		// An empty Groups list drops root's supplementary groups too.
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
-	}
-	return &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}, nil
-}
-
-// serverDir makes the cluster's directory (data directory and Unix socket
-// inside), removed when t ends. As ourselves, t.TempDir does. As root, the
-// server's account must own the directory and be able to reach it, and
-// t.TempDir's parent is root's private 0700 directory; so the directory is
-// made under the first temporary directory whose every ancestor the account
-// may search, and handed over to it.
-func serverDir(t *testing.T, cred *syscall.Credential) string {
-	t.Helper()
-	if cred == nil {
-		return t.TempDir()
-	}
-	var base string
-	for _, dir := range []string{os.TempDir(), "/tmp", "/var/tmp", "/dev/shm"} {
-		if searchable(dir, cred) {
-			base = dir
-			break
-		}
-	}
-	if base == "" {
-		t.Fatalf("no temporary directory that uid %d can reach; set TMPDIR to a world-searchable directory", cred.Uid)
-	}
-	dir, err := os.MkdirTemp(base, "anvil-pg-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chown(dir, int(cred.Uid), int(cred.Gid)))
-	require.NoError(t, os.Chmod(dir, 0o700)) // PostgreSQL insists on a private data directory
-	return dir
-}
-
-// searchable reports whether the account can traverse dir and all its
-// ancestors.
-func searchable(dir string, cred *syscall.Credential) bool {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return false
-	}
-	for {
-		fi, err := os.Stat(dir)
-		if err != nil || !fi.IsDir() {
-			return false
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return false
-		}
-		mode := fi.Mode().Perm()
-		switch {
-		case st.Uid == cred.Uid:
-			if mode&0o100 == 0 {
-				return false
-			}
-		case st.Gid == cred.Gid:
-			if mode&0o010 == 0 {
-				return false
-			}
-		case mode&0o001 == 0:
-			return false
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return true
-		}
-		dir = parent
-	}
-}
-
-// serverCmd prepares one of the server programs: as the server's account
-// when cred is set, in dir (the account may not be able to read our working
-// directory), with a minimal environment (PG* variables of the developer's
-// shell must not redirect the cluster, and an unset or ungenerated locale
-// must not break initdb), and killed with SIGQUIT, PostgreSQL's immediate
-// shutdown, if the test binary dies without cleaning up.
-func serverCmd(bin, name, dir string, cred *syscall.Credential, args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(bin, name), args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + dir, "LC_ALL=C", "TZ=UTC"}
-	// Go sets the parent-death signal after switching to cred, so the
-	// switch does not clear it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-	return cmd
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
