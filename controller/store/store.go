@@ -16,6 +16,9 @@ var (
 	ErrDuplicateName = errors.New("duplicate name")
 	ErrDuplicateUUID = errors.New("duplicate uuid")
 	ErrDuplicateAddr = errors.New("duplicate address")
+	// ErrLeaseLost means a write made under a node lease (WithLease) found
+	// the lease expired or held by another controller: the work must stop.
+	ErrLeaseLost = errors.New("node lease lost")
 )
 
 // Node is a bare-metal node, with Ironic's field names.
@@ -259,6 +262,61 @@ type Inventories interface {
 	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
 }
 
+// Leases is node ownership among controllers sharing one database. A
+// controller works on a node only while it holds the node's lease; a lease
+// lives for a TTL measured by the database's clock and is renewed while the
+// work runs, so a controller that dies loses its nodes after one TTL and
+// another one picks them up. Holders are opaque strings naming one
+// controller process.
+type Leases interface {
+	// AcquireLease makes holder the node's lease holder for ttl if the node
+	// has no lease, an expired one, or one holder already has. It returns
+	// whether holder now holds it and, if not, who does.
+	AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (acquired bool, current string, err error)
+	// RenewLeases extends every live lease of holder by ttl from now and
+	// returns the nodes it still holds; leases that expired meanwhile are
+	// lost (another controller may have them).
+	RenewLeases(ctx context.Context, holder string, ttl time.Duration) ([]string, error)
+	// ReleaseLease ends holder's lease on the node, if it has it.
+	ReleaseLease(ctx context.Context, nodeUUID, holder string) error
+	// ReleaseLeases ends every lease of holder (a clean shutdown).
+	ReleaseLeases(ctx context.Context, holder string) error
+	// ClearLeases ends every lease of every holder: only for a store that
+	// one controller uses alone, when it starts.
+	ClearLeases(ctx context.Context) error
+	// UnleasedWork lists nodes that need a controller but have no live
+	// lease: reserved ones (an operation is running) and those in one of
+	// waitStates. At most limit are returned.
+	UnleasedWork(ctx context.Context, waitStates []string, limit int) ([]string, error)
+}
+
+// Notifier carries "process this node" to the controller holding its
+// lease, so a heartbeat or API request can arrive at any controller. Stores
+// that serve a single controller need not implement it.
+type Notifier interface {
+	// NotifyNode asks holder to process the node.
+	NotifyNode(ctx context.Context, nodeUUID, holder string) error
+	// ListenNodes calls fn with every node a notification asks holder to
+	// process, until ctx ends or the connection fails.
+	ListenNodes(ctx context.Context, holder string, fn func(nodeUUID string)) error
+}
+
+type leaseKey struct{}
+
+// WithLease marks ctx as work done under holder's node leases: UpdateNode
+// with such a context writes only while holder's lease on the node is live
+// (else ErrLeaseLost), so a controller that lost a node, e.g. after a long
+// pause, cannot overwrite the work of the one that took it over.
+func WithLease(ctx context.Context, holder string) context.Context {
+	return context.WithValue(ctx, leaseKey{}, holder)
+}
+
+// LeaseHolder returns the holder WithLease put in ctx, or "".
+func LeaseHolder(ctx context.Context) string {
+	h, _ := ctx.Value(leaseKey{}).(string)
+	return h
+}
+
 // Store is everything the controller persists.
 type Store interface {
 	Nodes
@@ -267,6 +325,7 @@ type Store interface {
 	Allocations
 	History
 	Inventories
+	Leases
 	Close() error
 }
 

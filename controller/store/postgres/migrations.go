@@ -86,4 +86,12 @@ var migrations = []string{
 		data bytea NOT NULL
 	);
 	CREATE INDEX events_node ON events (node_uuid, id);`,
+	// 2: node leases; expiry by the database's clock, so controllers'
+	// clocks never need to agree.
+	`CREATE TABLE node_leases (
+		node_uuid text COLLATE "C" PRIMARY KEY,
+		holder text COLLATE "C" NOT NULL,
+		expires_at timestamptz NOT NULL
+	);
+	CREATE INDEX node_leases_holder ON node_leases (holder);`,
 }

@@ -261,13 +261,23 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 // matches), and the INSERT takes its rows from the UPDATE's result, so a
 // refused update writes none of its events. WITH ORDINALITY keeps the
 // events' ids in the caller's order, which is the order ListEvents returns.
-const updateNodeSQL = `WITH u AS (
+const updateNodeSQL = updateNodeHead + `
+		RETURNING id` + updateNodeTail
+
+// updateNodeFencedSQL is updateNodeSQL for a writer holding the node's
+// lease ($27): it matches only while that lease is live.
+const updateNodeFencedSQL = updateNodeHead + `
+		AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = $1 AND holder = $27 AND expires_at > now())
+		RETURNING id` + updateNodeTail
+
+const updateNodeHead = `WITH u AS (
 		UPDATE nodes SET name = $2, revision = $3, driver = $4, provision_state = $5, power_state = $6,
 			maintenance = $7, retired = $8, instance_uuid = $9, resource_class = $10, fault = $11, owner = $12,
 			lessee = $13, conductor_group = $14, chassis_uuid = $15, description = $16, shard = $17,
 			reservation = $18, updated_at = $19, provision_updated_at = $20, data = $21
-		WHERE uuid = $1 AND revision = $22
-		RETURNING id
+		WHERE uuid = $1 AND revision = $22`
+
+const updateNodeTail = `
 	), ev AS (
 		INSERT INTO events (uuid, node_uuid, created_at, data)
 		SELECT e.uuid, e.node_uuid, e.created_at, e.data
@@ -308,11 +318,16 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 		evUUIDs[i], evNodes[i], evTimes[i] = e.UUID, e.NodeUUID, e.CreatedAt
 	}
 	var updated int
-	err = s.pool.QueryRow(ctx, updateNodeSQL,
+	q, args := updateNodeSQL, []any{
 		n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 		n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 		n.Description, n.Shard, n.Reservation, n.UpdatedAt, n.ProvisionUpdatedAt, data, old,
-		evUUIDs, evNodes, evTimes, evData).Scan(&updated)
+		evUUIDs, evNodes, evTimes, evData}
+	holder := store.LeaseHolder(ctx)
+	if holder != "" {
+		q, args = updateNodeFencedSQL, append(args, holder)
+	}
+	err = s.pool.QueryRow(ctx, q, args...).Scan(&updated)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected) {
 		// Another writer won; the statement, events included, was rolled back.
@@ -334,6 +349,16 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	if !exists {
 		return fmt.Errorf("node %s: %w", n.UUID, store.ErrNotFound)
 	}
+	if holder != "" {
+		var held bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_leases
+			WHERE node_uuid = $1 AND holder = $2 AND expires_at > now())`, n.UUID, holder).Scan(&held); err != nil {
+			return fmt.Errorf("update node %s: %w", n.UUID, err)
+		}
+		if !held {
+			return fmt.Errorf("update node %s as %s: %w", n.UUID, holder, store.ErrLeaseLost)
+		}
+	}
 	return fmt.Errorf("update node %s at revision %d: %w", n.UUID, old, store.ErrConflict)
 }
 
@@ -347,6 +372,8 @@ func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
 			DELETE FROM resources WHERE node_uuid IN (SELECT uuid FROM d) AND kind IN ('port', 'portgroup', 'inventory')
 		), e AS (
 			DELETE FROM events WHERE node_uuid IN (SELECT uuid FROM d)
+		), l AS (
+			DELETE FROM node_leases WHERE node_uuid IN (SELECT uuid FROM d)
 		)
 		SELECT count(*) FROM d`, uuid).Scan(&deleted)
 	if err != nil {

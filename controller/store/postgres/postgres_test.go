@@ -36,6 +36,7 @@ func TestPostgres(t *testing.T) {
 		// still read as conflicts.
 		testTwoControllersRace(t, srv.NewDatabase(t)+"&default_transaction_isolation=repeatable%20read")
 	})
+	t.Run("Notifications", func(t *testing.T) { testNotifications(t, srv.NewDatabase(t)) })
 	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.NewDatabase(t)) })
 	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
@@ -357,4 +358,50 @@ func testPagingMatchesSQLite(t *testing.T, url string) {
 			}
 		}
 	}
+}
+
+// testNotifications: a notification reaches the controller it names, sent
+// from another controller's store, and no other.
+func testNotifications(t *testing.T, url string) {
+	a, b := openStore(t, url), openStore(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan string, 10)
+	done := make(chan error, 1)
+	listening := make(chan struct{})
+	go func() {
+		done <- a.ListenNodes(ctx, "ctl-a", func(node string) { got <- node })
+	}()
+	// LISTEN takes effect asynchronously: notify until the first arrives.
+	go func() {
+		defer close(listening)
+		for i := 0; i < 100; i++ {
+			if err := b.NotifyNode(ctx, "warm-up", "ctl-a"); err != nil {
+				return
+			}
+			select {
+			case node := <-got:
+				assert.Equal(t, "warm-up", node)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		t.Error("no notification arrived")
+	}()
+	<-listening
+	require.NoError(t, b.NotifyNode(ctx, "node-for-b", "ctl-b"))
+	require.NoError(t, b.NotifyNode(ctx, "node-for-a", "ctl-a"))
+	for {
+		select {
+		case node := <-got:
+			if node == "warm-up" { // sent before the first one arrived
+				continue
+			}
+			assert.Equal(t, "node-for-a", node, "notifications for another holder are ignored")
+		case <-time.After(10 * time.Second):
+			t.Fatal("notification not delivered")
+		}
+		break
+	}
+	cancel()
+	require.NoError(t, <-done, "ending the context ends ListenNodes cleanly")
 }

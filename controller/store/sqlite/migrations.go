@@ -58,4 +58,11 @@ var migrations = []string{
 		data BLOB NOT NULL
 	);
 	CREATE INDEX events_node ON events(node_uuid, id);`,
+	// 2: node leases (holder and expiry, in Unix nanoseconds).
+	`CREATE TABLE node_leases (
+		node_uuid TEXT PRIMARY KEY,
+		holder TEXT NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE INDEX node_leases_holder ON node_leases(holder);`,
 }

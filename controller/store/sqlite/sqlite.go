@@ -35,6 +35,8 @@ type updateReq struct {
 	old    int64
 	events []*store.Event
 	args   []any
+	holder string // non-empty: write only under this holder's live lease
+	now    int64  // lease clock for the check
 	done   chan error
 }
 
@@ -268,7 +270,11 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	if err != nil {
 		return err
 	}
-	req := &updateReq{n: n, old: old, events: events, args: append(args, old), done: make(chan error, 1)}
+	req := &updateReq{n: n, old: old, events: events, args: append(args, old), done: make(chan error, 1),
+		holder: store.LeaseHolder(ctx), now: time.Now().UnixNano()}
+	if req.holder != "" {
+		req.args = append(req.args, req.holder, req.now)
+	}
 	select {
 	case s.updates <- req:
 	case <-ctx.Done():
@@ -337,12 +343,21 @@ func (s *Store) commitBatch(batch []*updateReq) {
 	}
 }
 
-func applyUpdate(ctx context.Context, tx *sql.Tx, r *updateReq) error {
-	n := r.n
-	res, err := tx.ExecContext(ctx, `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
+const updateNodeSQL = `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
 		power_state=?6, maintenance=?7, retired=?8, instance_uuid=?9, resource_class=?10, fault=?11, owner=?12,
 		lessee=?13, conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, reservation=?18,
-		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`, r.args...)
+		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`
+
+// leaseFence restricts updateNodeSQL to a writer whose lease is live.
+const leaseFence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = ?1 AND holder = ?24 AND expires_at > ?25)`
+
+func applyUpdate(ctx context.Context, tx *sql.Tx, r *updateReq) error {
+	n := r.n
+	q := updateNodeSQL
+	if r.holder != "" {
+		q += leaseFence
+	}
+	res, err := tx.ExecContext(ctx, q, r.args...)
 	if err != nil {
 		return mapErr(err, "update node "+n.UUID)
 	}
@@ -353,6 +368,16 @@ func applyUpdate(ctx context.Context, tx *sql.Tx, r *updateReq) error {
 		}
 		if exists == 0 {
 			return fmt.Errorf("node %s: %w", n.UUID, store.ErrNotFound)
+		}
+		if r.holder != "" {
+			var held int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM node_leases WHERE node_uuid = ? AND holder = ? AND expires_at > ?`,
+				n.UUID, r.holder, r.now).Scan(&held); err != nil {
+				return fmt.Errorf("update node %s: %w", n.UUID, err)
+			}
+			if held == 0 {
+				return fmt.Errorf("update node %s as %s: %w", n.UUID, r.holder, store.ErrLeaseLost)
+			}
 		}
 		return fmt.Errorf("update node %s at revision %d: %w", n.UUID, r.old, store.ErrConflict)
 	}
@@ -380,6 +405,9 @@ func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup','inventory')`, uuid); err != nil {
 		return fmt.Errorf("delete ports of node %s: %w", uuid, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM node_leases WHERE node_uuid = ?`, uuid); err != nil {
+		return fmt.Errorf("delete lease of node %s: %w", uuid, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE node_uuid = ?`, uuid); err != nil {
 		return fmt.Errorf("delete history of node %s: %w", uuid, err)

@@ -33,6 +33,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Summaries":         testSummaries,
 		"Inventory":         testInventory,
 		"ConcurrentUpdates": testConcurrentUpdates,
+		"Leases":            testLeases,
+		"LeaseExpiry":       testLeaseExpiry,
+		"LeaseFence":        testLeaseFence,
+		"LeaseRace":         testLeaseRace,
+		"UnleasedWork":      testUnleasedWork,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,105 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Leases use this process's clock: an SQLite database has one controller
+// (the file is local), so there is no other clock to disagree with.
+
+// AcquireLease takes the node's lease if it is free, expired or already
+// holder's.
+func (s *Store) AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (bool, string, error) {
+	now := time.Now()
+	var current string
+	err := s.w.QueryRowContext(ctx, `INSERT INTO node_leases (node_uuid, holder, expires_at) VALUES (?1, ?2, ?3)
+		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+			WHERE node_leases.holder = excluded.holder OR node_leases.expires_at <= ?4
+		RETURNING holder`, nodeUUID, holder, now.Add(ttl).UnixNano(), now.UnixNano()).Scan(&current)
+	if err == nil {
+		return true, holder, nil
+	}
+	// No row returned: someone else holds a live lease.
+	if err := s.w.QueryRowContext(ctx, `SELECT holder FROM node_leases WHERE node_uuid = ?`, nodeUUID).Scan(&current); err != nil {
+		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
+	}
+	return false, current, nil
+}
+
+// RenewLeases extends holder's live leases.
+func (s *Store) RenewLeases(ctx context.Context, holder string, ttl time.Duration) ([]string, error) {
+	now := time.Now()
+	rows, err := s.w.QueryContext(ctx, `UPDATE node_leases SET expires_at = ?1 WHERE holder = ?2 AND expires_at > ?3
+		RETURNING node_uuid`, now.Add(ttl).UnixNano(), holder, now.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("renew leases of %s: %w", holder, err)
+	}
+	return scanStrings(rows)
+}
+
+// ReleaseLease ends holder's lease on the node.
+func (s *Store) ReleaseLease(ctx context.Context, nodeUUID, holder string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM node_leases WHERE node_uuid = ? AND holder = ?`, nodeUUID, holder); err != nil {
+		return fmt.Errorf("release lease of node %s: %w", nodeUUID, err)
+	}
+	return nil
+}
+
+// ReleaseLeases ends every lease of holder.
+func (s *Store) ReleaseLeases(ctx context.Context, holder string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM node_leases WHERE holder = ?`, holder); err != nil {
+		return fmt.Errorf("release leases of %s: %w", holder, err)
+	}
+	return nil
+}
+
+// ClearLeases ends every lease.
+func (s *Store) ClearLeases(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM node_leases`); err != nil {
+		return fmt.Errorf("clear leases: %w", err)
+	}
+	return nil
+}
+
+// UnleasedWork lists reserved or waiting nodes without a live lease.
+func (s *Store) UnleasedWork(ctx context.Context, waitStates []string, limit int) ([]string, error) {
+	var args []any
+	cond := "reservation IS NOT NULL"
+	if len(waitStates) > 0 {
+		cond += " OR provision_state IN (?" + strings.Repeat(", ?", len(waitStates)-1) + ")"
+		for _, st := range waitStates {
+			args = append(args, st)
+		}
+	}
+	args = append(args, time.Now().UnixNano(), limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT uuid FROM nodes WHERE (`+cond+`)
+		AND NOT EXISTS (SELECT 1 FROM node_leases l WHERE l.node_uuid = nodes.uuid AND l.expires_at > ?)
+		ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list unleased work: %w", err)
+	}
+	return scanStrings(rows)
+}
+
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+func scanStrings(rows rowScanner) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
