@@ -412,4 +412,3 @@ func serverCmd(bin, name, dir string, cred *syscall.Credential, args ...string) 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
 	return cmd
 }
-
