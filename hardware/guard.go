@@ -37,24 +37,59 @@ type Environment struct {
 	Evidence  string
 }
 
-// DetectEnvironment decides whether we run inside a ramdisk. PID 1 is not
-// enough on its own: u-root's init runs the agent as a child. So the root
-// mount's filesystem type is checked too (rootfs/ramfs/tmpfs is what an
-// initramfs root looks like). procDir is normally "/proc"; pid is
-// os.Getpid() (parameters so tests can feed fixtures).
+// DetectEnvironment decides whether we run inside the agent ramdisk. Two
+// things must hold:
+//
+//   - the process looks like it runs from an initramfs: PID 1, or the root
+//     mount's filesystem is rootfs/ramfs/tmpfs (u-root's init runs the agent
+//     as a child, so PID 1 alone is not enough);
+//   - the kernel command line carries anvil.api=, which only the
+//     controller's boot script puts there. A host that boots diskless with a
+//     tmpfs root passes the first test; without this one an agent started
+//     there by mistake would erase every disk it can see.
+//
+// procDir is normally "/proc" (a fixture in tests: self/mountinfo and
+// cmdline under it); pid is os.Getpid().
 func DetectEnvironment(procDir string, pid int) Environment {
+	var initramfs string
 	if pid == 1 {
-		return Environment{InRamdisk: true, Evidence: "running as PID 1"}
+		initramfs = "running as PID 1"
+	} else {
+		fstype, err := rootFSType(filepath.Join(procDir, "self", "mountinfo"))
+		if err != nil {
+			return Environment{Evidence: fmt.Sprintf("cannot read mountinfo: %v", err)}
+		}
+		switch fstype {
+		case "rootfs", "ramfs", "tmpfs":
+			initramfs = fmt.Sprintf("root filesystem is %s", fstype)
+		default:
+			return Environment{Evidence: fmt.Sprintf("root filesystem is %s, not a ramdisk", fstype)}
+		}
 	}
-	fstype, err := rootFSType(filepath.Join(procDir, "self", "mountinfo"))
+	cmdline := filepath.Join(procDir, "cmdline")
+	raw, err := os.ReadFile(cmdline)
 	if err != nil {
-		return Environment{Evidence: fmt.Sprintf("cannot read mountinfo: %v", err)}
+		return Environment{Evidence: fmt.Sprintf("%s, but cannot read the kernel command line: %v", initramfs, err)}
 	}
-	switch fstype {
-	case "rootfs", "ramfs", "tmpfs":
-		return Environment{InRamdisk: true, Evidence: fmt.Sprintf("root filesystem is %s", fstype)}
+	if !hasAPIParam(string(raw)) {
+		return Environment{Evidence: fmt.Sprintf("%s, but %s has no anvil.api= (not booted by the controller: a diskless host, not the agent ramdisk)", initramfs, cmdline)}
 	}
-	return Environment{Evidence: fmt.Sprintf("root filesystem is %s, not a ramdisk", fstype)}
+	return Environment{InRamdisk: true, Evidence: initramfs + " and anvil.api= on the kernel command line"}
+}
+
+// hasAPIParam reports whether a kernel command line sets anvil.api (or
+// IPA's ipa-api-url, which the agent accepts as its alias) to a non-empty
+// value, quotes around the parameter or its value allowed.
+func hasAPIParam(cmdline string) bool {
+	for _, f := range strings.Fields(cmdline) {
+		f = strings.TrimPrefix(f, `"`)
+		for _, key := range []string{"anvil.api=", "ipa-api-url="} {
+			if v, ok := strings.CutPrefix(f, key); ok && strings.Trim(v, `"`) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rootFSType returns the filesystem type of the last mount on "/" in a

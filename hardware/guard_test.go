@@ -1,6 +1,7 @@
 package hardware
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,20 +17,44 @@ func TestDetectEnvironment(t *testing.T) {
 		want    bool
 	}{
 		{"uroot-initramfs", 412, true},
-		{"tmpfs-root", 77, true},
+		{"uroot-initramfs", 1, true},
+		{"tmpfs-root", 77, true}, // anvil.api="..." quoted
 		{"installed-ext4", 3000, false},
 		{"overlay-container", 12, false},
 		{"chroot-shadowed", 12, false}, // a later mount on / shadows the initramfs
-		{"installed-ext4", 1, true},    // PID 1 is enough on its own
+		{"installed-ext4", 1, false},   // PID 1 but no kernel command line from the controller
+		{"diskless-tmpfs", 77, false},  // tmpfs root, booted without anvil.api=
+		{"diskless-tmpfs", 1, false},
+		{"empty-api", 412, false},  // anvil.api= with no value
+		{"ipa-cmdline", 412, true}, // IPA's ipa-api-url= alias
 		{"does-not-exist", 55, false},
 	}
 	for _, tt := range tests {
-		t.Run(tt.fixture, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/pid%d", tt.fixture, tt.pid), func(t *testing.T) {
 			env := DetectEnvironment(filepath.Join("..", "testdata", "hardware", "procfs", tt.fixture), tt.pid)
 			assert.Equal(t, tt.want, env.InRamdisk, env.Evidence)
 			assert.NotEmpty(t, env.Evidence)
 		})
 	}
+}
+
+// TestGuardRefusesDisklessHost: a host that booted diskless with a tmpfs
+// root (no anvil.api= from the controller) is not the ramdisk, so a guard
+// without an allow-list refuses every write there.
+func TestGuardRefusesDisklessHost(t *testing.T) {
+	env := DetectEnvironment(filepath.Join("..", "testdata", "hardware", "procfs", "diskless-tmpfs"), 77)
+	assert.Contains(t, env.Evidence, "anvil.api=")
+	disk := filepath.Join(t.TempDir(), "disk.img")
+	require.NoError(t, os.WriteFile(disk, []byte("precious"), 0o600))
+	g := NewGuard(env, nil)
+	require.ErrorIs(t, g.Ready(), ErrProtected)
+	f, err := g.OpenForWrite(disk, 0)
+	require.ErrorIs(t, err, ErrProtected)
+	assert.Nil(t, f)
+	assert.Contains(t, err.Error(), "anvil.api=")
+	b, err := os.ReadFile(disk)
+	require.NoError(t, err)
+	assert.Equal(t, "precious", string(b))
 }
 
 func TestParseAllowList(t *testing.T) {
