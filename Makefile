@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-e2e test-compat bench demo demo-sim demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-e2e test-compat bench bench-load demo demo-sim demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,6 +37,12 @@ test: test-compat ## everything CI runs: all Go tests including VM ones, the end
 bench: build ## benchmarks: API load from another process, store and conductor micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./controller/...
 	$(BIN)/anvil-bench -controller $(BIN)/anvil-controller
+
+BENCH_LOAD_FLAGS ?=
+bench-load: build ## load test: 10,000 nodes, 500 cleaning, API reads; SQLite x1, PostgreSQL x1 and x2 (minutes each; BENCH_LOAD_FLAGS adds flags)
+	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database sqlite $(BENCH_LOAD_FLAGS)
+	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres $(BENCH_LOAD_FLAGS)
+	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres -controllers 2 $(BENCH_LOAD_FLAGS)
 
 demo: build image ## a QEMU node behind anvil-vbmc (Redfish) through its whole lifecycle with the real agent
 	$(BIN)/anvil-demo -vm -image out/image -controller $(BIN)/anvil-controller

@@ -1,6 +1,10 @@
 // Command anvil-bench measures anvil-controller from another process over
 // loopback: node creation, list latency, a 100-node lifecycle, deletion and
 // resident memory. Every loop is bounded in count, and the whole run in time.
+//
+// "anvil-bench load" is the fleet load test (load.go): thousands of nodes,
+// hundreds cleaning at once with simulated agents, API traffic alongside,
+// on one or more controllers.
 package main
 
 import (
@@ -41,6 +45,9 @@ type bench struct {
 }
 
 func run(args []string, out io.Writer) error {
+	if len(args) > 0 && args[0] == "load" {
+		return runLoad(args[1:], out)
+	}
 	fs := flag.NewFlagSet("anvil-bench", flag.ContinueOnError)
 	self, _ := os.Executable()
 	bin := fs.String("controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
@@ -138,16 +145,21 @@ func (b *bench) all(ctx context.Context, big int) error {
 
 // each runs fn over ids with b.conc workers and returns the first error.
 func (b *bench) each(ctx context.Context, ids []string, fn func(string) error) error {
-	work := make(chan string)
-	errs := make(chan error, b.conc)
+	return forEach(ctx, b.conc, ids, fn)
+}
+
+// forEach runs fn over items with conc workers and returns the first error.
+func forEach[T any](ctx context.Context, conc int, items []T, fn func(T) error) error {
+	work := make(chan T)
+	errs := make(chan error, conc)
 	var wg sync.WaitGroup
-	for i := 0; i < b.conc; i++ {
+	for i := 0; i < conc; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for id := range work {
-				if err := fn(id); err != nil {
-					errs <- fmt.Errorf("%s: %w", id, err)
+			for it := range work {
+				if err := fn(it); err != nil {
+					errs <- fmt.Errorf("%v: %w", it, err)
 					return
 				}
 			}
@@ -155,9 +167,9 @@ func (b *bench) each(ctx context.Context, ids []string, fn func(string) error) e
 	}
 	var err error
 feed:
-	for _, id := range ids {
+	for _, it := range items {
 		select {
-		case work <- id:
+		case work <- it:
 		case err = <-errs:
 			break feed
 		case <-ctx.Done():
@@ -283,15 +295,24 @@ func fmtDur(d time.Duration) string {
 // start runs the controller on a free loopback port, logging only
 // warnings so logging cost does not distort the numbers.
 func start(bin, dir string) (*exec.Cmd, string, error) {
+	return startWith(bin, []string{"--database", "sqlite://" + filepath.Join(dir, "anvil.db"), "--log-level", "warn"}, os.Stderr, nil)
+}
+
+// startWith runs the controller with args on a free loopback port, its
+// stderr to logs; prepare may adjust the command before it starts.
+func startWith(bin string, args []string, logs io.Writer, prepare func(*exec.Cmd)) (*exec.Cmd, string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, "--listen", addr, "--database", "sqlite://"+filepath.Join(dir, "anvil.db"), "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = logs
+	if prepare != nil {
+		prepare(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -304,5 +325,6 @@ func start(bin, dir string) (*exec.Cmd, string, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
 	return nil, "", errors.New("controller did not start within 10s")
 }

@@ -1,0 +1,887 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/controller/simagent"
+	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
+)
+
+// loadConfig are the knobs of one load run.
+type loadConfig struct {
+	bin         string
+	database    string // sqlite or postgres
+	controllers int
+	nodes       int
+	cleaning    int
+	duration    time.Duration
+	heartbeat   time.Duration
+	stepRuns    int
+	apiClients  int
+	apiRate     float64
+	enrolConc   int
+	workers     int
+	leaseTTL    time.Duration
+	timeout     time.Duration
+}
+
+func parseLoad(args []string) (loadConfig, error) {
+	fs := flag.NewFlagSet("anvil-bench load", flag.ContinueOnError)
+	self, _ := os.Executable()
+	var c loadConfig
+	fs.StringVar(&c.bin, "controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
+	fs.StringVar(&c.database, "database", "sqlite", "sqlite (a file in a temp dir; one controller) or postgres (a throwaway server; any number)")
+	fs.IntVar(&c.controllers, "controllers", 1, "controller processes sharing the database, behind a round-robin balancer")
+	fs.IntVar(&c.nodes, "nodes", 10000, "nodes enrolled (one port each) and made manageable before the load")
+	fs.IntVar(&c.cleaning, "cleaning", 500, "nodes kept cleaning at once, each with a simulated agent")
+	fs.DurationVar(&c.duration, "duration", 3*time.Minute, "how long the load runs (after enrolment)")
+	fs.DurationVar(&c.heartbeat, "heartbeat-interval", 2*time.Second, "agents' heartbeat interval (the controller's --heartbeat-interval); real fleets use 10-30 s")
+	fs.IntVar(&c.stepRuns, "step-heartbeats", 5, "heartbeats each clean step stays running")
+	fs.IntVar(&c.apiClients, "api-clients", 4, "concurrent API clients (list, detailed list, show)")
+	fs.Float64Var(&c.apiRate, "api-rate", 20, "API requests per second over all clients (at most)")
+	fs.IntVar(&c.enrolConc, "enrol-concurrency", 16, "concurrent requests while enrolling")
+	fs.IntVar(&c.workers, "workers", 0, "the controllers' --workers (0: their default)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 0, "the controllers' --lease-ttl (0: not passed)")
+	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "abort the whole run after this long")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case c.database != "sqlite" && c.database != "postgres":
+		return c, fmt.Errorf("-database %q: want sqlite or postgres", c.database)
+	case c.database == "sqlite" && c.controllers != 1:
+		return c, errors.New("SQLite is one controller's database: use -database postgres for several")
+	case c.controllers < 1 || c.nodes < 1 || c.cleaning < 1 || c.cleaning > c.nodes:
+		return c, errors.New("want -controllers >= 1 and 1 <= -cleaning <= -nodes")
+	case c.heartbeat <= 0 || c.duration <= 0 || c.apiRate <= 0:
+		return c, errors.New("-heartbeat-interval, -duration and -api-rate must be positive")
+	}
+	return c, nil
+}
+
+func runLoad(args []string, out io.Writer) error {
+	cfg, err := parseLoad(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := loadTest(ctx, cfg, out)
+	if err != nil {
+		return err
+	}
+	res.print(out)
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+// loadResult is what a run measured; printed as a table and as one JSON line.
+type loadResult struct {
+	Database           string             `json:"database"`
+	Controllers        int                `json:"controllers"`
+	Nodes              int                `json:"nodes"`
+	Cleaning           int                `json:"cleaning"`
+	Seconds            float64            `json:"seconds"`
+	HeartbeatInterval  float64            `json:"heartbeat_interval_s"`
+	EnrolSeconds       float64            `json:"enrol_seconds"`
+	Heartbeats         calls              `json:"heartbeats"`
+	HeartbeatsPerSec   float64            `json:"heartbeats_per_s"`
+	HeartbeatsAfterEnd int64              `json:"heartbeats_after_end"`
+	Lookups            calls              `json:"lookups"`
+	Cleaned            int                `json:"cleaned"`
+	CleanedPerMinute   float64            `json:"cleaned_per_minute"`
+	CleanP50Seconds    float64            `json:"clean_p50_s"`
+	CleanFailed        int64              `json:"clean_failed"`
+	API                map[string]calls   `json:"api"`
+	Processes          []procResult       `json:"processes"`
+	MachineBusyPercent float64            `json:"machine_busy_percent"`
+	Targets            map[string]bool    `json:"targets"`
+	ControllerLogs     map[string]logTail `json:"controller_logs"`
+}
+
+// calls summarises one kind of request.
+type calls struct {
+	OK      int            `json:"ok"`
+	Failed  int            `json:"failed"`
+	P50ms   float64        `json:"p50_ms"`
+	P99ms   float64        `json:"p99_ms"`
+	Reasons map[string]int `json:"reasons,omitempty"`
+}
+
+type procResult struct {
+	Name       string  `json:"name"`
+	PID        int     `json:"pid"`
+	RSSPeakMB  float64 `json:"rss_peak_mb"`
+	RSSFinalMB float64 `json:"rss_final_mb"`
+	CPUSeconds float64 `json:"cpu_s"`
+	CPUPercent float64 `json:"cpu_percent"`
+}
+
+type logTail struct {
+	Warnings int      `json:"warnings"`
+	Errors   int      `json:"errors"`
+	First    []string `json:"first,omitempty"`
+}
+
+// recorder collects latencies and failure reasons of one kind of request.
+type recorder struct {
+	mu      sync.Mutex
+	lat     []time.Duration
+	reasons map[string]int
+}
+
+func (r *recorder) ok(d time.Duration) { r.mu.Lock(); r.lat = append(r.lat, d); r.mu.Unlock() }
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reasons == nil {
+		r.reasons = map[string]int{}
+	}
+	r.reasons[reason(err)]++
+}
+
+func (r *recorder) summary() calls {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := calls{OK: len(r.lat), Reasons: r.reasons}
+	for _, n := range r.reasons {
+		c.Failed += n
+	}
+	d := slices.Clone(r.lat)
+	slices.Sort(d)
+	ms := func(q float64) float64 {
+		if len(d) == 0 {
+			return 0
+		}
+		return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	c.P50ms, c.P99ms = ms(0.50), ms(0.99)
+	return c
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|127\.0\.0\.1:\d+`)
+
+// reason names a failure so that equal causes count together.
+func reason(err error) string {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	s := uuidRE.ReplaceAllString(err.Error(), "*")
+	if len(s) > 140 {
+		s = s[:140] + "…"
+	}
+	return s
+}
+
+// balancer spreads requests over the controllers round-robin, as an HTTP
+// load balancer in front of them would: requests go to http://anvil/...
+type balancer struct {
+	hosts []string
+	next  atomic.Uint64
+	rt    http.RoundTripper
+}
+
+func newBalancer(urls []string, conns int) *balancer {
+	b := &balancer{rt: &http.Transport{MaxIdleConns: conns * len(urls), MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute}}
+	for _, u := range urls {
+		b.hosts = append(b.hosts, strings.TrimPrefix(u, "http://"))
+	}
+	return b
+}
+
+func (b *balancer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not modify its request
+	r.URL.Host = b.hosts[b.next.Add(1)%uint64(len(b.hosts))]
+	r.Host = ""
+	return b.rt.RoundTrip(r)
+}
+
+const lbURL = "http://anvil"
+
+// fleet is the controllers of a run, their database and temp dir.
+type fleet struct {
+	dir   string
+	pg    *pgserver.Server
+	procs []*exec.Cmd
+	urls  []string
+	logs  []string
+}
+
+func startFleet(cfg loadConfig) (f *fleet, err error) {
+	f = &fleet{}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+	if f.dir, err = os.MkdirTemp("", "anvil-load"); err != nil {
+		return f, err
+	}
+	db := "sqlite://" + filepath.Join(f.dir, "anvil.db")
+	if cfg.database == "postgres" {
+		if f.pg, err = pgserver.Start(pgserver.Options{MaxConnections: 100, SharedBuffers: "128MB"}); err != nil {
+			return f, err
+		}
+		if db, err = f.pg.CreateDatabase(""); err != nil {
+			return f, err
+		}
+	}
+	for i := range cfg.controllers {
+		args := []string{"--database", db, "--log-level", "warn", "--host", fmt.Sprintf("load-%d", i),
+			"--heartbeat-interval", cfg.heartbeat.String()}
+		if cfg.workers > 0 {
+			args = append(args, "--workers", strconv.Itoa(cfg.workers))
+		}
+		if cfg.leaseTTL > 0 {
+			args = append(args, "--lease-ttl", cfg.leaseTTL.String())
+		}
+		logPath := filepath.Join(f.dir, fmt.Sprintf("controller-%d.log", i))
+		logs, err := os.Create(logPath)
+		if err != nil {
+			return f, err
+		}
+		// Its own process group, so stop reaches anything it starts; and
+		// killed with us if we die without cleaning up.
+		proc, url, err := startWith(cfg.bin, args, logs, func(c *exec.Cmd) {
+			c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		})
+		logs.Close() // the child has its own descriptor
+		if err != nil {
+			b, _ := os.ReadFile(logPath)
+			return f, fmt.Errorf("controller %d: %w\n%s", i, err, b)
+		}
+		f.procs, f.urls, f.logs = append(f.procs, proc), append(f.urls, url), append(f.logs, logPath)
+	}
+	return f, nil
+}
+
+// stop ends the controllers (SIGTERM, then SIGKILL after 10 s), the
+// database server and removes the temp dir.
+func (f *fleet) stop() {
+	var wg sync.WaitGroup
+	for _, p := range f.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { _ = p.Wait(); close(done) }()
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+	if f.pg != nil {
+		f.pg.Stop()
+	}
+	if f.dir != "" {
+		os.RemoveAll(f.dir)
+	}
+}
+
+type loadNode struct {
+	uuid, mac string
+	cleaned   bool // since enrolment: manageable again only after manage
+}
+
+// loadRun is the state shared by the goroutines of one run.
+type loadRun struct {
+	cfg         loadConfig
+	api         *client.Client
+	agentHTTP   *http.Client
+	nodes       []*loadNode
+	pool        chan *loadNode
+	hb, lookups recorder
+	apiRec      map[string]*recorder
+	afterEnd    atomic.Int64
+	cleanFailed atomic.Int64
+	mu          sync.Mutex
+	cleanTimes  []time.Duration
+}
+
+func loadTest(ctx context.Context, cfg loadConfig, out io.Writer) (*loadResult, error) {
+	if _, err := os.Stat(cfg.bin); err != nil {
+		return nil, fmt.Errorf("controller binary: %w (make build)", err)
+	}
+	f, err := startFleet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer f.stop()
+	conns := cfg.cleaning/len(f.urls) + 8
+	l := &loadRun{cfg: cfg, pool: make(chan *loadNode, cfg.nodes),
+		api:       client.New(lbURL, &http.Client{Timeout: 30 * time.Second, Transport: newBalancer(f.urls, 32)}),
+		agentHTTP: &http.Client{Timeout: 10 * time.Second, Transport: newBalancer(f.urls, conns)},
+		apiRec:    map[string]*recorder{}}
+	for _, k := range []string{"list", "detail", "show", "provide", "manage"} {
+		l.apiRec[k] = &recorder{}
+	}
+	fmt.Fprintf(out, "anvil-bench load: %d controller(s) on %s (%s), enrolling %d nodes\n", len(f.urls), cfg.database, strings.Join(f.urls, " "), cfg.nodes)
+	t0 := time.Now()
+	if err := l.enrol(ctx); err != nil {
+		return nil, fmt.Errorf("enrol: %w", err)
+	}
+	enrolled := time.Since(t0)
+	fmt.Fprintf(out, "enrolled in %s; %d nodes cleaning at once for %s, heartbeats every %s, API at most %.0f req/s\n",
+		fmtDur(enrolled), cfg.cleaning, cfg.duration, cfg.heartbeat, cfg.apiRate)
+
+	before, err := sampleAll(f)
+	if err != nil {
+		return nil, err
+	}
+	lctx, stopLoad := context.WithTimeout(ctx, cfg.duration)
+	defer stopLoad()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range cfg.cleaning {
+		wg.Go(func() { l.slot(lctx) })
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.apiRate))
+	defer tick.Stop()
+	for i := range cfg.apiClients {
+		wg.Go(func() { l.apiClient(lctx, tick.C, i) })
+	}
+	<-lctx.Done()
+	elapsed := time.Since(start)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("aborted during the load: %w", ctx.Err())
+	}
+	after, err := sampleAll(f)
+	if err != nil {
+		return nil, err
+	}
+	return l.result(f, elapsed, enrolled, before, after), nil
+}
+
+// enrol creates the nodes with a port each and manages them.
+func (l *loadRun) enrol(ctx context.Context) error {
+	idx := make([]int, l.cfg.nodes)
+	for i := range idx {
+		idx[i] = i
+	}
+	l.nodes = make([]*loadNode, l.cfg.nodes)
+	err := forEach(ctx, l.cfg.enrolConc, idx, func(i int) error {
+		n, err := l.api.CreateNode(ctx, map[string]any{"driver": "fake-hardware", "name": fmt.Sprintf("load-%05d", i),
+			"deploy_interface": "direct",
+			"properties":       map[string]any{"cpus": 32, "memory_mb": 262144, "local_gb": 960, "cpu_arch": "x86_64"},
+			"driver_info":      map[string]any{"ipmi_address": fmt.Sprintf("127.1.%d.%d", i>>8&0xff, i&0xff), "ipmi_username": "admin", "ipmi_password": "x"}})
+		if err != nil {
+			return err
+		}
+		mac := fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff)
+		if err := l.api.CreatePort(ctx, n.UUID, mac); err != nil {
+			return err
+		}
+		l.nodes[i] = &loadNode{uuid: n.UUID, mac: mac}
+		return l.api.Provision(ctx, n.UUID, "manage", nil)
+	})
+	if err != nil {
+		return err
+	}
+	for { // verification runs in the controllers' workers
+		left, err := l.api.ListNodes(ctx, "provision_state=verifying&fields=uuid", false)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			break
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	ready, err := l.api.ListNodes(ctx, "provision_state=manageable&fields=uuid", false)
+	if err != nil {
+		return err
+	}
+	if len(ready) != l.cfg.nodes {
+		return fmt.Errorf("%d of %d nodes manageable", len(ready), l.cfg.nodes)
+	}
+	for _, n := range l.nodes {
+		l.pool <- n
+	}
+	return nil
+}
+
+// slot keeps one node cleaning: it provides a manageable node, runs its
+// agent until the node is available (or failed), and moves on.
+func (l *loadRun) slot(ctx context.Context) {
+	for {
+		var n *loadNode
+		select {
+		case <-ctx.Done():
+			return
+		case n = <-l.pool:
+		}
+		if n.cleaned {
+			if err := l.manage(ctx, n); err != nil {
+				l.pool <- n
+				if !sleep(ctx, l.cfg.heartbeat) {
+					return
+				}
+				continue
+			}
+		}
+		start := time.Now()
+		if err := l.timed(ctx, "provide", func() error { return l.api.Provision(ctx, n.uuid, "provide", nil) }); err != nil {
+			l.pool <- n
+			if !sleep(ctx, l.cfg.heartbeat) {
+				return
+			}
+			continue
+		}
+		switch l.agent(ctx, n) {
+		case "":
+			return // the run ended
+		case "available":
+			l.mu.Lock()
+			l.cleanTimes = append(l.cleanTimes, time.Since(start))
+			l.mu.Unlock()
+		default:
+			l.cleanFailed.Add(1)
+		}
+		n.cleaned = true
+		l.pool <- n // room for every node: never blocks
+	}
+}
+
+// manage brings a cleaned (available or clean failed) node back to
+// manageable so it can be cleaned again.
+func (l *loadRun) manage(ctx context.Context, n *loadNode) error {
+	err := l.timed(ctx, "manage", func() error { return l.api.Provision(ctx, n.uuid, "manage", nil) })
+	if err != nil {
+		return err
+	}
+	_, err = l.api.WaitForState(ctx, n.uuid, "manageable", 100*time.Millisecond, nil)
+	return err
+}
+
+// timed runs one API call and records it under kind; failures that only
+// mean the run ended are not counted.
+func (l *loadRun) timed(ctx context.Context, kind string, call func() error) error {
+	t := time.Now()
+	err := call()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		l.apiRec[kind].fail(err)
+	default:
+		l.apiRec[kind].ok(time.Since(t))
+	}
+	return err
+}
+
+// agent runs a simulated agent for a node being cleaned, as the ramdisk
+// would: look up until the node expects it, then heartbeat every interval
+// and run the steps it is handed. The fake power driver cannot switch the
+// agent off, so the first heartbeat refused after the node left cleaning
+// ends it. Returns the node's final state, "" if the run ended first.
+func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
+	a := simagent.New(lbURL, n.mac)
+	a.HTTP = l.agentHTTP
+	for _, k := range []string{"deploy.erase_devices_metadata", "deploy.erase_devices"} {
+		a.Outcomes[k] = simagent.Outcome{Runs: l.cfg.stepRuns}
+	}
+	// A ramdisk takes a while to boot, and boots do not line up.
+	if !sleep(ctx, rand.N(l.cfg.heartbeat)) {
+		return ""
+	}
+	t := time.NewTicker(l.cfg.heartbeat)
+	defer t.Stop()
+	lookedUp := false
+	for {
+		start := time.Now()
+		if !lookedUp {
+			err := a.Lookup(ctx)
+			if ctx.Err() != nil {
+				return ""
+			}
+			if err != nil {
+				l.lookups.fail(err) // e.g. the node does not expect an agent yet
+			} else {
+				l.lookups.ok(time.Since(start))
+				lookedUp = true
+				continue // heartbeat right away
+			}
+		} else {
+			_, err := a.Heartbeat(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return ""
+			case err == nil:
+				l.hb.ok(time.Since(start))
+			case errors.Is(err, simagent.ErrUnauthorized):
+				if st := l.finished(ctx, n); st != "" {
+					l.afterEnd.Add(1)
+					return st
+				}
+				l.hb.fail(err)
+				lookedUp = false // as a real agent does: look up again
+			default:
+				l.hb.fail(err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-t.C:
+		}
+	}
+}
+
+// finished reads whether the node left cleaning: "available", "clean
+// failed", or "" while it is still cleaning (or unreadable).
+func (l *loadRun) finished(ctx context.Context, n *loadNode) string {
+	node, err := l.api.GetNode(ctx, n.uuid)
+	if err != nil {
+		return ""
+	}
+	switch node.ProvisionState {
+	case "available", "clean failed":
+		return node.ProvisionState
+	}
+	return ""
+}
+
+// apiClient sends the operators' reads at the rate the shared ticker
+// allows: list and detailed list pages from a random marker, and node show.
+func (l *loadRun) apiClient(ctx context.Context, tick <-chan time.Time, i int) {
+	kinds := []string{"list", "detail", "show"}
+	for k := i; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		kind := kinds[k%len(kinds)]
+		node := l.nodes[rand.IntN(len(l.nodes))].uuid
+		path := map[string]string{"list": "/v1/nodes?limit=100&marker=" + node,
+			"detail": "/v1/nodes/detail?limit=100&marker=" + node, "show": "/v1/nodes/" + node}[kind]
+		_ = l.timed(ctx, kind, func() error { return l.api.Do(ctx, http.MethodGet, path, nil, nil) })
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// procStat is one process's memory and CPU time so far.
+type procStat struct {
+	rssKB, hwmKB    int
+	anonKB, shmemKB int
+	cpu             time.Duration
+}
+
+// clockTick is USER_HZ, the unit of /proc/PID/stat times: 100 on every
+// Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// readProc reads /proc/PID/status and /proc/PID/stat; withChildren adds
+// the CPU of reaped children (postgres backends that exited).
+func readProc(pid int, withChildren bool) (procStat, error) {
+	var s procStat
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "VmRSS:":
+			s.rssKB = kb
+		case "VmHWM:":
+			s.hwmKB = kb
+		case "RssAnon:":
+			s.anonKB = kb
+		case "RssShmem:":
+			s.shmemKB = kb
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// Fields after the command name, which may contain spaces: state is
+	// field 3, utime 14, stime 15, cutime 16, cstime 17.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	n := 2
+	if withChildren {
+		n = 4
+	}
+	for _, v := range f[11 : 11+n] {
+		t, _ := strconv.Atoi(v)
+		s.cpu += time.Duration(t) * clockTick
+	}
+	return s, nil
+}
+
+// postgresStat sums the postgres server of port and all its processes
+// (the postmaster and its backends and helpers). Its memory is their
+// private memory plus the shared buffers once: each process's RSS counts
+// the shared pages it touched again. It has no peak.
+func postgresStat(port int) (procStat, error) {
+	var total procStat
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return total, err
+	}
+	master := 0
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		parent[pid], _ = strconv.Atoi(f[1])
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmd), "postgres\x00") && strings.Contains(string(cmd), "\x00-p\x00"+strconv.Itoa(port)+"\x00") {
+			master = pid
+		}
+	}
+	if master == 0 {
+		return total, fmt.Errorf("no postgres process for port %d", port)
+	}
+	for pid, ppid := range parent {
+		if pid != master && ppid != master {
+			continue
+		}
+		s, err := readProc(pid, pid == master)
+		if err != nil {
+			continue // a backend that just exited
+		}
+		total.anonKB += s.anonKB
+		total.shmemKB = max(total.shmemKB, s.shmemKB)
+		total.cpu += s.cpu
+	}
+	total.rssKB = total.anonKB + total.shmemKB
+	total.hwmKB = total.rssKB
+	return total, nil
+}
+
+// machineStat reads the busy and total CPU time of the whole machine.
+func machineStat() (busy, total time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
+	for i, v := range f {
+		t, _ := strconv.Atoi(v)
+		total += time.Duration(t) * clockTick
+		if i != 3 && i != 4 { // idle, iowait
+			busy += time.Duration(t) * clockTick
+		}
+	}
+	return busy, total
+}
+
+// sample is every measured process at one moment: the controllers, then
+// postgres (if any), then the load generator itself, then the machine.
+type sample struct {
+	procs       []procStat
+	busy, total time.Duration
+}
+
+func sampleAll(f *fleet) (sample, error) {
+	var s sample
+	for _, p := range f.procs {
+		st, err := readProc(p.Process.Pid, false)
+		if err != nil {
+			return s, fmt.Errorf("controller %d: %w", p.Process.Pid, err)
+		}
+		s.procs = append(s.procs, st)
+	}
+	if f.pg != nil {
+		st, err := postgresStat(f.pg.Port)
+		if err != nil {
+			return s, err
+		}
+		s.procs = append(s.procs, st)
+	}
+	self, err := readProc(os.Getpid(), false)
+	if err != nil {
+		return s, err
+	}
+	s.procs = append(s.procs, self)
+	s.busy, s.total = machineStat()
+	return s, nil
+}
+
+func (l *loadRun) result(f *fleet, elapsed, enrolled time.Duration, before, after sample) *loadResult {
+	secs := elapsed.Seconds()
+	r := &loadResult{Database: l.cfg.database, Controllers: len(f.procs), Nodes: l.cfg.nodes, Cleaning: l.cfg.cleaning,
+		Seconds: secs, HeartbeatInterval: l.cfg.heartbeat.Seconds(), EnrolSeconds: enrolled.Seconds(),
+		Heartbeats: l.hb.summary(), HeartbeatsAfterEnd: l.afterEnd.Load(), Lookups: l.lookups.summary(),
+		CleanFailed: l.cleanFailed.Load(), API: map[string]calls{}, ControllerLogs: map[string]logTail{}}
+	r.HeartbeatsPerSec = float64(r.Heartbeats.OK+r.Heartbeats.Failed) / secs
+	slices.Sort(l.cleanTimes)
+	r.Cleaned = len(l.cleanTimes)
+	r.CleanedPerMinute = float64(r.Cleaned) / elapsed.Minutes()
+	if r.Cleaned > 0 {
+		r.CleanP50Seconds = l.cleanTimes[r.Cleaned/2].Seconds()
+	}
+	for k, rec := range l.apiRec {
+		r.API[k] = rec.summary()
+	}
+	var names []string
+	for i, p := range f.procs {
+		names = append(names, fmt.Sprintf("controller-%d", i))
+		r.Processes = append(r.Processes, procResult{PID: p.Process.Pid})
+	}
+	if f.pg != nil {
+		names = append(names, "postgres (all)")
+		r.Processes = append(r.Processes, procResult{})
+	}
+	names = append(names, "load generator")
+	r.Processes = append(r.Processes, procResult{PID: os.Getpid()})
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		p.Name = names[i]
+		p.RSSPeakMB = float64(after.procs[i].hwmKB) / 1024
+		p.RSSFinalMB = float64(after.procs[i].rssKB) / 1024
+		p.CPUSeconds = (after.procs[i].cpu - before.procs[i].cpu).Seconds()
+		p.CPUPercent = 100 * p.CPUSeconds / secs
+	}
+	if t := after.total - before.total; t > 0 {
+		r.MachineBusyPercent = 100 * float64(after.busy-before.busy) / float64(t)
+	}
+	for i, path := range f.logs {
+		r.ControllerLogs[names[i]] = readLogTail(path)
+	}
+	apiOK := true
+	for _, k := range []string{"list", "detail", "show"} {
+		apiOK = apiOK && r.API[k].P99ms < 100
+	}
+	rssOK := true
+	for _, p := range r.Processes[:len(f.procs)] {
+		rssOK = rssOK && p.RSSPeakMB < 200
+	}
+	r.Targets = map[string]bool{"api_p99_under_100ms": apiOK, "no_heartbeat_dropped": r.Heartbeats.Failed == 0,
+		"rss_under_200mb": rssOK}
+	return r
+}
+
+// readLogTail counts a controller log's warnings and errors and keeps the
+// first few distinct messages.
+func readLogTail(path string) logTail {
+	var t logTail
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(line, "level=WARN"):
+			t.Warnings++
+		case strings.Contains(line, "level=ERROR"):
+			t.Errors++
+		default:
+			continue
+		}
+		msg := line
+		if i := strings.Index(line, "msg="); i >= 0 {
+			msg = uuidRE.ReplaceAllString(line[i:], "*")
+		}
+		if len(msg) > 160 {
+			msg = msg[:160] + "…"
+		}
+		if !seen[msg] && len(t.First) < 5 {
+			seen[msg] = true
+			t.First = append(t.First, msg)
+		}
+	}
+	return t
+}
+
+func (r *loadResult) print(out io.Writer) {
+	row := func(name, format string, a ...any) {
+		fmt.Fprintf(out, "%-40s "+format+"\n", append([]any{name}, a...)...)
+	}
+	fmt.Fprintf(out, "\n== %s, %d controller(s): %d nodes, %d cleaning at once, %.0f s of load\n", r.Database, r.Controllers, r.Nodes, r.Cleaning, r.Seconds)
+	row("enrolment (create, port, manage)", "%.1f s", r.EnrolSeconds)
+	hb := r.Heartbeats
+	row("heartbeats sent", "%d (%.1f/s, interval %g s)", hb.OK+hb.Failed, r.HeartbeatsPerSec, r.HeartbeatInterval)
+	row("heartbeat latency p50 / p99", "%.1f ms / %.1f ms", hb.P50ms, hb.P99ms)
+	row("heartbeats failed or dropped", "%d", hb.Failed)
+	printReasons(out, hb.Reasons)
+	row("heartbeats refused after cleaning ended", "%d (expected: fake power cannot stop an agent)", r.HeartbeatsAfterEnd)
+	row("lookups ok / refused", "%d / %d (refused until the node waits for its agent)", r.Lookups.OK, r.Lookups.Failed)
+	printReasons(out, r.Lookups.Reasons)
+	row("nodes cleaned", "%d (%.0f/min, provide to available p50 %.1f s), clean failed %d", r.Cleaned, r.CleanedPerMinute, r.CleanP50Seconds, r.CleanFailed)
+	for _, k := range []string{"list", "detail", "show", "provide", "manage"} {
+		c := r.API[k]
+		row("API "+k+" p50 / p99", "%.1f ms / %.1f ms (%d ok, %d failed)", c.P50ms, c.P99ms, c.OK, c.Failed)
+		printReasons(out, c.Reasons)
+	}
+	fmt.Fprintf(out, "%-40s %10s %10s %10s %8s\n", "process", "RSS peak", "RSS end", "CPU s", "CPU %")
+	for _, p := range r.Processes {
+		fmt.Fprintf(out, "%-40s %7.1f MB %7.1f MB %10.1f %7.0f%%\n", p.Name, p.RSSPeakMB, p.RSSFinalMB, p.CPUSeconds, p.CPUPercent)
+	}
+	row("machine busy (all cores, all processes)", "%.0f%%", r.MachineBusyPercent)
+	for _, name := range slices.Sorted(maps.Keys(r.ControllerLogs)) {
+		t := r.ControllerLogs[name]
+		row(name+" log", "%d warnings, %d errors", t.Warnings, t.Errors)
+		for _, m := range t.First {
+			fmt.Fprintf(out, "    %s\n", m)
+		}
+	}
+	row("targets", "API p99 < 100 ms: %v; no heartbeat dropped: %v; RSS < 200 MB: %v",
+		r.Targets["api_p99_under_100ms"], r.Targets["no_heartbeat_dropped"], r.Targets["rss_under_200mb"])
+}
+
+func printReasons(out io.Writer, reasons map[string]int) {
+	for _, k := range slices.Sorted(maps.Keys(reasons)) {
+		fmt.Fprintf(out, "    %6d × %s\n", reasons[k], k)
+	}
+}
