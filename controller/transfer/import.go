@@ -1,0 +1,383 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// ImportOptions tune Import; there are none yet.
+type ImportOptions struct{}
+
+// Import reads a document written by Export and creates its fleet in dst,
+// which must be empty (no node, no allocation): merging two fleets is not
+// what this is for, and an import into a used database would mix them.
+//
+// The Store interface has no transaction spanning many objects, so an
+// import is all-or-nothing only in effect: when r is seekable (a file), the
+// whole document is read and checked first, and nothing is written unless
+// it is valid; a failure while writing (a database error, or a document
+// from a pipe that turns out malformed half-way) returns the Summary of
+// what was written and an error saying the target is incomplete and must
+// be dropped and the import retried into an empty database.
+//
+// Run it with no controller attached to dst.
+func Import(ctx context.Context, dst Target, r io.Reader, _ ImportOptions) (Summary, error) {
+	if err := refuseNonEmpty(ctx, dst); err != nil {
+		return Summary{}, err
+	}
+	if rs, ok := r.(io.ReadSeeker); ok {
+		if start, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			if _, err := decode(ctx, rs, discard{}); err != nil {
+				return Summary{}, err
+			}
+			if _, err := rs.Seek(start, io.SeekStart); err != nil {
+				return Summary{}, fmt.Errorf("rewind the document after checking it: %w", err)
+			}
+		}
+	}
+	sum, err := decode(ctx, r, dst)
+	if err != nil && sum.Total() > 0 {
+		return sum, fmt.Errorf("import failed after writing %s: %w; the target database is incomplete: "+
+			"drop it (or remove the SQLite file) and import again into an empty database", sum, err)
+	}
+	return sum, err
+}
+
+func refuseNonEmpty(ctx context.Context, dst Target) error {
+	nodes, err := dst.ListNodeSummaries(ctx, store.NodeFilter{}, store.Page{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("check the target is empty: %w", err)
+	}
+	if len(nodes) > 0 {
+		return fmt.Errorf("%w: it holds nodes (e.g. %s); import only into a new, empty database", ErrNotEmpty, nodes[0].UUID)
+	}
+	allocs, err := dst.ListAllocations(ctx, store.ResourceFilter{}, store.Page{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("check the target is empty: %w", err)
+	}
+	if len(allocs) > 0 {
+		return fmt.Errorf("%w: it holds allocations (e.g. %s); import only into a new, empty database", ErrNotEmpty, allocs[0].UUID)
+	}
+	return nil
+}
+
+// discard is the Target of the checking pass.
+type discard struct{}
+
+func (discard) ListNodeSummaries(context.Context, store.NodeFilter, store.Page) ([]*store.NodeSummary, error) {
+	return nil, nil
+}
+
+func (discard) ListAllocations(context.Context, store.ResourceFilter, store.Page) ([]*store.Allocation, error) {
+	return nil, nil
+}
+func (discard) CreateNode(context.Context, *store.Node) error             { return nil }
+func (discard) CreatePortgroup(context.Context, *store.Portgroup) error   { return nil }
+func (discard) CreatePort(context.Context, *store.Port) error             { return nil }
+func (discard) CreateAllocation(context.Context, *store.Allocation) error { return nil }
+func (discard) AppendEvent(context.Context, *store.Event) error           { return nil }
+func (discard) PutInventory(context.Context, string, []byte) error        { return nil }
+
+// decoder reads a document token by token and writes each object to dst as
+// soon as it is read. It checks what the stores would not: required
+// fields, unique UUIDs, names and addresses, and that every reference
+// points to an object earlier in the document (sections come in dependency
+// order).
+type decoder struct {
+	dec *json.Decoder
+	dst Target
+	sum Summary
+
+	nodes, nodeNames map[string]bool
+	// resources maps the UUIDs of portgroups, ports and allocations to
+	// their kind: both stores keep them in one table, unique across kinds.
+	resources map[string]string
+	// names and addresses are unique per kind (an index on kind and value).
+	pgNames, pgAddrs, portNames, portAddrs, allocNames map[string]bool
+	inventories                                        map[string]bool
+}
+
+func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
+	d := &decoder{dec: json.NewDecoder(bufio.NewReaderSize(r, 64<<10)), dst: dst,
+		nodes: map[string]bool{}, nodeNames: map[string]bool{}, resources: map[string]string{},
+		pgNames: map[string]bool{}, pgAddrs: map[string]bool{}, portNames: map[string]bool{}, portAddrs: map[string]bool{},
+		allocNames: map[string]bool{}, inventories: map[string]bool{}}
+	// The document is ours: a field this controller does not know is a typo
+	// or a newer exporter's, and dropping it silently would lose data.
+	d.dec.DisallowUnknownFields()
+	err := d.document(ctx)
+	return d.sum, err
+}
+
+// fail wraps err with where in the document it happened: a member or an
+// element, with the byte offset where it starts. (The offset in a
+// json.SyntaxError from a Decoder is not the offset in the stream.)
+func (d *decoder) fail(where string, err error) error {
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Errorf("%w: %s: malformed JSON: %v", ErrInvalid, where, err)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: %s: the document ends early (truncated?) at byte %d", ErrInvalid, where, d.dec.InputOffset())
+	}
+	return fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+}
+
+// at names a place in the document by the current offset.
+func (d *decoder) at(what string) string {
+	return fmt.Sprintf("%s at byte %d", what, d.dec.InputOffset())
+}
+
+// delim reads the next token, which must be want.
+func (d *decoder) delim(where string, want json.Delim) error {
+	tok, err := d.dec.Token()
+	if err != nil {
+		return d.fail(where, err)
+	}
+	if got, ok := tok.(json.Delim); !ok || got != want {
+		return d.fail(where, fmt.Errorf("expected %q, found %v", want, describe(tok)))
+	}
+	return nil
+}
+
+func describe(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		return fmt.Sprintf("%q", string(v))
+	case string:
+		return fmt.Sprintf("string %q", v)
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+func (d *decoder) document(ctx context.Context) error {
+	tok, err := d.dec.Token()
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: the document is empty", ErrInvalid)
+	}
+	if err != nil {
+		return d.fail(d.at("document"), err)
+	}
+	if tok != json.Delim('{') {
+		return d.fail("document", fmt.Errorf("not an anvil export: it must be one JSON object, not %s", describe(tok)))
+	}
+	seen := map[string]bool{}
+	for d.dec.More() {
+		tok, err := d.dec.Token()
+		if err != nil {
+			return d.fail(d.at("document"), err)
+		}
+		key, _ := tok.(string) // object keys are always strings
+		where := d.at(fmt.Sprintf("member %q", key))
+		if seen[key] {
+			return d.fail(where, errors.New("appears twice"))
+		}
+		seen[key] = true
+		if key != "format" && key != "version" && (!seen["format"] || !seen["version"]) {
+			return d.fail(where, errors.New(`"format" and "version" must come first: not an anvil export, or a damaged one`))
+		}
+		if err := d.member(ctx, key, where); err != nil {
+			return err
+		}
+	}
+	if err := d.delim(d.at("document"), '}'); err != nil {
+		return err
+	}
+	if _, err := d.dec.Token(); !errors.Is(err, io.EOF) {
+		return d.fail(d.at("document"), errors.New("data after the end of the document"))
+	}
+	// Every member is required: Export writes them all, and a missing one
+	// would import a fleet without, say, its ports.
+	for _, s := range []string{"format", "version", "exported_at", "nodes", "portgroups", "ports", "allocations", "history", "inventories"} {
+		if !seen[s] {
+			return d.fail("document", fmt.Errorf("no %q member", s))
+		}
+	}
+	return nil
+}
+
+func (d *decoder) member(ctx context.Context, key, where string) error {
+	switch key {
+	case "format":
+		var f string
+		if err := d.dec.Decode(&f); err != nil {
+			return d.fail(where, err)
+		}
+		if f != Format {
+			return d.fail(where, fmt.Errorf("is %q, not %q: not an anvil export", f, Format))
+		}
+	case "version":
+		var v int
+		if err := d.dec.Decode(&v); err != nil {
+			return d.fail(where, err)
+		}
+		if v != Version {
+			return d.fail(where, fmt.Errorf("%d is not supported: this controller reads version %d; import with the controller version that exported it, or a newer one", v, Version))
+		}
+	case "exported_at":
+		var at time.Time
+		if err := d.dec.Decode(&at); err != nil {
+			return d.fail(where, err)
+		}
+	case "nodes":
+		return section(ctx, d, key, where, d.node, d.dst.CreateNode, &d.sum.Nodes)
+	case "portgroups":
+		return section(ctx, d, key, where, d.portgroup, d.dst.CreatePortgroup, &d.sum.Portgroups)
+	case "ports":
+		return section(ctx, d, key, where, d.port, d.dst.CreatePort, &d.sum.Ports)
+	case "allocations":
+		return section(ctx, d, key, where, d.allocation, d.dst.CreateAllocation, &d.sum.Allocations)
+	case "history":
+		return section(ctx, d, key, where, d.event, d.dst.AppendEvent, &d.sum.Events)
+	case "inventories":
+		return d.inventorySection(ctx, where)
+	default:
+		return d.fail(where, errors.New("unknown member (a typo, or a document from a newer controller)"))
+	}
+	return nil
+}
+
+// section reads the array member name, checking and creating each element.
+func section[T any](ctx context.Context, d *decoder, name, where string, check func(*T) error, create func(context.Context, *T) error, count *int) error {
+	if err := d.delim(where, '['); err != nil {
+		return err
+	}
+	for i := 0; d.dec.More(); i++ {
+		where := d.at(fmt.Sprintf("%s[%d]", name, i))
+		v := new(T)
+		if err := d.dec.Decode(v); err != nil {
+			return d.fail(where, err)
+		}
+		if err := check(v); err != nil {
+			return d.fail(where, err)
+		}
+		if err := create(ctx, v); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		*count++
+	}
+	return d.delim(d.at(name), ']')
+}
+
+// unique records key in set, failing if it is empty or already there.
+func unique(set map[string]bool, field, key string) error {
+	if key == "" {
+		return fmt.Errorf("%s is missing or empty", field)
+	}
+	if set[key] {
+		return fmt.Errorf("%s %q appears twice", field, key)
+	}
+	set[key] = true
+	return nil
+}
+
+// uniqueOpt is unique for an optional name or address; an empty one is a
+// value like any other (the stores' unique indexes see it so).
+func uniqueOpt(set map[string]bool, field string, key *string) error {
+	if key == nil {
+		return nil
+	}
+	if set[*key] {
+		return fmt.Errorf("%s %q appears twice", field, *key)
+	}
+	set[*key] = true
+	return nil
+}
+
+func required(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s is missing or empty", field)
+	}
+	return nil
+}
+
+// exists checks a reference to an object of an earlier section.
+func exists(set map[string]bool, field, key string) error {
+	if !set[key] {
+		return fmt.Errorf("%s %q is not an object earlier in the document", field, key)
+	}
+	return nil
+}
+
+func (d *decoder) node(n *store.Node) error {
+	return errors.Join(unique(d.nodes, "uuid", n.UUID), uniqueOpt(d.nodeNames, "name", n.Name),
+		required("driver", n.Driver), required("provision_state", n.ProvisionState))
+}
+
+// resource records the UUID of a portgroup, port or allocation.
+func (d *decoder) resource(kind, uuid string) error {
+	if uuid == "" {
+		return errors.New("uuid is missing or empty")
+	}
+	if other, ok := d.resources[uuid]; ok {
+		return fmt.Errorf("uuid %q is already the uuid of a %s", uuid, other)
+	}
+	d.resources[uuid] = kind
+	return nil
+}
+
+func (d *decoder) portgroup(p *store.Portgroup) error {
+	return errors.Join(d.resource("portgroup", p.UUID), uniqueOpt(d.pgNames, "name", p.Name),
+		uniqueOpt(d.pgAddrs, "address", p.Address), exists(d.nodes, "node_uuid", p.NodeUUID))
+}
+
+func (d *decoder) port(p *store.Port) error {
+	err := errors.Join(d.resource("port", p.UUID), unique(d.portAddrs, "address", p.Address),
+		uniqueOpt(d.portNames, "name", p.Name), exists(d.nodes, "node_uuid", p.NodeUUID))
+	if p.PortgroupUUID != nil && d.resources[*p.PortgroupUUID] != "portgroup" {
+		err = errors.Join(err, fmt.Errorf("portgroup_uuid %q is not a portgroup earlier in the document", *p.PortgroupUUID))
+	}
+	return err
+}
+
+func (d *decoder) allocation(a *store.Allocation) error {
+	err := errors.Join(d.resource("allocation", a.UUID), uniqueOpt(d.allocNames, "name", a.Name), required("state", a.State))
+	if a.NodeUUID != nil {
+		err = errors.Join(err, exists(d.nodes, "node_uuid", *a.NodeUUID))
+	}
+	return err
+}
+
+// event checks a history entry; event UUIDs are not tracked (a fleet's
+// history is the largest section, and the stores refuse duplicates).
+func (d *decoder) event(e *store.Event) error {
+	return errors.Join(required("uuid", e.UUID), exists(d.nodes, "node_uuid", e.NodeUUID))
+}
+
+// inventorySection reads the inventories object: node UUID to the inventory
+// document the agent reported, stored as read.
+func (d *decoder) inventorySection(ctx context.Context, where string) error {
+	const name = "inventories"
+	if err := d.delim(where, '{'); err != nil {
+		return err
+	}
+	for d.dec.More() {
+		tok, err := d.dec.Token()
+		if err != nil {
+			return d.fail(d.at(name), err)
+		}
+		node, _ := tok.(string)
+		where := d.at(fmt.Sprintf("%s[%q]", name, node))
+		var raw json.RawMessage
+		if err := d.dec.Decode(&raw); err != nil {
+			return d.fail(where, err)
+		}
+		if err := errors.Join(exists(d.nodes, "node", node), unique(d.inventories, "node", node)); err != nil {
+			return d.fail(where, err)
+		}
+		if err := d.dst.PutInventory(ctx, node, raw); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		d.sum.Inventories++
+	}
+	return d.delim(d.at(name), '}')
+}

@@ -1,0 +1,89 @@
+// Package transfer moves a whole fleet between controller databases (SQLite
+// and PostgreSQL, either way) as one JSON document:
+//
+//	{"format":"anvil-export","version":1,"exported_at":"...",
+//	"nodes":[...],"portgroups":[...],"ports":[...],"allocations":[...],
+//	"history":[...],"inventories":{"NODE-UUID":{...},...}}
+//
+// The objects are the store's model with its JSON field names (the API's),
+// every field included: driver_info with its BMC credentials, internal
+// info, steps, RAID configurations, reservations, timestamps. Internal ids
+// and revisions are not exported (the target database assigns its own), nor
+// are node leases: they are runtime ownership among live controllers and
+// expire on their own. Sections come in dependency order, one object per
+// line, so a fleet of any size is written and read as a stream.
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Format and Version identify the document. Version changes when a reader
+// of the previous version would misread a document; a reader refuses
+// versions it does not know rather than guess.
+const (
+	Format  = "anvil-export"
+	Version = 1
+)
+
+// pageSize is how many objects one list call of the source returns.
+const pageSize = 500
+
+var (
+	// ErrReserved means nodes are held by a running operation.
+	ErrReserved = errors.New("nodes are reserved by a running operation")
+	// ErrNotEmpty means the import target already holds a fleet.
+	ErrNotEmpty = errors.New("target database is not empty")
+	// ErrInvalid means the document is not a valid export.
+	ErrInvalid = errors.New("invalid export document")
+)
+
+// Source is what Export reads; every store.Store is one.
+type Source interface {
+	ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error)
+	ListNodeSummaries(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.NodeSummary, error)
+	ListPortgroups(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Portgroup, error)
+	ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error)
+	ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error)
+	ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*store.Event, error)
+	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
+}
+
+// Target is what Import writes; every store.Store is one. Both stores'
+// Create calls keep the fields they are given (UUID, timestamps, states,
+// reservation), so an imported object is the exported one; only the
+// revision restarts at 1 and ids are the target's.
+type Target interface {
+	ListNodeSummaries(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.NodeSummary, error)
+	ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error)
+	CreateNode(ctx context.Context, n *store.Node) error
+	CreatePortgroup(ctx context.Context, p *store.Portgroup) error
+	CreatePort(ctx context.Context, p *store.Port) error
+	CreateAllocation(ctx context.Context, a *store.Allocation) error
+	AppendEvent(ctx context.Context, e *store.Event) error
+	PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error
+}
+
+// Summary counts the objects of a document, per kind.
+type Summary struct {
+	Nodes       int `json:"nodes"`
+	Portgroups  int `json:"portgroups"`
+	Ports       int `json:"ports"`
+	Allocations int `json:"allocations"`
+	Events      int `json:"history"`
+	Inventories int `json:"inventories"`
+}
+
+// Total is the number of objects of every kind.
+func (s Summary) Total() int {
+	return s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.Events + s.Inventories
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("%d nodes, %d portgroups, %d ports, %d allocations, %d history events, %d inventories",
+		s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.Events, s.Inventories)
+}
