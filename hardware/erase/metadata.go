@@ -135,18 +135,38 @@ func (a alignedReader) ReadAt(p []byte, off int64) (int, error) {
 // every partition (last first), then the disk, so md superblocks living on
 // partitions (crowbar-core#15) go too. Skips virtual media, RAID members,
 // md/dm devices, read-only disks and guard-protected devices, recording why.
-func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, progress hardware.ProgressFunc) (MetadataResult, error) {
+// A disk holding a shared-storage filesystem fails the step before any
+// device is written, unless shared.Allow is set.
+func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared SharedCheck, progress hardware.ProgressFunc) (MetadataResult, error) {
 	start := time.Now()
 	var res MetadataResult
-	var failed []string
-	for i, d := range disks {
-		md := MetadataDisk{Device: d.Path}
-		t0 := time.Now()
+	skip := func(d disk.Disk) string {
 		reason := skipReason(d, o)
 		if reason == "" && d.ReadOnly {
 			reason = "read-only device"
 		}
-		if reason != "" {
+		return reason
+	}
+	var refused []string
+	for _, d := range disks {
+		if skip(d) != "" {
+			continue
+		}
+		if r := shared.refusal(d.Path); r != nil {
+			refused = append(refused, r.Error())
+			res.Devices = append(res.Devices, MetadataDisk{Device: d.Path, Status: StatusFailed, Reason: r.Error()})
+		}
+	}
+	if len(refused) > 0 {
+		res.Seconds = time.Since(start).Seconds()
+		return res, &protocol.Error{Type: protocol.ErrTypeProtectedDevice, Code: 500,
+			Message: "metadata erase refused before writing anything", Details: strings.Join(refused, "; ")}
+	}
+	var failed []string
+	for i, d := range disks {
+		md := MetadataDisk{Device: d.Path}
+		t0 := time.Now()
+		if reason := skip(d); reason != "" {
 			md.Status, md.Reason = StatusSkipped, reason
 			res.Devices = append(res.Devices, md)
 			continue

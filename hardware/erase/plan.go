@@ -39,24 +39,28 @@ const (
 // DevicePlan is the decision for one device, computed before anything is
 // written and returned in the step result so an operator sees why.
 type DevicePlan struct {
-	Device           string          `json:"device"`
-	Size             uint64          `json:"size"`
-	Action           Action          `json:"action"`
-	Methods          []Method        `json:"methods,omitempty"` // tried in order until one verifies
-	Reason           string          `json:"reason"`
-	Notes            []string        `json:"notes,omitempty"`
-	EstimatedSeconds float64         `json:"estimated_seconds,omitempty"`
-	NVMe             *NVMeController `json:"nvme,omitempty"`
-	NVMeLBAFormat    uint8           `json:"nvme_lba_format,omitempty"`
-	ATA              *ATAIdentity    `json:"ata,omitempty"`
-	Rotational       bool            `json:"rotational"`
-	LogicalBlockSize uint64          `json:"logical_block_size"`
+	Device           string             `json:"device"`
+	Size             uint64             `json:"size"`
+	Action           Action             `json:"action"`
+	Methods          []Method           `json:"methods,omitempty"` // tried in order until one verifies
+	Reason           string             `json:"reason"`
+	Notes            []string           `json:"notes,omitempty"`
+	EstimatedSeconds float64            `json:"estimated_seconds,omitempty"`
+	NVMe             *NVMeController    `json:"nvme,omitempty"`
+	Shared           []SharedFilesystem `json:"shared_filesystems,omitempty"` // why it was refused
+	NVMeLBAFormat    uint8              `json:"nvme_lba_format,omitempty"`
+	ATA              *ATAIdentity       `json:"ata,omitempty"`
+	Rotational       bool               `json:"rotational"`
+	LogicalBlockSize uint64             `json:"logical_block_size"`
 }
 
 // Prober answers capability questions while planning, without writing.
 type Prober interface {
 	NVMe(path string) (NVMeController, NVMeNamespace, error)
 	ATA(path string) (ATAIdentity, error)
+	// SharedFilesystems reads the device for shared-storage filesystems
+	// (GPFS, VMFS, GFS2, OCFS2) that must not be erased by default.
+	SharedFilesystems(path string) ([]SharedFilesystem, error)
 }
 
 // SysProber probes real devices through ioctls (read-only opens).
@@ -67,6 +71,9 @@ func (SysProber) NVMe(path string) (NVMeController, NVMeNamespace, error) { retu
 
 // ATA implements Prober.
 func (SysProber) ATA(path string) (ATAIdentity, error) { return ATAProbe(path) }
+
+// SharedFilesystems implements Prober (a read-only open).
+func (SysProber) SharedFilesystems(path string) ([]SharedFilesystem, error) { return probeShared(path) }
 
 // Opener opens devices for writing; hardware.Guard implements it. Every
 // write in this package goes through it.
@@ -131,6 +138,13 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener) DevicePlan {
 	if d.Removable && pol.SkipRemovable {
 		p.Action, p.Reason = ActionSkip, "removable device (skip_removable is set)"
 		return p
+	}
+	if r := (SharedCheck{Prober: prober, Allow: pol.EraseSharedFilesystems}).refusal(d.Path); r != nil {
+		p.Action, p.Reason, p.Shared = ActionRefuse, r.Error(), r.Found
+		return p
+	}
+	if pol.EraseSharedFilesystems {
+		p.Notes = append(p.Notes, "not checked for shared-storage filesystems (erase_shared_filesystems is set)")
 	}
 	p.Action = ActionErase
 	var secure []Method

@@ -21,6 +21,7 @@ type Policy struct {
 	Zeroize                     bool `json:"zeroize"`                         // agent_erase_devices_zeroize (true)
 	Iterations                  int  `json:"iterations"`                      // agent_erase_devices_iterations (1)
 	VerifySamples               int  `json:"verify_samples"`                  // read-back points besides start and end (64)
+	EraseSharedFilesystems      bool `json:"erase_shared_filesystems"`        // IPA's special-filesystem guard off (false)
 }
 
 // DefaultPolicy returns IPA's defaults.
@@ -51,7 +52,12 @@ var policyArgs = map[string]string{
 	"zeroize":                         "finish overwrites with a pass of zeros (default true)",
 	"iterations":                      "random overwrite passes before the zero pass (default 1)",
 	"verify_samples":                  "read-back sample points besides the first and last blocks (default 64)",
+	"erase_shared_filesystems":        SharedArgInfo,
 }
+
+// SharedArgInfo documents erase_shared_filesystems for every erase step.
+const SharedArgInfo = "erase devices holding a shared-storage filesystem (IBM GPFS, VMware VMFS, GFS2, OCFS2), which other hosts on a SAN may be using; " +
+	"without it such a device fails the step before anything is written (default false)"
 
 var policyAliases = map[string]string{
 	"disk_erasure_concurrency":              "concurrency",
@@ -115,6 +121,8 @@ func (p Policy) WithArgs(args map[string]any) (Policy, error) {
 			p.AllowZeroOut, err = toBool(v)
 		case "zeroize":
 			p.Zeroize, err = toBool(v)
+		case "erase_shared_filesystems":
+			p.EraseSharedFilesystems, err = toBool(v)
 		default:
 			continue
 		}

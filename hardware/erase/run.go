@@ -73,15 +73,19 @@ func (e *Eraser) Erase(ctx context.Context, plans []DevicePlan, pol Policy, prog
 	start := time.Now()
 	res := Result{Policy: pol, Devices: make([]DeviceResult, len(plans))}
 	var refused []string
+	typ := protocol.ErrTypeBlockDeviceErase
 	for i, p := range plans {
 		res.Devices[i] = DeviceResult{Plan: p, Status: StatusSkipped}
 		if p.Action == ActionRefuse {
 			res.Devices[i].Status, res.Devices[i].Error = StatusFailed, p.Reason
 			refused = append(refused, p.Device+": "+p.Reason)
+			if len(p.Shared) > 0 {
+				typ = protocol.ErrTypeProtectedDevice // IPA's error for special filesystems
+			}
 		}
 	}
 	if len(refused) > 0 {
-		return res, &protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500,
+		return res, &protocol.Error{Type: typ, Code: 500,
 			Message: "erase refused before writing anything", Details: strings.Join(refused, "; ")}
 	}
 	if e.Opener == nil {

@@ -8,7 +8,7 @@ import (
 
 // Signature is one on-disk metadata structure found on a device.
 type Signature struct {
-	Type   string `json:"type"`   // gpt, gpt-backup, dos, ext, xfs, btrfs, vfat, LVM2_member, linux_raid_member, swap
+	Type   string `json:"type"`   // gpt, gpt-backup, dos, ext, xfs, btrfs, vfat, LVM2_member, linux_raid_member, swap, VMFS, gfs2, ...
 	Offset int64  `json:"offset"` // byte offset of the structure
 	Detail string `json:"detail,omitempty"`
 }
@@ -85,6 +85,9 @@ func DetectSignatures(r io.ReaderAt, size int64) []Signature {
 			out = append(out, Signature{Type: "btrfs", Offset: off})
 		}
 	}
+	for _, sb := range sharedSuperblocks(read, 0) {
+		out = append(out, Signature{Type: sb.sigType, Offset: sb.off, Detail: sb.what})
+	}
 	for _, v := range []string{"0.90", "1.0", "1.1", "1.2"} {
 		off := mdOffsets(size)[v]
 		b := read(off, 8)
@@ -139,6 +142,10 @@ func metadataRegions(size, align int64) []region {
 	}
 	add(0, mib)
 	add(size-mib, mib)
+	// VMFS keeps its volume header and filesystem descriptor past the first
+	// MiB (wipefs removes them; so do we, once the step is allowed to).
+	add(vmfsVolumeOffset, 4096)
+	add(vmfsFSOffset, 4096)
 	for _, off := range btrfsMirrors[1:] {
 		add(off, 4096)
 	}

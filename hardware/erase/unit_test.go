@@ -272,9 +272,9 @@ func TestMetadataRegionsCoverEverySignature(t *testing.T) {
 		}
 		assert.True(t, covered(0, 8192), "head")
 		assert.True(t, covered(size-4096, 4096), "backup GPT")
-		for _, m := range btrfsMirrors {
+		for _, m := range append([]int64{vmfsVolumeOffset, vmfsFSOffset, gfsOffset}, btrfsMirrors...) {
 			if m+4096 <= size {
-				assert.True(t, covered(m, 4096), "btrfs mirror %d on %d", m, size)
+				assert.True(t, covered(m, 4096), "superblock at %d on %d", m, size)
 			}
 		}
 		for _, r := range regions {
@@ -375,8 +375,13 @@ func TestPolicyWithArgs(t *testing.T) {
 
 // fakeProber answers identify questions from tables.
 type fakeProber struct {
-	nvme map[string]NVMeController
-	ata  map[string]ATAIdentity
+	nvme   map[string]NVMeController
+	ata    map[string]ATAIdentity
+	shared map[string][]SharedFilesystem
+}
+
+func (f fakeProber) SharedFilesystems(path string) ([]SharedFilesystem, error) {
+	return f.shared[path], nil
 }
 
 func (f fakeProber) NVMe(path string) (NVMeController, NVMeNamespace, error) {
@@ -425,6 +430,9 @@ func TestPlanFromSnapshots(t *testing.T) {
 	skipRO.SkipReadOnly = true
 	discardPol := pol
 	discardPol.AllowDiscard, discardPol.Iterations = true, 0
+	sharedSDB := fakeProber{shared: map[string][]SharedFilesystem{"/dev/sdb": {{Name: "VMware VMFS", Where: "MBR partition 1 has type 0xfb"}}}}
+	sharedPol, err := pol.WithArgs(map[string]any{"erase_shared_filesystems": "true"})
+	require.NoError(t, err)
 
 	tests := []struct {
 		name     string
@@ -474,6 +482,15 @@ func TestPlanFromSnapshots(t *testing.T) {
 			name: "read-only refused by default", snapshot: "vmedia-usb", pol: pol, prober: nil, opener: allowAll{},
 			want:   map[string]Action{"/dev/vda": ActionErase, "/dev/vdb": ActionSkip, "/dev/sr0": ActionSkip, "/dev/sdd": ActionRefuse, "/dev/sdc": ActionErase},
 			reason: map[string]string{"/dev/vdb": "ir-vfd-dev", "/dev/sr0": "virtual media", "/dev/sdd": "read-only"},
+		},
+		{
+			name: "shared-storage filesystem refused", snapshot: "nvme-sata", pol: pol, prober: sharedSDB, opener: allowAll{},
+			want:   map[string]Action{"/dev/nvme0n1": ActionErase, "/dev/sda": ActionErase, "/dev/sdb": ActionRefuse},
+			reason: map[string]string{"/dev/sdb": "refusing to erase /dev/sdb: it holds VMware VMFS (MBR partition 1 has type 0xfb)"},
+		},
+		{
+			name: "shared-storage filesystem erased when allowed", snapshot: "nvme-sata", pol: sharedPol, prober: sharedSDB, opener: allowAll{},
+			want: map[string]Action{"/dev/nvme0n1": ActionErase, "/dev/sda": ActionErase, "/dev/sdb": ActionErase},
 		},
 		{
 			name: "read-only skipped by policy", snapshot: "vmedia-usb", pol: skipRO, prober: nil, opener: allowAll{},

@@ -23,7 +23,7 @@ import (
 // behaviour or arguments change: the controller caches the catalogue by it.
 const (
 	Name    = "generic_hardware_manager"
-	Version = "1.0"
+	Version = "1.1"
 )
 
 // Config wires the manager to the machine. Guard is required: without it
@@ -78,19 +78,20 @@ func policyArgsInfo() map[string]protocol.ArgInfo {
 // Steps implements hardware.Manager. Priorities are IPA's, so a default
 // automated clean is erase_devices_metadata (99) then erase_devices (10).
 func (m *Manager) Steps(context.Context) hardware.Catalogue {
-	metadata := protocol.Step{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 99, Abortable: true}
+	shared := map[string]protocol.ArgInfo{"erase_shared_filesystems": {Description: erase.SharedArgInfo}}
+	metadata := protocol.Step{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 99, Abortable: true, ArgsInfo: shared}
 	return hardware.Catalogue{
 		Clean: []protocol.Step{
 			metadata,
 			{Interface: protocol.InterfaceDeploy, Step: "erase_devices", Priority: 10, Abortable: true, ArgsInfo: policyArgsInfo()},
-			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_express", Priority: 0},
+			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_express", Priority: 0, ArgsInfo: shared},
 			{Interface: protocol.InterfaceRAID, Step: "delete_configuration", Priority: 0},
 			{Interface: protocol.InterfaceRAID, Step: "create_configuration", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 				"target_raid_config": {Description: `Ironic target_raid_config: {"logical_disks": [{"size_gb": N|"MAX", "raid_level": "0|1|1+0", "controller": "software", "physical_disks": [...]}]}`, Required: true},
 			}},
 		},
 		Deploy: []protocol.Step{
-			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 0, Abortable: true},
+			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: shared},
 			{Interface: protocol.InterfaceDeploy, Step: "write_image", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 				"image_url":         {Description: "HTTP(S) URL of the image", Required: true},
 				"image_checksum":    {Description: "sha256:<hex> or sha512:<hex> of the image as downloaded", Required: true},
@@ -125,9 +126,9 @@ func (m *Manager) Run(ctx context.Context, kind hardware.Kind, step protocol.Ste
 	case "erase_devices":
 		return m.eraseDevices(ctx, args, progress)
 	case "erase_devices_metadata":
-		return m.eraseMetadata(ctx, progress)
+		return m.eraseMetadata(ctx, args, progress)
 	case "erase_devices_express":
-		return m.eraseExpress(ctx, progress)
+		return m.eraseExpress(ctx, args, progress)
 	case "delete_configuration":
 		return m.raid().DeleteConfiguration(ctx, progress)
 	case "create_configuration":
@@ -166,6 +167,12 @@ func (m *Manager) policy(args map[string]any) (erase.Policy, error) {
 	return p, nil
 }
 
+// shared is the shared-storage filesystem check of the metadata wipes
+// (erase_devices plans it per device instead).
+func (m *Manager) shared(pol erase.Policy) erase.SharedCheck {
+	return erase.SharedCheck{Prober: m.cfg.Prober, Allow: pol.EraseSharedFilesystems}
+}
+
 func (m *Manager) disks(ctx context.Context) ([]disk.Disk, error) {
 	l, err := disk.Discover(ctx, m.cfg.Root)
 	if err != nil {
@@ -192,12 +199,16 @@ func (m *Manager) eraseDevices(ctx context.Context, args map[string]any, progres
 	return e.Erase(ctx, plans, pol, progress)
 }
 
-func (m *Manager) eraseMetadata(ctx context.Context, progress hardware.ProgressFunc) (any, error) {
+func (m *Manager) eraseMetadata(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
+	pol, err := m.policy(args)
+	if err != nil {
+		return nil, err
+	}
 	disks, err := m.disks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return erase.EraseMetadata(ctx, disks, m.opener(), progress)
+	return erase.EraseMetadata(ctx, disks, m.opener(), m.shared(pol), progress)
 }
 
 // ExpressResult is the result of erase_devices_express.
@@ -209,8 +220,8 @@ type ExpressResult struct {
 // eraseExpress: NVMe devices that support Format get a secure format; every
 // other device, and any NVMe whose format failed, gets a metadata wipe
 // (IPA's erase_devices_express).
-func (m *Manager) eraseExpress(ctx context.Context, progress hardware.ProgressFunc) (any, error) {
-	pol, err := m.policy(nil)
+func (m *Manager) eraseExpress(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
+	pol, err := m.policy(args)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +253,7 @@ func (m *Manager) eraseExpress(ctx context.Context, progress hardware.ProgressFu
 			rest = append(rest, d)
 		}
 	}
-	mr, err := erase.EraseMetadata(ctx, rest, m.opener(), progress)
+	mr, err := erase.EraseMetadata(ctx, rest, m.opener(), m.shared(pol), progress)
 	res.Metadata = &mr
 	return res, err
 }
