@@ -14,6 +14,10 @@
 //   - every set verified by reading the state back, because BMCs answer 200
 //     and then ignore the request (bmclib#459) or report failure for requests
 //     they carried out (bmclib v2.3.0 Redfish "soft").
+//
+// IPMI goes through a bmclib provider of this package (ipmitoolProvider,
+// registered in each client's registry) instead of bmclib's own ipmitool
+// provider, which cannot pass ipmi_priv_level.
 package bmc
 
 import (

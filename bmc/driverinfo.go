@@ -43,8 +43,8 @@ type Target struct {
 	Password string
 
 	// IPMI only.
-	PrivLevel   string // ADMINISTRATOR, OPERATOR or USER; "" means ipmitool's default
-	CipherSuite string // "" lets bmclib try 3 then 17
+	PrivLevel   string // ADMINISTRATOR, OPERATOR or USER (ipmitool -L); "" means ADMINISTRATOR, Ironic's default
+	CipherSuite string // ipmitool -C; "" tries 3, then 17 if 3 cannot open a session
 
 	// Redfish only.
 	Scheme   string // "http" or "https"

@@ -5,29 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
 	bmclib "github.com/bmc-toolbox/bmclib/v2"
-	"github.com/bmc-toolbox/bmclib/v2/providers/ipmitool"
 	"github.com/go-logr/logr"
 	"github.com/jacobweinstock/registrar"
 )
 
-// ipmitoolNoReply is how long ipmitool waits for a BMC reply (bmclib passes
-// -N 5). ipmitool prints the same "Unable to establish IPMI v2 / RMCP+
-// session" for a wrong password and for a BMC that never answers; a failure
-// faster than this can only come from a BMC that answered, i.e. rejected us.
-const ipmitoolNoReply = 5 * time.Second
-
-// ipmiOpener opens bmclib clients restricted to the ipmitool provider.
-//
-// ipmi_priv_level: bmclib v2.3.0's ipmitool provider has no privilege level
-// option, so its commands run at ipmitool's default (ADMINISTRATOR); only
-// our own boot-parameter read passes -L. A user limited to OPERATOR is
-// therefore rejected (ErrAuth) by power commands.
+// ipmiOpener opens bmclib clients whose only provider is our
+// ipmitoolProvider (see there why not bmclib's own ipmitool provider).
 type ipmiOpener struct {
 	log      *slog.Logger
 	ipmitool string
@@ -35,44 +24,48 @@ type ipmiOpener struct {
 }
 
 func (o ipmiOpener) open(ctx context.Context, t Target) (session, error) {
-	lg := logr.FromSlogHandler(o.log.Handler())
-	host := urlHost(t.Host) // bmclib joins host+":"+port and splits it again
-	conn, err := ipmitool.New(host, t.Username, t.Password,
-		ipmitool.WithLogger(lg),
-		ipmitool.WithPort(strconv.Itoa(t.Port)),
-		ipmitool.WithCipherSuite(t.CipherSuite),
-		ipmitool.WithIpmitoolPath(o.ipmitool))
+	path := o.ipmitool
+	var err error
+	if path == "" {
+		path, err = exec.LookPath("ipmitool")
+	} else {
+		_, err = os.Stat(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: ipmitool not available: %w", ErrUnsupported, err)
 	}
+	prov := &ipmitoolProvider{path: path, t: t, log: o.log}
+	lg := logr.FromSlogHandler(o.log.Handler())
 	reg := registrar.NewRegistry(registrar.WithLogger(lg))
-	reg.Register(ipmitool.ProviderName, ipmitool.ProviderProtocol, ipmitool.Features, nil, conn)
-	cl := bmclib.NewClient(host, t.Username, t.Password, bmclib.WithRegistry(reg), bmclib.WithLogger(lg))
-
-	path := o.ipmitool
-	if path == "" {
-		path, _ = exec.LookPath("ipmitool")
+	reg.Register(prov.Name(), "ipmi", ipmitoolFeatures, nil, prov)
+	// The client's host and credentials are unused (the provider has its
+	// own Target) but bmclib requires them.
+	cl := bmclib.NewClient(urlHost(t.Host), t.Username, t.Password, bmclib.WithRegistry(reg), bmclib.WithLogger(lg))
+	s := &ipmiSession{cl: cl, prov: prov, t: t}
+	// A no-op for ipmitool (see ipmitoolProvider.Open): credentials are
+	// proven by the first command, which sets authOK.
+	if err = cl.Open(ctx); err != nil {
+		return nil, fmt.Errorf("bmclib open: %w", flatten(err))
 	}
-	s := &ipmiSession{cl: cl, t: t, ipmitool: path}
-	// bmclib's ipmitool Open is a "chassis power status".
-	err = s.timed(ctx, func() error { return cl.Open(ctx) })
-	if err != nil {
-		return nil, err
-	}
-	s.authOK = true
 	return s, nil
 }
 
 type ipmiSession struct {
-	cl       *bmclib.Client
-	t        Target
-	ipmitool string
+	cl   *bmclib.Client
+	prov *ipmitoolProvider
+	t    Target
 	// authOK: the BMC accepted these credentials in this operation, so a
 	// later session failure is not about them.
 	authOK bool
 }
 
-func (s *ipmiSession) provider() string      { return ipmitool.ProviderName }
+func (s *ipmiSession) provider() string {
+	if p := s.cl.GetMetadata().SuccessfulProvider; p != "" {
+		return p
+	}
+	return s.prov.Name()
+}
+
 func (s *ipmiSession) close(context.Context) {} // ipmitool is one-shot; nothing to close
 
 // timed runs fn and classifies its error from ipmitool's output and how
@@ -81,24 +74,45 @@ func (s *ipmiSession) timed(ctx context.Context, fn func() error) error {
 	start := time.Now()
 	err := fn()
 	if err == nil {
+		s.authOK = true
 		return nil
 	}
-	return classifyIPMI(ctx, err, time.Since(start), s.authOK)
+	return classifyIPMI(ctx, err, time.Since(start), s.authOK, s.t)
 }
 
-// classifyIPMI classifies an ipmitool failure. A failing command is
-// reported as the last cipher suite's session error, because bmclib retries
-// every failed command with -C 17 (which ipmi_sim and older BMCs reject);
-// hence authOK.
-func classifyIPMI(ctx context.Context, err error, took time.Duration, authOK bool) error {
+// classifyIPMI classifies an ipmitool failure. ipmitool's messages are the
+// only signal: its exit status is 1 for everything.
+func classifyIPMI(ctx context.Context, err error, took time.Duration, authOK bool, t Target) error {
 	err = flatten(err)
 	msg := strings.ToLower(err.Error())
+	priv := t.PrivLevel
+	if priv == "" {
+		priv = defaultPrivLevel
+	}
 	switch {
 	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		return classified(kindUnreachable, fmt.Errorf("no answer within the timeout: %w", err))
 	case strings.Contains(msg, "insufficient resources") || strings.Contains(msg, "busy") ||
-		strings.Contains(msg, "out of space"):
+		strings.Contains(msg, "out of space") || strings.Contains(msg, "initialization in progress"):
+		// Ironic's IPMITOOL_RETRYABLE_FAILURES, "Node busy" included.
 		return classified(kindBusy, err)
+	case strings.Contains(msg, "insufficient privilege"):
+		// Completion code 0xD4: the session works but its privilege level
+		// is too low for the command. Retrying cannot help.
+		return classified(kindAuth, fmt.Errorf("the BMC refused the command at privilege level %s (ipmi_priv_level): it needs a higher level: %w", priv, err))
+	case strings.Contains(msg, "unauthorized role"):
+		// RMCP+ status 0x09 in the open session or RAKP 2 reply: the user
+		// (or channel) may not have a session at this privilege level.
+		return classified(kindAuth, fmt.Errorf("the BMC refused a session at privilege level %s: set ipmi_priv_level to the user's privilege (OPERATOR or USER): %w", priv, err))
+	case strings.Contains(msg, "invalid authentication algorithm"), strings.Contains(msg, "invalid integrity algorithm"),
+		strings.Contains(msg, "invalid confidentiality algorithm"), strings.Contains(msg, "no cipher suite match"):
+		if t.CipherSuite != "" {
+			return classified(kindAuth, fmt.Errorf("the BMC does not accept cipher suite %s (ipmi_cipher_suite): %w", t.CipherSuite, err))
+		}
+		if authOK {
+			return classified(kindBusy, fmt.Errorf("command failed although the BMC accepted the credentials moments ago: %w", err))
+		}
+		return classified(kindAuth, fmt.Errorf("session rejected by the BMC (wrong username or password, or no common cipher suite; see ipmi_cipher_suite): %w", err))
 	case strings.Contains(msg, "unable to establish"), strings.Contains(msg, "rakp"),
 		strings.Contains(msg, "unauthorized"), strings.Contains(msg, "invalid user"):
 		if authOK {
@@ -162,39 +176,16 @@ func (s *ipmiSession) setBoot(ctx context.Context, dev BootDevice, opts BootOpti
 	})
 }
 
-// bootOverride reads boot parameter 5 with ipmitool directly: bmclib v2.3.0
-// cannot read the override over IPMI. Same invocation as bmclib (lanplus,
-// password in the environment so it never shows in ps, -C 3 then 17).
+// bootOverride reads boot parameter 5 through the provider, not bmclib
+// (see ipmitoolProvider.bootParam5).
 func (s *ipmiSession) bootOverride(ctx context.Context) (bootOverride, error) {
-	if s.ipmitool == "" {
-		return bootOverride{}, fmt.Errorf("%w: ipmitool not found", ErrUnsupported)
-	}
-	suites := []string{"3", "17"}
-	if s.t.CipherSuite != "" {
-		suites = []string{s.t.CipherSuite}
-	}
-	var out []byte
-	var err error
-	start := time.Now()
-	for _, cs := range suites {
-		args := []string{"-I", "lanplus", "-H", s.t.Host, "-p", strconv.Itoa(s.t.Port),
-			"-U", s.t.Username, "-E", "-N", "5", "-C", cs}
-		if s.t.PrivLevel != "" {
-			args = append(args, "-L", s.t.PrivLevel)
-		}
-		args = append(args, "chassis", "bootparam", "get", "5")
-		cmd := exec.CommandContext(ctx, s.ipmitool, args...)
-		cmd.Env = []string{"IPMITOOL_PASSWORD=" + s.t.Password}
-		cmd.WaitDelay = time.Second // never hang on the output pipe after a kill
-		out, err = cmd.CombinedOutput()
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		return bootOverride{}, classifyIPMI(ctx, fmt.Errorf("chassis bootparam get 5: %w: %s", err, strings.TrimSpace(string(out))), time.Since(start), s.authOK)
-	}
-	return parseBootParam5(string(out))
+	var o bootOverride
+	err := s.timed(ctx, func() error {
+		var err error
+		o, err = s.prov.bootParam5(ctx)
+		return err
+	})
+	return o, err
 }
 
 // parseBootParam5 reads ipmitool's rendering of boot parameter 5.

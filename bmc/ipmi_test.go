@@ -19,36 +19,55 @@ import (
 
 const ipmiPass = "ipmi-Pa55-word"
 
-// ipmiTarget returns driver_info for the simulator, as Ironic would hold it
-// (the port as a string on purpose).
+// ipmiTarget returns driver_info for the simulator's admin user, as Ironic
+// would hold it (the port as a string on purpose).
 func ipmiTarget(t *testing.T, port int, password string) bmc.Target {
 	t.Helper()
-	tg, err := bmc.ParseDriverInfo("ipmi", map[string]any{
+	return ipmiUserTarget(t, port, "admin", password, nil)
+}
+
+// ipmiUserTarget is ipmiTarget for any user, with further driver_info keys
+// (ipmi_priv_level, ipmi_cipher_suite).
+func ipmiUserTarget(t *testing.T, port int, user, password string, extra map[string]any) bmc.Target {
+	t.Helper()
+	info := map[string]any{
 		"ipmi_address": "127.0.0.1", "ipmi_port": fmt.Sprint(port),
-		"ipmi_username": "admin", "ipmi_password": password,
-	})
+		"ipmi_username": user, "ipmi_password": password,
+	}
+	for k, v := range extra {
+		info[k] = v
+	}
+	tg, err := bmc.ParseDriverInfo("ipmi", info)
 	require.NoError(t, err)
 	return tg.WithID("node-1")
 }
 
-// bmclib's ipmitool provider against a real ipmi_sim whose chassis control
-// drives an in-memory anvil-vbmc node. Skipped without ipmi_sim/ipmitool.
-func TestIPMIAgainstIPMISim(t *testing.T) {
+// startIPMISim starts ipmi_sim (admin user ipmiPass, plus users) driving
+// node-1 of an in-memory anvil-vbmc, and a Manager paced for it that logs
+// to logs. Skips the test without ipmi_sim/ipmitool.
+func startIPMISim(t *testing.T, logs *syncBuffer, users ...ipmisim.User) (*vbmcEnv, *ipmisim.Sim, *bmc.Manager) {
+	t.Helper()
 	ipmisim.SkipIfMissing(t)
 	env := startVBMC(t, "node-1")
-	bin := ipmisim.BuildVBMC(t)
 	sim := ipmisim.Start(t, ipmisim.Options{
-		ChassisControl: fmt.Sprintf("%s chassis-control --url %s/control/node-1 --username %s --password %s", bin, env.url, testUser, testPass),
+		ChassisControl: fmt.Sprintf("%s chassis-control --url %s/control/node-1 --username %s --password %s", ipmisim.BuildVBMC(t), env.url, testUser, testPass),
 		Password:       ipmiPass,
+		Users:          users,
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var logs syncBuffer
-	cfg := fastConfig(&logs)
+	cfg := fastConfig(logs)
 	cfg.MinInterval = 20 * time.Millisecond
 	cfg.PollInterval = 50 * time.Millisecond
 	cfg.VerifyTimeout = 3 * time.Second
-	m := bmc.New(cfg)
+	return env, sim, bmc.New(cfg)
+}
+
+// bmclib with our ipmitool provider against a real ipmi_sim whose chassis
+// control drives an in-memory anvil-vbmc node.
+func TestIPMIAgainstIPMISim(t *testing.T) {
+	var logs syncBuffer
+	env, sim, m := startIPMISim(t, &logs)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	tg := ipmiTarget(t, sim.Port, ipmiPass)
 
 	t.Run("verify and status", func(t *testing.T) {
@@ -134,9 +153,10 @@ type failingBackend struct{ *vbmc.Memory }
 
 func (failingBackend) PowerOn(context.Context, string) error { return errors.New("PSU failure") }
 
-// When the chassis command itself fails, bmclib retries it with cipher
-// suite 17, which ipmi_sim rejects, and reports that session error; the
-// Manager must not call it an authentication failure.
+// When the chassis command itself fails inside a good session, the BMC's
+// own answer reaches the operator: not an authentication failure, and not
+// the session error of a retry with another cipher suite (bmclib's provider
+// retried every failed command with -C 17, which ipmi_sim rejects).
 func TestIPMIFailingChassisIsNotAnAuthError(t *testing.T) {
 	ipmisim.SkipIfMissing(t)
 	node := vbmc.NewNode("node-1", failingBackend{vbmc.NewMemory()})
@@ -151,8 +171,106 @@ func TestIPMIFailingChassisIsNotAnAuthError(t *testing.T) {
 	cfg.Retry = bmc.RetryPolicy{Attempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxElapsed: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := bmc.New(cfg).SetPower(ctx, ipmiTarget(t, sim.Port, ipmiPass), bmc.ActionOn)
+	out, err := bmc.New(cfg).SetPower(ctx, ipmiTarget(t, sim.Port, ipmiPass), bmc.ActionOn)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, bmc.ErrAuth)
-	assert.ErrorIs(t, err, bmc.ErrBusy)
+	assert.Contains(t, err.Error(), "Set Chassis Power Control to Up/On failed: Unspecified error")
+	assert.NotContains(t, err.Error(), "cipher suite 17")
+	// Completion code 0xFF is not among the failures Ironic retries
+	// (IPMITOOL_RETRYABLE_FAILURES): one read, one command.
+	assert.Equal(t, 2, out.Attempts)
+}
+
+const (
+	operPass   = "0per-Pa55-word"
+	viewerPass = "V1ewer-Pa55-word"
+)
+
+// ipmi_priv_level and ipmi_cipher_suite reach ipmitool and the BMC: an
+// OPERATOR account drives power and boot at OPERATOR, a USER account can
+// only read, and a cipher suite the BMC refuses fails at once.
+func TestIPMIPrivilegeLevelAndCipherSuite(t *testing.T) {
+	var logs syncBuffer
+	env, sim, m := startIPMISim(t, &logs,
+		ipmisim.User{Name: "oper", Password: operPass, Priv: "operator"},
+		ipmisim.User{Name: "viewer", Password: viewerPass, Priv: "user"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := env.nodes["node-1"]
+	isOn := func(t *testing.T) bool {
+		on, err := node.On(ctx)
+		require.NoError(t, err)
+		return on
+	}
+
+	t.Run("OPERATOR account at ipmi_priv_level OPERATOR", func(t *testing.T) {
+		tg := ipmiUserTarget(t, sim.Port, "oper", operPass, map[string]any{"ipmi_priv_level": "operator"})
+		out, err := m.Verify(ctx, tg)
+		require.NoError(t, err)
+		assert.Equal(t, "ipmitool", out.Provider)
+		st, _, err := m.PowerState(ctx, tg)
+		require.NoError(t, err)
+		assert.Equal(t, bmc.PowerOff, st)
+
+		_, err = m.SetBootDevice(ctx, tg, bmc.BootDisk, bmc.BootOptions{Persistent: true, EFI: true})
+		require.NoError(t, err, "chassis bootdev with options needs OPERATOR, not ADMINISTRATOR")
+		assert.Equal(t, "Hdd", env.srv.Node("node-1").Boot().Target)
+		_, err = m.SetBootDevice(ctx, tg, bmc.BootPXE, bmc.BootOptions{})
+		require.NoError(t, err)
+
+		out, err = m.SetPower(ctx, tg, bmc.ActionOn)
+		require.NoError(t, err)
+		assert.True(t, isOn(t))
+		_, dev := node.Boots()
+		assert.Equal(t, vbmc.BootPXE, dev)
+		t.Logf("on at OPERATOR: %s (%d commands)", out.Duration, out.Attempts)
+		_, err = m.SetPower(ctx, tg, bmc.ActionReboot)
+		require.NoError(t, err)
+		_, err = m.SetPower(ctx, tg, bmc.ActionOff)
+		require.NoError(t, err)
+		assert.False(t, isOn(t))
+	})
+
+	// The USER session's refusal also proves -L reaches the BMC: without
+	// it ipmitool asks for ADMINISTRATOR, which ipmi_sim grants to any user
+	// (see ipmisim.User).
+	t.Run("USER account reads but cannot set", func(t *testing.T) {
+		tg := ipmiUserTarget(t, sim.Port, "viewer", viewerPass, map[string]any{"ipmi_priv_level": "USER"})
+		st, _, err := m.PowerState(ctx, tg)
+		require.NoError(t, err)
+		assert.Equal(t, bmc.PowerOff, st)
+
+		out, err := m.SetPower(ctx, tg, bmc.ActionOn)
+		require.ErrorIs(t, err, bmc.ErrAuth)
+		assert.Contains(t, err.Error(), "Insufficient privilege level")
+		assert.Contains(t, err.Error(), "privilege level USER (ipmi_priv_level)")
+		assert.NotContains(t, err.Error(), "HPM.x", "ipmitool's probe noise stays out of last_error")
+		assert.Equal(t, 2, out.Attempts, "one read, one refused command, no retry")
+		assert.False(t, isOn(t))
+		t.Logf("USER power on: %v", err)
+
+		out, err = m.SetBootDevice(ctx, tg, bmc.BootDisk, bmc.BootOptions{})
+		require.ErrorIs(t, err, bmc.ErrAuth, "ipmitool exits 0 here; its output tells")
+		assert.Contains(t, err.Error(), "Insufficient privilege level")
+		assert.Equal(t, 1, out.Attempts)
+	})
+
+	t.Run("ipmi_cipher_suite", func(t *testing.T) {
+		_, err := m.Verify(ctx, ipmiUserTarget(t, sim.Port, "admin", ipmiPass, map[string]any{"ipmi_cipher_suite": "3"}))
+		require.NoError(t, err)
+
+		// ipmi_sim has no SHA-256: suite 17 is refused, and with
+		// ipmi_cipher_suite set no other suite is tried.
+		out, err := m.Verify(ctx, ipmiUserTarget(t, sim.Port, "admin", ipmiPass, map[string]any{"ipmi_cipher_suite": 17}))
+		require.ErrorIs(t, err, bmc.ErrAuth)
+		assert.Contains(t, err.Error(), "cipher suite 17 (ipmi_cipher_suite)")
+		assert.Contains(t, err.Error(), "invalid authentication algorithm")
+		assert.NotContains(t, err.Error(), "cipher suite 3")
+		assert.Equal(t, 1, out.Attempts)
+		t.Logf("suite 17: %v", err)
+	})
+
+	assert.NotContains(t, logs.String(), operPass)
+	assert.NotContains(t, logs.String(), viewerPass)
+	assert.NotContains(t, logs.String(), ipmiPass)
 }

@@ -25,6 +25,29 @@ type Options struct {
 	ChassisControl string
 	// Username and Password of the IPMI admin user (default admin/password).
 	Username, Password string
+	// Users are further IPMI users (numbers 3 and up).
+	Users []User
+}
+
+// User is an IPMI user of the simulated BMC.
+//
+// ipmi_sim records Priv but, over IPMI v2 (lanplus) with ipmitool's
+// name-only lookup, grants a session at whatever privilege the client
+// requests (OpenIPMI 2.0.33 lanserv: find_user ignores the privilege and
+// the session's maximum is the requested one). What it does enforce is each
+// command's privilege against the session's level: a USER session cannot
+// control the chassis (completion code 0xD4).
+type User struct {
+	Name, Password string
+	// Priv is the user's maximum privilege in ipmi_sim's words: "user",
+	// "operator" or "admin".
+	Priv string
+}
+
+// simUser is a User with its IPMI user number, for the template.
+type simUser struct {
+	Num int
+	User
 }
 
 // Sim is a running ipmi_sim.
@@ -100,7 +123,18 @@ func Start(t testing.TB, o Options) *Sim {
 	if o.Password == "" {
 		o.Password = "password"
 	}
-	for _, s := range []string{o.ChassisControl, o.Username, o.Password} {
+	quoted := []string{o.ChassisControl, o.Username, o.Password}
+	users := make([]simUser, 0, len(o.Users))
+	for i, u := range o.Users {
+		switch u.Priv {
+		case "user", "operator", "admin":
+		default:
+			t.Fatalf("ipmisim: user %q: privilege %q is not user, operator or admin", u.Name, u.Priv)
+		}
+		quoted = append(quoted, u.Name, u.Password)
+		users = append(users, simUser{Num: 3 + i, User: u})
+	}
+	for _, s := range quoted {
 		if strings.ContainsAny(s, "\"\n") {
 			t.Fatalf("ipmisim: %q cannot be quoted in lan.conf", s)
 		}
@@ -112,7 +146,7 @@ func Start(t testing.TB, o Options) *Sim {
 	}
 	s := &Sim{Port: freeUDPPort(t), Dir: t.TempDir()}
 	var conf bytes.Buffer
-	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password}); err != nil {
+	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password, "Users": users}); err != nil {
 		t.Fatal(err)
 	}
 	confPath := filepath.Join(s.Dir, "lan.conf")
