@@ -4,6 +4,10 @@
 // Every flag can also be set with an ANVIL_* environment variable (e.g.
 // --listen and ANVIL_LISTEN) or in a --config file of "key: value" lines
 // with the flag names as keys. Precedence: flag, environment, file, default.
+//
+// "anvil-controller export" and "anvil-controller import" move a whole
+// fleet between databases (SQLite and PostgreSQL) as one JSON document;
+// see transfer.go.
 package main
 
 import (
@@ -29,6 +33,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	if len(args) > 0 && (args[0] == "export" || args[0] == "import") {
+		return runTransfer(ctx, args[0], args[1:], getenv, os.Stdin, os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
 	hostname, _ := os.Hostname()
 	var (
