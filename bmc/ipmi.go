@@ -104,22 +104,18 @@ func classifyIPMI(ctx context.Context, err error, took time.Duration, authOK boo
 		// RMCP+ status 0x09 in the open session or RAKP 2 reply: the user
 		// (or channel) may not have a session at this privilege level.
 		return classified(kindAuth, fmt.Errorf("the BMC refused a session at privilege level %s: set ipmi_priv_level to the user's privilege (OPERATOR or USER): %w", priv, err))
-	case strings.Contains(msg, "invalid authentication algorithm"), strings.Contains(msg, "invalid integrity algorithm"),
-		strings.Contains(msg, "invalid confidentiality algorithm"), strings.Contains(msg, "no cipher suite match"):
-		if t.CipherSuite != "" {
-			return classified(kindAuth, fmt.Errorf("the BMC does not accept cipher suite %s (ipmi_cipher_suite): %w", t.CipherSuite, err))
-		}
-		if authOK {
-			return classified(kindBusy, fmt.Errorf("command failed although the BMC accepted the credentials moments ago: %w", err))
-		}
-		return classified(kindAuth, fmt.Errorf("session rejected by the BMC (wrong username or password, or no common cipher suite; see ipmi_cipher_suite): %w", err))
 	case strings.Contains(msg, "unable to establish"), strings.Contains(msg, "rakp"),
 		strings.Contains(msg, "unauthorized"), strings.Contains(msg, "invalid user"):
-		if authOK {
+		// "invalid authentication algorithm" and the like: the BMC lacks
+		// the cipher suite asked for.
+		cipherRefused := strings.Contains(msg, "algorithm") || strings.Contains(msg, "no cipher suite match")
+		switch {
+		case authOK:
 			return classified(kindBusy, fmt.Errorf("command failed although the BMC accepted the credentials moments ago: %w", err))
-		}
-		if took < ipmitoolNoReply {
-			return classified(kindAuth, fmt.Errorf("session rejected by the BMC (wrong username, password, privilege level or cipher suite): %w", err))
+		case cipherRefused && t.CipherSuite != "":
+			return classified(kindAuth, fmt.Errorf("the BMC does not accept cipher suite %s (ipmi_cipher_suite): %w", t.CipherSuite, err))
+		case cipherRefused || took < ipmitoolNoReply:
+			return classified(kindAuth, fmt.Errorf("session rejected by the BMC (wrong username or password, or a privilege level or cipher suite it refuses: ipmi_priv_level, ipmi_cipher_suite): %w", err))
 		}
 		return classified(kindUnreachable, err)
 	case strings.Contains(msg, "no response") || strings.Contains(msg, "timeout"):
