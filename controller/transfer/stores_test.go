@@ -25,6 +25,12 @@ import (
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 )
 
+// Both stores write an import's history in batches.
+var (
+	_ eventBatcher = (*sqlite.Store)(nil)
+	_ eventBatcher = (*postgres.Store)(nil)
+)
+
 func openSQLiteFile(t *testing.T) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))

@@ -213,6 +213,25 @@ func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
 	return appendEvent(ctx, s.w, e)
 }
 
+// AppendEvents adds history entries in one transaction, in order: a bulk
+// load (an import) pays one commit per batch instead of one per entry.
+func (s *Store) AppendEvents(ctx context.Context, events []*store.Event) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	defer tx.Rollback()
+	for _, e := range events {
+		if err := appendEvent(ctx, tx, e); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	return nil
+}
+
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
