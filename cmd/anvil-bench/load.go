@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,6 +46,8 @@ type loadConfig struct {
 	workers     int
 	leaseTTL    time.Duration
 	timeout     time.Duration
+	logDir      string
+	pgOptions   string
 }
 
 func parseLoad(args []string) (loadConfig, error) {
@@ -65,6 +68,8 @@ func parseLoad(args []string) (loadConfig, error) {
 	fs.IntVar(&c.workers, "workers", 0, "the controllers' --workers (0: their default)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 0, "the controllers' --lease-ttl (0: not passed)")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "abort the whole run after this long")
+	fs.StringVar(&c.pgOptions, "pg-options", "", "extra options of the PostgreSQL URL, e.g. pool_max_conns=16")
+	fs.StringVar(&c.logDir, "log-dir", "", "keep the controllers' logs (level warn) in this directory (default: a temp dir, removed)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -247,6 +252,11 @@ func startFleet(cfg loadConfig) (f *fleet, err error) {
 	if f.dir, err = os.MkdirTemp("", "anvil-load"); err != nil {
 		return f, err
 	}
+	if cfg.logDir != "" {
+		if err = os.MkdirAll(cfg.logDir, 0o755); err != nil {
+			return f, err
+		}
+	}
 	db := "sqlite://" + filepath.Join(f.dir, "anvil.db")
 	if cfg.database == "postgres" {
 		if f.pg, err = pgserver.Start(pgserver.Options{MaxConnections: 100, SharedBuffers: "128MB"}); err != nil {
@@ -254,6 +264,9 @@ func startFleet(cfg loadConfig) (f *fleet, err error) {
 		}
 		if db, err = f.pg.CreateDatabase(""); err != nil {
 			return f, err
+		}
+		if cfg.pgOptions != "" {
+			db += "&" + cfg.pgOptions
 		}
 	}
 	for i := range cfg.controllers {
@@ -265,7 +278,7 @@ func startFleet(cfg loadConfig) (f *fleet, err error) {
 		if cfg.leaseTTL > 0 {
 			args = append(args, "--lease-ttl", cfg.leaseTTL.String())
 		}
-		logPath := filepath.Join(f.dir, fmt.Sprintf("controller-%d.log", i))
+		logPath := filepath.Join(cmp.Or(cfg.logDir, f.dir), fmt.Sprintf("controller-%d.log", i))
 		logs, err := os.Create(logPath)
 		if err != nil {
 			return f, err
