@@ -95,7 +95,7 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 			{Interface: protocol.InterfaceDeploy, Step: "write_image", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 				"image_url":         {Description: "HTTP(S) URL of the image", Required: true},
 				"image_checksum":    {Description: "sha256:<hex> or sha512:<hex> of the image as downloaded", Required: true},
-				"image_disk_format": {Description: "raw, gzip, zstd or auto (default)"},
+				"image_disk_format": {Description: "raw, qcow2, gzip, zstd or auto (default: detected from the image's first bytes)"},
 				"root_device":       {Description: "root device hints (size, model, serial, wwn, name, rotational, vendor, by_path)"},
 			}},
 		},

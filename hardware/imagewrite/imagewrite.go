@@ -1,15 +1,15 @@
 // Package imagewrite streams a disk image over HTTP straight onto a block
 // device: no staging in RAM or on a filesystem (the ramdisk has neither the
 // memory nor the space for an image), checksum computed over the downloaded
-// bytes while writing (as Ironic checks the image file), optional gzip/zstd
-// decompression on the fly, O_DIRECT writes, fsync and a partition-table
-// re-read at the end. A failed write never looks like a success: on any
-// error after the first byte hit the disk, the first MiB is zeroed so the
-// machine cannot boot a half-written or corrupt image, and the error says so.
+// bytes while writing (as Ironic checks the image file), qcow2 images
+// (qcow2.go) and gzip/zstd decompression on the fly, O_DIRECT writes, fsync
+// and a partition-table re-read at the end. A failed write never looks like
+// a success: on any error after the first byte hit the disk, the first MiB
+// is zeroed so the machine cannot boot a half-written or corrupt image, and
+// the error says so. The stages run concurrently (pipeline.go).
 package imagewrite
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -22,12 +22,14 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,34 +42,35 @@ type Opener interface {
 type Request struct {
 	URL      string // http(s) URL of the image
 	Checksum string // "sha256:<hex>" or "sha512:<hex>", of the bytes as downloaded
-	Format   string // raw, gzip, zstd or auto (default auto: detect by magic bytes)
+	Format   string // raw, qcow2, gzip, zstd or auto (default auto: detect by magic bytes)
 	Device   string // target block device, e.g. /dev/nvme0n1
 }
 
 // Result is the JSON-serialisable outcome of a write.
 type Result struct {
-	Device          string  `json:"device"`
-	URL             string  `json:"url"`
-	Format          string  `json:"format"`
-	ChecksumAlgo    string  `json:"checksum_algorithm"`
-	Checksum        string  `json:"checksum"`
-	BytesDownloaded int64   `json:"bytes_downloaded"`
-	BytesWritten    int64   `json:"bytes_written"`
-	DeviceSize      int64   `json:"device_size"`
-	Seconds         float64 `json:"seconds"`
-	MBPerSecond     float64 `json:"mb_per_second"`
-	PartitionReread string  `json:"partition_table_reread"`
+	Device          string       `json:"device"`
+	URL             string       `json:"url"`
+	Format          string       `json:"format"`
+	ChecksumAlgo    string       `json:"checksum_algorithm"`
+	Checksum        string       `json:"checksum"`
+	BytesDownloaded int64        `json:"bytes_downloaded"`
+	BytesWritten    int64        `json:"bytes_written"`
+	DeviceSize      int64        `json:"device_size"`
+	Seconds         float64      `json:"seconds"`
+	MBPerSecond     float64      `json:"mb_per_second"`
+	PartitionReread string       `json:"partition_table_reread"`
+	Qcow2           *Qcow2Result `json:"qcow2,omitempty"`
 }
 
 // Writer writes images. Client defaults to http.DefaultClient.
 type Writer struct {
 	Client *http.Client
 	Opener Opener
-}
 
-// chunk is the unit of reading and writing. 4 MiB O_DIRECT writes keep a
-// device queue full (the benchmark compares with dd bs=4M oflag=direct).
-const chunk = 4 << 20
+	// skipChecksum is for the benchmark only (measuring the pipeline
+	// without the hash): Write still requires a well-formed checksum.
+	skipChecksum bool
+}
 
 func writeError(msg string, args ...any) error {
 	return &protocol.Error{Type: protocol.ErrTypeImageWrite, Code: 500, Message: fmt.Sprintf(msg, args...)}
@@ -112,15 +115,17 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	switch format {
 	case "":
 		format = "auto"
-	case "raw", "gzip", "zstd", "auto":
+	case "raw", "gzip", "zstd", "qcow2", "auto":
 	default:
-		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: fmt.Sprintf("image_disk_format %q: want raw, gzip, zstd or auto", req.Format)}
+		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: fmt.Sprintf("image_disk_format %q: want raw, qcow2, gzip, zstd or auto", req.Format)}
 	}
 	if w.Opener == nil {
 		return res, writeError("no device guard configured")
 	}
+	direct := true
 	f, err := w.Opener.OpenForWrite(req.Device, unix.O_DIRECT)
 	if errors.Is(err, unix.EINVAL) {
+		direct = false
 		f, err = w.Opener.OpenForWrite(req.Device, 0) // no O_DIRECT here (tmpfs files in tests)
 	}
 	if err != nil {
@@ -135,12 +140,17 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 		return res, writeError("size of %s: %v", req.Device, err)
 	}
 	res.DeviceSize = devSize
+	dev := &device{f: f, size: devSize, direct: direct, isDir: direct}
 
 	client := w.Client
 	if client == nil {
 		client = http.DefaultClient
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, req.URL, nil)
+	// The download is cancelled as soon as any stage fails, so a goroutine
+	// blocked reading the body returns at once.
+	dlCtx, cancelDownload := context.WithCancel(ctx)
+	defer cancelDownload()
+	hreq, err := http.NewRequestWithContext(dlCtx, http.MethodGet, req.URL, nil)
 	if err != nil {
 		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: fmt.Sprintf("image_url: %v", err)}
 	}
@@ -152,70 +162,105 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	if resp.StatusCode != http.StatusOK {
 		return res, writeError("download %s: HTTP %s", req.URL, resp.Status)
 	}
+	total := resp.ContentLength
 	// A raw image whose announced size exceeds the disk is refused before
 	// writing anything.
-	if resp.ContentLength > devSize && format == "raw" {
-		return res, writeError("image (%d bytes) is larger than %s (%d bytes)", resp.ContentLength, req.Device, devSize)
+	if total > devSize && format == "raw" {
+		return res, writeError("image (%d bytes) is larger than %s (%d bytes)", total, req.Device, devSize)
 	}
 
-	h := newHash(algo)
-	counted := &countingReader{r: resp.Body}
-	br := bufio.NewReaderSize(counted, 1<<20)
+	// The first block is read here: its magic bytes decide the format, and
+	// a qcow2 header is checked before anything is written.
+	dlPool := newPool(poolBuffers, chunk)
+	var counted atomic.Int64
+	first := &block{buf: <-dlPool.free, pool: dlPool}
+	first.n, err = io.ReadFull(resp.Body, first.buf)
+	counted.Add(int64(first.n))
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return res, writeError("download %s: %v", req.URL, err)
+	}
 	if format == "auto" {
-		format = detect(br)
-		if format == "raw" && resp.ContentLength > devSize {
-			return res, writeError("image (%d bytes) is larger than %s (%d bytes)", resp.ContentLength, req.Device, devSize)
-		}
+		format = detect(first.data())
 	}
 	res.Format = format
-	// The checksum is over the bytes as downloaded. For a raw image those
-	// are the bytes written, so each chunk is hashed by the copy loop in
-	// parallel with its write; compressed streams are hashed as read.
-	hashed := io.TeeReader(br, h)
-	var src io.Reader = hashed
-	var chunkHash hash.Hash
-	switch format {
-	case "raw":
-		src, chunkHash = br, h
-	case "gzip":
-		gz, err := gzip.NewReader(hashed)
-		if err != nil {
-			return res, writeError("gzip image: %v", err)
+	if format == "raw" && total > devSize {
+		return res, writeError("image (%d bytes) is larger than %s (%d bytes)", total, req.Device, devSize)
+	}
+	var qc qcow2Header
+	if format == "qcow2" {
+		if qc, err = parseQcow2Header(first.data()); err != nil {
+			return res, writeError("qcow2 image %s: %v", req.URL, err)
 		}
-		defer gz.Close()
-		src = gz
-	case "zstd":
-		zr, err := zstd.NewReader(hashed, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return res, writeError("zstd image: %v", err)
+		if qc.size > devSize {
+			return res, writeError("qcow2 image's virtual size (%d bytes) is larger than %s (%d bytes)", qc.size, req.Device, devSize)
 		}
-		defer zr.Close()
-		src = zr
 	}
 
-	total := resp.ContentLength
-	written, werr := copyToDevice(ctx, f, src, chunkHash, devSize, func(n int64) {
-		p := hardware.Progress{Message: "writing image to " + req.Device, Device: req.Device, BytesDone: uint64(counted.n)}
+	g, gctx := errgroup.WithContext(ctx)
+	stop := context.AfterFunc(gctx, cancelDownload)
+	defer stop()
+	h := newHash(algo)
+	var hashCh chan *block
+	if !w.skipChecksum {
+		hashCh = make(chan *block, poolBuffers)
+		g.Go(func() error { return hashBlocks(hashCh, h) })
+	}
+	downloaded := make(chan *block, poolBuffers)
+	g.Go(func() error { return download(gctx, resp.Body, first, dlPool, total, &counted, hashCh, downloaded) })
+	report := func() {
+		p := hardware.Progress{Message: "writing image to " + req.Device, Device: req.Device, BytesDone: uint64(counted.Load())}
 		if total > 0 {
 			p.BytesTotal = uint64(total)
-			p.Percent = min(99, 100*float64(counted.n)/float64(total))
+			p.Percent = min(99, 100*float64(p.BytesDone)/float64(total))
 		}
 		progress.Report(p)
-	})
-	res.BytesWritten = written
-	if werr == nil {
-		// Drain what the decompressor did not need (trailing padding) so the
-		// checksum covers the whole download, and catch a short body.
-		_, werr = io.Copy(io.Discard, hashed)
 	}
-	res.BytesDownloaded = counted.n
-	if werr == nil && total >= 0 && counted.n != total {
-		werr = fmt.Errorf("short read: got %d of %d bytes", counted.n, total)
+	var q *qcow2Stream
+	if format == "raw" {
+		// Downloaded blocks are device blocks: no copy, no decoder.
+		g.Go(func() error { return writeBlocks(gctx, dev, downloaded, report) })
+	} else {
+		out := make(chan *block, poolBuffers)
+		wrPool := newPool(poolBuffers, chunk)
+		src := &blockReader{ctx: gctx, ch: downloaded}
+		if format == "qcow2" {
+			q = newQcow2Stream(qc, src, &emitter{ctx: gctx, pool: wrPool, out: out})
+		}
+		g.Go(func() error { return writeBlocks(gctx, dev, out, report) })
+		g.Go(func() error {
+			var err error
+			switch format {
+			case "gzip":
+				err = gunzip(gctx, src, wrPool, out)
+			case "zstd":
+				err = unzstd(gctx, src, wrPool, out)
+			case "qcow2":
+				err = q.run()
+			}
+			if err != nil {
+				return err
+			}
+			return src.drain()
+		})
 	}
-	got := h.Sum(nil)
-	res.Checksum = algo + ":" + hex.EncodeToString(got)
-	if werr == nil && !equal(got, wantSum) {
-		werr = fmt.Errorf("checksum mismatch: image is %s, expected %s:%s", res.Checksum, algo, hex.EncodeToString(wantSum))
+	werr := g.Wait()
+	res.BytesWritten = dev.wrote.Load()
+	res.BytesDownloaded = counted.Load()
+	if werr == nil && !w.skipChecksum {
+		got := h.Sum(nil)
+		res.Checksum = algo + ":" + hex.EncodeToString(got)
+		if !equal(got, wantSum) {
+			werr = fmt.Errorf("checksum mismatch: image is %s, expected %s:%s", res.Checksum, algo, hex.EncodeToString(wantSum))
+		}
+	}
+	if q != nil {
+		// Guest ranges the image leaves unallocated read as zeros in qcow2;
+		// they must on the disk too, whatever it held before.
+		if werr == nil {
+			werr = q.zeroHoles(dev)
+		}
+		r := q.result()
+		res.Qcow2 = &r
 	}
 	if werr == nil {
 		werr = f.Sync()
@@ -223,7 +268,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	if werr != nil {
 		res.Seconds = time.Since(start).Seconds()
 		msg := werr.Error()
-		if written > 0 {
+		if dev.wrote.Load() > 0 {
 			if err := wipeHead(f); err != nil {
 				msg += fmt.Sprintf("; wiping the first MiB of %s FAILED too (%v): the disk may hold a partial image", req.Device, err)
 			} else {
@@ -235,138 +280,46 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	res.PartitionReread = reread(f)
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
-		res.MBPerSecond = float64(written) / 1e6 / res.Seconds
+		res.MBPerSecond = float64(res.BytesWritten) / 1e6 / res.Seconds
 	}
 	progress.Report(hardware.Progress{Percent: 100, Message: "image written to " + req.Device, Device: req.Device,
-		BytesDone: uint64(counted.n), BytesTotal: uint64(counted.n)})
+		BytesDone: uint64(res.BytesDownloaded), BytesTotal: uint64(res.BytesDownloaded)})
 	return res, nil
 }
 
 func equal(a, b []byte) bool { return string(a) == string(b) }
 
-// detect peeks at the stream's magic bytes.
-func detect(br *bufio.Reader) string {
-	head, _ := br.Peek(4)
+// detect looks at the image's magic bytes.
+func detect(head []byte) string {
 	switch {
 	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
 		return "gzip"
 	case len(head) >= 4 && head[0] == 0x28 && head[1] == 0xb5 && head[2] == 0x2f && head[3] == 0xfd:
 		return "zstd"
+	case len(head) >= 4 && string(head[:4]) == qcow2Magic:
+		return "qcow2"
 	}
 	return "raw"
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// copyToDevice reads src in chunk-sized pieces and writes them to f, with
-// reading and writing overlapped (two buffers) so the network/decompression
-// and the device work at the same time.
-//
-// When h is not nil every chunk is also fed to h, concurrently with its
-// write (hashing and the device then overlap instead of adding up).
-func copyToDevice(ctx context.Context, f *os.File, src io.Reader, h hash.Hash, devSize int64, progress func(int64)) (int64, error) {
-	// Buffers come from the Go heap (aligned by hand for O_DIRECT), not an
-	// mmap: the reader goroutine may still be inside a Read when we return
-	// on an error, and must never touch unmapped memory.
-	mem := alignedHeap(3 * chunk)
-	type filled struct {
-		buf []byte
-		n   int
-		err error
-	}
-	free := make(chan []byte, 3)
-	for i := 0; i < 3; i++ {
-		free <- mem[i*chunk : (i+1)*chunk]
-	}
-	full := make(chan filled, 3)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(full)
-		for {
-			var buf []byte
-			select {
-			case buf = <-free:
-			case <-ctx.Done():
-				return
-			}
-			n, err := io.ReadFull(src, buf)
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF // a final partial chunk
-			}
-			full <- filled{buf, n, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var off int64
-	last := time.Now()
-	for c := range full {
-		if c.n > 0 {
-			if off+int64(c.n) > devSize {
-				return off, fmt.Errorf("image is larger than the device (%d bytes): stopped at %d", devSize, off)
-			}
-			data := c.buf[:c.n]
-			if c.n%4096 != 0 {
-				// O_DIRECT needs whole blocks: write the ragged tail buffered.
-				if err := setDirect(f, false); err != nil {
-					return off, err
-				}
-			}
-			var hashed chan struct{}
-			if h != nil {
-				hashed = make(chan struct{})
-				go func() { h.Write(data); close(hashed) }()
-			}
-			_, err := f.WriteAt(data, off)
-			if hashed != nil {
-				<-hashed // the buffer is reused: wait for the hash to finish with it
-			}
-			if err != nil {
-				return off, fmt.Errorf("write at %d: %w", off, err)
-			}
-			off += int64(c.n)
-			if time.Since(last) > 500*time.Millisecond {
-				progress(off)
-				last = time.Now()
-			}
-		}
-		if c.err == io.EOF {
-			return off, nil
-		}
-		if c.err != nil {
-			return off, fmt.Errorf("read image: %w", c.err)
-		}
-		if err := ctx.Err(); err != nil {
-			return off, err
-		}
-		free <- c.buf
-	}
-	return off, ctx.Err()
-}
-
-func setDirect(f *os.File, on bool) error {
-	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+func gunzip(ctx context.Context, src io.Reader, p *pool, out chan<- *block) error {
+	gz, err := gzip.NewReader(src)
 	if err != nil {
-		return err
+		close(out)
+		return fmt.Errorf("gzip image: %w", err)
 	}
-	if on {
-		fl |= unix.O_DIRECT
-	} else {
-		fl &^= unix.O_DIRECT
+	defer gz.Close()
+	return streamOut(ctx, gz, p, out)
+}
+
+func unzstd(ctx context.Context, src io.Reader, p *pool, out chan<- *block) error {
+	zr, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		close(out)
+		return fmt.Errorf("zstd image: %w", err)
 	}
-	_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl)
-	return err
+	defer zr.Close()
+	return streamOut(ctx, zr, p, out)
 }
 
 // wipeHead zeroes the first MiB (MBR, GPT header and entries, the boot
@@ -406,11 +359,4 @@ func reread(f *os.File) string {
 		return "failed: " + e.Error()
 	}
 	return "ok"
-}
-
-// alignedHeap returns n bytes of Go memory starting on a 4096-byte boundary.
-func alignedHeap(n int) []byte {
-	raw := make([]byte, n+4096)
-	off := int(4096-uintptr(unsafe.Pointer(&raw[0]))%4096) % 4096
-	return raw[off : off+n : off+n]
 }

@@ -136,7 +136,8 @@ func TestWriteImageFailsCleanly(t *testing.T) {
 		{"404", Request{URL: srv.URL + "/missing", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "404", false, true},
 		{"bad checksum syntax", Request{URL: srv.URL + "/img", Checksum: "md5:abc"}, protocol.ErrTypeInvalidArgs, "not supported", false, true},
 		{"truncated digest", Request{URL: srv.URL + "/img", Checksum: "sha256:abcd"}, protocol.ErrTypeInvalidArgs, "hex digest", false, true},
-		{"bad format", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "qcow2"}, protocol.ErrTypeInvalidArgs, "qcow2", false, true},
+		{"bad format", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "vmdk"}, protocol.ErrTypeInvalidArgs, "vmdk", false, true},
+		{"raw image declared qcow2", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "qcow2"}, protocol.ErrTypeImageWrite, "not a qcow2 image", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
