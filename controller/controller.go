@@ -47,6 +47,7 @@ type Config struct {
 	PriorityOverrides    map[string]int
 	PowerSyncInterval    time.Duration // 0 disables
 	PowerSyncEnforce     bool
+	LeaseTTL             time.Duration // node lease period (several controllers on PostgreSQL)
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
@@ -141,6 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, CheckInterval: cfg.TimeoutCheckInterval,
 		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
 		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
+		LeaseTTL: cfg.LeaseTTL, SoleController: strings.HasPrefix(cfg.Database, "sqlite://"),
 		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
 			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
@@ -154,7 +156,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	listenURL = "http://" + ln.Addr().String()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth, "host", cond.Host())
+	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
+		"host", cond.Host(), "lease_holder", cond.Holder())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}

@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		syncEvery  = fs.Duration("power-sync-interval", 60e9, "check every managed node's power state once per interval, spread over it (0 disables)")
 		syncForce  = fs.Bool("power-sync-enforce", true, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
+		leaseTTL   = fs.Duration("lease-ttl", 20e9, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
 		config     = fs.String("config", "", "config file of 'flag-name: value' lines")
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
 		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
-		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, Logger: log})
+		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

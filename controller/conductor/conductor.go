@@ -36,16 +36,27 @@ type Config struct {
 	CheckInterval      time.Duration // how often wait-state timeouts are checked
 	Agent              AgentConfig
 	PowerSync          PowerSyncConfig
-	Logger             *slog.Logger
-	Now                func() time.Time
+	// LeaseTTL is how long a node stays owned by this controller without a
+	// renewal (renewed every LeaseTTL/4); a dead controller's nodes are
+	// taken over by the others after it. Default 20 s.
+	LeaseTTL time.Duration
+	// SoleController says no other controller can use the store (SQLite):
+	// leases left by a previous run are then cleared at start instead of
+	// waited out.
+	SoleController bool
+	Logger         *slog.Logger
+	Now            func() time.Time
 }
 
 // Conductor owns node operations.
 type Conductor struct {
-	cfg     Config
-	st      store.Store
-	drivers map[string]Driver
-	log     *slog.Logger
+	cfg      Config
+	st       store.Store
+	drivers  map[string]Driver
+	log      *slog.Logger
+	holder   string         // this process in node leases
+	leases   leaseTable     // what this process holds
+	notifier store.Notifier // nil for a store with a single controller
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -68,6 +79,9 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 10 * time.Second
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 20 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -76,7 +90,9 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	}
 	cfg.Agent.defaults()
 	c := &Conductor{cfg: cfg, st: st, drivers: map[string]Driver{}, log: cfg.Logger,
-		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{}}
+		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{},
+		holder: newHolder(cfg.Host), leases: leaseTable{held: map[string]time.Time{}}}
+	c.notifier, _ = st.(store.Notifier)
 	c.cond = sync.NewCond(&c.mu)
 	for _, d := range drivers {
 		c.drivers[d.Name()] = d
@@ -105,20 +121,25 @@ func (c *Conductor) DriverNames() []string {
 
 func (c *Conductor) now() time.Time { return c.cfg.Now().UTC() }
 
-// Run starts the workers, resumes interrupted work and checks wait-state
-// timeouts until ctx ends; it returns once every worker has finished its
-// current node.
+// Run starts the workers, takes over interrupted work (its own after a
+// restart, and that of dead controllers sharing the database) and checks
+// wait-state timeouts until ctx ends; it returns once every worker has
+// finished its current node and this controller's leases are released.
 func (c *Conductor) Run(ctx context.Context) error {
+	if c.cfg.SoleController {
+		if err := c.st.ClearLeases(ctx); err != nil {
+			return fmt.Errorf("clearing the leases of a previous run: %w", err)
+		}
+	}
 	for i := 0; i < c.cfg.Workers; i++ {
 		c.wg.Add(1)
 		go c.worker(ctx)
 	}
-	if err := c.recover(ctx); err != nil {
-		c.log.Error("resuming interrupted operations failed", "err", err)
+	var bg sync.WaitGroup
+	for _, loop := range []func(context.Context){c.runLeases, c.listen, c.runPowerSync} {
+		bg.Add(1)
+		go func() { defer bg.Done(); loop(ctx) }()
 	}
-	syncDone := make(chan struct{})
-	go func() { defer close(syncDone); c.runPowerSync(ctx) }()
-	defer func() { <-syncDone }()
 	t := time.NewTicker(c.cfg.CheckInterval)
 	defer t.Stop()
 	for {
@@ -129,6 +150,8 @@ func (c *Conductor) Run(ctx context.Context) error {
 			c.cond.Broadcast()
 			c.mu.Unlock()
 			c.wg.Wait()
+			bg.Wait()
+			c.releaseAll()
 			return nil
 		case <-t.C:
 			c.checkTimeouts(ctx)
@@ -189,22 +212,6 @@ func (c *Conductor) worker(ctx context.Context) {
 			c.Kick(id)
 		}
 	}
-}
-
-// recover re-queues nodes whose work was running when a controller stopped.
-func (c *Conductor) recover(ctx context.Context) error {
-	yes := true
-	nodes, err := c.st.ListNodes(ctx, store.NodeFilter{Reserved: &yes}, store.Page{})
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		c.log.Info("resuming interrupted operation", "node", n.UUID, "state", n.ProvisionState, "holder", deref(n.Reservation))
-		c.event(ctx, n.UUID, "INFO", "provisioning", fmt.Sprintf(
-			"Controller %s resumed the operation in state %q after a restart", c.cfg.Host, n.ProvisionState))
-		c.Kick(n.UUID)
-	}
-	return nil
 }
 
 // newEvent builds a history entry for the node.

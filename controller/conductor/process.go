@@ -27,11 +27,19 @@ func (c *Conductor) process(ctx context.Context, nodeUUID string) {
 			}
 			return
 		}
+		if !needsWork(n) {
+			c.release(ctx, nodeUUID)
+			return // resting: nothing to do
+		}
 		d, ok := c.drivers[n.Driver]
 		if !ok {
 			c.log.Error("node uses a hardware type this controller does not enable", "node", nodeUUID, "driver", n.Driver)
 			return
 		}
+		if !c.lease(ctx, n) {
+			return // another controller works on it
+		}
+		ctx := store.WithLease(ctx, c.holder)
 		if n.TargetPowerState != nil {
 			err = c.power(ctx, n, d)
 		} else {
@@ -61,6 +69,11 @@ func (c *Conductor) process(ctx context.Context, nodeUUID string) {
 		}
 		if errors.Is(err, errStale) {
 			c.log.Debug("node moved on while processing", "node", nodeUUID, "err", err)
+			return
+		}
+		if isLeaseLost(err) {
+			c.leases.drop(nodeUUID)
+			c.log.Warn("node lease lost while working; another controller carries on", "node", nodeUUID, "err", err)
 			return
 		}
 		if err != nil {

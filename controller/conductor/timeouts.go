@@ -48,9 +48,12 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 			if n.ProvisionUpdatedAt == nil || n.ProvisionUpdatedAt.After(deadline) {
 				continue
 			}
+			if !c.lease(ctx, n) {
+				continue // its holder times it out
+			}
 			msg := w.msg(n)
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(ctx, n.UUID, w.st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(store.WithLease(ctx, c.holder), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				if w.st == state.CleanWait && stepRunning {
 					cleanPhase.onFailure(m, msg)
@@ -62,6 +65,7 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 				continue
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
+			c.Kick(n.UUID) // at rest now: its lease is released
 		}
 	}
 }
@@ -84,8 +88,11 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 			if msg == "" {
 				continue
 			}
+			if !c.lease(ctx, n) {
+				continue // its holder times it out
+			}
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(ctx, n.UUID, st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(store.WithLease(ctx, c.holder), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				c.tearDownAgent(m)
 				if st == state.CleanWait && stepRunning {
@@ -98,6 +105,7 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 				continue
 			}
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
+			c.Kick(n.UUID)
 		}
 	}
 }

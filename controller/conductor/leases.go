@@ -1,0 +1,280 @@
+package conductor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Several controllers may share one database. Each node's work is done by
+// the controller holding the node's lease (store.Leases): the lease is
+// taken when a node needs work, renewed every LeaseTTL/4 while it is held,
+// and released when the node comes to rest. A controller that dies stops
+// renewing; one lease period later its nodes show up in the unleased-work
+// scan of the survivors, which take them over and resume each at its
+// persisted step (the restart-safety logic). Writes made while working are
+// fenced by the lease (store.WithLease), and a controller stops starting
+// new work on a node whose lease it could not renew for half a period.
+
+// leaseTable is what this controller believes it holds, and until when by
+// its own clock (conservatively: from before the renewal was sent).
+type leaseTable struct {
+	mu   sync.Mutex
+	held map[string]time.Time
+}
+
+func (t *leaseTable) valid(node string, now time.Time, margin time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	until, ok := t.held[node]
+	return ok && until.Sub(now) > margin
+}
+
+func (t *leaseTable) has(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.held[node]
+	return ok
+}
+
+func (t *leaseTable) set(node string, until time.Time) {
+	t.mu.Lock()
+	t.held[node] = until
+	t.mu.Unlock()
+}
+
+// drop forgets the node and reports whether it was held.
+func (t *leaseTable) drop(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.held[node]
+	delete(t.held, node)
+	return ok
+}
+
+// renewed replaces the table by the nodes a renewal confirmed and returns
+// the ones lost.
+func (t *leaseTable) renewed(nodes []string, until time.Time) (lost []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	still := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		still[n] = true
+	}
+	for n := range t.held {
+		if !still[n] {
+			lost = append(lost, n)
+			delete(t.held, n)
+		}
+	}
+	for _, n := range nodes {
+		t.held[n] = until
+	}
+	return lost
+}
+
+func (t *leaseTable) nodes() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.held))
+	for n := range t.held {
+		out = append(out, n)
+	}
+	return out
+}
+
+// newHolder names this controller process in leases: the configured host
+// (shown as the node's reservation) and a random instance, so a restarted
+// controller or two controllers mistakenly given one name never share
+// leases.
+func newHolder(host string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "/" + hex.EncodeToString(b)
+}
+
+// Holder is this controller's name in node leases.
+func (c *Conductor) Holder() string { return c.holder }
+
+// leaseMargin is how much lease time must be left to start work.
+func (c *Conductor) leaseMargin() time.Duration { return c.cfg.LeaseTTL / 2 }
+
+// needsWork reports whether processing the node would do anything.
+func needsWork(n *store.Node) bool {
+	if n.TargetPowerState != nil {
+		return true
+	}
+	switch state.State(n.ProvisionState) {
+	case state.Verifying, state.Cleaning, state.Deploying, state.Deleting, state.Inspecting,
+		state.Adopting, state.Rescuing, state.Unrescuing, state.CleanWait, state.DeployWait, state.InspectWait:
+		return true
+	}
+	return false
+}
+
+// leaseWaitStates are the resting-but-busy states whose nodes are owned (an
+// agent heartbeats, a timeout runs) although no reservation is set.
+var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait), string(state.InspectWait), string(state.RescueWait)}
+
+// lease makes sure this controller holds the node's lease before working on
+// it. When another controller holds it, that one is asked to process the
+// node instead (the request arrived here, the work lands there). Taking
+// over a dead controller's expired lease is recorded in the node's history.
+func (c *Conductor) lease(ctx context.Context, n *store.Node) bool {
+	ok, _ := c.acquire(ctx, n)
+	return ok
+}
+
+// acquire is lease, also saying whether the lease was newly taken (not
+// already held here) from nobody (fresh) or from a holder whose lease
+// expired (tookOver).
+func (c *Conductor) acquire(ctx context.Context, n *store.Node) (ok, fresh bool) {
+	now := c.cfg.Now()
+	if c.leases.valid(n.UUID, now, c.leaseMargin()) {
+		return true, false
+	}
+	renewing := c.leases.has(n.UUID)
+	ok, other, err := c.st.AcquireLease(ctx, n.UUID, c.holder, c.cfg.LeaseTTL)
+	if err != nil {
+		c.log.Error("acquiring node lease failed", "node", n.UUID, "err", err)
+		return false, false
+	}
+	if ok {
+		c.leases.set(n.UUID, now.Add(c.cfg.LeaseTTL))
+		if other != "" {
+			c.log.Warn("took over a node whose controller stopped renewing its lease", "node", n.UUID, "previous", other, "state", n.ProvisionState)
+			c.event(ctx, n.UUID, "WARNING", "provisioning", fmt.Sprintf(
+				"Controller %s took over the operation in state %q: the lease of %s expired", c.cfg.Host, n.ProvisionState, other))
+			return true, false
+		}
+		return true, !renewing
+	}
+	c.leases.drop(n.UUID)
+	if other == "" {
+		return false, false // released meanwhile: the next kick or scan takes it
+	}
+	c.log.Debug("node is leased by another controller; handing it over", "node", n.UUID, "holder", other)
+	if c.notifier != nil {
+		if err := c.notifier.NotifyNode(ctx, n.UUID, other); err != nil {
+			c.log.Warn("notifying the lease holder failed", "node", n.UUID, "holder", other, "err", err)
+		}
+	}
+	return false, false
+}
+
+// release gives up the node's lease once it rests.
+func (c *Conductor) release(ctx context.Context, nodeUUID string) {
+	if !c.leases.drop(nodeUUID) {
+		return
+	}
+	if err := c.st.ReleaseLease(ctx, nodeUUID, c.holder); err != nil {
+		c.log.Warn("releasing node lease failed; it expires by itself", "node", nodeUUID, "err", err)
+	}
+}
+
+// runLeases renews this controller's leases and takes over unleased work
+// every LeaseTTL/4, until ctx ends; then it releases every lease so others
+// (or this controller restarted) can carry on at once.
+func (c *Conductor) runLeases(ctx context.Context) {
+	tick := c.cfg.LeaseTTL / 4
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		c.renewLeases(ctx)
+		c.takeOver(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Conductor) renewLeases(ctx context.Context) {
+	start := c.cfg.Now()
+	nodes, err := c.st.RenewLeases(ctx, c.holder, c.cfg.LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("renewing node leases failed", "err", err)
+		}
+		return
+	}
+	for _, n := range c.leases.renewed(nodes, start.Add(c.cfg.LeaseTTL)) {
+		c.log.Warn("node lease lost: another controller may have taken the node over", "node", n)
+	}
+}
+
+// takeOver adopts nodes that need a controller but have none: after a
+// restart, those this controller was working on; after another
+// controller's death, its nodes.
+func (c *Conductor) takeOver(ctx context.Context) {
+	nodes, err := c.st.UnleasedWork(ctx, leaseWaitStates, 500)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("listing unleased work failed", "err", err)
+		}
+		return
+	}
+	for _, id := range nodes {
+		n, err := c.st.GetNode(ctx, id)
+		if err != nil {
+			continue
+		}
+		ok, fresh := c.acquire(ctx, n)
+		if !ok {
+			continue
+		}
+		if fresh {
+			// Work without any lease: left by this controller's previous
+			// run (its leases cleared at start) or by a controller that
+			// stopped cleanly mid-operation.
+			c.log.Info("resuming interrupted operation", "node", id, "state", n.ProvisionState, "holder", deref(n.Reservation))
+			c.event(ctx, id, "INFO", "provisioning", fmt.Sprintf(
+				"Controller %s resumed the operation in state %q after a restart", c.cfg.Host, n.ProvisionState))
+		}
+		c.Kick(id)
+	}
+}
+
+// listen kicks the nodes other controllers hand to this one, reconnecting
+// with a pause after failures; after a reconnection every held node is
+// kicked once, for the notifications missed meanwhile.
+func (c *Conductor) listen(ctx context.Context) {
+	if c.notifier == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		err := c.notifier.ListenNodes(ctx, c.holder, c.Kick)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("listening for node hand-overs failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		for _, n := range c.leases.nodes() {
+			c.Kick(n)
+		}
+	}
+}
+
+// releaseAll ends this controller's leases at shutdown.
+func (c *Conductor) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.st.ReleaseLeases(ctx, c.holder); err != nil {
+		c.log.Warn("releasing node leases at shutdown failed; they expire by themselves", "err", err)
+	}
+}
+
+// errLeaseLost reports work stopped because the lease went elsewhere.
+func isLeaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }
