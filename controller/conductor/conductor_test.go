@@ -56,12 +56,11 @@ func twoSteps(abortable bool) []protocol.Step {
 }
 
 type env struct {
-	c   *Conductor
-	st  store.Store
-	drv *scriptDriver
+	c  *Conductor
+	st store.Store
 }
 
-func start(t *testing.T, drv *scriptDriver, cfg Config, st store.Store) *env {
+func start(t *testing.T, drv Driver, cfg Config, st store.Store) *env {
 	t.Helper()
 	if st == nil {
 		var err error
@@ -78,7 +77,7 @@ func start(t *testing.T, drv *scriptDriver, cfg Config, st store.Store) *env {
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &env{c: c, st: st, drv: drv}
+	return &env{c: c, st: st}
 }
 
 func (e *env) manageable(t *testing.T) string {

@@ -1,0 +1,153 @@
+package conductor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// notifyingStore is a store with a recording Notifier, as PostgreSQL has.
+type notifyingStore struct {
+	store.Store
+	mu       sync.Mutex
+	notified []string // "holder node"
+}
+
+func (s *notifyingStore) NotifyNode(_ context.Context, node, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notified = append(s.notified, holder+" "+node)
+	return nil
+}
+
+func (s *notifyingStore) ListenNodes(ctx context.Context, _ string, _ func(string)) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (s *notifyingStore) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.notified...)
+}
+
+func openSQLite(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// A node whose lease another live controller holds is not worked on here:
+// the kick is handed over to the holder.
+func TestLeasedNodeIsHandedToItsHolder(t *testing.T) {
+	ctx := context.Background()
+	st := &notifyingStore{Store: openSQLite(t)}
+	drv := &scriptDriver{steps: twoSteps(true)}
+	e := start(t, drv, Config{}, st)
+	id := e.manageable(t)
+	ok, _, err := st.AcquireLease(ctx, id, "other/0001", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	require.NoError(t, e.c.Provision(ctx, id, ProvisionRequest{Target: "provide"}))
+	require.Eventually(t, func() bool { return len(st.sent()) > 0 }, 5*time.Second, 2*time.Millisecond)
+	assert.Equal(t, "other/0001 "+id, st.sent()[0])
+	require.Eventually(t, e.c.Idle, 5*time.Second, 2*time.Millisecond)
+	assert.Empty(t, drv.executed(), "no step ran on the controller without the lease")
+	n, err := st.GetNode(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, string(state.Cleaning), n.ProvisionState)
+
+	// The holder goes away cleanly: this controller takes the node on the
+	// next kick and finishes it, then gives the lease back.
+	require.NoError(t, st.ReleaseLease(ctx, id, "other/0001"))
+	e.c.Kick(id)
+	e.wait(t, id, state.Available)
+	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, drv.executed())
+	ok, other, err := st.AcquireLease(ctx, id, "third/0002", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, ok, "a resting node's lease is released")
+	assert.Empty(t, other)
+}
+
+// A controller that loses the lease in the middle of a step (it paused
+// past the lease period and another one took over) cannot record the
+// step's outcome: the fenced write fails and the node is left to the new
+// holder.
+func TestLostLeaseFencesTheWrite(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	steal := make(chan struct{})
+	drv := &stealingDriver{scriptDriver: scriptDriver{steps: twoSteps(true)}, st: st, stolen: steal}
+	e := start(t, drv, Config{}, st)
+	id := e.manageable(t)
+	require.NoError(t, e.c.Provision(ctx, id, ProvisionRequest{Target: "provide"}))
+	<-steal
+	require.Eventually(t, e.c.Idle, 5*time.Second, 2*time.Millisecond)
+
+	n, err := st.GetNode(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, string(state.Cleaning), n.ProvisionState, "nothing recorded after the lease was lost")
+	assert.Equal(t, "erase_devices_metadata", n.CleanStep["step"], "the step the thief will resume")
+	assert.Equal(t, []string{"deploy.erase_devices_metadata"}, drv.executed(), "the loser stopped")
+	events, err := st.ListEvents(ctx, id, 0)
+	require.NoError(t, err)
+	for _, ev := range events {
+		assert.NotContains(t, ev.Event, "erase_devices_metadata finished")
+	}
+}
+
+// stealingDriver hands the node's lease to another controller while its
+// first step runs.
+type stealingDriver struct {
+	scriptDriver
+	st     store.Store
+	stolen chan struct{}
+	once   sync.Once
+}
+
+func (d *stealingDriver) ExecuteStep(ctx context.Context, n *store.Node, phase string, s protocol.Step) (StepStatus, error) {
+	st, err := d.scriptDriver.ExecuteStep(ctx, n, phase, s)
+	d.once.Do(func() {
+		_ = d.st.ClearLeases(context.Background())
+		_, _, _ = d.st.AcquireLease(context.Background(), n.UUID, "thief/0001", time.Minute)
+		close(d.stolen)
+	})
+	return st, err
+}
+
+// A node left by a controller whose lease expired is taken over, at its
+// persisted step, with the takeover in its history.
+func TestExpiredLeaseIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	n := storetest.NewNode("orphan")
+	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
+	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead")
+	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	require.NoError(t, st.CreateNode(ctx, n))
+	ok, _, err := st.AcquireLease(ctx, n.UUID, "dead/0001", 20*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	drv := &scriptDriver{steps: twoSteps(true)}
+	e := start(t, drv, Config{LeaseTTL: 200 * time.Millisecond}, st)
+	e.wait(t, n.UUID, state.Available)
+	assert.Equal(t, []string{"deploy.erase_devices"}, drv.executed(), "resumed at the persisted step")
+	events, err := st.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, events)
+	assert.Contains(t, events[0].Event, "Controller c1 took over the operation in state \"cleaning\": the lease of dead/0001 expired")
+}
