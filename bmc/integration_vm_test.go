@@ -114,8 +114,8 @@ func TestVMRedfishDrivesQEMU(t *testing.T) {
 	t.Logf("redfish power state: %s", out.Duration)
 }
 
-// bmclib's ipmitool provider → ipmi_sim → anvil-vbmc chassis-control → the
-// same kind of QEMU node.
+// bmclib with our ipmitool provider → ipmi_sim → anvil-vbmc chassis-control
+// → the same kind of QEMU node.
 func TestVMIPMIDrivesQEMU(t *testing.T) {
 	srv, q, url := qemuVBMC(t)
 	bin := ipmisim.BuildVBMC(t)
