@@ -376,17 +376,18 @@ func (e *emitter) flush() error {
 
 // qcow2Stream writes one qcow2 image from its byte stream.
 type qcow2Stream struct {
-	h    qcow2Header
-	src  io.Reader
-	out  *emitter
-	pos  int64 // bytes of the file consumed
-	eof  bool
-	l1   []byte            // the L1 table, as it arrives
-	l2At map[int64][]int64 // pending L2 tables: host offset -> L1 indexes
-	data map[int64][]int64 // pending data clusters: host offset -> guest offsets
-	comp compHeap          // pending compressed clusters
-	win  ring
-	res  Qcow2Result
+	h      qcow2Header
+	src    io.Reader
+	out    *emitter
+	pos    int64 // bytes of the file consumed
+	eof    bool
+	l1     []byte            // the L1 table, as it arrives
+	l2At   map[int64][]int64 // pending L2 tables: host offset -> L1 indexes
+	seenL2 map[int64]bool
+	data   map[int64][]int64 // pending data clusters: host offset -> guest offsets
+	comp   compHeap          // pending compressed clusters
+	win    ring
+	res    Qcow2Result
 
 	inflate  io.ReadCloser
 	unzstd   *zstd.Decoder
@@ -396,7 +397,7 @@ type qcow2Stream struct {
 
 func newQcow2Stream(h qcow2Header, src io.Reader, out *emitter) *qcow2Stream {
 	cs := h.clusterSize
-	q := &qcow2Stream{h: h, src: src, out: out, l2At: map[int64][]int64{}, data: map[int64][]int64{},
+	q := &qcow2Stream{h: h, src: src, out: out, l2At: map[int64][]int64{}, seenL2: map[int64]bool{}, data: map[int64][]int64{},
 		win: ring{slots: map[int64][]byte{}, max: int(max(4, lookBehind/cs)), cs: cs}}
 	q.res = Qcow2Result{Version: h.version, ClusterSize: cs, VirtualSize: h.size, Compression: "zlib", DirtyRefcountsFound: h.dirty}
 	if h.compression == 1 {
@@ -526,6 +527,13 @@ func (q *qcow2Stream) parseL1() error {
 		if off%cs != 0 {
 			return fmt.Errorf("L1 entry %d: L2 table offset %d is not cluster-aligned: corrupt image", i, off)
 		}
+		// An active L1 table never shares an L2 table between entries
+		// (only snapshots do, through their own L1 tables). Refusing it
+		// also bounds the work a crafted image can cause.
+		if q.seenL2[off] {
+			return fmt.Errorf("L1 entry %d: L2 table at %d is used twice: corrupt image", i, off)
+		}
+		q.seenL2[off] = true
 		if off >= q.pos {
 			q.l2At[off] = append(q.l2At[off], i)
 			continue
