@@ -311,9 +311,21 @@ func TestWriteQcow2Refuses(t *testing.T) {
 	binary.BigEndian.PutUint64(corrupt[72:], incompatCorrupt)
 	unknown := bytes.Clone(good)
 	binary.BigEndian.PutUint64(unknown[72:], 1<<9)
+	// Encrypted images are made by hand: qemu-img's LUKS creation times
+	// its key derivation and fails on a loaded machine.
+	luks := bytes.Clone(good)
+	binary.BigEndian.PutUint32(luks[32:], 2) // crypt_method LUKS
+	cryptoExt := bytes.Clone(good)
+	hlen := binary.BigEndian.Uint32(cryptoExt[100:])
+	binary.BigEndian.PutUint32(cryptoExt[hlen:], extCrypto)
+	binary.BigEndian.PutUint32(cryptoExt[hlen+4:], 16)
+	binary.BigEndian.PutUint64(cryptoExt[hlen+8:], 0x30000)
+	binary.BigEndian.PutUint64(cryptoExt[hlen+16:], 0x1000)
+	binary.BigEndian.PutUint64(cryptoExt[hlen+24:], 0)
 	files := map[string][]byte{
 		"/backing":  create("overlay.qcow2", "-b", base, "-F", "qcow2", "-o", "size=4M"),
-		"/luks":     create("luks.qcow2", "--object", "secret,id=sec0,data=123456", "-o", "encrypt.format=luks,encrypt.key-secret=sec0,size=4M"),
+		"/luks":     luks,
+		"/cryptext": cryptoExt,
 		"/datafile": create("ext.qcow2", "-o", "data_file="+filepath.Join(dir, "ext.raw")+",size=4M"),
 		"/extl2":    create("extl2.qcow2", "-o", "extended_l2=on,size=4M"),
 		"/corrupt":  corrupt,
@@ -328,7 +340,8 @@ func TestWriteQcow2Refuses(t *testing.T) {
 		headWiped            bool
 	}{
 		{"/backing", "", "backing file", false},
-		{"/luks", "", "encrypted", false},
+		{"/luks", "", "encrypted (crypt_method 2)", false},
+		{"/cryptext", "", "encrypted (LUKS header extension)", false},
 		{"/datafile", "", "external data file", false},
 		{"/extl2", "", "extended L2", false},
 		{"/corrupt", "", "marked corrupt", false},
