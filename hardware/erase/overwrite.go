@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/anvil-metal/anvil/hardware/internal/directio"
 )
 
 // chunkSize is the write size of overwrites: large enough that O_DIRECT
@@ -88,7 +88,7 @@ func writePass(ctx context.Context, f *os.File, size int64, p pattern, progress 
 		}
 		if n%4096 != 0 {
 			// Ragged tail: O_DIRECT needs block-sized writes.
-			if err := setDirect(f, false); err != nil {
+			if err := directio.Set(f, false); err != nil {
 				return err
 			}
 		}
@@ -103,21 +103,6 @@ func writePass(ctx context.Context, f *os.File, size int64, p pattern, progress 
 		}
 	}
 	return f.Sync()
-}
-
-// setDirect toggles O_DIRECT on an open file.
-func setDirect(f *os.File, on bool) error {
-	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-	if err != nil {
-		return err
-	}
-	if on {
-		fl |= unix.O_DIRECT
-	} else {
-		fl &^= unix.O_DIRECT
-	}
-	_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl)
-	return err
 }
 
 // Verification records a sampled read-back.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/internal/directio"
 	"github.com/anvil-metal/anvil/protocol"
 	"golang.org/x/sys/unix"
 )
@@ -260,7 +261,7 @@ func (e *Eraser) overwrite(ctx context.Context, p DevicePlan, pol Policy, tr *tr
 			}
 			pat = sp
 		}
-		if err := setDirect(f, isBlockDevice(f)); err != nil && isBlockDevice(f) {
+		if err := directio.Set(f, isBlockDevice(f)); err != nil && isBlockDevice(f) {
 			return nil, err
 		}
 		base := int64(i) * size

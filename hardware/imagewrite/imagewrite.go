@@ -27,6 +27,7 @@ import (
 	"unsafe"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/internal/directio"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
@@ -325,7 +326,7 @@ func unzstd(ctx context.Context, src io.Reader, p *pool, out chan<- *block) erro
 // wipeHead zeroes the first MiB (MBR, GPT header and entries, the boot
 // loader's first stage, most filesystems' superblocks).
 func wipeHead(f *os.File) error {
-	_ = setDirect(f, false)
+	_ = directio.Set(f, false)
 	if _, err := f.WriteAt(make([]byte, 1<<20), 0); err != nil {
 		return err
 	}

@@ -145,22 +145,29 @@ func TestWriteImageFailsCleanly(t *testing.T) {
 			tt.req.Device = dev
 			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
 			_, err := w.Write(context.Background(), tt.req, nil)
-			require.Error(t, err)
-			var pe *protocol.Error
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, tt.wantType, pe.Type)
-			assert.Contains(t, pe.Message, tt.wantMsg)
-			got, err := os.ReadFile(dev)
-			require.NoError(t, err)
-			if tt.headWiped {
-				assert.Contains(t, pe.Message, "first MiB")
-				assert.Equal(t, make([]byte, 1<<20), got[:1<<20], "first MiB zeroed")
-			}
-			if tt.untouched {
-				assert.Equal(t, bytes.Repeat([]byte{0xCC}, 8<<20), got)
-			}
+			require.NotEqual(t, tt.headWiped, tt.untouched)
+			failedCleanly(t, dev, err, tt.wantType, tt.wantMsg, tt.headWiped)
 		})
 	}
+}
+
+// failedCleanly checks a failed write's error and what it left on an
+// 8 MiB target filled with 0xCC: the first MiB zeroed when something had
+// been written (headWiped), otherwise nothing changed at all.
+func failedCleanly(t *testing.T, dev string, err error, wantType, wantMsg string, headWiped bool) {
+	t.Helper()
+	var pe *protocol.Error
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, wantType, pe.Type)
+	assert.Contains(t, pe.Message, wantMsg)
+	got, err := os.ReadFile(dev)
+	require.NoError(t, err)
+	if headWiped {
+		assert.Contains(t, pe.Message, "first MiB")
+		assert.Equal(t, make([]byte, 1<<20), got[:1<<20], "first MiB zeroed")
+		return
+	}
+	assert.Equal(t, bytes.Repeat([]byte{0xCC}, 8<<20), got, "nothing written")
 }
 
 func TestWriteImageRefusesUnlistedDevice(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/anvil-metal/anvil/hardware/internal/directio"
 	"golang.org/x/sys/unix"
 )
 
@@ -233,7 +234,7 @@ func (d *device) writeAt(p []byte, off int64) error {
 	}
 	aligned := off%4096 == 0 && len(p)%4096 == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%4096 == 0
 	if d.direct && aligned != d.isDir {
-		if err := setDirect(d.f, aligned); err != nil {
+		if err := directio.Set(d.f, aligned); err != nil {
 			return err
 		}
 		d.isDir = aligned
@@ -300,20 +301,6 @@ func (d *device) zeroRange(off, n int64) error {
 		done += m
 	}
 	return nil
-}
-
-func setDirect(f *os.File, on bool) error {
-	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-	if err != nil {
-		return err
-	}
-	if on {
-		fl |= unix.O_DIRECT
-	} else {
-		fl &^= unix.O_DIRECT
-	}
-	_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl)
-	return err
 }
 
 // alignedHeap returns n bytes of Go memory starting on a 4096-byte boundary.

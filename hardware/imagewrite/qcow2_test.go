@@ -359,18 +359,7 @@ func TestWriteQcow2Refuses(t *testing.T) {
 			}
 			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
 			_, err := w.Write(context.Background(), Request{URL: srv.URL + tt.path, Checksum: sum, Device: dev}, nil)
-			var pe *protocol.Error
-			require.ErrorAs(t, err, &pe)
-			assert.Equal(t, protocol.ErrTypeImageWrite, pe.Type)
-			assert.Contains(t, pe.Message, tt.want)
-			got, err := os.ReadFile(dev)
-			require.NoError(t, err)
-			if tt.headWiped {
-				assert.Contains(t, pe.Message, "first MiB")
-				assert.Equal(t, make([]byte, 1<<20), got[:1<<20])
-			} else {
-				assert.Equal(t, bytes.Repeat([]byte{0xCC}, 8<<20), got, "nothing written")
-			}
+			failedCleanly(t, dev, err, protocol.ErrTypeImageWrite, tt.want, tt.headWiped)
 		})
 	}
 }
