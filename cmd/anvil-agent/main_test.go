@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -186,7 +187,7 @@ func TestBinaryLooksUpHeartbeatsAndReportsInventory(t *testing.T) {
 	ctrl.mu.Unlock()
 	first := ctrl.hbs()[0]
 	require.NotNil(t, first.Steps)
-	assert.Equal(t, []protocol.ManagerVersion{{Name: "generic_hardware_manager", Version: "1.0"}}, first.Steps.Managers)
+	assert.Equal(t, []protocol.ManagerVersion{{Name: generic.Name, Version: generic.Version}}, first.Steps.Managers)
 	var clean []string
 	for _, s := range first.Steps.Clean {
 		clean = append(clean, s.Step)
