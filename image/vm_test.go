@@ -272,6 +272,7 @@ type vm struct {
 	serial  string
 	started time.Time
 	exited  chan struct{}
+	disks   []string // the NVMe disks' backing files
 }
 
 // vmBoot says how a VM boots: directly from kernel and initrd, or over the
@@ -320,8 +321,10 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		"-device", "virtio-rng-pci",
 		"-serial", "file:"+filepath.Join(dir, "serial.log"),
 	)
+	var files []string
 	for i, d := range disks {
 		f := filepath.Join(dir, fmt.Sprintf("nvme%d.raw", i+1))
+		files = append(files, f)
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			tb.Fatal(err)
 		}
@@ -331,7 +334,7 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw", f, i+1),
 			"-device", fmt.Sprintf("nvme,serial=%s,drive=d%d", d, i+1))
 	}
-	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{})}
+	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{}), disks: files}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)
 	v.cmd.Env = append(os.Environ(), guestfwdEnv+"="+controllerAddr)
 	var qout bytes.Buffer
