@@ -199,6 +199,9 @@ func (c *Conductor) runLeases(ctx context.Context) {
 
 func (c *Conductor) renewLeases(ctx context.Context) {
 	start := c.cfg.Now()
+	if err := c.st.RegisterController(ctx, c.holder, c.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+		c.log.Error("registering as a live controller failed", "err", err)
+	}
 	nodes, err := c.st.RenewLeases(ctx, c.holder, c.cfg.LeaseTTL)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -273,6 +276,9 @@ func (c *Conductor) releaseAll() {
 	defer cancel()
 	if err := c.st.ReleaseLeases(ctx, c.holder); err != nil {
 		c.log.Warn("releasing node leases at shutdown failed; they expire by themselves", "err", err)
+	}
+	if err := c.st.UnregisterController(ctx, c.holder); err != nil {
+		c.log.Warn("unregistering at shutdown failed; the registration expires by itself", "err", err)
 	}
 }
 

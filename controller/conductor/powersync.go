@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +28,9 @@ type PowerSyncConfig struct {
 	// maintenance when the BMC reports another one (Ironic's
 	// force_power_state_during_sync).
 	Enforce bool
+	// Workers bounds concurrent BMC reads (default 8): slow BMCs must not
+	// stretch a tick, and many must not be polled at once.
+	Workers int
 }
 
 // powerSync walks the fleet page by page and keeps per-node failure state
@@ -48,6 +53,9 @@ func (c *Conductor) runPowerSync(ctx context.Context) {
 	}
 	if cfg.MaxFailures <= 0 {
 		cfg.MaxFailures = 3
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
 	}
 	ps := &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}
 	tick := cfg.Interval / time.Duration(cfg.Ticks)
@@ -108,8 +116,38 @@ func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerS
 		ps.marker = nodes[len(nodes)-1].UUID
 	}
 	ps.mu.Unlock()
+	share := c.syncShare(ctx)
+	sem := make(chan struct{}, max(cfg.Workers, 1))
+	var wg sync.WaitGroup
 	for _, n := range nodes {
-		c.syncNodePower(ctx, ps, cfg, n)
+		if !share(n.UUID) {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c.syncNodePower(ctx, ps, cfg, n)
+		}()
+	}
+	wg.Wait()
+}
+
+// syncShare splits the fleet's power sync among the live controllers: each
+// node belongs to one of them by a hash of its UUID over the sorted list
+// all controllers read, so each BMC is polled once per interval whatever
+// the number of controllers. A controller missing from the list (its
+// registration failed) polls every node rather than leave some unpolled.
+func (c *Conductor) syncShare(ctx context.Context) func(node string) bool {
+	live, err := c.st.LiveControllers(ctx)
+	idx := slices.Index(live, c.holder)
+	if err != nil || idx < 0 || len(live) < 2 {
+		return func(string) bool { return true }
+	}
+	return func(node string) bool {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(node))
+		return int(h.Sum32()%uint32(len(live))) == idx
 	}
 }
 

@@ -113,3 +113,68 @@ func TestPowerSync(t *testing.T) {
 	}
 	assert.Equal(t, before, stub.reads[broken], "backing off: no read before the backoff expires")
 }
+
+// TestPowerSyncIsSplitAmongControllers: with three live controllers on one
+// database, each node's BMC is read by exactly one of them per interval.
+func TestPowerSyncIsSplitAmongControllers(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	const nodes = 60
+	for i := 0; i < nodes; i++ {
+		n := storetest.NewNode("")
+		n.Driver, n.ProvisionState, n.PowerState = "stub", string(state.Available), strp(PowerOff)
+		require.NoError(t, st.CreateNode(ctx, n))
+	}
+	var stubs []*bmcStub
+	var cs []*Conductor
+	for i := 0; i < 3; i++ {
+		stub := &bmcStub{actual: map[string]string{}, fail: map[string]bool{}, reads: map[string]int{}}
+		c := New(st, Config{Host: "c" + string(rune('0'+i))}, stub)
+		require.NoError(t, st.RegisterController(ctx, c.Holder(), time.Minute))
+		stubs, cs = append(stubs, stub), append(cs, c)
+	}
+	cfg := PowerSyncConfig{Ticks: 3, MaxFailures: 3, Workers: 4}
+	for i, c := range cs {
+		ps := &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}
+		for tick := 0; tick < cfg.Ticks; tick++ {
+			c.powerSyncTick(ctx, ps, cfg)
+		}
+		assert.NotEmpty(t, stubs[i].reads, "controller %d has a share", i)
+	}
+	total := map[string]int{}
+	for _, s := range stubs {
+		for id, n := range s.reads {
+			total[id] += n
+		}
+	}
+	assert.Len(t, total, nodes, "every node was read")
+	for id, n := range total {
+		assert.Equal(t, 1, n, "node %s read by %d controllers", id, n)
+	}
+
+	// One controller stops (its registration goes): the others cover its
+	// share from the next interval on.
+	require.NoError(t, st.UnregisterController(ctx, cs[2].Holder()))
+	for _, s := range stubs {
+		s.reads = map[string]int{}
+	}
+	for _, c := range cs[:2] {
+		ps := &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}
+		for tick := 0; tick < cfg.Ticks; tick++ {
+			c.powerSyncTick(ctx, ps, cfg)
+		}
+	}
+	survivors := map[string]int{}
+	for _, s := range stubs[:2] {
+		for id, n := range s.reads {
+			survivors[id] += n
+		}
+	}
+	assert.Len(t, survivors, nodes, "the two survivors cover the fleet")
+	for id, n := range survivors {
+		assert.Equal(t, 1, n, "node %s read twice", id)
+	}
+	assert.Empty(t, stubs[2].reads)
+}

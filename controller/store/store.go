@@ -271,8 +271,10 @@ type Inventories interface {
 type Leases interface {
 	// AcquireLease makes holder the node's lease holder for ttl if the node
 	// has no lease, an expired one, or one holder already has. It returns
-	// whether holder now holds it and, if not, who does.
-	AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (acquired bool, current string, err error)
+	// whether holder now holds it, and other: if not acquired, the holder
+	// of the live lease; if acquired, the holder whose expired lease was
+	// taken over ("" when the lease was free or holder's own).
+	AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (acquired bool, other string, err error)
 	// RenewLeases extends every live lease of holder by ttl from now and
 	// returns the nodes it still holds; leases that expired meanwhile are
 	// lost (another controller may have them).
@@ -288,6 +290,15 @@ type Leases interface {
 	// lease: reserved ones (an operation is running) and those in one of
 	// waitStates. At most limit are returned.
 	UnleasedWork(ctx context.Context, waitStates []string, limit int) ([]string, error)
+	// RegisterController records holder as a live controller until ttl from
+	// now; controllers re-register as they renew their leases.
+	RegisterController(ctx context.Context, holder string, ttl time.Duration) error
+	// UnregisterController removes holder (a clean shutdown).
+	UnregisterController(ctx context.Context, holder string) error
+	// LiveControllers lists the registered controllers whose registration
+	// has not expired, sorted, so all controllers agree on how to split
+	// fleet-wide periodic work (power sync) among themselves.
+	LiveControllers(ctx context.Context) ([]string, error)
 }
 
 // Notifier carries "process this node" to the controller holding its

@@ -21,13 +21,20 @@ import (
 // winner's row, so exactly one gets it.
 func (s *Store) AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (bool, string, error) {
 	var current string
-	err := s.pool.QueryRow(ctx, `INSERT INTO node_leases (node_uuid, holder, expires_at)
+	// prev reads the row as it was before the upsert (the statement's
+	// snapshot): the holder whose expired lease this takes over, for the
+	// history; under a race it may be stale, which only affects a message.
+	err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT holder FROM node_leases WHERE node_uuid = $1)
+		INSERT INTO node_leases (node_uuid, holder, expires_at)
 		VALUES ($1, $2, now() + $3 * interval '1 microsecond')
 		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
 			WHERE node_leases.holder = excluded.holder OR node_leases.expires_at <= now()
-		RETURNING holder`, nodeUUID, holder, ttl.Microseconds()).Scan(&current)
+		RETURNING COALESCE((SELECT holder FROM prev), '')`, nodeUUID, holder, ttl.Microseconds()).Scan(&current)
 	if err == nil {
-		return true, holder, nil
+		if current == holder {
+			current = ""
+		}
+		return true, current, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected) {
@@ -96,6 +103,36 @@ func (s *Store) UnleasedWork(ctx context.Context, waitStates []string, limit int
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("list unleased work: %w", err)
+	}
+	return out, nil
+}
+
+// RegisterController records holder as live.
+func (s *Store) RegisterController(ctx context.Context, holder string, ttl time.Duration) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO controllers (holder, expires_at) VALUES ($1, now() + $2 * interval '1 microsecond')
+		ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`, holder, ttl.Microseconds()); err != nil {
+		return fmt.Errorf("register controller %s: %w", holder, err)
+	}
+	return nil
+}
+
+// UnregisterController removes holder.
+func (s *Store) UnregisterController(ctx context.Context, holder string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM controllers WHERE holder = $1`, holder); err != nil {
+		return fmt.Errorf("unregister controller %s: %w", holder, err)
+	}
+	return nil
+}
+
+// LiveControllers lists unexpired registrations, sorted.
+func (s *Store) LiveControllers(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT holder FROM controllers WHERE expires_at > now() ORDER BY holder`)
+	if err != nil {
+		return nil, fmt.Errorf("list live controllers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list live controllers: %w", err)
 	}
 	return out, nil
 }

@@ -94,4 +94,9 @@ var migrations = []string{
 		expires_at timestamptz NOT NULL
 	);
 	CREATE INDEX node_leases_holder ON node_leases (holder);`,
+	// 3: live controllers, by the database's clock like leases.
+	`CREATE TABLE controllers (
+		holder text COLLATE "C" PRIMARY KEY,
+		expires_at timestamptz NOT NULL
+	);`,
 }

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,19 +16,33 @@ import (
 // holder's.
 func (s *Store) AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (bool, string, error) {
 	now := time.Now()
-	var current string
-	err := s.w.QueryRowContext(ctx, `INSERT INTO node_leases (node_uuid, holder, expires_at) VALUES (?1, ?2, ?3)
-		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-			WHERE node_leases.holder = excluded.holder OR node_leases.expires_at <= ?4
-		RETURNING holder`, nodeUUID, holder, now.Add(ttl).UnixNano(), now.UnixNano()).Scan(&current)
-	if err == nil {
-		return true, holder, nil
-	}
-	// No row returned: someone else holds a live lease.
-	if err := s.w.QueryRowContext(ctx, `SELECT holder FROM node_leases WHERE node_uuid = ?`, nodeUUID).Scan(&current); err != nil {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
 		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
 	}
-	return false, current, nil
+	defer tx.Rollback()
+	var prev string
+	var expires int64
+	err = tx.QueryRowContext(ctx, `SELECT holder, expires_at FROM node_leases WHERE node_uuid = ?`, nodeUUID).Scan(&prev, &expires)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		prev = ""
+	case err != nil:
+		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
+	case prev != holder && expires > now.UnixNano():
+		return false, prev, nil // live, someone else's
+	case prev == holder:
+		prev = ""
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO node_leases (node_uuid, holder, expires_at) VALUES (?1, ?2, ?3)
+		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at`,
+		nodeUUID, holder, now.Add(ttl).UnixNano()); err != nil {
+		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
+	}
+	return true, prev, nil
 }
 
 // RenewLeases extends holder's live leases.
@@ -80,6 +96,32 @@ func (s *Store) UnleasedWork(ctx context.Context, waitStates []string, limit int
 		ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list unleased work: %w", err)
+	}
+	return scanStrings(rows)
+}
+
+// RegisterController records holder as live.
+func (s *Store) RegisterController(ctx context.Context, holder string, ttl time.Duration) error {
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO controllers (holder, expires_at) VALUES (?1, ?2)
+		ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`, holder, time.Now().Add(ttl).UnixNano()); err != nil {
+		return fmt.Errorf("register controller %s: %w", holder, err)
+	}
+	return nil
+}
+
+// UnregisterController removes holder.
+func (s *Store) UnregisterController(ctx context.Context, holder string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM controllers WHERE holder = ?`, holder); err != nil {
+		return fmt.Errorf("unregister controller %s: %w", holder, err)
+	}
+	return nil
+}
+
+// LiveControllers lists unexpired registrations, sorted.
+func (s *Store) LiveControllers(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT holder FROM controllers WHERE expires_at > ? ORDER BY holder`, time.Now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("list live controllers: %w", err)
 	}
 	return scanStrings(rows)
 }

@@ -65,4 +65,9 @@ var migrations = []string{
 		expires_at INTEGER NOT NULL
 	);
 	CREATE INDEX node_leases_holder ON node_leases(holder);`,
+	// 3: live controllers (expiry in Unix nanoseconds).
+	`CREATE TABLE controllers (
+		holder TEXT PRIMARY KEY,
+		expires_at INTEGER NOT NULL
+	);`,
 }

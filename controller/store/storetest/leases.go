@@ -25,20 +25,20 @@ func testLeases(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	n := createNode(t, s, "leased")
 
-	ok, holder, err := s.AcquireLease(ctx, n.UUID, "a", longTTL)
+	ok, other, err := s.AcquireLease(ctx, n.UUID, "a", longTTL)
 	require.NoError(t, err)
 	assert.True(t, ok)
-	assert.Equal(t, "a", holder)
+	assert.Empty(t, other, "the lease was free")
 
-	ok, holder, err = s.AcquireLease(ctx, n.UUID, "a", longTTL)
+	ok, other, err = s.AcquireLease(ctx, n.UUID, "a", longTTL)
 	require.NoError(t, err)
 	assert.True(t, ok, "the holder re-acquires its own lease")
-	assert.Equal(t, "a", holder)
+	assert.Empty(t, other)
 
-	ok, holder, err = s.AcquireLease(ctx, n.UUID, "b", longTTL)
+	ok, other, err = s.AcquireLease(ctx, n.UUID, "b", longTTL)
 	require.NoError(t, err)
 	assert.False(t, ok, "a live lease is not taken by another holder")
-	assert.Equal(t, "a", holder, "the refusal names the holder")
+	assert.Equal(t, "a", other, "the refusal names the holder")
 
 	held, err := s.RenewLeases(ctx, "a", longTTL)
 	require.NoError(t, err)
@@ -94,14 +94,14 @@ func testLeaseExpiry(t *testing.T, s store.Store) {
 	held, err := s.RenewLeases(ctx, "a", longTTL)
 	require.NoError(t, err)
 	assert.Empty(t, held, "an expired lease is lost, not renewed")
-	ok, holder, err := s.AcquireLease(ctx, n.UUID, "b", longTTL)
+	ok, other, err := s.AcquireLease(ctx, n.UUID, "b", longTTL)
 	require.NoError(t, err)
 	assert.True(t, ok, "an expired lease is taken over")
-	assert.Equal(t, "b", holder)
-	ok, holder, err = s.AcquireLease(ctx, n.UUID, "a", longTTL)
+	assert.Equal(t, "a", other, "naming the holder whose lease expired")
+	ok, other, err = s.AcquireLease(ctx, n.UUID, "a", longTTL)
 	require.NoError(t, err)
 	assert.False(t, ok)
-	assert.Equal(t, "b", holder)
+	assert.Equal(t, "b", other)
 }
 
 // testLeaseFence: a write under a lease lands only while the lease is the
@@ -212,4 +212,23 @@ func testUnleasedWork(t *testing.T, s store.Store) {
 	got, err = s.UnleasedWork(ctx, waits, 0)
 	require.NoError(t, err)
 	assert.Empty(t, got, "limit bounds the answer")
+}
+
+func testControllers(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	live, err := s.LiveControllers(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, live)
+	require.NoError(t, s.RegisterController(ctx, "b/2", longTTL))
+	require.NoError(t, s.RegisterController(ctx, "a/1", longTTL))
+	require.NoError(t, s.RegisterController(ctx, "c/3", 20*time.Millisecond))
+	require.NoError(t, s.RegisterController(ctx, "a/1", longTTL), "re-registering renews")
+	time.Sleep(60 * time.Millisecond)
+	live, err = s.LiveControllers(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a/1", "b/2"}, live, "sorted, expired ones left out")
+	require.NoError(t, s.UnregisterController(ctx, "a/1"))
+	live, err = s.LiveControllers(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b/2"}, live)
 }

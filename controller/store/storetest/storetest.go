@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"LeaseFence":        testLeaseFence,
 		"LeaseRace":         testLeaseRace,
 		"UnleasedWork":      testUnleasedWork,
+		"Controllers":       testControllers,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
