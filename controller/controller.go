@@ -61,7 +61,7 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(url, "sqlite://"):
 		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite://"))
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+	case isPostgres(url):
 		s, err := postgres.Open(ctx, url)
 		if err != nil {
 			return nil, err // not s: a nil *postgres.Store would be a non-nil store.Store
@@ -69,6 +69,23 @@ func OpenStore(ctx context.Context, url string) (store.Store, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("unsupported database URL %q: use sqlite://PATH, sqlite://:memory: or postgres://USER:PASSWORD@HOST/DB", redactURL(url))
+}
+
+func isPostgres(url string) bool {
+	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
+}
+
+// withPoolSize sets a PostgreSQL URL's pool size unless the operator did
+// (pool_max_conns); other URLs are returned unchanged.
+func withPoolSize(url string, n int) string {
+	if !isPostgres(url) || strings.Contains(url, "pool_max_conns=") {
+		return url
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return fmt.Sprintf("%s%spool_max_conns=%d", url, sep, n)
 }
 
 // authenticator builds the configured auth, refusing unsafe combinations.
@@ -115,11 +132,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	st, err := OpenStore(ctx, cfg.Database)
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	// The conductor's workers, its BMC pool and its loops get a database
+	// pool of their own; API requests get another, so a busy fleet never
+	// makes an operator's list or show wait for a connection. (SQLite has
+	// one writer whatever we do, and reads on their own connections.)
+	st, err := OpenStore(ctx, withPoolSize(cfg.Database, workers+12))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	apiStore := st
+	if isPostgres(cfg.Database) {
+		if apiStore, err = OpenStore(ctx, withPoolSize(cfg.Database, 16)); err != nil {
+			return err
+		}
+		defer apiStore.Close()
+	}
 	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval})
 	// note records what the BMC did (which provider answered) in the node's
 	// history; a failure to record is logged, never fatal.
@@ -147,8 +179,8 @@ func Run(ctx context.Context, cfg Config) error {
 			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
-	srv := api.New(api.Config{Store: st, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		Metrics: api.NewMetrics(st)})
+	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
+		Metrics: api.NewMetrics(apiStore)})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

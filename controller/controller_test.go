@@ -14,3 +14,14 @@ func TestRedactURL(t *testing.T) {
 	assert.ErrorContains(t, err, "unsupported database URL")
 	assert.NotContains(t, err.Error(), "pw@")
 }
+
+func TestWithPoolSize(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://a@h/db", "postgres://a@h/db?pool_max_conns=7"},
+		{"postgresql://a@h/db?sslmode=disable", "postgresql://a@h/db?sslmode=disable&pool_max_conns=7"},
+		{"postgres://a@h/db?pool_max_conns=3", "postgres://a@h/db?pool_max_conns=3"}, // the operator's choice wins
+		{"sqlite://./anvil.db", "sqlite://./anvil.db"},
+	} {
+		assert.Equal(t, tc.want, withPoolSize(tc.in, 7), tc.in)
+	}
+}
