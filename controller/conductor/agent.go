@@ -230,64 +230,16 @@ func (c *Conductor) nodeByMACs(ctx context.Context, macs []string) (string, erro
 func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
 	resp := &protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 	kick := false
-	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
+	n, err := store.MutateNodeWith(ctx, c.st, ident, func(n *store.Node) (context.Context, []*store.Event, error) {
 		*resp = protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 		kick = false
-		dii := n.DriverInternalInfo
-		want, _ := dii[diiToken].(string)
-		if want == "" {
-			return nil, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("No agent token was issued for node %s: look the node up first.", n.UUID)}
+		events, material, err := c.heartbeat(n, hb, resp, &kick)
+		if err != nil || material {
+			return ctx, events, err
 		}
-		if subtle.ConstantTimeCompare([]byte(want), []byte(hb.AgentToken)) != 1 {
-			return nil, &Error{Code: CodeUnauthorized, Msg: "Invalid or missing agent token received."}
-		}
-		if boot, _ := dii[diiBootID].(string); boot != "" && boot != hb.BootID {
-			return nil, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)}
-		}
-		var events []*store.Event
-		now := c.now()
-		first := dii[diiLastHeartbeat] == nil
-		dii[diiLastHeartbeat] = now.Format(time.RFC3339Nano)
-		dii[diiAgentVersion] = hb.AgentVersion
-		if first && len(hb.BootTimings) > 0 {
-			setDII(n, diiBootTimings, hb.BootTimings)
-		}
-		fingerprint := cachedFingerprint(n)
-		if hb.Steps != nil {
-			setDII(n, diiStepCache, stepCache{Fingerprint: hb.Steps.Fingerprint, Managers: hb.Steps.Managers,
-				Clean: hb.Steps.Clean, Deploy: hb.Steps.Deploy, AgentVersion: hb.AgentVersion, RefreshedAt: now})
-			if fingerprint != hb.Steps.Fingerprint {
-				events = append(events, c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent step catalogue cached: %d clean, %d deploy steps (fingerprint %s)",
-					len(hb.Steps.Clean), len(hb.Steps.Deploy), hb.Steps.Fingerprint)))
-			}
-			fingerprint = hb.Steps.Fingerprint
-		}
-		if fingerprint == "" || fingerprint != hb.Fingerprint {
-			resp.SendSteps = true
-		}
-		if aw, waiting := getDII[await](n, diiAwait); waiting && !resp.SendSteps && agentBack(n, aw) {
-			kick = true // the ramdisk is back; the worker continues
-		}
-		pending, hasPending := getDII[pendingCommand](n, diiCommand)
-		if st := hb.Command; st != nil {
-			prev, _ := getDII[protocol.CommandStatus](n, diiCommandStatus)
-			setDII(n, diiCommandStatus, st)
-			if st.State != protocol.CommandRunning {
-				resp.Ack = st.ID
-				if hasPending && st.ID == pending.ID && prev.State != st.State {
-					kick = true
-				} else if !hasPending || st.ID != pending.ID {
-					events = append(events, c.newEvent(n.UUID, "WARNING", "agent", fmt.Sprintf("agent reported a result for command %s (%s), which the controller was not waiting for", st.ID, st.Name)))
-				}
-			}
-		}
-		busy := hb.Command != nil && hb.Command.State == protocol.CommandRunning
-		started := hb.Command != nil && hasPending && hb.Command.ID == pending.ID
-		if hasPending && !busy && !started && !resp.SendSteps {
-			cmd := pending.Command
-			resp.Command = &cmd
-		}
-		return events, nil
+		// Only last-seen and progress changed: the next heartbeat repeats
+		// them, so this write need not wait for the disk.
+		return store.Volatile(ctx), events, nil
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -299,6 +251,68 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 		c.Kick(n.UUID)
 	}
 	return resp, nil
+}
+
+// heartbeat applies one heartbeat to n and fills resp. material reports a
+// change that must survive a power loss (anything but last-seen, agent
+// version and the progress of a still-running command).
+func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
+	dii := n.DriverInternalInfo
+	want, _ := dii[diiToken].(string)
+	if want == "" {
+		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("No agent token was issued for node %s: look the node up first.", n.UUID)}
+	}
+	if subtle.ConstantTimeCompare([]byte(want), []byte(hb.AgentToken)) != 1 {
+		return nil, false, &Error{Code: CodeUnauthorized, Msg: "Invalid or missing agent token received."}
+	}
+	if boot, _ := dii[diiBootID].(string); boot != "" && boot != hb.BootID {
+		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)}
+	}
+	now := c.now()
+	first := dii[diiLastHeartbeat] == nil
+	material = first || hb.Steps != nil || dii[diiAgentVersion] != hb.AgentVersion
+	dii[diiLastHeartbeat] = now.Format(time.RFC3339Nano)
+	dii[diiAgentVersion] = hb.AgentVersion
+	if first && len(hb.BootTimings) > 0 {
+		setDII(n, diiBootTimings, hb.BootTimings)
+	}
+	fingerprint := cachedFingerprint(n)
+	if hb.Steps != nil {
+		setDII(n, diiStepCache, stepCache{Fingerprint: hb.Steps.Fingerprint, Managers: hb.Steps.Managers,
+			Clean: hb.Steps.Clean, Deploy: hb.Steps.Deploy, AgentVersion: hb.AgentVersion, RefreshedAt: now})
+		if fingerprint != hb.Steps.Fingerprint {
+			events = append(events, c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent step catalogue cached: %d clean, %d deploy steps (fingerprint %s)",
+				len(hb.Steps.Clean), len(hb.Steps.Deploy), hb.Steps.Fingerprint)))
+		}
+		fingerprint = hb.Steps.Fingerprint
+	}
+	if fingerprint == "" || fingerprint != hb.Fingerprint {
+		resp.SendSteps = true
+	}
+	if aw, waiting := getDII[await](n, diiAwait); waiting && !resp.SendSteps && agentBack(n, aw) {
+		*kick = true // the ramdisk is back; the worker continues
+	}
+	pending, hasPending := getDII[pendingCommand](n, diiCommand)
+	if st := hb.Command; st != nil {
+		prev, _ := getDII[protocol.CommandStatus](n, diiCommandStatus)
+		setDII(n, diiCommandStatus, st)
+		material = material || prev.ID != st.ID || prev.State != st.State
+		if st.State != protocol.CommandRunning {
+			resp.Ack = st.ID
+			if hasPending && st.ID == pending.ID && prev.State != st.State {
+				*kick = true
+			} else if !hasPending || st.ID != pending.ID {
+				events = append(events, c.newEvent(n.UUID, "WARNING", "agent", fmt.Sprintf("agent reported a result for command %s (%s), which the controller was not waiting for", st.ID, st.Name)))
+			}
+		}
+	}
+	busy := hb.Command != nil && hb.Command.State == protocol.CommandRunning
+	started := hb.Command != nil && hasPending && hb.Command.ID == pending.ID
+	if hasPending && !busy && !started && !resp.SendSteps {
+		cmd := pending.Command
+		resp.Command = &cmd
+	}
+	return events, material || len(events) > 0 || *kick, nil
 }
 
 // issueCommand leaves a command for the agent (delivered by the next

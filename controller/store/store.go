@@ -312,6 +312,25 @@ type Notifier interface {
 	ListenNodes(ctx context.Context, holder string, fn func(nodeUUID string)) error
 }
 
+type volatileKey struct{}
+
+// Volatile marks the node writes made with ctx as not needing to survive a
+// power loss of the controller host: an agent's last-seen time and step
+// progress, which the agent's next heartbeat repeats anyway. A store may
+// then commit them without waiting for the disk (SQLite: synchronous
+// NORMAL for a batch made only of such writes). A crash of the controller
+// process still loses nothing acknowledged; a later durable commit makes
+// earlier ones durable too.
+func Volatile(ctx context.Context) context.Context {
+	return context.WithValue(ctx, volatileKey{}, true)
+}
+
+// IsVolatile reports whether ctx was marked by Volatile.
+func IsVolatile(ctx context.Context) bool {
+	v, _ := ctx.Value(volatileKey{}).(bool)
+	return v
+}
+
 type leaseKey struct{}
 
 // WithLease marks ctx as work done under holder's node leases: UpdateNode
@@ -362,16 +381,26 @@ func MutateNode(ctx context.Context, s Nodes, ident string, fn func(n *Node) err
 // MutateNodeEvents is MutateNode where fn also returns history events to
 // commit with the change.
 func MutateNodeEvents(ctx context.Context, s Nodes, ident string, fn func(n *Node) ([]*Event, error)) (*Node, error) {
+	return MutateNodeWith(ctx, s, ident, func(n *Node) (context.Context, []*Event, error) {
+		events, err := fn(n)
+		return ctx, events, err
+	})
+}
+
+// MutateNodeWith is MutateNodeEvents where fn also returns the context of
+// the write, so it can decide from what it changed how the write is made
+// (Volatile).
+func MutateNodeWith(ctx context.Context, s Nodes, ident string, fn func(n *Node) (context.Context, []*Event, error)) (*Node, error) {
 	for attempt := 0; ; attempt++ {
 		n, err := s.GetNode(ctx, ident)
 		if err != nil {
 			return nil, err
 		}
-		events, err := fn(n)
+		wctx, events, err := fn(n)
 		if err != nil {
 			return nil, err
 		}
-		err = s.UpdateNode(ctx, n, events...)
+		err = s.UpdateNode(wctx, n, events...)
 		if err == nil {
 			return n, nil
 		}

@@ -24,6 +24,7 @@ type Store struct {
 	// and queuing in-process avoids "database is locked" storms.
 	r *sql.DB // readers (WAL lets them run beside the writer)
 
+	file    bool      // on disk (durability settings apply), not :memory:
 	getNode *sql.Stmt // hot statements, prepared once
 	updates chan *updateReq
 	stopped chan struct{}
@@ -35,7 +36,8 @@ type updateReq struct {
 	old    int64
 	events []*store.Event
 	args   []any
-	holder string // non-empty: write only under this holder's live lease
+	holder   string // non-empty: write only under this holder's live lease
+	volatile bool   // may be committed without waiting for the disk
 	now    int64  // lease clock for the check
 	done   chan error
 }
@@ -78,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{w: w, r: r}
+	s := &Store{w: w, r: r, file: true}
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		r.Close()
@@ -271,7 +273,7 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 		return err
 	}
 	req := &updateReq{n: n, old: old, events: events, args: append(args, old), done: make(chan error, 1),
-		holder: store.LeaseHolder(ctx), now: time.Now().UnixNano()}
+		holder: store.LeaseHolder(ctx), now: time.Now().UnixNano(), volatile: store.IsVolatile(ctx)}
 	if req.holder != "" {
 		req.args = append(req.args, req.holder, req.now)
 	}
@@ -314,7 +316,27 @@ func (s *Store) committer() {
 func (s *Store) commitBatch(batch []*updateReq) {
 	ctx := context.Background()
 	results := make([]error, len(batch))
-	tx, err := s.w.BeginTx(ctx, nil)
+	// A dedicated connection for the whole batch: the writer pool has one
+	// connection, and holding it keeps other writers (node creation,
+	// leases) from committing while the durability setting is relaxed.
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		for _, r := range batch {
+			r.done <- fmt.Errorf("update node %s: %w", r.n.UUID, err)
+		}
+		return
+	}
+	defer conn.Close()
+	if s.file && allVolatile(batch) {
+		// Only volatile writes (agent last-seen and progress): commit
+		// without waiting for the disk (WAL with synchronous NORMAL; the
+		// next FULL commit syncs these frames too), then restore FULL
+		// before the connection serves anyone else.
+		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`); err == nil {
+			defer func() { _, _ = conn.ExecContext(ctx, `PRAGMA synchronous = FULL`) }()
+		}
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		for _, r := range batch {
 			r.done <- fmt.Errorf("update node %s: %w", r.n.UUID, err)
@@ -348,16 +370,45 @@ const updateNodeSQL = `UPDATE nodes SET name=?2, revision=?3, driver=?4, provisi
 		lessee=?13, conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, reservation=?18,
 		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`
 
+// updateNodeNarrowSQL is updateNodeSQL for an update that changes no
+// indexed column: those are conditions, not assignments.
+const updateNodeNarrowSQL = `UPDATE nodes SET revision=?3, power_state=?6, fault=?11, owner=?12, lessee=?13,
+		conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, updated_at=?20,
+		provision_updated_at=?21, data=?22
+	WHERE uuid=?1 AND revision=?23 AND name IS ?2 AND driver=?4 AND provision_state=?5 AND maintenance=?7
+		AND retired=?8 AND instance_uuid IS ?9 AND resource_class IS ?10 AND reservation IS ?18`
+
 // leaseFence restricts updateNodeSQL to a writer whose lease is live.
 const leaseFence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = ?1 AND holder = ?24 AND expires_at > ?25)`
 
+func allVolatile(batch []*updateReq) bool {
+	for _, r := range batch {
+		if !r.volatile {
+			return false
+		}
+	}
+	return true
+}
+
 func applyUpdate(ctx context.Context, tx *sql.Tx, r *updateReq) error {
 	n := r.n
-	q := updateNodeSQL
+	fence := ""
 	if r.holder != "" {
-		q += leaseFence
+		fence = leaseFence
 	}
-	res, err := tx.ExecContext(ctx, q, r.args...)
+	// Most updates (heartbeats, step progress) leave every indexed column
+	// as it was: the narrow statement then rewrites the row alone, not
+	// the eight index entries a full UPDATE touches. When an indexed
+	// column changed (or the revision is stale) it matches nothing and the
+	// full statement decides.
+	res, err := tx.ExecContext(ctx, updateNodeNarrowSQL+fence, r.args...)
+	if err != nil {
+		return mapErr(err, "update node "+n.UUID)
+	}
+	if c, _ := res.RowsAffected(); c == 1 {
+		return appendEvents(ctx, tx, r.events)
+	}
+	res, err = tx.ExecContext(ctx, updateNodeSQL+fence, r.args...)
 	if err != nil {
 		return mapErr(err, "update node "+n.UUID)
 	}
@@ -381,7 +432,11 @@ func applyUpdate(ctx context.Context, tx *sql.Tx, r *updateReq) error {
 		}
 		return fmt.Errorf("update node %s at revision %d: %w", n.UUID, r.old, store.ErrConflict)
 	}
-	for _, e := range r.events {
+	return appendEvents(ctx, tx, r.events)
+}
+
+func appendEvents(ctx context.Context, tx *sql.Tx, events []*store.Event) error {
+	for _, e := range events {
 		if err := appendEvent(ctx, tx, e); err != nil {
 			return err
 		}

@@ -59,3 +59,31 @@ func TestRefusesNewerSchema(t *testing.T) {
 	_, err = Open(ctx, path)
 	assert.ErrorContains(t, err, "newer than this controller")
 }
+
+// TestVolatileWritesRestoreFullSync: a batch of volatile writes is
+// committed with synchronous NORMAL, and the writer connection is back at
+// FULL before anyone else writes (here: the next node creation), so only
+// the volatile writes ever skip the fsync.
+func TestVolatileWritesRestoreFullSync(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	s, err := Open(ctx, path)
+	require.NoError(t, err)
+	n := storetest.NewNode("hb")
+	require.NoError(t, s.CreateNode(ctx, n))
+	for i := 0; i < 5; i++ {
+		n.DriverInternalInfo = map[string]any{"agent_last_heartbeat": i}
+		require.NoError(t, s.UpdateNode(store.Volatile(ctx), n))
+	}
+	var mode int
+	require.NoError(t, s.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode))
+	assert.Equal(t, 2, mode, "FULL (2) again after the volatile batches")
+	require.NoError(t, s.Close())
+
+	s, err = Open(ctx, path)
+	require.NoError(t, err)
+	defer s.Close()
+	got, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, got.DriverInternalInfo["agent_last_heartbeat"], "volatile writes are written, only not waited for")
+}
