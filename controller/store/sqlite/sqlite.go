@@ -32,14 +32,14 @@ type Store struct {
 
 // updateReq is one node update waiting for the group committer.
 type updateReq struct {
-	n      *store.Node
-	old    int64
-	events []*store.Event
-	args   []any
+	n        *store.Node
+	old      int64
+	events   []*store.Event
+	args     []any
 	holder   string // non-empty: write only under this holder's live lease
 	volatile bool   // may be committed without waiting for the disk
-	now    int64  // lease clock for the check
-	done   chan error
+	now      int64  // lease clock for the check
+	done     chan error
 }
 
 var _ store.Store = (*Store)(nil)
