@@ -59,8 +59,10 @@ func (t *leaseTable) drop(node string) bool {
 	return ok
 }
 
-// renewed replaces the table by the nodes a renewal confirmed and returns
-// the ones lost.
+// renewed records the nodes a renewal confirmed until until, and returns
+// the ones lost: held before the renewal was sent (expiring by until at
+// the latest) yet not confirmed. A node acquired while the renewal was in
+// flight expires after until and was not lost.
 func (t *leaseTable) renewed(nodes []string, until time.Time) (lost []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -68,8 +70,8 @@ func (t *leaseTable) renewed(nodes []string, until time.Time) (lost []string) {
 	for _, n := range nodes {
 		still[n] = true
 	}
-	for n := range t.held {
-		if !still[n] {
+	for n, exp := range t.held {
+		if !still[n] && !exp.After(until) {
 			lost = append(lost, n)
 			delete(t.held, n)
 		}

@@ -151,3 +151,20 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	require.NotEmpty(t, events)
 	assert.Contains(t, events[0].Event, "Controller c1 took over the operation in state \"cleaning\": the lease of dead/0001 expired")
 }
+
+// A renewal reports the leases held when it was sent; one acquired while
+// it was in flight is not lost (it was reported lost, spuriously, under a
+// burst of new work).
+func TestRenewalKeepsLeasesTakenMeanwhile(t *testing.T) {
+	t0 := time.Now()
+	ttl := 20 * time.Second
+	tbl := leaseTable{held: map[string]time.Time{}}
+	tbl.set("old", t0.Add(ttl))             // held before the renewal
+	tbl.set("gone", t0.Add(ttl))            // held before, not confirmed
+	tbl.set("new", t0.Add(time.Second+ttl)) // acquired during the renewal
+	lost := tbl.renewed([]string{"old"}, t0.Add(ttl))
+	assert.Equal(t, []string{"gone"}, lost)
+	assert.True(t, tbl.has("old"))
+	assert.True(t, tbl.has("new"))
+	assert.False(t, tbl.has("gone"))
+}
