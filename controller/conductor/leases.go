@@ -77,7 +77,9 @@ func (t *leaseTable) renewed(nodes []string, until time.Time) (lost []string) {
 		}
 	}
 	for _, n := range nodes {
-		t.held[n] = until
+		if _, ok := t.held[n]; ok { // not released while the renewal ran
+			t.held[n] = until
+		}
 	}
 	return lost
 }

@@ -162,9 +162,10 @@ func TestRenewalKeepsLeasesTakenMeanwhile(t *testing.T) {
 	tbl.set("old", t0.Add(ttl))             // held before the renewal
 	tbl.set("gone", t0.Add(ttl))            // held before, not confirmed
 	tbl.set("new", t0.Add(time.Second+ttl)) // acquired during the renewal
-	lost := tbl.renewed([]string{"old"}, t0.Add(ttl))
+	lost := tbl.renewed([]string{"old", "released"}, t0.Add(ttl))
 	assert.Equal(t, []string{"gone"}, lost)
 	assert.True(t, tbl.has("old"))
 	assert.True(t, tbl.has("new"))
 	assert.False(t, tbl.has("gone"))
+	assert.False(t, tbl.has("released"), "released while the renewal ran: not brought back (it would be 'lost' next time)")
 }
