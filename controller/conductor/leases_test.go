@@ -169,3 +169,35 @@ func TestRenewalKeepsLeasesTakenMeanwhile(t *testing.T) {
 	assert.False(t, tbl.has("gone"))
 	assert.False(t, tbl.has("released"), "released while the renewal ran: not brought back (it would be 'lost' next time)")
 }
+
+// A controller alone on its store keeps leases in memory: a whole
+// cleaning writes no lease row, and an interrupted operation is resumed
+// at start.
+func TestSoleControllerLeasesInMemory(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	n := storetest.NewNode("interrupted")
+	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
+	n.TargetProvisionState, n.Reservation = strp("available"), strp("c1")
+	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	require.NoError(t, st.CreateNode(ctx, n))
+
+	drv := &scriptDriver{steps: twoSteps(true)}
+	e := start(t, drv, Config{SoleController: true}, st)
+	e.wait(t, n.UUID, state.Available)
+	id := e.manageable(t)
+	require.NoError(t, e.c.Provision(ctx, id, ProvisionRequest{Target: "provide"}))
+	e.wait(t, id, state.Available)
+	assert.Equal(t, []string{"deploy.erase_devices", "deploy.erase_devices_metadata", "deploy.erase_devices"}, drv.executed())
+
+	for _, node := range []string{n.UUID, id} {
+		ok, other, err := st.AcquireLease(ctx, node, "probe/0001", time.Minute)
+		require.NoError(t, err)
+		assert.True(t, ok, "no lease row was written for %s", node)
+		assert.Empty(t, other)
+	}
+	events, err := st.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, events)
+	assert.Contains(t, events[0].Event, "resumed the operation in state \"cleaning\" after a restart")
+}

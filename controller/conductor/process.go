@@ -39,7 +39,7 @@ func (c *Conductor) process(ctx context.Context, nodeUUID string) {
 		if !c.lease(ctx, n) {
 			return // another controller works on it
 		}
-		ctx := store.WithLease(ctx, c.holder)
+		ctx := c.fenced(ctx)
 		if n.TargetPowerState != nil {
 			err = c.power(ctx, n, d)
 		} else {

@@ -53,7 +53,7 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 			}
 			msg := w.msg(n)
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(store.WithLease(ctx, c.holder), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(c.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				if w.st == state.CleanWait && stepRunning {
 					cleanPhase.onFailure(m, msg)
@@ -92,7 +92,7 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 				continue // its holder times it out
 			}
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(store.WithLease(ctx, c.holder), n.UUID, st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(c.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				c.tearDownAgent(m)
 				if st == state.CleanWait && stepRunning {
