@@ -157,8 +157,18 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 	return rows, nil
 }
 
-// writeNodePage writes {"nodes": [...], "next": ...} straight into one
-// pooled buffer.
+// pageChunk is how much of a node page is written to the connection at a
+// time.
+const pageChunk = 64 << 10
+
+// writeNodePage streams {"nodes": [...], "next": ...} to the client in
+// chunks through one pooled buffer. A detailed page of 1000 nodes is
+// megabytes: built whole, its buffer was allocated (and cleared) afresh
+// most of the time, because a sync.Pool loses its contents at every other
+// GC, and it pushed the controller's RSS. The first node is rendered
+// before the status is sent, so an unrenderable node (only a bug could
+// make one: every value came from JSON) fails the request cleanly; a later
+// one aborts the connection, never ending a truncated body as if complete.
 func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next string) error {
 	b, _ := s.bufs.Get().(*bytes.Buffer)
 	if b == nil {
@@ -167,12 +177,28 @@ func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next stri
 	b.Reset()
 	defer s.bufs.Put(b)
 	b.WriteString(`{"nodes":[`)
+	started := false
 	for i, n := range nodes {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		if err := n.view.appendTo(b); err != nil {
-			return err
+			if !started {
+				return err
+			}
+			s.log.Error("rendering a node page failed mid-stream; aborting the response", "node", n.uuid, "err", err)
+			panic(http.ErrAbortHandler)
+		}
+		if b.Len() >= pageChunk {
+			if !started {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				started = true
+			}
+			if _, err := w.Write(b.Bytes()); err != nil {
+				return err
+			}
+			b.Reset()
 		}
 	}
 	b.WriteByte(']')
@@ -181,8 +207,10 @@ func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next stri
 		appendString(b, next)
 	}
 	b.WriteString("}\n")
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
+	if !started {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+	}
 	_, err := w.Write(b.Bytes())
 	return err
 }

@@ -276,3 +276,27 @@ func TestDeleteNode(t *testing.T) {
 	assert.Equal(t, 204, e.do("DELETE", "/v1/nodes/d1", latest, nil).status, "maintenance allows deleting in any state")
 	assert.Equal(t, 404, e.do("GET", "/v1/nodes/d1", latest, nil).status)
 }
+
+// TestLargePageIsStreamedWhole: a detailed page far larger than one write
+// chunk arrives as one valid document with every node, in order, and the
+// next link after them.
+func TestLargePageIsStreamedWhole(t *testing.T) {
+	e := newEnv(t)
+	const n = 150
+	for i := 0; i < n; i++ {
+		// Long properties make each node several kB, so the page spans
+		// many chunks.
+		e.createNode(fmt.Sprintf("big-%03d", i), map[string]any{"properties": map[string]any{"notes": strings.Repeat("x", 2000)}})
+	}
+	r := e.do("GET", "/v1/nodes/detail?limit=120", latest, nil)
+	require.Equal(t, 200, r.status)
+	require.Greater(t, len(r.body), 3*pageChunk, "the page spans several chunks")
+	page := r.json(t)
+	nodes := page["nodes"].([]any)
+	require.Len(t, nodes, 120)
+	for i, v := range nodes {
+		assert.Equal(t, fmt.Sprintf("big-%03d", i), v.(map[string]any)["name"])
+	}
+	assert.Contains(t, page["next"], "marker=")
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+}
