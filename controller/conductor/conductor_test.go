@@ -303,6 +303,14 @@ func TestResumedInbandStepKeepsItsCommand(t *testing.T) {
 	again, ok := getDII[pendingCommand](got, diiCommand)
 	require.True(t, ok)
 	assert.Equal(t, first.ID, again.ID, "the resumed step reuses the command already issued")
+	events, err := st.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	var history []string
+	for _, ev := range events {
+		history = append(history, ev.Event)
+	}
+	assert.Contains(t, history, "clean step deploy.erase_devices_metadata resumed (1/2)", "the history does not claim a second start")
+	assert.NotContains(t, history, "clean step deploy.erase_devices_metadata started (1/2)")
 }
 
 func TestCreateConfigurationTakesTheNodesTargetRAIDConfig(t *testing.T) {

@@ -223,7 +223,14 @@ func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph st
 	var pending []*store.Event
 	for idx := index(n.DriverInternalInfo, ph.indexKey); idx < len(steps); idx++ {
 		step := steps[idx]
-		started := c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s started (%d/%d)", ph.kind, step.Key(), idx+1, len(steps)))
+		verb := "started"
+		if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil && p.Step.Key() == step.Key() {
+			// Its command was issued before a restart and is reused (the
+			// agent never runs an id twice): the step goes on, it does
+			// not start again.
+			verb = "resumed"
+		}
+		started := c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s %s (%d/%d)", ph.kind, step.Key(), verb, idx+1, len(steps)))
 		var err error
 		n, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if state.State(m.ProvisionState) != ph.running {
