@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -80,4 +81,17 @@ func TestSimulatedAgents(t *testing.T) {
 	assert.Contains(t, all, "clean step deploy.erase_devices_metadata finished")
 	assert.Contains(t, all, "clean step deploy.erase_devices finished")
 	assert.Contains(t, all, "deploy step deploy.write_image finished")
+}
+
+// TestSecondControllerOnOneSQLiteFileIsRefused: two controllers on one
+// SQLite file would both work the same nodes; the second refuses to start
+// and says why.
+func TestSecondControllerOnOneSQLiteFileIsRefused(t *testing.T) {
+	db := "sqlite://" + filepath.Join(t.TempDir(), "anvil.db")
+	startController(t, "--database", db)
+	bin, err := buildOnce()
+	require.NoError(t, err)
+	out, err := exec.Command(bin, "--listen", "127.0.0.1:0", "--database", db).CombinedOutput()
+	require.Error(t, err, "the second controller must not start")
+	assert.Contains(t, string(out), "in use by another anvil-controller")
 }

@@ -7,7 +7,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/store"
@@ -25,6 +27,7 @@ type Store struct {
 	r *sql.DB // readers (WAL lets them run beside the writer)
 
 	file    bool      // on disk (durability settings apply), not :memory:
+	lock    *os.File  // holds the flock that keeps a second controller out
 	getNode *sql.Stmt // hot statements, prepared once
 	updates chan *updateReq
 	stopped chan struct{}
@@ -66,24 +69,29 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 		return s, s.start(ctx)
 	}
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
 	// synchronous(FULL): a state change reported to a client must survive a
 	// power loss of the controller host, not only a crash of the process.
 	dsn := "file:" + path + "?" + pragmas + "&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
 	r, err := sql.Open("sqlite", dsn+"&mode=ro")
 	if err != nil {
 		w.Close()
+		lock.Close()
 		return nil, fmt.Errorf("sqlite: open %s for reading: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{w: w, r: r, file: true}
+	s := &Store{w: w, r: r, file: true, lock: lock}
 	if err := s.migrate(ctx); err != nil {
-		w.Close()
-		r.Close()
+		s.closeDBs()
 		return nil, err
 	}
 	return s, s.start(ctx)
@@ -118,7 +126,33 @@ func (s *Store) closeDBs() error {
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())
 	}
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close()) // releases the flock
+		s.lock = nil
+	}
 	return err
+}
+
+// lockFile takes an exclusive advisory lock (flock) on the database file
+// for as long as the store is open. An SQLite database serves one
+// controller: two on one file would both work the same nodes (leases are
+// kept in memory), and an export next to a running controller would not be
+// a consistent copy. The kernel drops the lock when the process dies, so a
+// killed controller never leaves it behind.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("sqlite: database %s is in use by another anvil-controller (or an export/import): "+
+				"an SQLite database serves one controller; stop the other one, or use PostgreSQL for several", path)
+		}
+		return nil, fmt.Errorf("sqlite: lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // SchemaVersion reports how many migrations are applied.

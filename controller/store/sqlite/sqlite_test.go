@@ -87,3 +87,20 @@ func TestVolatileWritesRestoreFullSync(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, got.DriverInternalInfo["agent_last_heartbeat"], "volatile writes are written, only not waited for")
 }
+
+// TestOneControllerPerFile: a second store on an open database file is
+// refused with a message saying why; closing the first frees the file.
+func TestOneControllerPerFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	first, err := Open(ctx, path)
+	require.NoError(t, err)
+	_, err = Open(ctx, path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in use by another anvil-controller")
+	assert.Contains(t, err.Error(), "PostgreSQL")
+	require.NoError(t, first.Close())
+	again, err := Open(ctx, path)
+	require.NoError(t, err, "the lock goes with the store")
+	require.NoError(t, again.Close())
+}
