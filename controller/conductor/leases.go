@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,22 +124,20 @@ func (c *Conductor) Holder() string { return c.holder }
 // leaseMargin is how much lease time must be left to start work.
 func (c *Conductor) leaseMargin() time.Duration { return c.cfg.LeaseTTL / 2 }
 
-// needsWork reports whether processing the node would do anything.
-func needsWork(n *store.Node) bool {
-	if n.TargetPowerState != nil {
-		return true
-	}
-	switch state.State(n.ProvisionState) {
-	case state.Verifying, state.Cleaning, state.Deploying, state.Deleting, state.Inspecting,
-		state.Adopting, state.Rescuing, state.Unrescuing, state.CleanWait, state.DeployWait, state.InspectWait:
-		return true
-	}
-	return false
-}
+// leaseWaitStates are the waiting states whose nodes are owned (an agent
+// heartbeats, a timer runs) although no reservation is set: the ones
+// process advances. RescueWait is not among them: nothing advances it, its
+// timeout takes the lease when it fires.
+var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait), string(state.InspectWait)}
 
-// leaseWaitStates are the resting-but-busy states whose nodes are owned (an
-// agent heartbeats, a timeout runs) although no reservation is set.
-var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait), string(state.InspectWait), string(state.RescueWait)}
+// needsWork reports whether processing the node would do anything: a
+// power action, a working state, or a waiting state process advances. A
+// node that needs no work must not be taken over (a takeover of it would
+// be released at once and found unleased again at the next scan).
+func needsWork(n *store.Node) bool {
+	return n.TargetPowerState != nil || state.Working(state.State(n.ProvisionState)) ||
+		slices.Contains(leaseWaitStates, n.ProvisionState)
+}
 
 // lease makes sure this controller holds the node's lease before working on
 // it. When another controller holds it, that one is asked to process the
@@ -307,5 +306,5 @@ func (c *Conductor) releaseAll() {
 	}
 }
 
-// errLeaseLost reports work stopped because the lease went elsewhere.
+// isLeaseLost reports work stopped because the lease went elsewhere.
 func isLeaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }

@@ -201,3 +201,20 @@ func TestSoleControllerLeasesInMemory(t *testing.T) {
 	require.NotEmpty(t, events)
 	assert.Contains(t, events[0].Event, "resumed the operation in state \"cleaning\" after a restart")
 }
+
+// A waiting node that nothing advances (rescue wait) is not taken over:
+// a takeover would be released at once and repeated at every scan, each
+// time with a "resumed" line in the node's history.
+func TestRestingWaitIsNotTakenOver(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	n := storetest.NewNode("rescued")
+	n.Driver, n.ProvisionState = "script", string(state.RescueWait)
+	require.NoError(t, st.CreateNode(ctx, n))
+	e := start(t, &scriptDriver{}, Config{LeaseTTL: 40 * time.Millisecond}, st)
+	time.Sleep(200 * time.Millisecond) // five scans
+	require.Eventually(t, e.c.Idle, time.Second, 2*time.Millisecond)
+	events, err := st.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	assert.Empty(t, events)
+}
