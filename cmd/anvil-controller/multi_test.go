@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -197,7 +196,7 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 	waitAll("available", 90*time.Second)
 
 	// Exactly once: every agent ran each clean step once.
-	var takeovers atomic.Int32
+	takeovers := 0
 	var firstTakeover time.Time
 	for name, a := range agents {
 		counts := map[string]int{}
@@ -212,7 +211,7 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 			ev := e.(map[string]any)
 			msg := ev["event"].(string)
 			if strings.Contains(msg, "the lease of "+victim+"/") {
-				takeovers.Add(1)
+				takeovers++
 				at, err := time.Parse(time.RFC3339, ev["created_at"].(string))
 				require.NoError(t, err)
 				if firstTakeover.IsZero() || at.Before(firstTakeover) {
@@ -222,9 +221,9 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 			}
 		}
 	}
-	require.Positive(t, takeovers.Load(), "the survivors took the dead controller's nodes over")
+	require.Positive(t, takeovers, "the survivors took the dead controller's nodes over")
 	delay := firstTakeover.Sub(killedAt)
-	t.Logf("%d nodes taken over from %s; first takeover %s after the kill (lease period %s)", takeovers.Load(), victim, delay.Round(time.Millisecond), leaseTTL)
+	t.Logf("%d nodes taken over from %s; first takeover %s after the kill (lease period %s)", takeovers, victim, delay.Round(time.Millisecond), leaseTTL)
 	// The lease expires one period after its last renewal (at most a
 	// quarter period before the kill) and the survivors look every quarter
 	// period: a takeover later than the period plus that quarter and some

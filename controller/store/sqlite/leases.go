@@ -126,14 +126,7 @@ func (s *Store) LiveControllers(ctx context.Context) ([]string, error) {
 	return scanStrings(rows)
 }
 
-type rowScanner interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close() error
-}
-
-func scanStrings(rows rowScanner) ([]string, error) {
+func scanStrings(rows *sql.Rows) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {

@@ -355,9 +355,7 @@ func (s *Store) commitBatch(batch []*updateReq) {
 	// leases) from committing while the durability setting is relaxed.
 	conn, err := s.w.Conn(ctx)
 	if err != nil {
-		for _, r := range batch {
-			r.done <- fmt.Errorf("update node %s: %w", r.n.UUID, err)
-		}
+		failBatch(batch, "", err)
 		return
 	}
 	defer conn.Close()
@@ -372,9 +370,7 @@ func (s *Store) commitBatch(batch []*updateReq) {
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		for _, r := range batch {
-			r.done <- fmt.Errorf("update node %s: %w", r.n.UUID, err)
-		}
+		failBatch(batch, "", err)
 		return
 	}
 	for i, r := range batch {
@@ -389,9 +385,7 @@ func (s *Store) commitBatch(batch []*updateReq) {
 		_, _ = tx.ExecContext(ctx, `RELEASE u`)
 	}
 	if err := tx.Commit(); err != nil {
-		for _, r := range batch {
-			r.done <- fmt.Errorf("update node %s: commit: %w", r.n.UUID, err)
-		}
+		failBatch(batch, "commit: ", err)
 		return
 	}
 	for i, r := range batch {
@@ -414,6 +408,13 @@ const updateNodeNarrowSQL = `UPDATE nodes SET revision=?3, power_state=?6, fault
 
 // leaseFence restricts updateNodeSQL to a writer whose lease is live.
 const leaseFence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = ?1 AND holder = ?24 AND expires_at > ?25)`
+
+// failBatch reports err to every update of a batch that could not commit.
+func failBatch(batch []*updateReq, what string, err error) {
+	for _, r := range batch {
+		r.done <- fmt.Errorf("update node %s: %s%w", r.n.UUID, what, err)
+	}
+}
 
 func allVolatile(batch []*updateReq) bool {
 	for _, r := range batch {
