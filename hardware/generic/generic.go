@@ -40,7 +40,10 @@ type Config struct {
 }
 
 // Manager is the generic hardware manager.
-type Manager struct{ cfg Config }
+type Manager struct {
+	cfg    Config
+	writer *imagewrite.Writer // one for the agent's life: it keeps its buffers
+}
 
 // New returns a Manager.
 func New(cfg Config) *Manager {
@@ -53,7 +56,9 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg}
+	m := &Manager{cfg: cfg}
+	m.writer = &imagewrite.Writer{Client: cfg.HTTPClient, Opener: m.opener()}
+	return m
 }
 
 var _ hardware.Manager = (*Manager)(nil)
@@ -286,7 +291,6 @@ func (m *Manager) writeImage(ctx context.Context, args map[string]any, progress 
 		}
 		return nil, &protocol.Error{Type: typ, Code: 400, Message: err.Error()}
 	}
-	w := &imagewrite.Writer{Client: m.cfg.HTTPClient, Opener: m.opener()}
-	img, err := w.Write(ctx, imagewrite.Request{URL: str("image_url"), Checksum: str("image_checksum"), Format: str("image_disk_format"), Device: root.Path}, progress)
+	img, err := m.writer.Write(ctx, imagewrite.Request{URL: str("image_url"), Checksum: str("image_checksum"), Format: str("image_disk_format"), Device: root.Path}, progress)
 	return WriteImageResult{RootDevice: root, Image: img}, err
 }

@@ -63,10 +63,13 @@ type Result struct {
 	Qcow2           *Qcow2Result `json:"qcow2,omitempty"`
 }
 
-// Writer writes images. Client defaults to http.DefaultClient.
+// Writer writes images. Client defaults to http.DefaultClient. A Writer
+// keeps its buffers (24–56 MiB) between writes; it must not be copied.
 type Writer struct {
 	Client *http.Client
 	Opener Opener
+
+	mem arenas
 
 	// skipChecksum is for the benchmark only (measuring the pipeline
 	// without the hash): Write still requires a well-formed checksum.
@@ -172,7 +175,11 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 
 	// The first block is read here: its magic bytes decide the format, and
 	// a qcow2 header is checked before anything is written.
-	dlPool := newPool(poolBuffers, chunk)
+	// Every stage has stopped when Write returns (g.Wait below precedes
+	// every return once they started), so the memory can be given back.
+	dlMem := w.mem.take(poolBuffers * chunk)
+	defer w.mem.give(dlMem)
+	dlPool := newPool(dlMem, chunk)
 	var counted atomic.Int64
 	first := &block{buf: <-dlPool.free, pool: dlPool}
 	first.n, err = io.ReadFull(resp.Body, first.buf)
@@ -222,7 +229,9 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 		g.Go(func() error { return writeBlocks(gctx, dev, downloaded, report) })
 	} else {
 		out := make(chan *block, poolBuffers)
-		wrPool := newPool(poolBuffers, chunk)
+		wrMem := w.mem.take(poolBuffers * chunk)
+		defer w.mem.give(wrMem)
+		wrPool := newPool(wrMem, chunk)
 		src := &blockReader{ctx: gctx, ch: downloaded}
 		if format == "qcow2" {
 			q = newQcow2Stream(qc, src, &emitter{ctx: gctx, pool: wrPool, out: out})

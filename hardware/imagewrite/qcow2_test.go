@@ -401,7 +401,7 @@ func runFuzzOne(t *testing.T, data []byte) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		out := make(chan *block, 2)
-		e := &emitter{ctx: ctx, pool: newPool(2, int(max(64<<10, h.clusterSize))), out: out}
+		e := &emitter{ctx: ctx, pool: newPool(alignedHeap(2*int(max(64<<10, h.clusterSize))), int(max(64<<10, h.clusterSize))), out: out}
 		q := newQcow2Stream(h, bytes.NewReader(data), e)
 		done := make(chan error, 1)
 		go func() {
