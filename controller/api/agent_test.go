@@ -121,7 +121,7 @@ func TestAgentAutomatedCleaning(t *testing.T) {
 	assert.NotEmpty(t, body["fingerprint"])
 	assert.Equal(t, a.Version, body["agent_version"])
 	list := body["steps"].([]any)
-	require.Len(t, list, 7, "3 fake bios steps + 4 agent steps")
+	require.Len(t, list, 8, "3 fake bios steps + 5 agent steps")
 	assert.Equal(t, "erase_devices_metadata", list[0].(map[string]any)["step"], "highest priority first")
 	high := e.do("GET", "/v1/nodes/clean1/cleaning/steps?min_priority=10", latest, nil).json(t)["steps"].([]any)
 	assert.Len(t, high, 2)
@@ -229,7 +229,7 @@ func TestAgentManualCleanArgs(t *testing.T) {
 	// not cached yet: accepted, then failed once the agent reported its steps
 	require.Equal(t, 202, e.provision("man", "clean", bad).status)
 	n := e.drive(a, "man", "clean failed", nil)
-	assert.Contains(t, n["last_error"], "raid.create_configuration has unexpected arguments: bogus")
+	assert.Contains(t, n["last_error"], "step raid.create_configuration is missing required arguments: target_raid_config, and has unexpected arguments: bogus")
 	assert.Equal(t, false, n["maintenance"], "no step was running")
 	assert.Empty(t, a.Ran(), "nothing ran")
 	assert.Equal(t, "manageable", n["target_provision_state"])

@@ -64,15 +64,16 @@ func New(api string, macs ...string) *Agent {
 	a := &Agent{API: strings.TrimRight(api, "/"), MACs: macs, HTTP: &http.Client{Timeout: 10 * time.Second},
 		Version: "simagent 1.0 (" + protocol.Version + ")", Outcomes: map[string]Outcome{}, seen: map[string]bool{},
 		Clean: []protocol.Step{
-			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
-			{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true},
+			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, ArgsInfo: args(sharedArg)},
+			{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, ArgsInfo: args(erasePolicyArgs()...)},
+			{Interface: "deploy", Step: "erase_devices_express", Priority: 0, ArgsInfo: args(sharedArg)},
 			{Interface: "raid", Step: "delete_configuration", Priority: 0},
-			{Interface: "raid", Step: "create_configuration", Priority: 0,
-				ArgsInfo: map[string]protocol.ArgInfo{"target_raid_config": {Description: "RAID layout"}}},
+			{Interface: "raid", Step: "create_configuration", Priority: 0, ArgsInfo: args("!target_raid_config")},
 		},
-		Deploy: []protocol.Step{{Interface: "deploy", Step: "write_image", Priority: 0,
-			ArgsInfo: map[string]protocol.ArgInfo{"image_url": {Required: true}, "image_checksum": {Required: true},
-				"image_disk_format": {}, "root_device": {}}}},
+		Deploy: []protocol.Step{
+			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: args(sharedArg)},
+			{Interface: "deploy", Step: "write_image", Priority: 0, ArgsInfo: args("!image_url", "!image_checksum", "image_disk_format", "root_device")},
+		},
 		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},
 			Memory: protocol.Memory{Total: 8 << 30, PhysicalMB: 8192},
 			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}}},
@@ -82,6 +83,30 @@ func New(api string, macs ...string) *Agent {
 	}
 	a.Boot()
 	return a
+}
+
+// The real agent's argument names (hardware/generic; TestCatalogueIsTheRealAgents
+// keeps them in step), so manual cleaning validates the same way against
+// a simulated agent.
+const sharedArg = "erase_shared_filesystems"
+
+func erasePolicyArgs() []string {
+	return []string{"agent_continue_if_ata_erase_failed", "agent_continue_if_secure_erase_failed", "agent_enable_ata_secure_erase",
+		"agent_enable_nvme_secure_erase", "agent_erase_devices_iterations", "agent_erase_devices_zeroize",
+		"agent_erase_skip_read_only", "allow_discard", "allow_zeroout", "concurrency", "continue_if_secure_erase_failed",
+		"disk_erasure_concurrency", "enable_ata_secure_erase", "enable_nvme_secure_erase", sharedArg, "iterations",
+		"skip_read_only", "skip_removable", "verify_samples", "zeroize",
+	}
+}
+
+// args builds argsinfo from names; a leading "!" marks a required one.
+func args(names ...string) map[string]protocol.ArgInfo {
+	m := make(map[string]protocol.ArgInfo, len(names))
+	for _, n := range names {
+		name, required := strings.CutPrefix(n, "!")
+		m[name] = protocol.ArgInfo{Description: "simulated: " + name, Required: required}
+	}
+	return m
 }
 
 // Boot simulates a (re)boot: a new boot id, no token, no command.

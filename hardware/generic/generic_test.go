@@ -190,3 +190,15 @@ func TestUnknownStepFallsThrough(t *testing.T) {
 	_, err := New(Config{}).Run(context.Background(), hardware.KindClean, protocol.Step{Step: "burnin_cpu"}, nil, nil)
 	assert.ErrorIs(t, err, hardware.ErrNotSupported)
 }
+
+// testdata/protocol/generic-catalogue.json is the catalogue this manager
+// reports: the controller's simulated agent is checked against it
+// (controller/simagent cannot import hardware). A change of steps or
+// arguments updates the file, and the simulated agent with it.
+func TestCatalogueMatchesTestdata(t *testing.T) {
+	want, err := os.ReadFile("../../testdata/protocol/generic-catalogue.json")
+	require.NoError(t, err)
+	got, err := json.MarshalIndent(New(Config{}).Steps(context.Background()), "", "  ")
+	require.NoError(t, err)
+	assert.JSONEq(t, string(want), string(got), "update the file with:\n%s", got)
+}
