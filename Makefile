@@ -34,9 +34,10 @@ test: test-compat ## everything CI runs: all Go tests including VM ones, the end
 	  grep -E '^(--- |ok|FAIL)|e2e_vm_test.go:[0-9]+: \[' out/e2e.log; \
 	  if [ $$s -ne 0 ]; then echo "== full log of the end-to-end run:"; cat out/e2e.log; fi; exit $$s
 
-bench: build ## benchmarks: API load from another process, store and conductor micro-benchmarks
+bench: build ## benchmarks: API load from another process, store and conductor micro-benchmarks, erase and image write vs dd (root: loop devices)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./controller/...
 	$(BIN)/anvil-bench -controller $(BIN)/anvil-controller
+	$(GO) test -run '^$$' -bench . -benchtime 7x -count 1 ./hardware/...
 
 BENCH_LOAD_FLAGS ?=
 bench-load: build ## load test: 10,000 nodes, 500 cleaning, API reads; SQLite x1, PostgreSQL x1 and x2 (minutes each; BENCH_LOAD_FLAGS adds flags)

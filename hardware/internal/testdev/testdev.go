@@ -50,6 +50,7 @@ func Loop(t testing.TB, size int64, partscan bool) string {
 		t.Skipf("loop devices unavailable: losetup %v: %v: %s", args, err, out)
 	}
 	dev := strings.TrimSpace(string(out))
+	clearThrottle(dev)
 	t.Cleanup(func() {
 		for i := 0; i < 10; i++ {
 			if err := exec.Command("losetup", "-d", dev).Run(); err == nil {
@@ -77,6 +78,7 @@ func LoopDirect(t testing.TB, size int64) string {
 		t.Skipf("loop devices unavailable: %v: %s", err, out)
 	}
 	dev := strings.TrimSpace(string(out))
+	clearThrottle(dev)
 	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 	return dev
 }
