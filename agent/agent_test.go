@@ -124,6 +124,7 @@ func TestCommandRunsInBackgroundWithProgressUntilAcked(t *testing.T) {
 	}, waitFor, poll)
 	final := ctrl.finalOf("c1")
 	assert.JSONEq(t, `{"erased":["/dev/nvme0n1"]}`, string(final.Result))
+	assert.Equal(t, "erased /dev/nvme0n1", final.Summary, "the result's own summary travels with it")
 	assert.Nil(t, final.Error)
 	require.NotNil(t, final.FinishedAt)
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 
 	"github.com/anvil-metal/anvil/hardware"
@@ -91,9 +92,13 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 	log.InfoContext(ctx, "command started")
 	res, err := e.call(ctx, cmd, w)
 	var raw json.RawMessage
+	var summary string
 	if err == nil && res != nil {
 		if raw, err = json.Marshal(res); err != nil {
 			err = fmt.Errorf("encode result of %s: %w", cmd.Name, err)
+		}
+		if s, ok := res.(summarizer); ok {
+			summary = truncate(s.Summary(), protocol.MaxSummary)
 		}
 	}
 	now := e.clock.Now().UTC()
@@ -104,7 +109,7 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 		s.State, s.Error, s.Result = protocol.CommandFailed, wireError(err), nil
 		log.ErrorContext(ctx, "command failed", "error_type", s.Error.Type, "err", err)
 	} else {
-		s.State, s.Result = protocol.CommandSucceeded, raw
+		s.State, s.Result, s.Summary = protocol.CommandSucceeded, raw, summary
 		log.InfoContext(ctx, "command succeeded", "duration", now.Sub(s.StartedAt).String())
 	}
 	e.running = false
@@ -113,6 +118,19 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 	case e.finished <- cmd.ID:
 	default:
 	}
+}
+
+// summarizer is a step result that can say in one line what it did.
+type summarizer interface{ Summary() string }
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = " …"
+	// a rune cut in half at the end is dropped
+	return strings.ToValidUTF8(s[:n-len(more)], "") + more
 }
 
 // call runs w, turning a panic into a failure: the agent must outlive any

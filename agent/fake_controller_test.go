@@ -259,11 +259,19 @@ func (b *blockingStep) run(ctx context.Context, _ hardware.Kind, _ protocol.Step
 	b.once.Do(func() { close(b.started) })
 	select {
 	case <-b.release:
-		return map[string]any{"erased": []string{"/dev/nvme0n1"}}, nil
+		return erasedResult{Erased: []string{"/dev/nvme0n1"}}, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
+
+// erasedResult is a step result with a summary, as the hardware
+// managers' results have.
+type erasedResult struct {
+	Erased []string `json:"erased"`
+}
+
+func (r erasedResult) Summary() string { return "erased " + strings.Join(r.Erased, ", ") }
 
 // testManager offers erase_devices (blocking), a quick step, a step with a
 // required argument and a panicking one.

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
@@ -395,4 +396,23 @@ func TestClientUnreachable(t *testing.T) {
 	assert.ErrorIs(t, err, ErrUnreachable)
 	var he *HTTPError
 	assert.False(t, errors.As(err, &he))
+}
+
+func TestTruncateKeepsValidUTF8(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"abcdefghijkl", 10, "abcdef …"}, // " …" is 4 bytes
+		{"ééééé", 9, "éé …"},             // the third é would be cut in half
+	}
+	for _, tt := range tests {
+		got := truncate(tt.in, tt.n)
+		assert.Equal(t, tt.want, got, "truncate(%q, %d)", tt.in, tt.n)
+		assert.LessOrEqual(t, len(got), tt.n)
+		assert.True(t, utf8.ValidString(got))
+	}
 }

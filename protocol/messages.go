@@ -135,15 +135,23 @@ var commandNames = map[string]bool{CmdGetSteps: true, CmdExecuteCleanStep: true,
 // CommandStatus reports the agent's current (or last) command. A final
 // state is repeated in every heartbeat until the controller acknowledges it.
 type CommandStatus struct {
-	ID         string          `json:"id"`
-	Name       string          `json:"name"`
-	State      string          `json:"state"`
-	Progress   *Progress       `json:"progress,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	Error      *Error          `json:"error,omitempty"`
-	StartedAt  time.Time       `json:"started_at"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	State    string          `json:"state"`
+	Progress *Progress       `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// Summary says in one line, for people, what a finished command did
+	// (each device's erase method or skip reason, the image written); the
+	// controller puts it in the node's history.
+	Summary    string     `json:"summary,omitempty"`
+	Error      *Error     `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
+
+// MaxSummary bounds CommandStatus.Summary: it is stored in every
+// history event of a finished step.
+const MaxSummary = 4096
 
 // Progress of a long command.
 type Progress struct {
@@ -252,6 +260,9 @@ func (s *CommandStatus) Validate() error {
 		}
 	default:
 		return fmt.Errorf("command %s: unknown state %q", s.ID, s.State)
+	}
+	if len(s.Summary) > MaxSummary {
+		return fmt.Errorf("command %s: summary of %d bytes, at most %d", s.ID, len(s.Summary), MaxSummary)
 	}
 	if p := s.Progress; p != nil && (p.Percent < 0 || p.Percent > 100 || (p.BytesTotal > 0 && p.BytesDone > p.BytesTotal)) {
 		return fmt.Errorf("command %s: progress %+v out of range", s.ID, *p)

@@ -84,6 +84,7 @@ func TestHeartbeatValidation(t *testing.T) {
 		"unknown command":       {func(m map[string]any) { cmd(m)["name"] = "format_c" }, "known name"},
 		"progress out of range": {func(m map[string]any) { cmd(m)["progress"].(map[string]any)["percent"] = 101 }, "out of range"},
 		"failed without error":  {func(m map[string]any) { cmd(m)["state"] = "FAILED" }, "failed without an error"},
+		"summary too long":      {func(m map[string]any) { cmd(m)["summary"] = strings.Repeat("x", MaxSummary+1) }, "at most 4096"},
 		"negative boot timing":  {func(m map[string]any) { m["boot_timings"] = []any{map[string]any{"phase": "x", "seconds": -1}} }, "non-negative"},
 	}
 	for name, tc := range tests {

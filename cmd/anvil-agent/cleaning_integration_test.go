@@ -80,6 +80,11 @@ func TestAgentCleansLoopDevicesThroughTheController(t *testing.T) {
 	all := strings.Join(events, "\n")
 	assert.Contains(t, all, "clean step deploy.erase_devices_metadata finished")
 	assert.Contains(t, all, "clean step deploy.erase_devices finished")
+	// What was done to each disk is in the history, in the agent's words.
+	for _, dev := range devs {
+		assert.Regexp(t, `clean step deploy.erase_devices_metadata finished: .*`+dev+` metadata wiped \(removed gpt, gpt-backup`, all)
+		assert.Regexp(t, `clean step deploy.erase_devices finished: .*`+dev+` erased by \w+, verified`, all)
+	}
 
 	// Deploy: the agent streams an image over HTTP, checks its sha256 and
 	// writes it to the loop device named by the root device hint.
@@ -105,6 +110,13 @@ func TestAgentCleansLoopDevicesThroughTheController(t *testing.T) {
 	first, err := os.ReadFile(files[0])
 	require.NoError(t, err)
 	assert.False(t, bytes.Equal(img[:4096], first[:4096]), "the other device was not written")
+	hist, err = c.History(ctx, "loop-node")
+	require.NoError(t, err)
+	var deployed bool
+	for _, e := range hist {
+		deployed = deployed || strings.HasPrefix(e.Event, "deploy step deploy.write_image finished: raw image "+imgSrv.URL+"/disk.raw (4.2 MB downloaded, sha256 verified) written to "+devs[1])
+	}
+	assert.True(t, deployed, "the history says which image went where")
 }
 
 // writePattern fills the start, the middle and the end of a disk image with

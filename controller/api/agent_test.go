@@ -91,6 +91,7 @@ func TestAgentAutomatedCleaning(t *testing.T) {
 
 	// lookup is refused while the node expects no agent
 	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "/dev/nvme0n1 erased by nvme_format_crypto_erase,\n\x1b[31mverified"}
 	err := a.Lookup(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not expect an agent")
@@ -127,7 +128,9 @@ func TestAgentAutomatedCleaning(t *testing.T) {
 	assert.Len(t, high, 2)
 
 	hist := historyText(e, "clean1")
-	assert.Contains(t, hist, "clean step deploy.erase_devices finished")
+	assert.Contains(t, hist, "clean step deploy.erase_devices finished: /dev/nvme0n1 erased by nvme_format_crypto_erase,  [31mverified\n",
+		"the agent's summary, on one line, without control characters")
+	assert.Contains(t, hist, "clean step deploy.erase_devices_metadata finished\n", "no summary, nothing appended")
 	assert.Contains(t, hist, "agent step catalogue cached")
 }
 

@@ -421,12 +421,12 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 				msg = st.Error.Type + ": " + msg
 			}
 		}
-		return c.completeAsync(ctx, n.UUID, key, errors.New(msg), clearCmd)
+		return c.completeAsync(ctx, n.UUID, key, errors.New(msg), "", clearCmd)
 	}
 	if pending.Step.RebootRequested {
 		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)
 		if err != nil {
-			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), clearCmd)
+			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), "", clearCmd)
 		}
 		_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {
@@ -439,7 +439,7 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 		})
 		return err
 	}
-	return c.completeAsync(ctx, n.UUID, key, nil, clearCmd)
+	return c.completeAsync(ctx, n.UUID, key, nil, st.Summary, clearCmd)
 }
 
 // agentIsBack continues after the ramdisk (re)booted.
@@ -453,7 +453,7 @@ func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw
 	switch {
 	case aw.Step != "":
 		// the reboot (into the ramdisk, or requested by a step) completes that step
-		return c.completeAsync(ctx, n.UUID, aw.Step, nil, func(m *store.Node) { _ = ready(m) })
+		return c.completeAsync(ctx, n.UUID, aw.Step, nil, "", func(m *store.Node) { _ = ready(m) })
 	case cur == state.InspectWait:
 		_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {

@@ -3,6 +3,8 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"strings"
+	"unicode"
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -15,11 +17,13 @@ import (
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
 func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
-	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, nil)
+	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil)
 }
 
-// completeAsync is CompleteAsyncStep applying mut in the same write.
-func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, mut func(m *store.Node)) error {
+// completeAsync is CompleteAsyncStep applying mut in the same write. A
+// summary of what the step did (the agent's) goes into its "finished"
+// history event.
+func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
@@ -58,7 +62,11 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	}
 	idx := index(n.DriverInternalInfo, ph.indexKey)
 	abortAfter, _ := cur["abort_after"].(bool)
-	finished := c.newEvent(nodeUUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, stepKey))
+	msg := fmt.Sprintf("%s step %s finished", ph.kind, stepKey)
+	if summary = oneLine(summary); summary != "" {
+		msg += ": " + summary
+	}
+	finished := c.newEvent(nodeUUID, "INFO", ph.kind+"ing", msg)
 	if abortAfter && idx+1 < len(steps) {
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
@@ -80,4 +88,16 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	}
 	c.Kick(nodeUUID)
 	return nil
+}
+
+// oneLine makes an agent's text safe for a history line: control
+// characters (newlines, escapes) become spaces, invalid UTF-8 goes.
+func oneLine(s string) string {
+	s = strings.ToValidUTF8(s, "")
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s))
 }

@@ -27,6 +27,7 @@ type Outcome struct {
 	Fail    string        // non-empty: the step fails with this message
 	Runs    int           // heartbeats the step stays RUNNING before finishing
 	Result  any           // result to report on success
+	Summary string        // its one-line summary
 	Release chan struct{} // if set, the step runs until this is closed
 }
 
@@ -238,7 +239,7 @@ func (a *Agent) start(c protocol.Command) {
 		StartedAt: time.Now().UTC(), Progress: &protocol.Progress{Percent: 0, Message: "starting " + key}}
 	a.runsLeft = a.Outcomes[key].Runs
 	if c.Fingerprint != "" && c.Fingerprint != a.fingerprint {
-		a.finish(&protocol.Error{Type: protocol.ErrTypeVersionMismatch, Code: 409, Message: "step catalogue changed"}, nil)
+		a.finish(&protocol.Error{Type: protocol.ErrTypeVersionMismatch, Code: 409, Message: "step catalogue changed"}, nil, "")
 	}
 }
 
@@ -263,17 +264,17 @@ func (a *Agent) advance() {
 		return
 	}
 	if out.Fail != "" {
-		a.finish(&protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500, Message: out.Fail}, nil)
+		a.finish(&protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500, Message: out.Fail}, nil, "")
 		return
 	}
 	result := out.Result
 	if cur.Name == protocol.CmdInventory {
 		result = a.Inventory
 	}
-	a.finish(nil, result)
+	a.finish(nil, result, out.Summary)
 }
 
-func (a *Agent) finish(e *protocol.Error, result any) {
+func (a *Agent) finish(e *protocol.Error, result any, summary string) {
 	now := time.Now().UTC()
 	a.current.FinishedAt = &now
 	a.current.Progress = &protocol.Progress{Percent: 100, Message: "done"}
@@ -281,7 +282,7 @@ func (a *Agent) finish(e *protocol.Error, result any) {
 		a.current.State, a.current.Error = protocol.CommandFailed, e
 		return
 	}
-	a.current.State = protocol.CommandSucceeded
+	a.current.State, a.current.Summary = protocol.CommandSucceeded, summary
 	if result != nil {
 		a.current.Result, _ = json.Marshal(result)
 	}

@@ -1,0 +1,37 @@
+package generic
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// Summary says which devices erase_devices_express formatted and which
+// got a metadata wipe.
+func (r ExpressResult) Summary() string {
+	var parts []string
+	if r.NVMe != nil {
+		parts = append(parts, r.NVMe.Summary())
+	}
+	if r.Metadata != nil {
+		parts = append(parts, r.Metadata.Summary())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Summary says what write_image put where. The URL loses its query and
+// credentials: signed (temporary) URLs carry secrets there.
+func (r WriteImageResult) Summary() string {
+	i := r.Image
+	return fmt.Sprintf("%s image %s (%.1f MB downloaded, %s verified) written to %s (%.1f MB at %.0f MB/s); partition table re-read: %s",
+		i.Format, redactURL(i.URL), float64(i.BytesDownloaded)/1e6, i.ChecksumAlgo, i.Device, float64(i.BytesWritten)/1e6, i.MBPerSecond, i.PartitionReread)
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment = nil, "", false, ""
+	return u.String()
+}
