@@ -13,21 +13,13 @@ import (
 // BenchmarkOverwriteErase measures the zero-overwrite method (O_DIRECT,
 // large aligned buffers, including the sampled verification) on a loop
 // device and, in pairs, dd if=/dev/zero bs=4M oflag=direct on the same
-// device (testdev.CompareWithDD): on the loop device as it is ("fast") and
-// capped at 1 GB/s like a real disk ("1GBps"). Metrics: median MB/s of
-// ours and of dd, and the median ratio (target >= 0.9).
+// device (testdev.CompareWithDD), on each of testdev.Speeds(). Metrics:
+// median MB/s of ours and of dd, and the median ratio (target >= 0.9).
 func BenchmarkOverwriteErase(b *testing.B) {
 	const size = 256 << 20
-	for _, bps := range []int64{0, 1e9} {
-		name := "fast"
-		if bps > 0 {
-			name = fmt.Sprintf("%.0fGBps", float64(bps)/1e9)
-		}
-		b.Run(name, func(b *testing.B) {
-			dev := testdev.LoopDirect(b, size)
-			if bps > 0 {
-				testdev.Throttle(b, dev, bps)
-			}
+	for _, speed := range testdev.Speeds() {
+		b.Run(speed.Name, func(b *testing.B) {
+			dev := speed.Loop(b, size)
 			guard := hardware.NewGuard(outside, []string{dev})
 			l, err := disk.Discover(context.Background(), "/")
 			if err != nil {

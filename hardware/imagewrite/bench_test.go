@@ -3,7 +3,6 @@ package imagewrite
 import (
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,9 +26,8 @@ import (
 //     step always verifies), showing what the hash costs;
 //   - qcow2: a qemu-img image of the same random data, sha256 verified.
 //
-// Each on two devices: "fast", the loop device as it is (this VM's
-// storage, 1.5-4.8 GB/s with dd), and "1GBps", the same capped at 1 GB/s
-// (testdev.Throttle), a disk slower than the hash as most real ones are.
+// Each on testdev.Speeds(): "fast", the loop device as it is, and
+// "1GBps", capped like a disk slower than the hash, as most real ones are.
 // With the checksum on, a write cannot beat the hash alone (sha256_MB/s,
 // measured over the same bytes: the digest is sequential), so on the
 // fast device ratio_vs_dd is bounded by sha256_MB/s / dd_MB/s; on the
@@ -61,19 +59,12 @@ func BenchmarkWriteImage(b *testing.B) {
 		{"qcow2", "qcow2", qcow, false},
 	}
 	for _, tt := range tests {
-		for _, bps := range []int64{0, 1e9} {
-			name := tt.name + "/fast"
-			if bps > 0 {
-				name = fmt.Sprintf("%s/%.0fGBps", tt.name, float64(bps)/1e9)
-			}
-			b.Run(name, func(b *testing.B) {
+		for _, speed := range testdev.Speeds() {
+			b.Run(tt.name+"/"+speed.Name, func(b *testing.B) {
 				if tt.file == nil {
 					b.Skip("qemu-img not installed")
 				}
-				dev := testdev.LoopDirect(b, size)
-				if bps > 0 {
-					testdev.Throttle(b, dev, bps)
-				}
+				dev := speed.Loop(b, size)
 				w := &Writer{Opener: hardware.NewGuard(outside, []string{dev}), skipChecksum: tt.skipChecksum}
 				req := Request{URL: srv.URL + "/" + tt.format, Checksum: sha256sum(tt.file), Format: tt.format, Device: dev}
 				start := time.Now()
