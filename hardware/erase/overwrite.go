@@ -10,15 +10,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware/internal/directio"
+	"golang.org/x/sync/errgroup"
 )
 
 // chunkSize is the write size of overwrites: large enough that O_DIRECT
-// writes keep the device queue full (4 MiB matches dd bs=4M in the
-// benchmark), small enough for responsive cancellation and progress.
+// writes stay efficient, small enough for responsive cancellation and
+// progress.
 const chunkSize = 8 << 20
+
+// writeDepth is how many chunks a pass keeps in flight. One synchronous
+// writer leaves the device idle between a write's completion and the next
+// submission (and a random pass's keystream is made on one core); two
+// overlap those. Measured on a direct-I/O loop device, 256 MiB: one in
+// flight 0.85-0.96x dd bs=4M oflag=direct, two 1.23-1.26x, four 1.26x; on
+// the same device capped at 1 GB/s, 0.92-0.95x against 0.99-1.0x. NVMe
+// drives want more than one command in flight for the same reason.
+const writeDepth = 2
 
 // pattern produces the bytes a pass writes at a given offset, so that the
 // verifier can recompute what must be on the disk anywhere.
@@ -59,48 +71,77 @@ func (p *streamPattern) fill(buf []byte, off int64) {
 func (p *streamPattern) name() string { return "random" }
 
 // writePass writes pattern p over the whole device with O_DIRECT when the
-// device allows it. The file must have been opened through the Guard;
-// direct tells whether it was opened with O_DIRECT (then every write must be
-// block-aligned, which chunkSize and the device size guarantee except for a
-// ragged tail, written after dropping O_DIRECT).
+// device allows it, writeDepth chunks at a time. The file must have been
+// opened through the Guard; direct tells whether it was opened with
+// O_DIRECT, and then every write must be block-aligned: the whole 4 KiB
+// blocks are written by the concurrent writers, and a ragged tail after
+// them with O_DIRECT dropped (the flag is per open file, so it cannot
+// change while other writes are in flight).
 func writePass(ctx context.Context, f *os.File, size int64, p pattern, progress func(done int64)) error {
-	buf, free, err := alignedBuffer(chunkSize)
-	if err != nil {
-		return err
-	}
-	defer free()
-	_, isZero := p.(zeroPattern)
-	if isZero {
-		p.fill(buf, 0)
-	}
-	var off int64
-	last := time.Now()
-	for off < size {
-		if err := ctx.Err(); err != nil {
-			return err
+	aligned := size / 4096 * 4096
+	var (
+		next, done atomic.Int64
+		reported   sync.Mutex
+		last       = time.Now()
+	)
+	report := func() {
+		if progress == nil || !reported.TryLock() {
+			return // another writer is reporting; the next chunk will
 		}
-		n := int64(len(buf))
-		if size-off < n {
-			n = size - off
-		}
-		if !isZero {
-			p.fill(buf[:n], off)
-		}
-		if n%4096 != 0 {
-			// Ragged tail: O_DIRECT needs block-sized writes.
-			if err := directio.Set(f, false); err != nil {
-				return err
-			}
-		}
-		w, err := f.WriteAt(buf[:n], off)
-		if err != nil {
-			return fmt.Errorf("write at %d: %w", off, err)
-		}
-		off += int64(w)
-		if progress != nil && (time.Since(last) > 500*time.Millisecond || off == size) {
-			progress(off)
+		defer reported.Unlock()
+		if d := done.Load(); time.Since(last) > 500*time.Millisecond || d == size {
+			progress(d)
 			last = time.Now()
 		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for range writeDepth {
+		g.Go(func() error {
+			buf, free, err := alignedBuffer(chunkSize)
+			if err != nil {
+				return err
+			}
+			defer free()
+			_, isZero := p.(zeroPattern)
+			for {
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				off := next.Add(chunkSize) - chunkSize
+				if off >= aligned {
+					return nil
+				}
+				n := min(chunkSize, aligned-off)
+				if !isZero {
+					p.fill(buf[:n], off)
+				}
+				if _, err := f.WriteAt(buf[:n], off); err != nil {
+					return fmt.Errorf("write at %d: %w", off, err)
+				}
+				done.Add(n)
+				report()
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if tail := size - aligned; tail > 0 {
+		if err := directio.Set(f, false); err != nil {
+			return err
+		}
+		buf := make([]byte, tail)
+		p.fill(buf, aligned)
+		if _, err := f.WriteAt(buf, aligned); err != nil {
+			return fmt.Errorf("write at %d: %w", aligned, err)
+		}
+		done.Add(tail)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if progress != nil {
+		progress(done.Load())
 	}
 	return f.Sync()
 }

@@ -307,6 +307,63 @@ func TestStreamPatternIsSeekable(t *testing.T) {
 	assert.NotEqual(t, make([]byte, 4096), part)
 }
 
+// TestWritePassCoversEveryByte writes passes over files of awkward sizes
+// (under one chunk, a ragged tail, several chunks with writers racing)
+// and checks every byte against the pattern, not just the samples the
+// erase verification reads, and that progress only grows and ends at the
+// size.
+func TestWritePassCoversEveryByte(t *testing.T) {
+	stream, err := newStreamPattern()
+	require.NoError(t, err)
+	sizes := []int64{4096, 4096 + 512, chunkSize - 4096, 3*chunkSize + 4096 + 1536}
+	for _, size := range sizes {
+		for _, p := range []pattern{zeroPattern{}, stream} {
+			t.Run(fmt.Sprintf("%d/%s", size, p.name()), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "d")
+				junk := bytes.Repeat([]byte{0xa5}, int(size))
+				require.NoError(t, os.WriteFile(path, junk, 0o600))
+				f, err := os.OpenFile(path, os.O_WRONLY, 0)
+				require.NoError(t, err)
+				defer f.Close()
+				var seen []int64
+				require.NoError(t, writePass(context.Background(), f, size, p, func(done int64) { seen = append(seen, done) }))
+
+				got, err := os.ReadFile(path)
+				require.NoError(t, err)
+				want := make([]byte, size)
+				p.fill(want, 0)
+				require.Len(t, got, int(size))
+				require.True(t, bytes.Equal(want, got), "first wrong byte at %d", firstDiff(got, want))
+				require.NotEmpty(t, seen)
+				assert.IsNonDecreasing(t, seen)
+				assert.Equal(t, size, seen[len(seen)-1])
+			})
+		}
+	}
+}
+
+func TestWritePassStopsOnCancelAndError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d")
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = writePass(ctx, f, 4*chunkSize, zeroPattern{}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	st, err := f.Stat()
+	require.NoError(t, err)
+	assert.Zero(t, st.Size(), "nothing written after cancellation")
+
+	ro, err := os.Open(path) // read-only: every write fails
+	require.NoError(t, err)
+	defer ro.Close()
+	err = writePass(context.Background(), ro, 4*chunkSize, zeroPattern{}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "write at")
+}
+
 func TestVerifyCatchesUnerasedData(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "d")
 	data := make([]byte, 8<<20)
