@@ -144,7 +144,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 		return res, writeError("size of %s: %v", req.Device, err)
 	}
 	res.DeviceSize = devSize
-	dev := &device{f: f, size: devSize, direct: direct, isDir: direct}
+	dev := &device{f: f, size: devSize, direct: direct}
 
 	client := w.Client
 	if client == nil {

@@ -183,23 +183,43 @@ func TestWriteImageRefusesUnlistedDevice(t *testing.T) {
 	assert.Equal(t, bytes.Repeat([]byte{0xCC}, 2<<20), got)
 }
 
+// TestWriteImageToLoopDevice writes through O_DIRECT to a real block
+// device. The raw image's ragged tail cannot be written with O_DIRECT: its
+// writer drops the flag on the shared file while the other writer may
+// still be busy with the block before.
 func TestWriteImageToLoopDevice(t *testing.T) {
-	dev := testdev.Loop(t, 32<<20, true)
 	img := randomImage(t, 20<<20)
-	srv := serve(t, map[string][]byte{"/img.zst": zst(t, img)})
-	w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
-	res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img.zst", Checksum: sha256sum(zst(t, img)), Device: dev}, nil)
-	if err != nil && bytes.Contains([]byte(err.Error()), []byte("checksum")) {
-		t.Fatalf("zstd encoding must be deterministic for this test: %v", err)
+	ragged := randomImage(t, 3*chunk+4096+1000)
+	tests := []struct {
+		name string
+		file []byte // served
+		want []byte // on the device
+	}{
+		{"zstd", zst(t, img), img},
+		{"raw, ragged tail", ragged, ragged},
 	}
-	require.NoError(t, err)
-	assert.Equal(t, int64(32<<20), res.DeviceSize)
-	assert.NotEmpty(t, res.PartitionReread)
-	f, err := os.Open(dev)
-	require.NoError(t, err)
-	defer f.Close()
-	got := make([]byte, len(img))
-	_, err = f.ReadAt(got, 0)
-	require.NoError(t, err)
-	assert.True(t, bytes.Equal(img, got))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := testdev.Loop(t, 32<<20, true)
+			testdev.Fill(t, dev, 0, 32<<20, 0xCC)
+			srv := serve(t, map[string][]byte{"/img": tt.file})
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+			res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img", Checksum: sha256sum(tt.file), Device: dev}, nil)
+			if err != nil && bytes.Contains([]byte(err.Error()), []byte("checksum")) {
+				t.Fatalf("zstd encoding must be deterministic for this test: %v", err)
+			}
+			require.NoError(t, err)
+			assert.Equal(t, int64(32<<20), res.DeviceSize)
+			assert.Equal(t, int64(len(tt.want)), res.BytesWritten)
+			assert.NotEmpty(t, res.PartitionReread)
+			f, err := os.Open(dev)
+			require.NoError(t, err)
+			defer f.Close()
+			got := make([]byte, len(tt.want)+4096)
+			_, err = f.ReadAt(got, 0)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(tt.want, got[:len(tt.want)]), "image on the device")
+			assert.Equal(t, bytes.Repeat([]byte{0xCC}, 4096), got[len(tt.want):], "the device after the image untouched")
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/anvil-metal/anvil/hardware/internal/directio"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -261,23 +262,34 @@ type device struct {
 	f      *os.File
 	size   int64
 	direct bool // opened with O_DIRECT
-	isDir  bool // O_DIRECT currently on
-	wrote  atomic.Int64
+	// mu lets aligned writes run together (read lock) and gives an
+	// unaligned one the file to itself (write lock) while it drops
+	// O_DIRECT: the flag belongs to the open file, shared by all writers.
+	mu    sync.RWMutex
+	wrote atomic.Int64
 }
 
-// writeAt writes one block's bytes. O_DIRECT needs offsets and lengths in
-// whole blocks: anything else (an image's ragged tail, 512-byte qcow2
-// clusters) is written buffered, and the final fsync covers it.
+// writeAt writes one block's bytes; safe for concurrent use on disjoint
+// ranges. O_DIRECT needs offsets and lengths in whole blocks: anything
+// else (an image's ragged tail, 512-byte qcow2 clusters) is written
+// buffered, and the final fsync covers it.
 func (d *device) writeAt(p []byte, off int64) error {
 	if off+int64(len(p)) > d.size {
 		return fmt.Errorf("image is larger than the device (%d bytes): stopped at %d", d.size, off)
 	}
 	aligned := off%4096 == 0 && len(p)%4096 == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%4096 == 0
-	if d.direct && aligned != d.isDir {
-		if err := directio.Set(d.f, aligned); err != nil {
+	if d.direct && !aligned {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err := directio.Set(d.f, false); err != nil {
 			return err
 		}
-		d.isDir = aligned
+		// Should turning it back on fail, later aligned writes are merely
+		// buffered: still correct, the final fsync covers them.
+		defer func() { _ = directio.Set(d.f, true) }()
+	} else {
+		d.mu.RLock()
+		defer d.mu.RUnlock()
 	}
 	if _, err := d.f.WriteAt(p, off); err != nil {
 		return fmt.Errorf("write at %d: %w", off, err)
@@ -286,24 +298,53 @@ func (d *device) writeAt(p []byte, off int64) error {
 	return nil
 }
 
-// writeBlocks is the device stage: every block is written at its offset.
+// writeDepth is how many device writes are in flight. One synchronous
+// writer leaves the device idle between a write's completion and the
+// next submission; two overlap them (see the erase package's writeDepth
+// for the measurements on the same loop device).
+const writeDepth = 2
+
+// writeBlocks is the device stage: writeDepth writers take blocks in turn
+// and write each at its offset (blocks never overlap). It returns at the
+// first error without waiting for more blocks.
 func writeBlocks(ctx context.Context, d *device, ch <-chan *block, progress func()) error {
-	last := time.Now()
-	for b := range ch {
-		err := d.writeAt(b.data(), b.off)
-		b.release()
-		if err != nil {
-			return err
+	var (
+		reporting sync.Mutex
+		last      = time.Now()
+	)
+	report := func() {
+		if !reporting.TryLock() {
+			return // the other writer is reporting
 		}
+		defer reporting.Unlock()
 		if time.Since(last) > 500*time.Millisecond {
 			progress()
 			last = time.Now()
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 	}
-	return nil
+	g, gctx := errgroup.WithContext(ctx)
+	for range writeDepth {
+		g.Go(func() error {
+			for {
+				var b *block
+				select {
+				case b = <-ch:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				if b == nil {
+					return nil // closed: every block was taken
+				}
+				err := d.writeAt(b.data(), b.off)
+				b.release()
+				if err != nil {
+					return err
+				}
+				report()
+			}
+		})
+	}
+	return g.Wait()
 }
 
 // zeroRange makes [off, off+n) of the device read as zeros: BLKZEROOUT on

@@ -186,24 +186,61 @@ func TestWriteQcow2(t *testing.T) {
 }
 
 // TestWriteQcow2ToLoopDevice zeroes holes with BLKZEROOUT on a real block
-// device that held garbage, and auto-detects the format.
+// device that held garbage, and auto-detects the format. With 512-byte
+// clusters and data runs that start and end off 4 KiB boundaries, the
+// writers mix O_DIRECT writes with buffered ones that drop the flag on
+// the shared file while the other writer may be busy.
 func TestWriteQcow2ToLoopDevice(t *testing.T) {
 	testdev.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := rawImage(t, dir, 20<<20)
-	img := filepath.Join(dir, "img.qcow2")
-	qemuImg(t, "convert", "-O", "qcow2", "-c", "-o", "cluster_size=16k", raw, img)
-	file, err := os.ReadFile(img)
-	require.NoError(t, err)
-	dev := testdev.Loop(t, 21<<20, false)
-	testdev.Fill(t, dev, 0, 21<<20, 0xCC)
-	srv := serve(t, map[string][]byte{"/img": file})
-	w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
-	res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img", Checksum: sha512sum(file), Format: "auto", Device: dev}, nil)
-	require.NoError(t, err)
-	assert.Equal(t, "qcow2", res.Format)
-	assert.Positive(t, res.Qcow2.BytesZeroed)
-	sameAsRaw(t, raw, dev)
+	tests := []struct {
+		name string
+		raw  string
+		opts []string
+	}{
+		{"16K clusters, compressed", rawImage(t, dir, 20<<20), []string{"-c", "-o", "cluster_size=16k"}},
+		{"512-byte clusters, unaligned runs", unalignedRuns(t, dir, 20<<20), []string{"-o", "cluster_size=512"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			img := filepath.Join(dir, fmt.Sprintf("img%d.qcow2", i))
+			qemuImg(t, append(append([]string{"convert", "-O", "qcow2"}, tt.opts...), tt.raw, img)...)
+			file, err := os.ReadFile(img)
+			require.NoError(t, err)
+			dev := testdev.Loop(t, 21<<20, false)
+			testdev.Fill(t, dev, 0, 21<<20, 0xCC)
+			srv := serve(t, map[string][]byte{"/img": file})
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+			res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img", Checksum: sha512sum(file), Format: "auto", Device: dev}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "qcow2", res.Format)
+			assert.Positive(t, res.Qcow2.BytesZeroed)
+			sameAsRaw(t, tt.raw, dev)
+		})
+	}
+}
+
+// unalignedRuns writes a raw image of size bytes whose data runs start
+// and end on 512-byte boundaries that are not 4 KiB ones, between whole
+// 64 KiB stripes of random data and zeros.
+func unalignedRuns(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	img := make([]byte, size)
+	const stripe = 64 << 10
+	for off, i := int64(0), 0; off < size; off, i = off+stripe, i+1 {
+		switch i % 3 {
+		case 0:
+			_, err := rand.Read(img[off : off+stripe])
+			require.NoError(t, err)
+		case 1:
+			at := off + 512*int64(1+i%7)
+			_, err := rand.Read(img[at : at+512*int64(1+i%13)])
+			require.NoError(t, err)
+		}
+	}
+	p := filepath.Join(dir, "unaligned.raw")
+	require.NoError(t, os.WriteFile(p, img, 0o600))
+	return p
 }
 
 // synthQcow2 builds a v3 qcow2 image by hand with one L2 table mapping
