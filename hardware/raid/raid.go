@@ -95,6 +95,26 @@ type DeleteResult struct {
 	MembersWiped   []erase.MetadataWipe `json:"members_wiped"`
 	DisksWiped     []erase.MetadataWipe `json:"disks_wiped"`
 	StaleSuperblks []string             `json:"stale_superblocks,omitempty"`
+	DisksKept      []KeptDisk           `json:"disks_kept,omitempty"`
+}
+
+// KeptDisk is a disk whose partition table delete_configuration left,
+// and why.
+type KeptDisk struct {
+	Disk   string `json:"disk"`
+	Reason string `json:"reason"`
+}
+
+// keepPartitionTable says why d's partition table must stay although one
+// of its partitions was a torn-down member: another partition still
+// belongs to an array left running. "" when it may go.
+func keepPartitionTable(d disk.Disk, kept map[string]string) string {
+	for _, p := range d.Partitions {
+		if a := kept[p.Path]; a != "" {
+			return fmt.Sprintf("partition %s belongs to %s, which was left running", p.Path, a)
+		}
+	}
+	return ""
 }
 
 // DeleteConfiguration tears down every software RAID array in the order
@@ -111,6 +131,10 @@ func (m *Manager) DeleteConfiguration(ctx context.Context, progress hardware.Pro
 	}
 	members := map[string]bool{} // device paths whose superblocks go
 	holders := map[string]bool{} // disks whose partition tables go
+	// Members of arrays left running: neither their superblocks nor the
+	// partition tables of their disks may be touched, whatever the guard
+	// allows for them one by one.
+	kept := map[string]string{} // member path -> its array
 	for _, a := range layout.Arrays() {
 		t := ArrayTeardown{Array: a.Path, Level: a.MD.Level}
 		var paths []string
@@ -121,6 +145,9 @@ func (m *Manager) DeleteConfiguration(ctx context.Context, progress hardware.Pro
 		if blocked := m.protected(append([]string{a.Path}, paths...)); blocked != "" {
 			t.Skipped = "protected by the device guard: " + blocked
 			res.Arrays = append(res.Arrays, t)
+			for _, p := range paths {
+				kept[p] = a.Path
+			}
 			continue
 		}
 		if _, err := m.runner().Run(ctx, m.mdadm(), "--stop", a.Path); err != nil {
@@ -142,7 +169,7 @@ func (m *Manager) DeleteConfiguration(ctx context.Context, progress hardware.Pro
 			cands = append(cands, p.Path)
 		}
 		for _, c := range cands {
-			if members[c] || !m.Opener.Allows(c) || d.ReadOnly || d.VirtualMedia {
+			if members[c] || kept[c] != "" || !m.Opener.Allows(c) || d.ReadOnly || d.VirtualMedia {
 				continue
 			}
 			if hasMDSignature(m.root(), c) {
@@ -182,6 +209,10 @@ func (m *Manager) DeleteConfiguration(ctx context.Context, progress hardware.Pro
 		}
 	}) {
 		dd, _ := layout.Find(d)
+		if why := keepPartitionTable(dd, kept); why != "" {
+			res.DisksKept = append(res.DisksKept, KeptDisk{Disk: d, Reason: why})
+			continue
+		}
 		w, err := erase.WipeMetadata(ctx, m.Opener, d, dd.LogicalBlockSize)
 		res.DisksWiped = append(res.DisksWiped, w)
 		if err != nil {

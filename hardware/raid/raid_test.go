@@ -179,6 +179,41 @@ func TestDeleteConfigurationRespectsGuard(t *testing.T) {
 	assert.Empty(t, ev.log, "nothing stopped, nothing opened")
 }
 
+// TestDeleteConfigurationLeavesSkippedArraysWhole: with one member of a
+// running array protected, the array is left running, and so are its
+// other members, although the guard would allow them one by one and they
+// carry md superblocks: the stale-superblock sweep must not wipe a live
+// member, nor the partition table of the disk it lives on. A stale
+// superblock elsewhere on that disk still goes.
+func TestDeleteConfigurationLeavesSkippedArraysWhole(t *testing.T) {
+	root := t.TempDir()
+	testdev.Run(t, "cp", "-a", snapshot("md-raid1")+"/.", root)
+	ev := &events{}
+	op := fileOpener{ev: ev, dir: t.TempDir(), deny: map[string]bool{"/dev/sdb2": true}}
+	for _, p := range []string{"/dev/sda", "/dev/sdb", "/dev/sda1", "/dev/sdb1", "/dev/sda2", "/dev/sdb2"} {
+		op.create(t, p, 32<<20)
+		require.NoError(t, os.Truncate(filepath.Join(root, p), 32<<20))
+	}
+	for _, p := range []string{"/dev/sda1", "/dev/sda2", "/dev/sdb2"} { // sda1: stale, from an older array
+		testdev.WriteMDSuperblock(t, op.file(p), "1.2")
+		testdev.WriteMDSuperblock(t, filepath.Join(root, p), "1.2")
+	}
+	m := &Manager{Root: root, Opener: op, Runner: &fakeRunner{ev: ev}}
+	res, err := m.DeleteConfiguration(context.Background(), nil)
+	require.NoError(t, err)
+
+	require.Len(t, res.Arrays, 1)
+	assert.False(t, res.Arrays[0].Stopped)
+	assert.Equal(t, []string{"/dev/sda1"}, res.StaleSuperblks, "the live member /dev/sda2 is not stale")
+	assert.Equal(t, []string{"mdadm --zero-superblock /dev/sda1", "open /dev/sda1"}, ev.log,
+		"nothing of md0 touched, nor sda's partition table")
+	assert.Equal(t, []KeptDisk{{Disk: "/dev/sda", Reason: "partition /dev/sda2 belongs to /dev/md0, which was left running"}}, res.DisksKept)
+	f, err := os.Open(op.file("/dev/sda2"))
+	require.NoError(t, err)
+	defer f.Close()
+	assert.NotEmpty(t, erase.DetectSignatures(f, 32<<20), "md0's member keeps its superblock")
+}
+
 func TestDeleteConfigurationStopFailure(t *testing.T) {
 	ev := &events{}
 	op := fileOpener{ev: ev, dir: t.TempDir()}

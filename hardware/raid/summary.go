@@ -33,5 +33,8 @@ func (r DeleteResult) Summary() string {
 		parts = append(parts, "no arrays found")
 	}
 	parts = append(parts, fmt.Sprintf("%d member and %d disk superblock area(s) wiped", len(r.MembersWiped), len(r.DisksWiped)))
+	for _, k := range r.DisksKept {
+		parts = append(parts, fmt.Sprintf("%s partition table kept: %s", k.Disk, k.Reason))
+	}
 	return strings.Join(parts, "; ")
 }

@@ -20,6 +20,11 @@ func TestSummaries(t *testing.T) {
 			Arrays:       []ArrayTeardown{{Array: "/dev/md0", Level: "raid1", Members: []string{"/dev/sda1", "/dev/sdb1"}, Stopped: true}, {Array: "/dev/md1", Skipped: "held by the host"}},
 			MembersWiped: []erase.MetadataWipe{{Device: "/dev/sda1"}, {Device: "/dev/sdb1"}}, DisksWiped: []erase.MetadataWipe{{Device: "/dev/sda"}},
 		}, "/dev/md0 stopped (raid1 over /dev/sda1, /dev/sdb1); /dev/md1 skipped: held by the host; 2 member and 1 disk superblock area(s) wiped"},
+		{"array left running", DeleteResult{
+			Arrays:       []ArrayTeardown{{Array: "/dev/md0", Skipped: "protected by the device guard: /dev/sdb2"}},
+			MembersWiped: []erase.MetadataWipe{{Device: "/dev/sda1"}},
+			DisksKept:    []KeptDisk{{Disk: "/dev/sda", Reason: "partition /dev/sda2 belongs to /dev/md0, which was left running"}},
+		}, "/dev/md0 skipped: protected by the device guard: /dev/sdb2; 1 member and 0 disk superblock area(s) wiped; /dev/sda partition table kept: partition /dev/sda2 belongs to /dev/md0, which was left running"},
 		{"nothing to delete", DeleteResult{}, "no arrays found; 0 member and 0 disk superblock area(s) wiped"},
 	}
 	for _, tt := range tests {
