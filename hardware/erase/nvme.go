@@ -104,8 +104,12 @@ func (c NVMeController) FormatSupported() bool { return c.OACS&0x2 != 0 }
 func (c NVMeController) CryptoEraseSupported() bool { return c.FNA&0x4 != 0 }
 
 // FormatAppliesToAll: FNA bit 0; formatting one namespace formats all of
-// them, which the plan must say.
+// them.
 func (c NVMeController) FormatAppliesToAll() bool { return c.FNA&0x1 != 0 }
+
+// SecureEraseAppliesToAll: FNA bit 1; a secure erase (our formats always
+// ask for one) of one namespace erases all of them.
+func (c NVMeController) SecureEraseAppliesToAll() bool { return c.FNA&0x2 != 0 }
 
 // ParseIdentifyController decodes the 4096-byte Identify Controller page.
 func ParseIdentifyController(b []byte) (NVMeController, error) {

@@ -112,16 +112,55 @@ func skipReason(d disk.Disk, opener Opener) string {
 // Plan decides, for every disk, whether and how it will be erased.
 func Plan(ctx context.Context, disks []disk.Disk, pol Policy, prober Prober, opener Opener) []DevicePlan {
 	var plans []DevicePlan
+	bySubsystem := map[string][]string{}
+	for _, d := range disks {
+		if s := nvmeSubsystem(d.Name); s != "" {
+			bySubsystem[s] = append(bySubsystem[s], d.Path)
+		}
+	}
 	for _, d := range disks {
 		if ctx.Err() != nil {
 			break
 		}
-		plans = append(plans, planOne(d, pol, prober, opener))
+		var siblings []string
+		for _, p := range bySubsystem[nvmeSubsystem(d.Name)] {
+			if p != d.Path {
+				siblings = append(siblings, p)
+			}
+		}
+		plans = append(plans, planOne(d, pol, prober, opener, siblings))
 	}
 	return plans
 }
 
-func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener) DevicePlan {
+// nvmeSubsystem is the "nvme0" of namespace block device "nvme0n1", or ""
+// for anything else. Namespaces with the same prefix sit behind the same
+// controller (or subsystem, with native multipath), which is what a
+// Format's all-namespaces attributes reach.
+func nvmeSubsystem(name string) string {
+	rest, ok := strings.CutPrefix(name, "nvme")
+	if !ok {
+		return ""
+	}
+	i := strings.IndexByte(rest, 'n')
+	if i <= 0 || !allDigits(rest[:i]) || !allDigits(rest[i+1:]) || i+1 == len(rest) {
+		return ""
+	}
+	return "nvme" + rest[:i]
+}
+
+func allDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// planOne plans d; siblings are the other namespaces of d's NVMe
+// controller, which a Format with FNA bit 0 or 1 would erase as well.
+func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []string) DevicePlan {
 	p := DevicePlan{Device: d.Path, Size: d.Size, Rotational: d.Rotational, LogicalBlockSize: d.LogicalBlockSize}
 	if r := skipReason(d, opener); r != "" {
 		p.Action, p.Reason = ActionSkip, r
@@ -157,6 +196,13 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener) DevicePlan {
 			p.Notes = append(p.Notes, "NVMe identify failed: "+err.Error())
 		case !ctrl.FormatSupported():
 			p.Notes = append(p.Notes, fmt.Sprintf("NVMe controller does not support Format NVM (OACS 0x%x)", ctrl.OACS))
+		case (ctrl.FormatAppliesToAll() || ctrl.SecureEraseAppliesToAll()) && len(siblings) > 0:
+			// The format would erase namespaces this plan never checked
+			// (guard, RAID membership, read-only, shared filesystems), and
+			// two plans would format the same controller at once.
+			p.NVMe = &ctrl
+			p.Notes = append(p.Notes, fmt.Sprintf("NVMe Format not used: on this controller it erases every namespace (FNA 0x%x), including %s",
+				ctrl.FNA, strings.Join(siblings, ", ")))
 		default:
 			p.NVMe, p.NVMeLBAFormat = &ctrl, ns.LBAFormat
 			if ctrl.CryptoEraseSupported() {
@@ -168,8 +214,8 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener) DevicePlan {
 				reasons = append(reasons, "NVMe Format with user-data erase (no crypto erase in FNA)")
 			}
 			secure = append(secure, MethodNVMeUserData)
-			if ctrl.FormatAppliesToAll() {
-				p.Notes = append(p.Notes, "format applies to all namespaces of the controller (FNA bit 0)")
+			if ctrl.FormatAppliesToAll() || ctrl.SecureEraseAppliesToAll() {
+				p.Notes = append(p.Notes, "format applies to all namespaces of the controller; this is its only one")
 			}
 		}
 	case (d.Controller == "sata" || d.Controller == "scsi") && pol.EnableATASecureErase && prober != nil:

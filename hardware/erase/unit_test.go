@@ -581,8 +581,8 @@ func TestPlanEstimatesOrderOfMagnitude(t *testing.T) {
 	hdd := disk.Disk{Path: "/dev/sda", Size: 4e12, Rotational: true, Controller: "sata"}
 	ssd := disk.Disk{Path: "/dev/sdb", Size: 4e12, Controller: "sata"}
 	pol := DefaultPolicy()
-	ph := planOne(hdd, pol, nil, nil)
-	ps := planOne(ssd, pol, nil, nil)
+	ph := planOne(hdd, pol, nil, nil, nil)
+	ps := planOne(ssd, pol, nil, nil, nil)
 	// 2 passes over 4 TB at 150 MB/s is ~15 h; an SSD is faster.
 	assert.InDelta(t, 2*4e12/150e6, ph.EstimatedSeconds, 1)
 	assert.Less(t, ps.EstimatedSeconds, ph.EstimatedSeconds)

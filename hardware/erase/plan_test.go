@@ -1,0 +1,68 @@
+package erase
+
+import (
+	"context"
+	"testing"
+
+	"github.com/anvil-metal/anvil/hardware/disk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNVMeSubsystem(t *testing.T) {
+	for name, want := range map[string]string{
+		"nvme0n1": "nvme0", "nvme12n3": "nvme12", "nvme0n1p1": "", "nvme0": "", "nvme0n": "",
+		"nvmen1": "", "sda": "", "nvme0c0n1": "", "loop0": "",
+	} {
+		assert.Equal(t, want, nvmeSubsystem(name), name)
+	}
+}
+
+// TestPlanNVMeFormatReachesEveryNamespace: a controller whose Format (FNA
+// bit 0) or secure erase (bit 1) applies to all namespaces must not be
+// formatted for one namespace while it has others: those were never
+// checked by the plan (guard, RAID, read-only), and two plans would
+// format the same controller at once. The namespace is overwritten
+// instead; a namespace-scoped Format, or an only namespace, still uses
+// the drive's own erase.
+func TestPlanNVMeFormatReachesEveryNamespace(t *testing.T) {
+	const oacsFormat = 0x2
+	ns := func(name string) disk.Disk {
+		return disk.Disk{Name: name, Path: "/dev/" + name, Size: 1 << 30, Controller: "nvme", LogicalBlockSize: 512}
+	}
+	tests := []struct {
+		name      string
+		fna       uint8
+		disks     []disk.Disk
+		wantFirst Method
+		wantNote  string
+	}{
+		{"all namespaces (bit 0), two namespaces", 0x1 | 0x4, []disk.Disk{ns("nvme0n1"), ns("nvme0n2")}, MethodOverwrite,
+			"NVMe Format not used: on this controller it erases every namespace (FNA 0x5), including /dev/nvme0n2"},
+		{"secure erase of all (bit 1), two namespaces", 0x2, []disk.Disk{ns("nvme0n1"), ns("nvme0n2")}, MethodOverwrite,
+			"NVMe Format not used: on this controller it erases every namespace (FNA 0x2), including /dev/nvme0n2"},
+		{"all namespaces, only namespace", 0x1 | 0x4, []disk.Disk{ns("nvme0n1"), ns("nvme1n1")}, MethodNVMeCrypto,
+			"format applies to all namespaces of the controller; this is its only one"},
+		{"per-namespace format, two namespaces", 0x4, []disk.Disk{ns("nvme0n1"), ns("nvme0n2")}, MethodNVMeCrypto, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prober := fakeProber{nvme: map[string]NVMeController{}}
+			for _, d := range tt.disks {
+				prober.nvme[d.Path] = NVMeController{OACS: oacsFormat, FNA: tt.fna}
+			}
+			plans := Plan(context.Background(), tt.disks, DefaultPolicy(), prober, nil)
+			require.Len(t, plans, len(tt.disks))
+			p := plans[0]
+			require.Equal(t, ActionErase, p.Action, p.Reason)
+			assert.Equal(t, tt.wantFirst, p.Methods[0], p.Reason)
+			if tt.wantNote != "" {
+				assert.Contains(t, p.Notes, tt.wantNote)
+			}
+			if tt.wantFirst == MethodOverwrite {
+				assert.NotContains(t, p.Methods, MethodNVMeCrypto)
+				assert.NotContains(t, p.Methods, MethodNVMeUserData)
+			}
+		})
+	}
+}
