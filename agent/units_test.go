@@ -153,7 +153,7 @@ func TestClientRejectsBadReplies(t *testing.T) {
 	tests := []struct{ name, path, body string }{
 		{"lookup without token", protocol.LookupPath, `{"node":{"uuid":"u"},"config":{"heartbeat_timeout":300,"agent_token":"******"}}`},
 		{"heartbeat without interval", protocol.HeartbeatPath + "n", `{"ack":"x"}`},
-		{"heartbeat with unknown field", protocol.HeartbeatPath + "n", `{"heartbeat_interval":1,"surprise":1}`},
+		{"heartbeat with trailing data", protocol.HeartbeatPath + "n", `{"heartbeat_interval":1} {}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,6 +171,21 @@ func TestClientRejectsBadReplies(t *testing.T) {
 			assert.False(t, errors.As(err, &he), "a malformed 200 is not an HTTP error")
 		})
 	}
+}
+
+// TestClientToleratesNewReplyFields: a ramdisk outlives controller
+// upgrades, so a field a newer controller adds to its heartbeat reply is
+// ignored, not fatal.
+func TestClientToleratesNewReplyFields(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"heartbeat_interval":7,"surprise":{"added":"later"}}`)
+	}))
+	defer srv.Close()
+	c, err := NewClient(ClientConfig{API: srv.URL})
+	require.NoError(t, err)
+	resp, err := c.Heartbeat(context.Background(), "n", &protocol.Heartbeat{})
+	require.NoError(t, err)
+	assert.InDelta(t, 7, resp.HeartbeatInterval, 0)
 }
 
 func TestNewClientValidatesURL(t *testing.T) {

@@ -62,15 +62,20 @@ type AgentConfig struct {
 }
 
 // ErasePolicy are the operator's erase knobs (IPA's agent_erase_* keys).
+// Every field is a pointer: nil (absent from the document) keeps the
+// agent's default, so a policy that sets only some knobs, or one written by
+// a controller that does not know a newer knob, cannot silently turn off
+// secure erase or the zero pass by sending Go's zero value. A document
+// with every field present decodes exactly as before.
 type ErasePolicy struct {
-	Concurrency         int  `json:"concurrency"`
-	Iterations          int  `json:"iterations"`
-	Zeroize             bool `json:"zeroize"`
-	SkipReadOnly        bool `json:"skip_read_only"`
-	AllowDiscard        bool `json:"allow_discard"`
-	EnableNVMeFormat    bool `json:"enable_nvme_format"`
-	EnableATAErase      bool `json:"enable_ata_erase"`
-	ContinueOnSecureErr bool `json:"continue_if_secure_erase_fails"`
+	Concurrency         *int  `json:"concurrency,omitempty"`
+	Iterations          *int  `json:"iterations,omitempty"`
+	Zeroize             *bool `json:"zeroize,omitempty"`
+	SkipReadOnly        *bool `json:"skip_read_only,omitempty"`
+	AllowDiscard        *bool `json:"allow_discard,omitempty"`
+	EnableNVMeFormat    *bool `json:"enable_nvme_format,omitempty"`
+	EnableATAErase      *bool `json:"enable_ata_erase,omitempty"`
+	ContinueOnSecureErr *bool `json:"continue_if_secure_erase_fails,omitempty"`
 }
 
 // Heartbeat is POST /v1/heartbeat/{node}: who the agent is, what it can do
@@ -286,11 +291,17 @@ func (c *Command) Validate() error {
 	return nil
 }
 
-// decodeStrict decodes one JSON document, refusing unknown fields and
-// trailing data, bounded to MaxMessageBytes.
-func decodeStrict(r io.Reader, v any) error {
+// decode reads one JSON document, refusing trailing data, bounded to
+// MaxMessageBytes. strict also refuses unknown fields: the controller is
+// strict with what agents send (it knows every agent field it supports),
+// while the agent ignores fields it does not know in the controller's
+// replies, since a ramdisk image outlives controller upgrades and must keep
+// working when a newer controller adds a field.
+func decode(r io.Reader, v any, strict bool) error {
 	dec := json.NewDecoder(io.LimitReader(r, MaxMessageBytes+1))
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("malformed message: %w", err)
 	}
@@ -303,19 +314,21 @@ func decodeStrict(r io.Reader, v any) error {
 	return nil
 }
 
-// DecodeHeartbeat reads and validates a heartbeat.
+// DecodeHeartbeat reads and validates a heartbeat (controller side:
+// unknown fields are refused).
 func DecodeHeartbeat(r io.Reader) (*Heartbeat, error) {
 	var h Heartbeat
-	if err := decodeStrict(r, &h); err != nil {
+	if err := decode(r, &h, true); err != nil {
 		return nil, err
 	}
 	return &h, h.Validate()
 }
 
-// DecodeHeartbeatResponse reads and validates the controller's reply.
+// DecodeHeartbeatResponse reads and validates the controller's reply
+// (agent side: unknown fields are ignored, see decode).
 func DecodeHeartbeatResponse(r io.Reader) (*HeartbeatResponse, error) {
 	var h HeartbeatResponse
-	if err := decodeStrict(r, &h); err != nil {
+	if err := decode(r, &h, false); err != nil {
 		return nil, err
 	}
 	if h.HeartbeatInterval <= 0 {

@@ -59,7 +59,11 @@ func TestGoldenReplies(t *testing.T) {
 	raw = golden(t, "lookup-response.json")
 	l, err := DecodeLookupResponse(bytes.NewReader(raw))
 	require.NoError(t, err)
-	assert.Equal(t, 4, l.Config.Erase.Concurrency)
+	require.NotNil(t, l.Config.Erase)
+	require.NotNil(t, l.Config.Erase.Concurrency)
+	assert.Equal(t, 4, *l.Config.Erase.Concurrency)
+	require.NotNil(t, l.Config.Erase.ContinueOnSecureErr, "a false the controller sent is kept, not taken for absent")
+	assert.False(t, *l.Config.Erase.ContinueOnSecureErr)
 	roundTrip(t, raw, l)
 }
 
@@ -115,7 +119,6 @@ func TestReplyValidation(t *testing.T) {
 		`{"heartbeat_interval": 0}`: "must be positive",
 		`{"heartbeat_interval": 5, "command": {"id": "1", "name": "execute_clean_step"}}`:        "needs a step",
 		`{"heartbeat_interval": 5, "command": {"id": "", "name": "inventory"}}`:                  "needs an id",
-		`{"heartbeat_interval": 5, "surprise": 1}`:                                               "unknown field",
 		`{"node": {}, "config": {"agent_token": "abc", "heartbeat_timeout": 300}}`:               "node.uuid",
 		`{"node": {"uuid": "u"}, "config": {"agent_token": "******", "heartbeat_timeout": 300}}`: "no agent token",
 	}
@@ -129,6 +132,92 @@ func TestReplyValidation(t *testing.T) {
 		require.Error(t, err, doc)
 		assert.Contains(t, err.Error(), want, doc)
 	}
+}
+
+// TestUnknownFields: a ramdisk must keep working when a newer controller
+// adds fields to its replies, while the controller stays strict with what
+// agents send.
+func TestUnknownFields(t *testing.T) {
+	withField := func(t *testing.T, name string, edit func(m map[string]any)) []byte {
+		t.Helper()
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(golden(t, name), &m))
+		edit(m)
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		return b
+	}
+	replies := map[string]func(m map[string]any){
+		"top level":       func(m map[string]any) { m["drain"] = true },
+		"in the command":  func(m map[string]any) { cmd(m)["deadline"] = "2030-01-01T00:00:00Z" },
+		"in the step":     func(m map[string]any) { cmd(m)["step"].(map[string]any)["requires_ramdisk"] = true },
+		"object-valued":   func(m map[string]any) { m["policy"] = map[string]any{"x": []any{1, 2}} },
+		"several at once": func(m map[string]any) { m["a"], m["b"] = 1, "2" },
+	}
+	for name, edit := range replies {
+		t.Run("heartbeat reply, "+name, func(t *testing.T) {
+			r, err := DecodeHeartbeatResponse(bytes.NewReader(withField(t, "heartbeat-response.json", edit)))
+			require.NoError(t, err)
+			assert.Equal(t, "erase_devices", r.Command.Step.Step)
+			assert.Equal(t, 10.0, r.HeartbeatInterval)
+		})
+	}
+	t.Run("lookup reply", func(t *testing.T) {
+		l, err := DecodeLookupResponse(bytes.NewReader(withField(t, "lookup-response.json", func(m map[string]any) {
+			m["config"].(map[string]any)["metrics"] = map[string]any{"backend": "noop"}
+			m["config"].(map[string]any)["erase"].(map[string]any)["passes_v2"] = 3
+		})))
+		require.NoError(t, err)
+		assert.Equal(t, "node-1", l.Node.Name)
+	})
+
+	agentMessages := map[string]func(m map[string]any){
+		"top level":      func(m map[string]any) { m["callback_url"] = "http://x" },
+		"in the command": func(m map[string]any) { cmd(m)["pid"] = 1 },
+		"in a step":      func(m map[string]any) { step(m, 0)["hidden"] = true },
+	}
+	for name, edit := range agentMessages {
+		t.Run("heartbeat, "+name, func(t *testing.T) {
+			_, err := DecodeHeartbeat(bytes.NewReader(withField(t, "heartbeat-running.json", edit)))
+			assert.ErrorContains(t, err, "unknown field")
+		})
+	}
+
+	// Leniency is about fields only: a reply is still one bounded document.
+	_, err := DecodeHeartbeatResponse(strings.NewReader(`{"heartbeat_interval": 5} {}`))
+	assert.ErrorContains(t, err, "trailing data")
+	_, err = DecodeHeartbeatResponse(strings.NewReader(`{"heartbeat_interval": 5, "pad": "` + strings.Repeat("a", MaxMessageBytes) + `"}`))
+	assert.Error(t, err)
+}
+
+// TestErasePolicyAbsentFields: a knob the controller did not send stays nil
+// (the agent keeps its default); one it sent, even false or 0, is kept.
+func TestErasePolicyAbsentFields(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		check     func(t *testing.T, p ErasePolicy)
+	}{
+		{"empty object", `{}`, func(t *testing.T, p ErasePolicy) { assert.Equal(t, ErasePolicy{}, p) }},
+		{"partial", `{"iterations": 2}`, func(t *testing.T, p ErasePolicy) {
+			assert.Equal(t, ErasePolicy{Iterations: new(2)}, p)
+		}},
+		{"explicit false and zero", `{"enable_nvme_format": false, "zeroize": false, "iterations": 0}`, func(t *testing.T, p ErasePolicy) {
+			assert.Equal(t, ErasePolicy{EnableNVMeFormat: new(false), Zeroize: new(false), Iterations: new(0)}, p)
+		}},
+		{"null is absent", `{"enable_ata_erase": null}`, func(t *testing.T, p ErasePolicy) { assert.Nil(t, p.EnableATAErase) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p ErasePolicy
+			require.NoError(t, json.Unmarshal([]byte(tt.doc), &p))
+			tt.check(t, p)
+		})
+	}
+	// Unset knobs are left out of the document, so an agent cannot mistake
+	// them for an operator's false.
+	b, err := json.Marshal(ErasePolicy{Concurrency: new(2), SkipReadOnly: new(false)})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"concurrency": 2, "skip_read_only": false}`, string(b))
 }
 
 func TestStepArgsAndOrder(t *testing.T) {

@@ -36,19 +36,30 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
+// Defaults of --proc and --root: only these describe the machine the agent
+// runs on, so only with them may it act as the ramdisk's agent.
+const (
+	systemProc = "/proc"
+	systemRoot = "/"
+)
+
 // options are the flags after the kernel command line was merged in.
 type options struct {
 	api     string
 	node    string
 	token   string
 	devices []string
-	root    string
-	macs    []string
-	ifaces  []string
-	logFile string
-	cmdline string
-	proc    string
-	debug   bool
+	// devicesSet: --devices or anvil.devices= was given, even empty. An
+	// explicitly empty list denies every device; only an absent one leaves
+	// the ramdisk free to erase all disks.
+	devicesSet bool
+	root       string
+	macs       []string
+	ifaces     []string
+	logFile    string
+	cmdline    string
+	proc       string
+	debug      bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -58,11 +69,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.api, "api", "", "controller URL (default: anvil.api= from the kernel command line)")
 	fs.StringVar(&o.node, "node", "", "node UUID to look up (default: anvil.node=)")
 	devices := fs.String("devices", "", "comma-separated devices destructive steps may write, even outside the ramdisk (default: anvil.devices=)")
-	fs.StringVar(&o.root, "root", "/", "root of /sys, /proc and /dev for hardware discovery")
+	fs.StringVar(&o.root, "root", systemRoot, "root of /sys, /proc and /dev for hardware discovery (another root never gets ramdisk powers)")
 	macs := fs.String("macs", "", "comma-separated MACs to look up with, instead of discovering interfaces (and without configuring the network)")
 	fs.StringVar(&o.logFile, "log-file", "", "also write the log here, for collect_logs (default in the ramdisk: /var/log/anvil-agent.log)")
 	fs.StringVar(&o.cmdline, "cmdline", "/proc/cmdline", "kernel command line to read defaults from")
-	fs.StringVar(&o.proc, "proc", "/proc", "procfs used to detect the ramdisk and read the uptime")
+	fs.StringVar(&o.proc, "proc", systemProc, "procfs used to detect the ramdisk and read the uptime (another procfs never gets ramdisk powers)")
 	fs.BoolVar(&o.debug, "debug", false, "debug logging (default: anvil.debug)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -76,6 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var boot agent.BootConfig
 	if raw, err := os.ReadFile(o.cmdline); err == nil {
 		boot = agent.ParseCmdline(string(raw))
+		o.devicesSet = cmdlineHas(string(raw), "anvil.devices")
 	} else if set["cmdline"] {
 		return o, fmt.Errorf("read kernel command line: %w", err)
 	}
@@ -90,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.devices = boot.Devices
 	if set["devices"] {
-		o.devices = hardware.ParseAllowList(*devices)
+		o.devices, o.devicesSet = hardware.ParseAllowList(*devices), true
 	}
 	for _, m := range strings.Split(*macs, ",") {
 		if m = strings.ToLower(strings.TrimSpace(m)); m != "" {
@@ -99,6 +111,59 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
 	return o, nil
+}
+
+// cmdlineHas reports whether a kernel command line carries key, with or
+// without a value. agent.BootConfig.Devices is nil both when anvil.devices=
+// is absent and when it is empty, and only the first may mean "every
+// device". Whitespace splitting without the kernel's quoting (and without
+// stopping at "--") can only find the key where agent.ParseCmdline does not,
+// which makes the guard stricter, never looser.
+func cmdlineHas(cmdline, key string) bool {
+	for _, f := range strings.Fields(cmdline) {
+		k, _, _ := strings.Cut(f, "=")
+		if strings.Trim(k, `"`) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// allowList is the device allow-list for the guard: nil when none was
+// given, non-nil (possibly empty: deny all) when one was.
+func (o options) allowList() []string {
+	if o.devicesSet && o.devices == nil {
+		return []string{}
+	}
+	return o.devices
+}
+
+// ramdiskPowers decides whether the agent may act as the ramdisk's agent:
+// erase any disk without an allow-list, power the machine off, configure
+// the network, assemble RAID arrays. DetectEnvironment only reads the
+// --proc it is given, so a fixture procfs (testdata/.../uroot-initramfs)
+// "proves" a ramdisk on any workstation, and with a fixture --root the
+// disk names it finds still open the host's /dev. Only the system's own
+// /proc and / are evidence; the reason is for the log and refusals.
+func ramdiskPowers(o options, env hardware.Environment) (bool, string) {
+	if !env.InRamdisk {
+		return false, "not running in the agent ramdisk (" + env.Evidence + ")"
+	}
+	if filepath.Clean(o.proc) != systemProc || filepath.Clean(o.root) != systemRoot {
+		return false, fmt.Sprintf("ramdisk evidence (%s) comes from --proc %s and --root %s, not the system's %s and %s, so it is not trusted",
+			env.Evidence, o.proc, o.root, systemProc, systemRoot)
+	}
+	return true, ""
+}
+
+// deviceGuard builds the guard destructive steps write through. Without
+// ramdisk powers the detected environment counts as "not the ramdisk", so
+// only an explicit allow-list lets anything be written.
+func deviceGuard(o options, env hardware.Environment, powers bool, why string) *hardware.Guard {
+	if !powers && env.InRamdisk {
+		env = hardware.Environment{Evidence: why}
+	}
+	return hardware.NewGuard(env, o.allowList())
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) int {
@@ -115,22 +180,37 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	env := hardware.DetectEnvironment(o.proc, os.Getpid())
-	if o.logFile == "" && env.InRamdisk {
+	powers, why := ramdiskPowers(o, env)
+	if o.logFile == "" && powers {
 		o.logFile = "/var/log/anvil-agent.log"
 	}
 	log, closeLog := newLogger(o, env, stderr)
 	defer closeLog()
-	log.Info("anvil-agent", "version", agent.Version, "in_ramdisk", env.InRamdisk, "environment", env.Evidence,
-		"api", o.api, "root", o.root, "devices", o.devices)
+	log.Info("anvil-agent", "version", agent.Version, "in_ramdisk", env.InRamdisk, "ramdisk_powers", powers,
+		"environment", env.Evidence, "api", o.api, "proc", o.proc, "root", o.root, "devices", o.allowList())
+	if env.InRamdisk && !powers {
+		log.Warn("ramdisk detected but not trusted: destructive steps only on the device allow-list, no power actions, no network configuration, no RAID assembly",
+			"reason", why)
+	}
+
+	guard := deviceGuard(o, env, powers, why)
+	log.Info("device guard", "mode", guard.String())
+	// mdadm --assemble writes superblocks and may start a resync on every
+	// member it finds, so it runs only where every disk is ours to write.
+	if powers && o.allowList() == nil {
+		assembleArrays(ctx, log)
+	} else if powers {
+		log.Info("not assembling software RAID arrays: mdadm would write to disks outside the device allow-list",
+			"devices", o.allowList())
+	}
 
 	// anvil.token= is the per-boot nonce the controller put in the node's
 	// iPXE script; lookups carry it so only the machine that booted that
 	// script can obtain the agent token.
-	if env.InRamdisk {
-		assembleArrays(log)
-	}
 	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node, Nonce: o.token})
 	if err != nil {
+		// Staying up harms nothing, so the detected environment decides
+		// here, ramdisk powers or not.
 		if !env.InRamdisk {
 			fmt.Fprintln(stderr, "anvil-agent:", err, "(set --api or anvil.api= on the kernel command line)")
 			return 2
@@ -139,22 +219,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 0
 	}
 
-	guard := hardware.NewGuard(env, o.devices)
-	log.Info("device guard", "mode", guard.String())
 	root := o.root
 	a := &agent.Agent{
 		Controller: client,
 		Hardware:   hardwareFor(root, guard, log),
-		Network:    network(o, env, log),
+		Network:    network(o, powers, log),
 		Inventory:  func(ctx context.Context) (protocol.Inventory, error) { return hardware.Inventory(ctx, root) },
 		Logs:       agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
 		Log:        log,
 		Version:    agent.Version,
 	}
-	if env.InRamdisk {
+	if powers {
 		a.Power = agent.SystemPower{}
 	} else {
-		log.Warn("power_off and reboot commands will fail: not running in the agent ramdisk", "environment", env.Evidence)
+		log.Warn("power_off and reboot commands will fail", "reason", why)
 	}
 	if up, err := agent.ReadUptime(filepath.Join(o.proc, "uptime")); err != nil {
 		log.Warn("boot timings without kernel uptime", "err", err)
@@ -221,12 +299,14 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
 }
 
-func network(o options, env hardware.Environment, log *slog.Logger) agent.Network {
+// network finds the MACs to look up with; DHCP only with ramdisk powers, so
+// a workstation's network is never reconfigured.
+func network(o options, powers bool, log *slog.Logger) agent.Network {
 	if len(o.macs) > 0 {
 		return agent.StaticMACs(o.macs)
 	}
 	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log}
-	if env.InRamdisk {
+	if powers {
 		n.DHCP = agent.DHCPv4Client{Log: log}
 	}
 	return n
@@ -249,34 +329,43 @@ func hardwareFor(root string, guard *hardware.Guard, log *slog.Logger) agent.Har
 }
 
 // erasePolicy maps the controller's erase knobs onto the erase package's
-// policy; nil keeps IPA's defaults.
+// policy; nil, and every knob the controller left out, keeps IPA's
+// defaults, so a partial policy cannot turn secure erase or the zero pass
+// off by omission.
 func erasePolicy(p *protocol.ErasePolicy) *erase.Policy {
 	if p == nil {
 		return nil
 	}
 	pol := erase.DefaultPolicy()
-	if p.Concurrency > 0 {
-		pol.Concurrency = p.Concurrency
+	if p.Concurrency != nil && *p.Concurrency > 0 {
+		pol.Concurrency = *p.Concurrency
 	}
-	if p.Iterations >= 0 {
-		pol.Iterations = p.Iterations
+	if p.Iterations != nil && *p.Iterations >= 0 {
+		pol.Iterations = *p.Iterations
 	}
-	pol.Zeroize = p.Zeroize
-	pol.SkipReadOnly = p.SkipReadOnly
-	pol.AllowDiscard = p.AllowDiscard
-	pol.EnableNVMeSecureErase = p.EnableNVMeFormat
-	pol.EnableATASecureErase = p.EnableATAErase
-	pol.ContinueIfSecureEraseFailed = p.ContinueOnSecureErr
+	setIfSent(&pol.Zeroize, p.Zeroize)
+	setIfSent(&pol.SkipReadOnly, p.SkipReadOnly)
+	setIfSent(&pol.AllowDiscard, p.AllowDiscard)
+	setIfSent(&pol.EnableNVMeSecureErase, p.EnableNVMeFormat)
+	setIfSent(&pol.EnableATASecureErase, p.EnableATAErase)
+	setIfSent(&pol.ContinueIfSecureEraseFailed, p.ContinueOnSecureErr)
 	return &pol
+}
+
+func setIfSent(dst, sent *bool) {
+	if sent != nil {
+		*dst = *sent
+	}
 }
 
 // assembleArrays starts the software RAID arrays found on the disks. A
 // ramdisk has no udev to do it, and without it an array built in an
 // earlier boot would be invisible to the inventory and to
 // delete_configuration. Best effort: no arrays is the common case.
-func assembleArrays(log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// ctx is the run's, so SIGTERM stops a hanging mdadm too.
+func assembleArrays(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "mdadm", "--assemble", "--scan", "--run").CombinedOutput()
-	log.Info("assembled software RAID arrays found on the disks", "output", strings.TrimSpace(string(out)), "err", err)
+	log.InfoContext(ctx, "assembled software RAID arrays found on the disks", "output", strings.TrimSpace(string(out)), "err", err)
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
@@ -248,31 +250,66 @@ func untar(t *testing.T, b64 string) map[string]string {
 	}
 }
 
-// TestBinaryRefusesEraseOutsideRamdisk: started on a workstation without
-// --devices, the agent must refuse to erase anything.
-func TestBinaryRefusesEraseOutsideRamdisk(t *testing.T) {
+// TestBinaryRefusesDestructiveSteps: wherever the agent cannot be sure it
+// runs in the ramdisk, and wherever the allow-list is explicitly empty, it
+// must refuse to erase anything and to switch the machine off. A fixture
+// procfs that looks like the ramdisk (uroot-initramfs) proves nothing about
+// the machine the binary runs on.
+func TestBinaryRefusesDestructiveSteps(t *testing.T) {
 	bin := buildAgent(t)
-	ctrl := newController(t)
-	p := startAgent(t, bin, "--api", ctrl.srv.URL)
-	require.Eventually(t, func() bool { return len(ctrl.hbs()) >= 1 }, 20*time.Second, 10*time.Millisecond)
-	fp := ctrl.hbs()[0].Fingerprint
-	ctrl.send(&protocol.Command{ID: "e-1", Name: protocol.CmdExecuteCleanStep, Fingerprint: fp,
-		Step: &protocol.Step{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 99}})
-	ctrl.send(&protocol.Command{ID: "p-1", Name: protocol.CmdPowerOff})
-	require.Eventually(t, func() bool { return ctrl.final("p-1") != nil }, 20*time.Second, 10*time.Millisecond)
+	ramdisk := abs(t, "../../testdata/hardware/procfs/uroot-initramfs")
+	emptyDevices := filepath.Join(t.TempDir(), "cmdline")
+	require.NoError(t, os.WriteFile(emptyDevices, []byte("console=ttyS0 anvil.devices= quiet\n"), 0o644))
+	tests := []struct {
+		name string
+		args []string
+		want []string // in the refusal
+		log  []string // in the agent's log
+	}{
+		{"outside the ramdisk without --devices", nil,
+			[]string{"not running in the agent ramdisk", "no device allow-list given"}, []string{"in_ramdisk=false"}},
+		{"outside the ramdisk with an empty --devices", []string{"--devices", ""},
+			[]string{"the device allow-list is empty"}, []string{"in_ramdisk=false"}},
+		{"fake ramdisk procfs without --devices", []string{"--proc", ramdisk},
+			[]string{"comes from --proc " + ramdisk, "not trusted", "no device allow-list given"},
+			[]string{"in_ramdisk=true", "ramdisk_powers=false", "ramdisk detected but not trusted"}},
+		{"fake ramdisk procfs with an empty --devices", []string{"--proc", ramdisk, "--devices", " "},
+			[]string{"the device allow-list is empty"}, []string{"in_ramdisk=true", "ramdisk_powers=false"}},
+		{"fake ramdisk procfs with an empty anvil.devices=", []string{"--proc", ramdisk, "--cmdline", emptyDevices},
+			[]string{"the device allow-list is empty"}, []string{"in_ramdisk=true", "ramdisk_powers=false"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctrl := newController(t)
+			p := startAgent(t, bin, append([]string{"--api", ctrl.srv.URL}, tt.args...)...)
+			require.Eventually(t, func() bool { return len(ctrl.hbs()) >= 1 }, 20*time.Second, 10*time.Millisecond)
+			fp := ctrl.hbs()[0].Fingerprint
+			ctrl.send(&protocol.Command{ID: "e-1", Name: protocol.CmdExecuteCleanStep, Fingerprint: fp,
+				Step: &protocol.Step{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 99}})
+			ctrl.send(&protocol.Command{ID: "p-1", Name: protocol.CmdPowerOff})
+			require.Eventually(t, func() bool { return ctrl.final("p-1") != nil }, 20*time.Second, 10*time.Millisecond)
 
-	erase := ctrl.final("e-1")
-	require.NotNil(t, erase)
-	assert.Equal(t, protocol.CommandFailed, erase.State)
-	require.NotNil(t, erase.Error)
-	assert.Equal(t, protocol.ErrTypeProtectedDevice, erase.Error.Type)
-	assert.Contains(t, erase.Error.Message, "not running in the agent ramdisk")
+			erase := ctrl.final("e-1")
+			require.NotNil(t, erase)
+			assert.Equal(t, protocol.CommandFailed, erase.State)
+			require.NotNil(t, erase.Error)
+			assert.Equal(t, protocol.ErrTypeProtectedDevice, erase.Error.Type)
+			for _, w := range tt.want {
+				assert.Contains(t, erase.Error.Message, w)
+			}
 
-	// Nor may it switch the workstation off.
-	power := ctrl.final("p-1")
-	assert.Equal(t, protocol.CommandFailed, power.State)
-	assert.Equal(t, protocol.ErrTypeNotSupported, power.Error.Type)
-	p.stop(t)
+			// Nor may it switch the machine off.
+			power := ctrl.final("p-1")
+			assert.Equal(t, protocol.CommandFailed, power.State)
+			require.NotNil(t, power.Error)
+			assert.Equal(t, protocol.ErrTypeNotSupported, power.Error.Type)
+			for _, w := range tt.log {
+				assert.Contains(t, p.stderr.String(), w)
+			}
+			assert.NotContains(t, p.stderr.String(), "assembled software RAID arrays", "mdadm writes to disks")
+			p.stop(t)
+		})
+	}
 }
 
 func TestBinaryWithoutAPIOutsideRamdiskExits(t *testing.T) {
@@ -288,25 +325,45 @@ func TestBinaryWithoutAPIOutsideRamdiskExits(t *testing.T) {
 
 func TestParseFlags(t *testing.T) {
 	dir := t.TempDir()
-	cmdline := filepath.Join(dir, "cmdline")
-	require.NoError(t, os.WriteFile(cmdline, []byte("quiet anvil.api=http://10.0.0.1:6385 anvil.node=n1 anvil.token=tok anvil.devices=/dev/loop3 anvil.debug anvil.interface=eno1\n"), 0o644))
+	cmdline := func(content string) string {
+		f, err := os.CreateTemp(dir, "cmdline")
+		require.NoError(t, err)
+		_, err = f.WriteString(content)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		return f.Name()
+	}
+	full := "quiet anvil.api=http://10.0.0.1:6385 anvil.node=n1 anvil.token=tok anvil.devices=/dev/loop3 anvil.debug anvil.interface=eno1\n"
+	fromFull := options{api: "http://10.0.0.1:6385", node: "n1", token: "tok", debug: true, ifaces: []string{"eno1"}}
+	with := func(o options, edit func(o *options)) options { edit(&o); return o }
 	tests := []struct {
-		name string
-		args []string
-		want options
+		name    string
+		cmdline string
+		args    []string
+		want    options
 	}{
-		{"kernel command line only", []string{"--cmdline", cmdline},
-			options{api: "http://10.0.0.1:6385", node: "n1", token: "tok", devices: []string{"/dev/loop3"}, debug: true, ifaces: []string{"eno1"}}},
-		{"flags override", []string{"--cmdline", cmdline, "--api", "http://x:1", "--node", "n2", "--devices", "/dev/loop4,/dev/loop5", "--debug=false", "--macs", "52:54:00:AA:BB:CC"},
-			options{api: "http://x:1", node: "n2", token: "tok", devices: []string{"/dev/loop4", "/dev/loop5"}, macs: []string{"52:54:00:aa:bb:cc"}, ifaces: []string{"eno1"}}},
-		{"empty --devices overrides the command line", []string{"--cmdline", cmdline, "--devices", ""},
-			options{api: "http://10.0.0.1:6385", node: "n1", token: "tok", debug: true, ifaces: []string{"eno1"}}},
+		{"kernel command line only", full, nil,
+			with(fromFull, func(o *options) { o.devices, o.devicesSet = []string{"/dev/loop3"}, true })},
+		{"flags override", full, []string{"--api", "http://x:1", "--node", "n2", "--devices", "/dev/loop4,/dev/loop5", "--debug=false", "--macs", "52:54:00:AA:BB:CC"},
+			options{api: "http://x:1", node: "n2", token: "tok", devices: []string{"/dev/loop4", "/dev/loop5"}, devicesSet: true,
+				macs: []string{"52:54:00:aa:bb:cc"}, ifaces: []string{"eno1"}}},
+		{"empty --devices overrides the command line and denies all", full, []string{"--devices", ""},
+			with(fromFull, func(o *options) { o.devicesSet = true })},
+		{"blank --devices denies all", full, []string{"--devices", " , "},
+			with(fromFull, func(o *options) { o.devicesSet = true })},
+		{"no anvil.devices=: no list", "anvil.api=http://a:1\n", nil, options{api: "http://a:1"}},
+		{"empty anvil.devices=: deny all", "anvil.api=http://a:1 anvil.devices=\n", nil, options{api: "http://a:1", devicesSet: true}},
+		{"quoted empty anvil.devices: deny all", `anvil.api=http://a:1 "anvil.devices=" x`, nil, options{api: "http://a:1", devicesSet: true}},
+		{"bare anvil.devices: deny all", "anvil.api=http://a:1 anvil.devices\n", nil, options{api: "http://a:1", devicesSet: true}},
+		{"a later empty anvil.devices= wins", "anvil.devices=/dev/loop3 anvil.devices=", nil, options{devicesSet: true}},
+		{"another parameter's value is not the key", "anvil.api=http://a:1 x=anvil.devices\n", nil, options{api: "http://a:1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseFlags(tt.args, &bytes.Buffer{})
+			path := cmdline(tt.cmdline)
+			got, err := parseFlags(append([]string{"--cmdline", path}, tt.args...), &bytes.Buffer{})
 			require.NoError(t, err)
-			tt.want.root, tt.want.cmdline, tt.want.proc = "/", cmdline, "/proc"
+			tt.want.root, tt.want.cmdline, tt.want.proc = "/", path, "/proc"
 			assert.Equal(t, tt.want, got)
 		})
 	}
@@ -316,20 +373,99 @@ func TestParseFlags(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestDeviceGuard: which devices the guard lets destructive steps write,
+// from the detected environment, --proc/--root and the allow-list. The
+// paths are never opened.
+func TestDeviceGuard(t *testing.T) {
+	ramdisk := hardware.Environment{InRamdisk: true, Evidence: "root filesystem is rootfs and anvil.api= on the kernel command line"}
+	installed := hardware.Environment{Evidence: "root filesystem is ext4, not a ramdisk"}
+	system := options{proc: "/proc", root: "/"}
+	with := func(edit func(o *options)) options { o := system; edit(&o); return o }
+	const listed, other = "/dev/anvil-test-listed", "/dev/anvil-test-other"
+	tests := []struct {
+		name      string
+		env       hardware.Environment
+		o         options
+		powers    bool
+		writable  []string // of listed, other
+		refusal   string   // of Ready, "" when ready
+		whyPowers string
+	}{
+		{"ramdisk, no list: every device", ramdisk, system, true, []string{listed, other}, "", ""},
+		{"ramdisk, trailing slashes are the system's", ramdisk, with(func(o *options) { o.proc, o.root = "/proc/", "//" }), true, []string{listed, other}, "", ""},
+		{"ramdisk, list: only the list", ramdisk, with(func(o *options) { o.devices, o.devicesSet = []string{listed}, true }), true, []string{listed}, "", ""},
+		{"ramdisk, explicitly empty list: nothing", ramdisk, with(func(o *options) { o.devicesSet = true }), true, nil, "allow-list is empty", ""},
+		{"fake --proc, no list: nothing", ramdisk, with(func(o *options) { o.proc = "/tmp/fixture/proc" }), false, nil,
+			"not trusted", "--proc /tmp/fixture/proc"},
+		{"fake --root, no list: nothing", ramdisk, with(func(o *options) { o.root = "/tmp/fixture" }), false, nil,
+			"not trusted", "--root /tmp/fixture"},
+		{"fake --proc, list: only the list", ramdisk, with(func(o *options) {
+			o.proc, o.devices, o.devicesSet = "/tmp/fixture/proc", []string{listed}, true
+		}), false, []string{listed}, "", "not trusted"},
+		{"fake --proc, explicitly empty list: nothing", ramdisk, with(func(o *options) { o.proc, o.devicesSet = "/tmp/fixture/proc", true }), false, nil,
+			"allow-list is empty", "not trusted"},
+		{"installed system, no list: nothing", installed, system, false, nil, "not running in the agent ramdisk", "ext4"},
+		{"installed system, list: only the list", installed, with(func(o *options) { o.devices, o.devicesSet = []string{listed}, true }), false, []string{listed}, "", "ext4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			powers, why := ramdiskPowers(tt.o, tt.env)
+			assert.Equal(t, tt.powers, powers)
+			assert.Contains(t, why, tt.whyPowers)
+			g := deviceGuard(tt.o, tt.env, powers, why)
+			if tt.refusal == "" {
+				assert.NoError(t, g.Ready())
+			} else {
+				assert.ErrorContains(t, g.Ready(), tt.refusal)
+			}
+			var writable []string
+			for _, dev := range []string{listed, other} {
+				if g.Allows(dev) {
+					writable = append(writable, dev)
+				}
+			}
+			assert.Equal(t, tt.writable, writable)
+		})
+	}
+}
+
 func TestErasePolicy(t *testing.T) {
-	assert.Nil(t, erasePolicy(nil))
-	p := erasePolicy(&protocol.ErasePolicy{Concurrency: 2, Iterations: 3, Zeroize: false, SkipReadOnly: true,
-		AllowDiscard: true, EnableNVMeFormat: false, EnableATAErase: true, ContinueOnSecureErr: true})
-	require.NotNil(t, p)
-	assert.Equal(t, 2, p.Concurrency)
-	assert.Equal(t, 3, p.Iterations)
-	assert.False(t, p.Zeroize)
-	assert.True(t, p.SkipReadOnly)
-	assert.True(t, p.AllowDiscard)
-	assert.False(t, p.EnableNVMeSecureErase)
-	assert.True(t, p.EnableATASecureErase)
-	assert.True(t, p.ContinueIfSecureEraseFailed)
-	assert.Equal(t, 4, erasePolicy(&protocol.ErasePolicy{}).Concurrency, "0 keeps the default")
+	assert.Nil(t, erasePolicy(nil), "no policy: the erase package's defaults")
+	def := erase.DefaultPolicy()
+	with := func(edit func(p *erase.Policy)) erase.Policy { p := def; edit(&p); return p }
+	tests := []struct {
+		name string
+		doc  string // config.erase as the controller sends it
+		want erase.Policy
+	}{
+		{"empty object keeps every default", `{}`, def},
+		{"partial policy keeps the knobs it leaves out", `{"iterations": 2, "skip_read_only": true}`,
+			with(func(p *erase.Policy) { p.Iterations, p.SkipReadOnly = 2, true })},
+		{"explicit false turns a knob off", `{"enable_nvme_format": false, "enable_ata_erase": false, "zeroize": false}`,
+			with(func(p *erase.Policy) {
+				p.EnableNVMeSecureErase, p.EnableATASecureErase, p.Zeroize = false, false, false
+			})},
+		{"null is absent", `{"enable_nvme_format": null, "zeroize": null}`, def},
+		{"concurrency 0 and negative iterations keep the defaults", `{"concurrency": 0, "iterations": -1}`, def},
+		{"zero iterations is honoured", `{"iterations": 0}`, with(func(p *erase.Policy) { p.Iterations = 0 })},
+		{"every field, as a full policy is sent", `{"concurrency": 2, "iterations": 3, "zeroize": false, "skip_read_only": true,
+			"allow_discard": true, "enable_nvme_format": false, "enable_ata_erase": true, "continue_if_secure_erase_fails": true}`,
+			with(func(p *erase.Policy) {
+				p.Concurrency, p.Iterations, p.Zeroize, p.SkipReadOnly = 2, 3, false, true
+				p.AllowDiscard, p.EnableNVMeSecureErase, p.EnableATASecureErase, p.ContinueIfSecureEraseFailed = true, false, true, true
+			})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lr, err := protocol.DecodeLookupResponse(strings.NewReader(`{"node": {"uuid": "u"},
+				"config": {"agent_token": "tok", "heartbeat_timeout": 300, "erase": ` + tt.doc + `}}`))
+			require.NoError(t, err)
+			require.NotNil(t, lr.Config.Erase)
+			got := erasePolicy(lr.Config.Erase)
+			require.NotNil(t, got)
+			assert.Equal(t, tt.want, *got)
+		})
+	}
 }
 
 // TestBinaryWithoutAPIInRamdiskStaysUp: in the ramdisk a configuration
@@ -345,7 +481,11 @@ func TestBinaryWithoutAPIInRamdiskStaysUp(t *testing.T) {
 		t.Fatalf("agent exited: %s", p.stderr.String())
 	default:
 	}
+	// The fixture is reported as a ramdisk, but a fixture grants nothing.
 	assert.Contains(t, p.stderr.String(), "in_ramdisk=true")
+	assert.Contains(t, p.stderr.String(), "ramdisk_powers=false")
+	assert.Contains(t, p.stderr.String(), "ramdisk detected but not trusted")
+	assert.NotContains(t, p.stderr.String(), "assembled software RAID arrays")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-p.done:
