@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/disk"
@@ -34,7 +35,8 @@ type Config struct {
 	Prober          erase.Prober    // NVMe/ATA identify; defaults to erase.SysProber
 	Policy          *erase.Policy   // erase defaults pushed by the controller; nil = IPA defaults
 	Mdadm           string          // mdadm path; "" = look up in PATH
-	HTTPClient      *http.Client    // for write_image; nil = http.DefaultClient
+	HTTPClient      *http.Client    // for write_image; nil = imagewrite.NewClient (connect, TLS and header timeouts)
+	ImageStall      time.Duration   // write_image fails after receiving nothing this long; 0 = imagewrite.DefaultStallTimeout
 	RootDeviceHints map[string]any  // node properties.root_device, used when write_image has none
 	Logger          *slog.Logger
 }
@@ -56,8 +58,13 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.HTTPClient == nil {
+		// Not http.DefaultClient: it has no timeouts, and a server that
+		// never answers would hold the agent until the step timeout.
+		cfg.HTTPClient = imagewrite.NewClient()
+	}
 	m := &Manager{cfg: cfg}
-	m.writer = &imagewrite.Writer{Client: cfg.HTTPClient, Opener: m.opener()}
+	m.writer = &imagewrite.Writer{Client: cfg.HTTPClient, Opener: m.opener(), StallTimeout: cfg.ImageStall}
 	return m
 }
 

@@ -186,6 +186,70 @@ func TestWriteImageStep(t *testing.T) {
 	assert.Contains(t, pe.Message, "no disk matches")
 }
 
+// TestWriteImageStepKeepsURLSecrets: what write_image returns goes to the
+// controller and into the node's history; a signed URL's credentials and
+// query must not.
+func TestWriteImageStepKeepsURLSecrets(t *testing.T) {
+	dev := testdev.Loop(t, 16<<20, false)
+	img := make([]byte, 1<<20)
+	_, err := rand.Read(img)
+	require.NoError(t, err)
+	sum := sha256.Sum256(img)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/disk.raw" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(img)
+	}))
+	defer srv.Close()
+	d := dispatcher(t, Config{Root: "/", Guard: hardware.NewGuard(outside, []string{dev})})
+	host := strings.TrimPrefix(srv.URL, "http://")
+	tests := []struct {
+		name, path string
+		wantErr    bool
+	}{
+		{"written", "/disk.raw", false},
+		{"404", "/missing.raw", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := map[string]any{
+				"image_url":      "http://user:pass@" + host + tt.path + "?temp_url_sig=SECRET&temp_url_expires=1",
+				"image_checksum": "sha256:" + hex.EncodeToString(sum[:]),
+				"root_device":    map[string]any{"name": strings.TrimPrefix(dev, "/dev/")},
+			}
+			res, err := d.Run(context.Background(), hardware.KindDeploy, "write_image", args, nil)
+			b, jerr := json.Marshal(res)
+			require.NoError(t, jerr)
+			out := string(b)
+			if tt.wantErr {
+				require.Error(t, err)
+				out += err.Error()
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, "http://"+host+tt.path, res.(WriteImageResult).Image.URL)
+			}
+			assert.Contains(t, out, host+tt.path)
+			assert.NotContains(t, out, "SECRET")
+			assert.NotContains(t, out, "pass")
+		})
+	}
+}
+
+// TestDefaultImageClientHasTimeouts: without a configured client,
+// write_image must not fall back to http.DefaultClient, which would wait
+// forever for a server that never answers.
+func TestDefaultImageClientHasTimeouts(t *testing.T) {
+	c := New(Config{}).writer.Client
+	require.NotNil(t, c)
+	tr, ok := c.Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Positive(t, tr.ResponseHeaderTimeout)
+	assert.Positive(t, tr.TLSHandshakeTimeout)
+	assert.Zero(t, c.Timeout, "no overall timeout: images may take hours")
+}
+
 func TestUnknownStepFallsThrough(t *testing.T) {
 	_, err := New(Config{}).Run(context.Background(), hardware.KindClean, protocol.Step{Step: "burnin_cpu"}, nil, nil)
 	assert.ErrorIs(t, err, hardware.ErrNotSupported)

@@ -63,11 +63,15 @@ type Result struct {
 	Qcow2           *Qcow2Result `json:"qcow2,omitempty"`
 }
 
-// Writer writes images. Client defaults to http.DefaultClient. A Writer
-// keeps its buffers (24–56 MiB) between writes; it must not be copied.
+// Writer writes images. Client defaults to a fresh NewClient for each
+// write. A Writer keeps its buffers (24–56 MiB) between writes; it must not
+// be copied.
 type Writer struct {
 	Client *http.Client
 	Opener Opener
+	// StallTimeout fails a download that receives nothing (headers or
+	// body bytes) for this long; zero means DefaultStallTimeout.
+	StallTimeout time.Duration
 
 	mem arenas
 
@@ -106,10 +110,13 @@ func newHash(algo string) hash.Hash {
 	return sha256.New()
 }
 
-// Write downloads req.URL onto req.Device.
+// Write downloads req.URL onto req.Device. The URL appears in the result
+// and in errors only redacted (RedactURL): both travel to the controller
+// and into the node's history.
 func (w *Writer) Write(ctx context.Context, req Request, progress hardware.ProgressFunc) (Result, error) {
 	start := time.Now()
-	res := Result{Device: req.Device, URL: req.URL}
+	imageURL := RedactURL(req.URL)
+	res := Result{Device: req.Device, URL: imageURL}
 	algo, wantSum, err := ParseChecksum(req.Checksum)
 	if err != nil {
 		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: err.Error()}
@@ -148,24 +155,40 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 
 	client := w.Client
 	if client == nil {
-		client = http.DefaultClient
+		client = NewClient()
+		defer client.CloseIdleConnections()
 	}
 	// The download is cancelled as soon as any stage fails, so a goroutine
-	// blocked reading the body returns at once.
-	dlCtx, cancelDownload := context.WithCancel(ctx)
-	defer cancelDownload()
+	// blocked reading the body returns at once; the stall guard cancels it
+	// with its own cause when the server stops sending.
+	dlCtx, cancelDownload := context.WithCancelCause(ctx)
+	defer cancelDownload(nil)
+	stall := w.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	guard := newStallGuard(stall, cancelDownload)
+	defer guard.stop()
 	hreq, err := http.NewRequestWithContext(dlCtx, http.MethodGet, req.URL, nil)
 	if err != nil {
-		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: fmt.Sprintf("image_url: %v", err)}
+		redactURLErrors(err)
+		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: scrub(fmt.Sprintf("image_url: %v", err), req.URL, imageURL)}
 	}
+	// downloadError words a failed download: never the full URL.
+	downloadError := func(err error) error {
+		return writeError("download %s: %s", imageURL, scrub(downloadFailure(dlCtx, client, err).Error(), req.URL, imageURL))
+	}
+	guard.begin()
 	resp, err := client.Do(hreq)
+	guard.end(0)
 	if err != nil {
-		return res, writeError("download %s: %v", req.URL, err)
+		return res, downloadError(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return res, writeError("download %s: HTTP %s", req.URL, resp.Status)
+		return res, writeError("download %s: HTTP %s", imageURL, resp.Status)
 	}
+	body := &guardedBody{r: resp.Body, g: guard}
 	total := resp.ContentLength
 	// A raw image whose announced size exceeds the disk is refused before
 	// writing anything.
@@ -182,10 +205,10 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	dlPool := newPool(dlMem, chunk)
 	var counted atomic.Int64
 	first := &block{buf: <-dlPool.free, pool: dlPool}
-	first.n, err = io.ReadFull(resp.Body, first.buf)
+	first.n, err = io.ReadFull(body, first.buf)
 	counted.Add(int64(first.n))
 	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
-		return res, writeError("download %s: %v", req.URL, err)
+		return res, downloadError(err)
 	}
 	if format == "auto" {
 		format = detect(first.data())
@@ -197,7 +220,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	var qc qcow2Header
 	if format == "qcow2" {
 		if qc, err = parseQcow2Header(first.data()); err != nil {
-			return res, writeError("qcow2 image %s: %v", req.URL, err)
+			return res, writeError("qcow2 image %s: %v", imageURL, err)
 		}
 		if qc.size > devSize {
 			return res, writeError("qcow2 image's virtual size (%d bytes) is larger than %s (%d bytes)", qc.size, req.Device, devSize)
@@ -205,7 +228,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	stop := context.AfterFunc(gctx, cancelDownload)
+	stop := context.AfterFunc(gctx, func() { cancelDownload(nil) })
 	defer stop()
 	h := newHash(algo)
 	var hashCh chan *block
@@ -214,7 +237,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 		g.Go(func() error { return hashBlocks(hashCh, h) })
 	}
 	downloaded := make(chan *block, poolBuffers)
-	g.Go(func() error { return download(gctx, resp.Body, first, dlPool, total, &counted, hashCh, downloaded) })
+	g.Go(func() error { return download(gctx, body, first, dlPool, total, &counted, hashCh, downloaded) })
 	report := func() {
 		p := hardware.Progress{Message: "writing image to " + req.Device, Device: req.Device, BytesDone: uint64(counted.Load())}
 		if total > 0 {
@@ -254,6 +277,10 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 		})
 	}
 	werr := g.Wait()
+	guard.stop()
+	if werr != nil {
+		werr = downloadFailure(dlCtx, client, werr)
+	}
 	res.BytesWritten = dev.wrote.Load()
 	res.BytesDownloaded = counted.Load()
 	if werr == nil && !w.skipChecksum {
@@ -277,7 +304,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	}
 	if werr != nil {
 		res.Seconds = time.Since(start).Seconds()
-		msg := werr.Error()
+		msg := scrub(werr.Error(), req.URL, imageURL)
 		if dev.wrote.Load() > 0 {
 			if err := wipeHead(f); err != nil {
 				msg += fmt.Sprintf("; wiping the first MiB of %s FAILED too (%v): the disk may hold a partial image", req.Device, err)
@@ -285,7 +312,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 				msg += fmt.Sprintf("; the first MiB of %s was zeroed so it will not boot a partial image", req.Device)
 			}
 		}
-		return res, writeError("write image %s to %s: %s", req.URL, req.Device, msg)
+		return res, writeError("write image %s to %s: %s", imageURL, req.Device, msg)
 	}
 	res.PartitionReread = reread(f)
 	res.Seconds = time.Since(start).Seconds()

@@ -8,13 +8,20 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
+	"errors"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/internal/testdev"
@@ -220,6 +227,169 @@ func TestWriteImageToLoopDevice(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(tt.want, got[:len(tt.want)]), "image on the device")
 			assert.Equal(t, bytes.Repeat([]byte{0xCC}, 4096), got[len(tt.want):], "the device after the image untouched")
+		})
+	}
+}
+
+// TestWriteImageKeepsURLSecrets: a signed URL's credentials and query
+// (Swift temp URL, S3 presigned) must not reach the result or any error,
+// whatever went wrong, including errors net/http wrote.
+func TestWriteImageKeepsURLSecrets(t *testing.T) {
+	img := randomImage(t, 3<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/img":
+			w.Write(img)
+		case "/loop":
+			http.Redirect(w, r, "/loop?temp_url_sig=SECRET", http.StatusFound)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	host := strings.TrimPrefix(srv.URL, "http://")
+	signed := func(host, path string) string {
+		return "http://user:pass@" + host + path + "?temp_url_sig=SECRET&temp_url_expires=1#SECRET"
+	}
+	tests := []struct {
+		name, url, checksum, wantMsg, wantURL string
+		wantErr                               bool
+	}{
+		{"success", signed(host, "/img"), sha256sum(img), "", "http://" + host + "/img", false},
+		{"404", signed(host, "/missing"), sha256sum(img), "HTTP 404", "http://" + host + "/missing", true},
+		{"connection refused", signed(refused, "/img"), sha256sum(img), "connection refused", "http://" + refused + "/img", true},
+		{"checksum mismatch", signed(host, "/img"), sha256sum([]byte("other")), "checksum mismatch", "http://" + host + "/img", true},
+		{"redirect loop", signed(host, "/loop"), sha256sum(img), "redirects", "http://" + host + "/loop", true},
+		{"unparseable", "http://user:pass@" + host + ":bad/img?temp_url_sig=SECRET", sha256sum(img), "image_url", "(unparseable URL)", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := target(t, 8<<20)
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+			res, err := w.Write(context.Background(), Request{URL: tt.url, Checksum: tt.checksum, Device: dev}, nil)
+			assert.Equal(t, tt.wantURL, res.URL)
+			if !tt.wantErr {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			msg := strings.ReplaceAll(err.Error(), dev, "DEV") // a temp dir's name is not the URL
+			assert.Contains(t, msg, tt.wantMsg)
+			assert.Contains(t, msg, tt.wantURL, "the error still says which image")
+			for _, secret := range []string{"SECRET", "pass", "user"} {
+				assert.NotContains(t, msg, secret)
+			}
+		})
+	}
+}
+
+// TestWriteImageStalls: a server that stops sending fails the write after
+// StallTimeout, not hours later at the controller's step timeout; what was
+// written is made unbootable as with any other failure.
+func TestWriteImageStalls(t *testing.T) {
+	img := randomImage(t, 6<<20)
+	const sent = 5 << 20 // more than a chunk: the first block reaches the disk
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+			w.Write(img[:sent])
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done() // stalls until the client gives up
+	}))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name, path, wantMsg string
+		headWiped           bool
+	}{
+		{"no response headers", "/headers", "no data received for 200ms after 0 bytes", false},
+		{"body stops", "/body", "no data received for 200ms after " + strconv.Itoa(sent) + " bytes", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := target(t, 8<<20)
+			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev}), StallTimeout: 200 * time.Millisecond}
+			start := time.Now()
+			_, err := w.Write(context.Background(), Request{URL: srv.URL + tt.path, Checksum: sha256sum(img), Device: dev}, nil)
+			assert.Less(t, time.Since(start), 10*time.Second)
+			failedCleanly(t, dev, err, protocol.ErrTypeImageWrite, tt.wantMsg, tt.headWiped)
+		})
+	}
+}
+
+// TestWriteImageSlowServerIsNotAStall: the stall timeout bounds a pause,
+// not the transfer: a server that trickles for longer than it succeeds.
+func TestWriteImageSlowServerIsNotAStall(t *testing.T) {
+	img := randomImage(t, 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+		for part := range slices.Chunk(img, 128<<10) {
+			w.Write(part)
+			w.(http.Flusher).Flush()
+			time.Sleep(60 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dev := target(t, 8<<20)
+	w := &Writer{Opener: hardware.NewGuard(outside, []string{dev}), StallTimeout: 200 * time.Millisecond}
+	res, err := w.Write(context.Background(), Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Device: dev}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(img)), res.BytesWritten)
+	assert.Greater(t, res.Seconds, 0.2, "the transfer outlasted the stall timeout")
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://images.example/os.qcow2", "https://images.example/os.qcow2"},
+		{"https://user:pw@images.example/v1/AUTH_x/c/os.qcow2?temp_url_sig=abc&temp_url_expires=1#frag", "https://images.example/v1/AUTH_x/c/os.qcow2"},
+		{"https://bucket.s3.example/os.img?X-Amz-Signature=abc&X-Amz-Credential=k", "https://bucket.s3.example/os.img"},
+		{"http://token@127.0.0.1:8080/img?", "http://127.0.0.1:8080/img"},
+		{"http://127.0.0.1:bad/img?sig=abc", "(unparseable URL)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			assert.Equal(t, tt.want, RedactURL(tt.in))
+			assert.Equal(t, tt.want, RedactURL(RedactURL(tt.in)), "idempotent")
+		})
+	}
+}
+
+// TestCAHint: an unverifiable HTTPS server is blamed on the missing CA
+// bundle only when the client uses the system roots and there are none.
+func TestCAHint(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake is expected
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, tlsErr := NewClient().Get(srv.URL)
+	require.Error(t, tlsErr, "the test server's certificate is signed by no system root")
+	assert.True(t, usesSystemRoots(NewClient()))
+	assert.True(t, usesSystemRoots(&http.Client{}))
+	assert.False(t, usesSystemRoots(srv.Client()), "httptest's client trusts the test CA")
+	tests := []struct {
+		name        string
+		err         error
+		systemRoots bool
+		noRoots     bool
+		want        bool
+	}{
+		{"unknown authority, no CA bundle", tlsErr, true, true, true},
+		{"unknown authority, CA bundle present", tlsErr, true, false, false},
+		{"client with its own roots", tlsErr, false, true, false},
+		{"not a TLS error", errors.New("connection refused"), true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hint := caHint(tt.err, tt.systemRoots, func() bool { return tt.noRoots })
+			if tt.want {
+				assert.Contains(t, hint, "no CA bundle")
+			} else {
+				assert.Empty(t, hint)
+			}
 		})
 	}
 }
