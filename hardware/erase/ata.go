@@ -1,6 +1,7 @@
 package erase
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ const (
 	sgDxferNone   = -1
 	sgDxferToDev  = -2
 	sgDxferFromDv = -3
+	sgDriverSense = 0x08
 
 	ataPassThrough16 = 0x85
 
@@ -29,18 +31,56 @@ const (
 
 	ataCmdIdentify        = 0xEC
 	ataCmdSecuritySetPass = 0xF1
+	ataCmdSecurityUnlock  = 0xF2
 	ataCmdSecurityPrepare = 0xF3
 	ataCmdSecurityErase   = 0xF4
+	ataCmdSecurityDisable = 0xF6
 
-	// ataPassword is the user password set before erasing, as IPA uses
-	// ("NULL"), so a drive left locked by an interrupted erase can be
-	// unlocked by either tool.
-	ataPassword = "NULL"
+	ataStatusERR = 0x01
+	ataStatusDF  = 0x20
+
+	scsiStatusGood           = 0x00
+	scsiStatusCheckCondition = 0x02
+
+	senseKeyNoSense        = 0x0
+	senseKeyRecoveredError = 0x1
+	senseKeyIllegalRequest = 0x5
+	ascInvalidOpcode       = 0x20
+
+	// ataPassword is the user password set for the erase. IPA asks hdparm
+	// for "NULL", which hdparm 9.51 and later send as 32 zero bytes, so the
+	// empty password is what an interrupted IPA erase leaves behind and
+	// what IPA tries on a locked drive: using it keeps the two tools able
+	// to recover each other's drives.
+	ataPassword = ""
+	// ataLegacyPassword is the literal "NULL" that earlier anvil builds and
+	// hdparm before 9.51 set; a drive they left locked still carries it.
+	ataLegacyPassword = "NULL"
+
+	ataSecurityTimeout = 30 * time.Second
+	// ataCleanupTimeout bounds taking our password off the drive after a
+	// failure: short, because it runs after the step may have been
+	// cancelled, and two commands are all it takes.
+	ataCleanupTimeout = time.Minute
 )
 
 // errNotApplicable means the method does not apply to this device (not an
 // ATA drive, security feature set unsupported); the planner moves on.
 var errNotApplicable = errors.New("method not applicable to this device")
+
+// errATAPasswordLeft marks an erase failure after which our user password
+// could not be taken off the drive: it locks itself at its next power-on.
+var errATAPasswordLeft = errors.New("the ATA user password is still set: the drive will be locked after its next power-on " +
+	"(the next anvil clean unlocks it; by hand: hdparm --user-master u --security-unlock NULL, then --security-disable NULL)")
+
+// ataPasswordName renders a password candidate for messages; the empty one
+// is what hdparm and IPA call "NULL".
+func ataPasswordName(pw string) string {
+	if pw == "" {
+		return "empty (hdparm's NULL)"
+	}
+	return fmt.Sprintf("%q", pw)
+}
 
 // ataCDB builds an ATA PASS-THROUGH(16) CDB for a 28-bit command with one
 // 512-byte sector of data (or none).
@@ -63,9 +103,10 @@ func ataCDB(proto uint8, command uint8, toDevice bool, hasData bool) [16]byte {
 	return c
 }
 
-// securityPage builds the 512-byte data block of SECURITY SET PASSWORD and
-// SECURITY ERASE UNIT: word 0 is the control word (bit 0: master password,
-// bit 1: enhanced erase), words 1–16 the password.
+// securityPage builds the 512-byte data block of the SECURITY commands that
+// carry a password (SET PASSWORD, UNLOCK, ERASE UNIT, DISABLE PASSWORD):
+// word 0 is the control word (bit 0: master password, bit 1: enhanced
+// erase), words 1–16 the password.
 func securityPage(password string, enhanced bool) []byte {
 	b := make([]byte, 512)
 	var ctl uint16
@@ -136,47 +177,129 @@ func ParseATAIdentify(b []byte) (ATAIdentity, error) {
 }
 
 // ataTransport executes one ATA command. dataIn receives data from the
-// device; dataOut is sent to it; at most one is non-nil.
+// device; dataOut is sent to it; at most one is non-nil. A command already
+// sent is not interrupted by ctx (a drive in the middle of SECURITY ERASE
+// UNIT only stops for a reset, which leaves it in a worse state), but a
+// done ctx must stop the next one: ata then returns ctx.Err() unsent.
 type ataTransport interface {
-	ata(cdb [16]byte, dataIn, dataOut []byte, timeout time.Duration) error
+	ata(ctx context.Context, cdb [16]byte, dataIn, dataOut []byte, timeout time.Duration) error
 }
 
 // ataIdentify runs IDENTIFY DEVICE.
-func ataIdentify(t ataTransport) (ATAIdentity, error) {
+func ataIdentify(ctx context.Context, t ataTransport) (ATAIdentity, error) {
 	buf := make([]byte, 512)
-	if err := t.ata(ataCDB(ataProtoPIOIn, ataCmdIdentify, false, true), buf, nil, 10*time.Second); err != nil {
+	if err := t.ata(ctx, ataCDB(ataProtoPIOIn, ataCmdIdentify, false, true), buf, nil, 10*time.Second); err != nil {
 		return ATAIdentity{}, err
 	}
 	return ParseATAIdentify(buf)
 }
 
-// ataSecureErase walks the ATA security state machine as IPA does with
-// hdparm: refuse frozen or locked drives, set the user password, prepare,
-// erase (enhanced if asked), then check the password is gone again — the
-// drive clears it only when the erase really completed.
-func ataSecureErase(t ataTransport, enhanced bool) error {
-	id, err := ataIdentify(t)
-	if err != nil {
-		return err
-	}
+// ataSecurity sends one of the SECURITY commands that carry a user password.
+func ataSecurity(ctx context.Context, t ataTransport, cmd uint8, password string, enhanced bool, timeout time.Duration) error {
+	return t.ata(ctx, ataCDB(ataProtoPIOOut, cmd, true, true), nil, securityPage(password, enhanced), timeout)
+}
+
+// ataRefusal says why the drive in state id cannot be erased with ATA
+// security commands at all, before anything is sent to it.
+func ataRefusal(id ATAIdentity, enhanced bool) error {
 	switch {
 	case !id.SecuritySupported:
 		return fmt.Errorf("%w: ATA security feature set not supported", errNotApplicable)
 	case id.Frozen:
 		return errors.New("ATA security is frozen (the BIOS froze it; a suspend/resume or hot-plug may unfreeze)")
-	case id.Locked:
-		return errors.New("drive is locked with an unknown ATA password")
 	case id.CountExpired:
 		return errors.New("ATA password attempt counter expired; power-cycle the drive")
 	case enhanced && !id.EnhancedSupported:
 		return fmt.Errorf("%w: enhanced erase not supported", errNotApplicable)
 	}
-	if !id.SecurityEnabled {
-		if err := t.ata(ataCDB(ataProtoPIOOut, ataCmdSecuritySetPass, true, true), nil, securityPage(ataPassword, false), 30*time.Second); err != nil {
-			return fmt.Errorf("security set password: %w", err)
+	return nil
+}
+
+// ataSecureErase walks the ATA security state machine as IPA does
+// with hdparm: refuse frozen drives, take off a password an interrupted
+// anvil or IPA erase left (locked or not), set the user password, prepare,
+// erase (enhanced if asked), then check the password is gone again — the
+// drive clears it only when the erase really completed. Once our password
+// is on the drive every failure, cancellation included, tries to take it
+// off again, because a drive left with security enabled locks itself at its
+// next power-on and every later clean would refuse it.
+func ataSecureErase(ctx context.Context, t ataTransport, enhanced bool) error {
+	id, err := ataIdentify(ctx, t)
+	if err != nil {
+		return fmt.Errorf("identify device: %w", err)
+	}
+	if err := ataRefusal(id, enhanced); err != nil {
+		return err
+	}
+	if id.Locked || id.SecurityEnabled {
+		if err := ataRecoverPassword(ctx, t, id, enhanced); err != nil {
+			return err
 		}
 	}
-	if err := t.ata(ataCDB(ataProtoNonData, ataCmdSecurityPrepare, false, false), nil, nil, 30*time.Second); err != nil {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ataSecurity(ctx, t, ataCmdSecuritySetPass, ataPassword, false, ataSecurityTimeout); err != nil {
+		// A timed-out or lost SET PASSWORD may still have reached the drive.
+		return ataReleasePassword(ctx, t, fmt.Errorf("security set password: %w", err), true)
+	}
+	if err := ataEraseUnit(ctx, t, id, enhanced); err != nil {
+		return ataReleasePassword(ctx, t, err, false)
+	}
+	return nil
+}
+
+// ataRecoverPassword takes off the user password an interrupted anvil or
+// IPA erase leaves (in either of its encodings) and refuses the drive if
+// that was not the password. Other passwords are not guessed: wrong unlock
+// attempts count against the drive's limit of five per power cycle, after
+// which only a power cycle lets even the right password in.
+func ataRecoverPassword(ctx context.Context, t ataTransport, id ATAIdentity, enhanced bool) error {
+	locked := id.Locked
+	var failures []string
+	for _, pw := range [...]string{ataPassword, ataLegacyPassword} {
+		if locked {
+			if err := ataSecurity(ctx, t, ataCmdSecurityUnlock, pw, false, ataSecurityTimeout); err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("security unlock: %w", err)
+				}
+				failures = append(failures, fmt.Sprintf("unlock with the %s password: %v", ataPasswordName(pw), err))
+				continue
+			}
+			locked = false
+		}
+		if err := ataSecurity(ctx, t, ataCmdSecurityDisable, pw, false, ataSecurityTimeout); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("security disable password: %w", err)
+			}
+			failures = append(failures, fmt.Sprintf("disable with the %s password: %v", ataPasswordName(pw), err))
+			continue
+		}
+		break
+	}
+	after, err := ataIdentify(ctx, t)
+	if err != nil {
+		return fmt.Errorf("identify after clearing the ATA password: %w", err)
+	}
+	tried := strings.Join(failures, "; ")
+	switch {
+	case after.Locked:
+		msg := "drive is locked with an unknown ATA password"
+		if after.CountExpired {
+			msg += " and its attempt counter expired (power-cycle before trying again)"
+		}
+		return fmt.Errorf("%s: it is not the password an interrupted anvil or IPA erase leaves (%s); unlock it with its password first", msg, tried)
+	case after.SecurityEnabled:
+		return fmt.Errorf("ATA security is enabled with an unknown user password: it is not the password an interrupted anvil or IPA erase leaves (%s); disable it with its password first", tried)
+	}
+	return ataRefusal(after, enhanced)
+}
+
+// ataEraseUnit runs SECURITY ERASE PREPARE and UNIT with our password set
+// and checks that the drive dropped the password, which it does only once
+// the erase is complete.
+func ataEraseUnit(ctx context.Context, t ataTransport, id ATAIdentity, enhanced bool) error {
+	if err := t.ata(ctx, ataCDB(ataProtoNonData, ataCmdSecurityPrepare, false, false), nil, nil, ataSecurityTimeout); err != nil {
 		return fmt.Errorf("security erase prepare: %w", err)
 	}
 	timeout := id.EraseTime
@@ -184,10 +307,10 @@ func ataSecureErase(t ataTransport, enhanced bool) error {
 		timeout = id.EnhancedEraseTime
 	}
 	timeout = max(2*timeout, 2*time.Hour)
-	if err := t.ata(ataCDB(ataProtoPIOOut, ataCmdSecurityErase, true, true), nil, securityPage(ataPassword, enhanced), timeout); err != nil {
+	if err := ataSecurity(ctx, t, ataCmdSecurityErase, ataPassword, enhanced, timeout); err != nil {
 		return fmt.Errorf("security erase unit: %w", err)
 	}
-	after, err := ataIdentify(t)
+	after, err := ataIdentify(ctx, t)
 	if err != nil {
 		return fmt.Errorf("identify after erase: %w", err)
 	}
@@ -195,6 +318,32 @@ func ataSecureErase(t ataTransport, enhanced bool) error {
 		return errors.New("ATA security still enabled after erase: the erase did not complete")
 	}
 	return nil
+}
+
+// ataReleasePassword makes a best effort to take our user password off the
+// drive after cause ended the erase, and says in the returned error whether
+// that worked. It uses a context of its own so that a cancelled step still
+// cleans up. With mayBeUnset the password is first checked for, as after a
+// failed SET PASSWORD.
+func ataReleasePassword(ctx context.Context, t ataTransport, cause error, mayBeUnset bool) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ataCleanupTimeout)
+	defer cancel()
+	if mayBeUnset {
+		if id, err := ataIdentify(cctx, t); err == nil && !id.SecurityEnabled {
+			return cause
+		}
+	}
+	derr := ataSecurity(cctx, t, ataCmdSecurityDisable, ataPassword, false, ataSecurityTimeout)
+	if derr == nil {
+		return fmt.Errorf("%w (the ATA user password was cleared again with SECURITY DISABLE PASSWORD)", cause)
+	}
+	// DISABLE PASSWORD also fails when no password is set any more (the
+	// erase did finish, or SET PASSWORD never took): only the drive's own
+	// state tells whether it will lock.
+	if id, err := ataIdentify(cctx, t); err == nil && !id.SecurityEnabled {
+		return fmt.Errorf("%w (ATA security is not enabled: no password is left on the drive)", cause)
+	}
+	return fmt.Errorf("%w; clearing the ATA user password FAILED (security disable password: %v): %w", cause, derr, errATAPasswordLeft)
 }
 
 // sgTransport sends ATA commands through SG_IO on an open device.
@@ -226,7 +375,10 @@ type sgIOHdr struct {
 	Info           uint32
 }
 
-func (s sgTransport) ata(cdb [16]byte, dataIn, dataOut []byte, timeout time.Duration) error {
+func (s sgTransport) ata(ctx context.Context, cdb [16]byte, dataIn, dataOut []byte, timeout time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	// Command, sense and data live in one mmap'd block: the kernel gets raw
 	// addresses, which must not point into movable Go memory.
 	mem, free, err := alignedBuffer(4096 + 512)
@@ -259,10 +411,7 @@ func (s sgTransport) ata(cdb [16]byte, dataIn, dataOut []byte, timeout time.Dura
 		}
 		return fmt.Errorf("SG_IO: %w", e)
 	}
-	if h.HostStatus != 0 || h.DriverStatus&^0x08 != 0 { // DRIVER_SENSE alone is expected with CK_COND
-		return fmt.Errorf("SG_IO: host status 0x%x, driver status 0x%x", h.HostStatus, h.DriverStatus)
-	}
-	if err := ataSenseError(sense[:h.SbLenWr]); err != nil {
+	if err := sgResult(&h, sense[:min(int(h.SbLenWr), len(sense))], dataIn != nil); err != nil {
 		return err
 	}
 	if dataIn != nil {
@@ -271,29 +420,112 @@ func (s sgTransport) ata(cdb [16]byte, dataIn, dataOut []byte, timeout time.Dura
 	return nil
 }
 
-// ataSenseError decodes the ATA status return descriptor (0x09) in
-// descriptor-format sense data: ERR (bit 0) in the status register means the
-// drive aborted the command.
-func ataSenseError(sense []byte) error {
-	if len(sense) < 8 || sense[0]&0x7f != 0x72 {
-		return nil
+// sgResult judges a completed SG_IO ATA PASS-THROUGH: the host adapter, the
+// driver, the SCSI status, the sense data and, for reads, the transfer
+// length must all agree that the command succeeded, since one layer
+// reporting nothing does not mean the others saw no error.
+func sgResult(h *sgIOHdr, sense []byte, dataIn bool) error {
+	if h.HostStatus != 0 || h.DriverStatus&^sgDriverSense != 0 { // DRIVER_SENSE alone is expected with CK_COND
+		return fmt.Errorf("SG_IO: host status 0x%x, driver status 0x%x", h.HostStatus, h.DriverStatus)
 	}
-	desc := sense[8:]
-	for len(desc) >= 2 {
-		n := int(desc[1]) + 2
-		if n > len(desc) {
-			break
-		}
-		if desc[0] == 0x09 && n >= 14 {
-			status, errReg := desc[13], desc[3]
-			if status&0x01 != 0 {
-				return fmt.Errorf("ATA command aborted (status 0x%02x, error 0x%02x)", status, errReg)
-			}
-			return nil
-		}
-		desc = desc[n:]
+	if err := ataSenseError(h.Status, sense); err != nil {
+		return err
+	}
+	if dataIn && h.Resid != 0 {
+		// A short IDENTIFY would read as zeros, e.g. "security not
+		// enabled" right after an erase that did not happen.
+		return fmt.Errorf("SG_IO: short transfer (%d bytes missing)", h.Resid)
 	}
 	return nil
+}
+
+// senseData is the part of SCSI sense data an ATA PASS-THROUGH needs.
+type senseData struct {
+	key, asc, ascq      uint8
+	deferred            bool
+	hasATA              bool // ATA status and error registers present
+	ataStatus, ataError uint8
+}
+
+// parseSense decodes fixed (0x70/0x71) and descriptor (0x72/0x73) format
+// sense data. libata answers in fixed format unless the D_SENSE bit of the
+// control mode page is set, which is not the default, so both occur.
+func parseSense(b []byte) (senseData, bool) {
+	var s senseData
+	if len(b) == 0 {
+		return s, false
+	}
+	switch b[0] & 0x7f {
+	case 0x72, 0x73:
+		if len(b) < 8 {
+			return s, false
+		}
+		s.key, s.asc, s.ascq, s.deferred = b[1]&0x0f, b[2], b[3], b[0]&0x7f == 0x73
+		desc := b[8:min(len(b), 8+int(b[7]))]
+		for len(desc) >= 2 {
+			n := int(desc[1]) + 2
+			if n > len(desc) {
+				break
+			}
+			if desc[0] == 0x09 && n >= 14 { // ATA Status Return
+				s.hasATA, s.ataError, s.ataStatus = true, desc[3], desc[13]
+				break
+			}
+			desc = desc[n:]
+		}
+	case 0x70, 0x71:
+		if len(b) < 14 {
+			return s, false
+		}
+		// SAT puts ERROR and STATUS in the INFORMATION field (bytes 3
+		// and 4) of fixed format sense for ATA PASS-THROUGH.
+		s.key, s.asc, s.ascq, s.deferred = b[2]&0x0f, b[12], b[13], b[0]&0x7f == 0x71
+		s.hasATA, s.ataError, s.ataStatus = true, b[3], b[4]
+	default:
+		return s, false
+	}
+	return s, true
+}
+
+// ataSenseError turns the SCSI status and sense data of an ATA PASS-THROUGH
+// into an error. With CK_COND a success comes back as CHECK CONDITION with
+// RECOVERED ERROR sense, so CHECK CONDITION alone is no failure; the ATA
+// status register (ERR, DF) and the sense key decide, and CHECK CONDITION
+// without readable sense data is a failure of unknown cause.
+func ataSenseError(status uint8, sense []byte) error {
+	s, ok := parseSense(sense)
+	switch status &^ 1 {
+	case scsiStatusGood:
+		if !ok {
+			return nil
+		}
+	case scsiStatusCheckCondition:
+		if !ok {
+			return fmt.Errorf("SCSI CHECK CONDITION without usable sense data (%d bytes)", len(sense))
+		}
+	default:
+		return fmt.Errorf("SCSI status 0x%02x", status)
+	}
+	if s.hasATA && s.ataStatus&(ataStatusERR|ataStatusDF) != 0 {
+		if s.ataStatus&ataStatusDF != 0 {
+			return fmt.Errorf("ATA device fault (status 0x%02x, error 0x%02x)", s.ataStatus, s.ataError)
+		}
+		return fmt.Errorf("ATA command aborted (status 0x%02x, error 0x%02x)", s.ataStatus, s.ataError)
+	}
+	if s.deferred {
+		// A deferred error belongs to an earlier command, but the
+		// current one was not executed.
+		return fmt.Errorf("SCSI deferred error: sense key 0x%x, ASC/ASCQ 0x%02x/0x%02x", s.key, s.asc, s.ascq)
+	}
+	switch s.key {
+	case senseKeyNoSense, senseKeyRecoveredError:
+		return nil
+	case senseKeyIllegalRequest:
+		if s.asc == ascInvalidOpcode {
+			return fmt.Errorf("%w: ATA PASS-THROUGH not supported (sense key 0x%x, ASC/ASCQ 0x%02x/0x%02x)", errNotApplicable, s.key, s.asc, s.ascq)
+		}
+	}
+	return fmt.Errorf("SCSI sense key 0x%x, ASC/ASCQ 0x%02x/0x%02x", s.key, s.asc, s.ascq)
 }
 
 // ATAProbe identifies an ATA drive behind a SCSI/SATA block device.
@@ -303,5 +535,5 @@ func ATAProbe(path string) (ATAIdentity, error) {
 		return ATAIdentity{}, err
 	}
 	defer f.Close()
-	return ataIdentify(sgTransport{f: f})
+	return ataIdentify(context.Background(), sgTransport{f: f})
 }

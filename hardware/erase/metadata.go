@@ -133,8 +133,11 @@ func (a alignedReader) ReadAt(p []byte, off int64) (int, error) {
 
 // EraseMetadata is erase_devices_metadata: for each eligible disk, wipe
 // every partition (last first), then the disk, so md superblocks living on
-// partitions (crowbar-core#15) go too. Skips virtual media, RAID members,
-// md/dm devices, read-only disks and guard-protected devices, recording why.
+// partitions (crowbar-core#15) go too. Software RAID arrays are wiped as
+// devices; their members are not, and a disk with members among its
+// partitions keeps its partition table and has only its other partitions
+// wiped (see mdraid.go). Skips virtual media, dm devices, read-only disks
+// and guard-protected devices, recording why.
 // A disk holding a shared-storage filesystem fails the step before any
 // device is written, unless shared.Allow is set.
 func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared SharedCheck, progress hardware.ProgressFunc) (MetadataResult, error) {
@@ -166,18 +169,36 @@ func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared Shar
 	for i, d := range disks {
 		md := MetadataDisk{Device: d.Path}
 		t0 := time.Now()
-		if reason := skip(d); reason != "" {
-			md.Status, md.Reason = StatusSkipped, reason
-			res.Devices = append(res.Devices, md)
-			continue
-		}
-		targets := make([]string, 0, len(d.Partitions)+1)
-		for _, p := range d.Partitions {
-			targets = append(targets, p.Path)
+		var targets []string
+		keepTable := partialMDMember(d) && !d.VirtualMedia && !d.ReadOnly && (o == nil || o.Allows(d.Path))
+		if keepTable {
+			// The partition table stays (it locates the members); the
+			// other partitions are wiped like any device.
+			md.Reason = "partition table kept: " + mdMemberReason(d)
+			for _, p := range otherPartitions(d) {
+				targets = append(targets, p.Path)
+			}
+		} else {
+			if reason := skip(d); reason != "" {
+				md.Status, md.Reason = StatusSkipped, reason
+				res.Devices = append(res.Devices, md)
+				continue
+			}
+			if why := mdUnwritableArray(d); why != "" {
+				md.Status, md.Reason = StatusFailed, why
+				failed = append(failed, d.Path+": "+why)
+				res.Devices = append(res.Devices, md)
+				continue
+			}
+			for _, p := range d.Partitions {
+				targets = append(targets, p.Path)
+			}
 		}
 		slices.Sort(targets)
 		slices.Reverse(targets)
-		targets = append(targets, d.Path)
+		if !keepTable {
+			targets = append(targets, d.Path)
+		}
 		md.Status = StatusErased
 		for _, t := range targets {
 			if err := ctx.Err(); err != nil {
@@ -193,13 +214,14 @@ func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared Shar
 				}
 			}
 		}
-		if md.Status == StatusErased {
+		switch {
+		case md.Status != StatusErased:
+			failed = append(failed, d.Path+": "+md.Reason)
+		case !keepTable:
 			if f, err := o.OpenForWrite(d.Path, 0); err == nil {
 				_ = rereadPartitions(f) // drop the kernel's view of the old partitions
 				f.Close()
 			}
-		} else {
-			failed = append(failed, d.Path+": "+md.Reason)
 		}
 		md.Seconds = time.Since(t0).Seconds()
 		res.Devices = append(res.Devices, md)

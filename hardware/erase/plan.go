@@ -97,14 +97,14 @@ func skipReason(d disk.Disk, opener Opener) string {
 	switch {
 	case d.VirtualMedia:
 		return "virtual media: " + d.VirtualMediaReason
-	case d.Controller == "md":
-		return "software RAID array: its member devices are erased instead"
 	case d.Controller == "dm":
 		return "device-mapper device: its underlying devices are erased instead"
 	case d.IsMDMember():
-		return fmt.Sprintf("member of software RAID %s: delete the RAID configuration first", strings.Join(d.MDHolders(), ", "))
+		return mdMemberReason(d)
 	case opener != nil && !opener.Allows(d.Path):
 		return "protected by the device guard (not in the allow-list, or not in the ramdisk)"
+	case mdProtected(d, opener) != "":
+		return mdProtected(d, opener)
 	}
 	return ""
 }
@@ -129,6 +129,9 @@ func Plan(ctx context.Context, disks []disk.Disk, pol Policy, prober Prober, ope
 			}
 		}
 		plans = append(plans, planOne(d, pol, prober, opener, siblings))
+		for _, p := range otherPartitions(d) {
+			plans = append(plans, planOne(p, pol, prober, opener, nil))
+		}
 	}
 	return plans
 }
@@ -176,6 +179,10 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []s
 	}
 	if d.Removable && pol.SkipRemovable {
 		p.Action, p.Reason = ActionSkip, "removable device (skip_removable is set)"
+		return p
+	}
+	if why := mdUnwritableArray(d); why != "" {
+		p.Action, p.Reason = ActionRefuse, why
 		return p
 	}
 	if r := (SharedCheck{Prober: prober, Allow: pol.EraseSharedFilesystems}).refusal(d.Path); r != nil {
@@ -229,9 +236,13 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []s
 			p.Notes = append(p.Notes, "ATA security feature set not supported")
 		case id.Frozen:
 			p.Notes = append(p.Notes, "ATA security is frozen; secure erase not possible until the drive is unfrozen")
-		case id.Locked:
-			p.Notes = append(p.Notes, "ATA drive is locked with an unknown password")
 		default:
+			if id.Locked || id.SecurityEnabled {
+				// Most likely the password of an interrupted erase (ours
+				// or IPA's): the erase takes it off first, and refuses the
+				// drive if neither of those passwords opens it.
+				p.Notes = append(p.Notes, "ATA security is enabled (locked: "+fmt.Sprint(id.Locked)+"): the erase first tries the passwords an interrupted anvil or IPA erase leaves")
+			}
 			p.ATA = &id
 			if id.EnhancedSupported {
 				secure = append(secure, MethodATAEnhanced)

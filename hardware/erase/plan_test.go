@@ -2,6 +2,7 @@ package erase
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/anvil-metal/anvil/hardware/disk"
@@ -63,6 +64,31 @@ func TestPlanNVMeFormatReachesEveryNamespace(t *testing.T) {
 				assert.NotContains(t, p.Methods, MethodNVMeCrypto)
 				assert.NotContains(t, p.Methods, MethodNVMeUserData)
 			}
+		})
+	}
+}
+
+// TestPlanLockedATADrive: a drive left locked (by an interrupted erase,
+// most likely) is planned for its security erase, which tries the
+// passwords such an erase leaves; a frozen one is not.
+func TestPlanLockedATADrive(t *testing.T) {
+	sda := disk.Disk{Name: "sda", Path: "/dev/sda", Size: 1 << 30, Controller: "sata", LogicalBlockSize: 512}
+	tests := []struct {
+		name string
+		id   ATAIdentity
+		want Method
+		note string
+	}{
+		{"locked", ATAIdentity{SecuritySupported: true, SecurityEnabled: true, Locked: true}, MethodATA, "locked: true"},
+		{"enabled, unlocked", ATAIdentity{SecuritySupported: true, SecurityEnabled: true, EnhancedSupported: true}, MethodATAEnhanced, "locked: false"},
+		{"frozen", ATAIdentity{SecuritySupported: true, Frozen: true, Locked: true}, MethodOverwrite, "frozen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plans := Plan(context.Background(), []disk.Disk{sda}, DefaultPolicy(), fakeProber{ata: map[string]ATAIdentity{"/dev/sda": tt.id}}, nil)
+			require.Len(t, plans, 1)
+			assert.Equal(t, tt.want, plans[0].Methods[0])
+			assert.Contains(t, strings.Join(plans[0].Notes, "; "), tt.note)
 		})
 	}
 }

@@ -211,7 +211,7 @@ func (e *Eraser) apply(ctx context.Context, m Method, p DevicePlan, pol Policy, 
 			return nil, err
 		}
 		defer f.Close()
-		if err := ataSecureErase(sgTransport{f: f}, m == MethodATAEnhanced); err != nil {
+		if err := ataSecureErase(ctx, sgTransport{f: f}, m == MethodATAEnhanced); err != nil {
 			return nil, err
 		}
 		_ = rereadPartitions(f)

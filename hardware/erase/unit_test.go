@@ -91,127 +91,6 @@ func TestParseIdentifyNamespace(t *testing.T) {
 	assert.Equal(t, NVMeNamespace{SizeBlocks: 2097152, LBAFormat: 1, BlockSize: 4096, ZeroOnTrim: true}, ns)
 }
 
-// ataIdentifyBlock builds an IDENTIFY DEVICE response.
-func ataIdentifyBlock(sec uint16, eraseUnits, enhancedUnits uint16) []byte {
-	b := make([]byte, 512)
-	put := func(word int, v uint16) { binary.LittleEndian.PutUint16(b[2*word:], v) }
-	put(82, 0x2) // security feature set supported
-	put(128, sec)
-	put(89, eraseUnits)
-	put(90, enhancedUnits)
-	model := "ATA Test Disk" // byte-swapped per word
-	m := []byte(model + "                                        ")[:40]
-	for i := 0; i < 40; i += 2 {
-		b[54+i], b[54+i+1] = m[i+1], m[i]
-	}
-	return b
-}
-
-func TestParseATAIdentify(t *testing.T) {
-	id, err := ParseATAIdentify(ataIdentifyBlock(0x0021, 60, 0x8000|300))
-	require.NoError(t, err)
-	assert.Equal(t, "ATA Test Disk", id.Model)
-	assert.True(t, id.SecuritySupported)
-	assert.True(t, id.EnhancedSupported)
-	assert.False(t, id.Frozen)
-	assert.Equal(t, 120*time.Minute, id.EraseTime)
-	assert.Equal(t, 600*time.Minute, id.EnhancedEraseTime, "ACS-3 extended format")
-
-	frozen, err := ParseATAIdentify(ataIdentifyBlock(0x0009, 0, 0))
-	require.NoError(t, err)
-	assert.True(t, frozen.Frozen)
-	assert.Zero(t, frozen.EraseTime)
-}
-
-func TestATACDBs(t *testing.T) {
-	id := ataCDB(ataProtoPIOIn, ataCmdIdentify, false, true)
-	assert.Equal(t, [16]byte{0x85, 0x08, 0x0e, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xEC, 0}, id)
-	er := ataCDB(ataProtoPIOOut, ataCmdSecurityErase, true, true)
-	assert.Equal(t, [16]byte{0x85, 0x0a, 0x06, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xF4, 0}, er)
-	prep := ataCDB(ataProtoNonData, ataCmdSecurityPrepare, false, false)
-	assert.Equal(t, [16]byte{0x85, 0x06, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xF3, 0}, prep)
-
-	page := securityPage("NULL", true)
-	assert.Equal(t, uint16(0x2), binary.LittleEndian.Uint16(page[0:2]))
-	assert.Equal(t, []byte("NULL"), page[2:6])
-	assert.Len(t, page, 512)
-}
-
-func TestATASenseError(t *testing.T) {
-	ok := make([]byte, 22)
-	ok[0], ok[7] = 0x72, 14
-	ok[8], ok[9] = 0x09, 12
-	ok[8+13] = 0x50 // DRDY|DSC
-	assert.NoError(t, ataSenseError(ok))
-	bad := bytes.Clone(ok)
-	bad[8+13], bad[8+3] = 0x51, 0x04 // ERR, ABRT
-	assert.ErrorContains(t, ataSenseError(bad), "aborted")
-}
-
-// fakeDrive simulates the ATA security state machine behind ataTransport.
-type fakeDrive struct {
-	sec       uint16 // word 128
-	failErase bool
-	log       []byte // commands seen
-}
-
-func (d *fakeDrive) ata(cdb [16]byte, in, out []byte, _ time.Duration) error {
-	d.log = append(d.log, cdb[14])
-	switch cdb[14] {
-	case ataCmdIdentify:
-		copy(in, ataIdentifyBlock(d.sec, 10, 20))
-	case ataCmdSecuritySetPass:
-		d.sec |= 0x2
-	case ataCmdSecurityPrepare:
-	case ataCmdSecurityErase:
-		if d.failErase {
-			return errors.New("ATA command aborted")
-		}
-		if out[0]&0x2 != 0 && d.sec&0x20 == 0 {
-			return errors.New("ATA command aborted")
-		}
-		d.sec &^= 0x2 // a completed erase disables the password
-	}
-	return nil
-}
-
-func TestATASecureEraseStateMachine(t *testing.T) {
-	tests := []struct {
-		name     string
-		sec      uint16
-		enhanced bool
-		fail     bool
-		wantErr  string
-		wantLog  []byte
-	}{
-		{"normal erase", 0x0001, false, false, "", []byte{0xEC, 0xF1, 0xF3, 0xF4, 0xEC}},
-		{"enhanced erase", 0x0021, true, false, "", []byte{0xEC, 0xF1, 0xF3, 0xF4, 0xEC}},
-		{"password already set by an earlier attempt", 0x0003, false, false, "", []byte{0xEC, 0xF3, 0xF4, 0xEC}},
-		{"frozen", 0x0009, false, false, "frozen", []byte{0xEC}},
-		{"locked", 0x0007, false, false, "locked", []byte{0xEC}},
-		{"unsupported", 0x0000, false, false, "not supported", []byte{0xEC}},
-		{"enhanced unsupported", 0x0001, true, false, "enhanced erase not supported", []byte{0xEC}},
-		{"drive aborts the erase", 0x0001, false, true, "security erase unit", []byte{0xEC, 0xF1, 0xF3, 0xF4}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := &fakeDrive{sec: tt.sec, failErase: tt.fail}
-			err := ataSecureErase(d, tt.enhanced)
-			if tt.wantErr == "" {
-				require.NoError(t, err)
-				assert.Zero(t, d.sec&0x2, "password must be cleared")
-			} else {
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), tt.wantErr)
-			}
-			assert.Equal(t, tt.wantLog, d.log)
-		})
-	}
-	if d := (&fakeDrive{sec: 0}); true {
-		assert.ErrorIs(t, ataSecureErase(d, false), errNotApplicable)
-	}
-}
-
 func TestDetectSignaturesSynthetic(t *testing.T) {
 	const size = 4 << 20
 	mk := func(f func(b []byte)) []byte { b := make([]byte, size); f(b); return b }
@@ -531,9 +410,9 @@ func TestPlanFromSnapshots(t *testing.T) {
 			reason: map[string]string{"/dev/sda": "guard"},
 		},
 		{
-			name: "md members and arrays are skipped", snapshot: "md-raid1", pol: pol, prober: nil, opener: allowAll{},
-			want:   map[string]Action{"/dev/md0": ActionSkip, "/dev/sda": ActionSkip, "/dev/sdb": ActionSkip},
-			reason: map[string]string{"/dev/sda": "delete the RAID configuration first", "/dev/md0": "software RAID array"},
+			name: "md array erased as a device, members skipped, other partitions erased", snapshot: "md-raid1", pol: pol, prober: nil, opener: allowAll{},
+			want:   map[string]Action{"/dev/md0": ActionErase, "/dev/sda": ActionSkip, "/dev/sdb": ActionSkip, "/dev/sda1": ActionErase, "/dev/sdb1": ActionErase},
+			reason: map[string]string{"/dev/sda": "hold(s) members of software RAID md0, erased through the array", "/dev/md0": "overwrite"},
 		},
 		{
 			name: "read-only refused by default", snapshot: "vmedia-usb", pol: pol, prober: nil, opener: allowAll{},
