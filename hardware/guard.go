@@ -226,7 +226,29 @@ func (g *Guard) listed(resolved string) bool {
 			return true
 		}
 	}
+	// A partition lies inside its disk: listing the disk lists it.
+	if disk := partitionOf(resolved); disk != "" {
+		return g.listed(disk)
+	}
 	return false
+}
+
+// partitionOf returns the whole disk a partition device node belongs to
+// ("/dev/loop3" for "/dev/loop3p1"), as sysfs tells; "" for anything else.
+func partitionOf(dev string) string {
+	name, ok := strings.CutPrefix(dev, "/dev/")
+	if !ok || strings.Contains(name, "/") {
+		return ""
+	}
+	sys := filepath.Join("/sys/class/block", name)
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err != nil {
+		return ""
+	}
+	real, err := filepath.EvalSymlinks(sys)
+	if err != nil {
+		return ""
+	}
+	return "/dev/" + filepath.Base(filepath.Dir(real))
 }
 
 // Ready returns an error when the guard would refuse every device (no

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/anvil-metal/anvil/hardware/internal/testdev"
+	"github.com/anvil-metal/anvil/hardware/partition"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -169,4 +171,27 @@ func TestGuardResolvesLateEntries(t *testing.T) {
 	require.NoError(t, os.Symlink(target, link))
 	assert.True(t, g.Allows(target), "the node the late link points to")
 	assert.True(t, g.Allows(link))
+}
+
+// TestGuardAllowsPartitionsOfListedDisks: a partition lies inside its
+// disk, so listing the disk allows its partitions (erase_devices_metadata
+// wipes every partition of a disk), and only that disk's.
+func TestGuardAllowsPartitionsOfListedDisks(t *testing.T) {
+	a := testdev.Loop(t, 16<<20, true)
+	b := testdev.Loop(t, 16<<20, true)
+	for _, dev := range []string{a, b} {
+		f, err := os.OpenFile(dev, os.O_RDWR, 0)
+		require.NoError(t, err)
+		l, err := partition.WriteGPT(f, 16<<20, 512, []partition.Part{{Name: "p", Type: partition.TypeLinuxFS}})
+		require.NoError(t, err)
+		require.NoError(t, partition.Activate(f, l))
+		f.Close()
+	}
+	g := NewGuard(Environment{}, []string{a})
+	assert.True(t, g.Allows(a+"p1"), "partition of the listed disk")
+	assert.False(t, g.Allows(b+"p1"), "partition of another disk")
+	assert.False(t, g.Allows(b))
+	assert.Equal(t, a, partitionOf(a+"p1"))
+	assert.Empty(t, partitionOf(a))
+	assert.Empty(t, partitionOf("/tmp/x"))
 }

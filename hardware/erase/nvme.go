@@ -132,6 +132,7 @@ type NVMeNamespace struct {
 	LBAFormat  uint8  `json:"lba_format"` // index into the LBA format table, in use
 	BlockSize  uint64 `json:"block_size"`
 	ZeroOnTrim bool   `json:"deallocated_reads_zero"`
+	OnesOnTrim bool   `json:"deallocated_reads_ones,omitempty"`
 }
 
 // ParseIdentifyNamespace decodes the 4096-byte Identify Namespace page.
@@ -146,6 +147,7 @@ func ParseIdentifyNamespace(b []byte) (NVMeNamespace, error) {
 		SizeBlocks: binary.LittleEndian.Uint64(b[0:8]),
 		LBAFormat:  idx,
 		ZeroOnTrim: b[33]&0x7 == 0x1, // DLFEAT: deallocated blocks read as zeroes
+		OnesOnTrim: b[33]&0x7 == 0x2, // ... or as 0xFF
 	}
 	if lbads := lbaf[2]; lbads >= 9 && lbads < 32 {
 		ns.BlockSize = 1 << lbads

@@ -44,6 +44,18 @@ type zeroPattern struct{}
 func (zeroPattern) fill(buf []byte, _ int64) { clear(buf) }
 func (zeroPattern) name() string             { return "zero" }
 
+// onesPattern is what a drive that reports deallocated blocks as 0xFF
+// (NVMe DLFEAT 010b) returns after a format: the "vendor-defined pattern"
+// verification accepts instead of zeros.
+type onesPattern struct{}
+
+func (onesPattern) fill(buf []byte, _ int64) {
+	for i := range buf {
+		buf[i] = 0xff
+	}
+}
+func (onesPattern) name() string { return "ones (0xFF, as the drive reports deallocated blocks)" }
+
 // streamPattern is an AES-CTR keystream indexed by byte offset: random-looking
 // data that is cheap to produce (AES-NI) and can be regenerated at any offset
 // for verification, which a math/rand stream could not do without replaying.

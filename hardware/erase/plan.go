@@ -49,9 +49,13 @@ type DevicePlan struct {
 	NVMe             *NVMeController    `json:"nvme,omitempty"`
 	Shared           []SharedFilesystem `json:"shared_filesystems,omitempty"` // why it was refused
 	NVMeLBAFormat    uint8              `json:"nvme_lba_format,omitempty"`
-	ATA              *ATAIdentity       `json:"ata,omitempty"`
-	Rotational       bool               `json:"rotational"`
-	LogicalBlockSize uint64             `json:"logical_block_size"`
+	// NVMeReadsOnes: the namespace reports (DLFEAT) that deallocated
+	// blocks read as 0xFF, the value a format leaves: verification then
+	// expects 0xFF rather than zeros.
+	NVMeReadsOnes    bool         `json:"nvme_deallocated_reads_ones,omitempty"`
+	ATA              *ATAIdentity `json:"ata,omitempty"`
+	Rotational       bool         `json:"rotational"`
+	LogicalBlockSize uint64       `json:"logical_block_size"`
 }
 
 // Prober answers capability questions while planning, without writing.
@@ -211,7 +215,7 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []s
 			p.Notes = append(p.Notes, fmt.Sprintf("NVMe Format not used: on this controller it erases every namespace (FNA 0x%x), including %s",
 				ctrl.FNA, strings.Join(siblings, ", ")))
 		default:
-			p.NVMe, p.NVMeLBAFormat = &ctrl, ns.LBAFormat
+			p.NVMe, p.NVMeLBAFormat, p.NVMeReadsOnes = &ctrl, ns.LBAFormat, ns.OnesOnTrim
 			if ctrl.CryptoEraseSupported() {
 				// Crypto erase first; some drives advertise it and still
 				// refuse (infra-controller#2820), so user-data erase follows.

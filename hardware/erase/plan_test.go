@@ -1,7 +1,10 @@
 package erase
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,4 +94,31 @@ func TestPlanLockedATADrive(t *testing.T) {
 			assert.Contains(t, strings.Join(plans[0].Notes, "; "), tt.note)
 		})
 	}
+}
+
+// TestNVMeOnesAfterFormat: a namespace whose deallocated blocks read as
+// 0xFF (DLFEAT 010b) is verified against 0xFF after its format, not
+// against zeros, which would fail a drive that erased correctly; and
+// 0xFF verification still catches data left behind.
+func TestNVMeOnesAfterFormat(t *testing.T) {
+	b := make([]byte, 4096)
+	b[33] = 0x02
+	b[128+2] = 9
+	ns, err := ParseIdentifyNamespace(b)
+	require.NoError(t, err)
+	assert.True(t, ns.OnesOnTrim)
+	assert.False(t, ns.ZeroOnTrim)
+
+	path := filepath.Join(t.TempDir(), "ns")
+	ones := bytes.Repeat([]byte{0xff}, 4<<20)
+	require.NoError(t, os.WriteFile(path, ones, 0o600))
+	_, err = verifyPattern(context.Background(), path, int64(len(ones)), onesPattern{}, 8)
+	require.NoError(t, err)
+	_, err = verifyPattern(context.Background(), path, int64(len(ones)), zeroPattern{}, 8)
+	require.Error(t, err, "zeros expected where the drive reads 0xFF")
+
+	ones[2<<20] = 0x42
+	require.NoError(t, os.WriteFile(path, ones, 0o600))
+	_, err = verifyPattern(context.Background(), path, int64(len(ones)), onesPattern{}, 1)
+	require.ErrorContains(t, err, "does not hold the ones")
 }

@@ -204,6 +204,9 @@ func (e *Eraser) apply(ctx context.Context, m Method, p DevicePlan, pol Policy, 
 		}
 		_ = rereadPartitions(f)
 		report(size)
+		if p.NVMeReadsOnes {
+			return onesPattern{}, nil
+		}
 		return zeroPattern{}, nil
 	case MethodATAEnhanced, MethodATA:
 		f, err := e.Opener.OpenForWrite(p.Device, unix.O_NONBLOCK)

@@ -305,7 +305,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	if werr != nil {
 		res.Seconds = time.Since(start).Seconds()
 		msg := scrub(werr.Error(), req.URL, imageURL)
-		if dev.wrote.Load() > 0 {
+		if dev.touched.Load() {
 			if err := wipeHead(f); err != nil {
 				msg += fmt.Sprintf("; wiping the first MiB of %s FAILED too (%v): the disk may hold a partial image", req.Device, err)
 			} else {

@@ -134,10 +134,12 @@ func TestWriteImageFailsCleanly(t *testing.T) {
 		wantType  string
 		wantMsg   string
 		headWiped bool // something was written, so the first MiB must be zero
-		untouched bool // nothing may have been written
+		untouched bool // nothing may have been written (neither: either, as the error says)
 	}{
 		{"checksum mismatch", Request{URL: srv.URL + "/img", Checksum: sha256sum([]byte("other"))}, protocol.ErrTypeImageWrite, "checksum mismatch", true, false},
-		{"short read", Request{URL: srv.URL + "/short", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "", true, false},
+		// Whether the block before the short end reached the disk depends
+		// on which writer noticed the failure first; either way clean.
+		{"short read", Request{URL: srv.URL + "/short", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "", false, false},
 		{"raw image larger than the disk", Request{URL: srv.URL + "/big", Checksum: sha256sum(big)}, protocol.ErrTypeImageWrite, "larger than", false, true},
 		{"compressed image larger than the disk", Request{URL: srv.URL + "/big.gz", Checksum: sha256sum(files["/big.gz"])}, protocol.ErrTypeImageWrite, "larger than the device", true, false},
 		{"404", Request{URL: srv.URL + "/missing", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "404", false, true},
@@ -152,8 +154,12 @@ func TestWriteImageFailsCleanly(t *testing.T) {
 			tt.req.Device = dev
 			w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
 			_, err := w.Write(context.Background(), tt.req, nil)
-			require.NotEqual(t, tt.headWiped, tt.untouched)
-			failedCleanly(t, dev, err, tt.wantType, tt.wantMsg, tt.headWiped)
+			require.False(t, tt.headWiped && tt.untouched)
+			headWiped := tt.headWiped
+			if !tt.headWiped && !tt.untouched {
+				headWiped = strings.Contains(err.Error(), "first MiB")
+			}
+			failedCleanly(t, dev, err, tt.wantType, tt.wantMsg, headWiped)
 		})
 	}
 }

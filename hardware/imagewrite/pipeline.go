@@ -267,6 +267,9 @@ type device struct {
 	// O_DIRECT: the flag belongs to the open file, shared by all writers.
 	mu    sync.RWMutex
 	wrote atomic.Int64
+	// touched: a write was started, whether or not it completed; a
+	// failed write may still have changed the disk.
+	touched atomic.Bool
 }
 
 // writeAt writes one block's bytes; safe for concurrent use on disjoint
@@ -291,6 +294,7 @@ func (d *device) writeAt(p []byte, off int64) error {
 		d.mu.RLock()
 		defer d.mu.RUnlock()
 	}
+	d.touched.Store(true)
 	if _, err := d.f.WriteAt(p, off); err != nil {
 		return fmt.Errorf("write at %d: %w", off, err)
 	}
