@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
@@ -59,7 +60,7 @@ func TestLookupRetriesUntilFoundThenHeartbeatsWithCatalogue(t *testing.T) {
 	assert.Equal(t, fp, hb.Fingerprint)
 	assert.Equal(t, fp, hb.Steps.Fingerprint)
 	assert.Equal(t, []protocol.ManagerVersion{{Name: "test_manager", Version: "1.0"}}, hb.Steps.Managers)
-	assert.Len(t, hb.Steps.Clean, 4)
+	assert.Len(t, hb.Steps.Clean, 5)
 	assert.Len(t, hb.Steps.Deploy, 1)
 	var phases []string
 	last := 0.0
@@ -284,6 +285,68 @@ func TestStepErrorsAreTyped(t *testing.T) {
 	}
 }
 
+func TestFailedStepReportsItsPartialResult(t *testing.T) {
+	ctrl := newFakeController(t)
+	startAgent(t, ctrl, nil)
+	ctrl.send(cleanStep("c1", "erase_partly"), false)
+	require.Eventually(t, func() bool { return ctrl.finalOf("c1") != nil }, waitFor, poll)
+	// Every report of the failure (the fake controller decodes and
+	// validates each heartbeat) carries the error and the partial result.
+	for _, final := range ctrl.statusOf("c1") {
+		if final.State == protocol.CommandRunning {
+			continue
+		}
+		assert.Equal(t, protocol.CommandFailed, final.State)
+		require.NotNil(t, final.Error)
+		assert.Equal(t, protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500,
+			Message: "1 of 2 devices were not erased", Details: "/dev/sdb: verify: byte 123 is 0x5a, want 0x00"}, *final.Error)
+		assert.Equal(t, "/dev/sda erased by overwrite, verified (64 MB, 1.2 s); /dev/sdb failed: verify: byte 123 is 0x5a, want 0x00",
+			final.Summary, "the partial result's own summary")
+		var got erase.Result
+		require.NoError(t, json.Unmarshal(final.Result, &got), "%s", final.Result)
+		assert.Equal(t, partialErase(), got, "the plan and each device's outcome")
+		require.NotNil(t, final.FinishedAt)
+	}
+}
+
+type panickySummary struct{ N int }
+
+func (panickySummary) Summary() string { panic("summary bug") }
+
+type valueSummary struct{ Devices []string }
+
+func (v valueSummary) Summary() string { return strings.Join(v.Devices, ", ") }
+
+func TestDescribeResult(t *testing.T) {
+	raw, sum, err := describe(nil)
+	assert.NoError(t, err)
+	assert.Nil(t, raw)
+	assert.Empty(t, sum)
+
+	// A nil pointer to a result type: no result, and no panic from its
+	// value-receiver Summary.
+	raw, sum, err = describe((*valueSummary)(nil))
+	assert.NoError(t, err)
+	assert.Nil(t, raw)
+	assert.Empty(t, sum)
+
+	raw, sum, err = describe(&valueSummary{Devices: []string{"/dev/sda"}})
+	assert.NoError(t, err)
+	assert.JSONEq(t, `{"Devices":["/dev/sda"]}`, string(raw))
+	assert.Equal(t, "/dev/sda", sum)
+
+	long := valueSummary{Devices: []string{strings.Repeat("é", protocol.MaxSummary)}}
+	_, sum, err = describe(long)
+	assert.NoError(t, err)
+	assert.LessOrEqual(t, len(sum), protocol.MaxSummary, "bounded as the protocol requires")
+
+	_, _, err = describe(panickySummary{})
+	assert.ErrorContains(t, err, "summary bug", "a result type's bug is an error, not a crash")
+
+	_, _, err = describe(map[string]any{"c": make(chan int)})
+	assert.Error(t, err, "a result that does not encode")
+}
+
 func TestRefusedHeartbeatLooksUpAgainWithNewToken(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -449,7 +512,7 @@ func TestGetStepsInventoryAndLogs(t *testing.T) {
 	require.NoError(t, json.Unmarshal(ctrl.finalOf("s1").Result, &cat))
 	assert.Equal(t, h.disp.Fingerprint(context.Background()), cat.Fingerprint)
 	require.NoError(t, cat.Validate())
-	assert.Len(t, cat.Clean, 4)
+	assert.Len(t, cat.Clean, 5)
 
 	ctrl.send(&protocol.Command{ID: "i1", Name: protocol.CmdInventory}, false)
 	require.Eventually(t, func() bool { return ctrl.finalOf("i1") != nil }, waitFor, poll)

@@ -91,14 +91,17 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 	}
 	log.InfoContext(ctx, "command started")
 	res, err := e.call(ctx, cmd, w)
-	var raw json.RawMessage
-	var summary string
-	if err == nil && res != nil {
-		if raw, err = json.Marshal(res); err != nil {
-			err = fmt.Errorf("encode result of %s: %w", cmd.Name, err)
-		}
-		if s, ok := res.(summarizer); ok {
-			summary = truncate(s.Summary(), protocol.MaxSummary)
+	// A failed step's result is kept as a successful one's is: the erase
+	// and RAID steps and write_image return what they planned and did
+	// (per device: erased, skipped or failed and why) with their error,
+	// and that is what an operator needs to see why the step failed.
+	raw, summary, encErr := describe(res)
+	if encErr != nil {
+		encErr = fmt.Errorf("encode result of %s: %w", cmd.Name, encErr)
+		if err == nil {
+			err = encErr
+		} else {
+			log.WarnContext(ctx, "partial result of a failed command dropped", "err", encErr)
 		}
 	}
 	now := e.clock.Now().UTC()
@@ -106,8 +109,8 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 	s := e.status
 	s.FinishedAt = &now
 	if err != nil {
-		s.State, s.Error, s.Result = protocol.CommandFailed, wireError(err), nil
-		log.ErrorContext(ctx, "command failed", "error_type", s.Error.Type, "err", err)
+		s.State, s.Error, s.Result, s.Summary = protocol.CommandFailed, wireError(err), raw, summary
+		log.ErrorContext(ctx, "command failed", "error_type", s.Error.Type, "err", err, "summary", summary)
 	} else {
 		s.State, s.Result, s.Summary = protocol.CommandSucceeded, raw, summary
 		log.InfoContext(ctx, "command succeeded", "duration", now.Sub(s.StartedAt).String())
@@ -122,6 +125,32 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 
 // summarizer is a step result that can say in one line what it did.
 type summarizer interface{ Summary() string }
+
+// describe encodes a command's result (a successful one or the partial
+// result of a failed one) and its one-line summary. No result, or one that
+// encodes as null (a nil pointer), gives neither. A result that panics
+// while being encoded or summarised is an error: the agent must outlive a
+// bug in a hardware manager's result type too.
+func describe(res any) (raw json.RawMessage, summary string, err error) {
+	if res == nil {
+		return nil, "", nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			raw, summary, err = nil, "", fmt.Errorf("panic: %v", r)
+		}
+	}()
+	if raw, err = json.Marshal(res); err != nil {
+		return nil, "", err
+	}
+	if string(raw) == "null" {
+		return nil, "", nil
+	}
+	if s, ok := res.(summarizer); ok {
+		summary = truncate(s.Summary(), protocol.MaxSummary)
+	}
+	return raw, summary, nil
+}
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {

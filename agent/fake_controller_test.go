@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/require"
 )
@@ -273,8 +274,20 @@ type erasedResult struct {
 
 func (r erasedResult) Summary() string { return "erased " + strings.Join(r.Erased, ", ") }
 
+// partialErase is what erase_devices returns with its error when one disk
+// of two fails verification.
+func partialErase() erase.Result {
+	return erase.Result{Devices: []erase.DeviceResult{
+		{Plan: erase.DevicePlan{Device: "/dev/sda", Size: 64e6, Action: erase.ActionErase, Methods: []erase.Method{erase.MethodDiscard, erase.MethodOverwrite}},
+			Status: erase.StatusErased, Method: erase.MethodOverwrite, Seconds: 1.25},
+		{Plan: erase.DevicePlan{Device: "/dev/sdb", Size: 64e6, Action: erase.ActionErase, Methods: []erase.Method{erase.MethodOverwrite}},
+			Status: erase.StatusFailed, Error: "verify: byte 123 is 0x5a, want 0x00"},
+	}}
+}
+
 // testManager offers erase_devices (blocking), a quick step, a step with a
-// required argument and a panicking one.
+// required argument, a panicking one and one that fails with a partial
+// result (erase_partly).
 func testManager(step *blockingStep) *hardware.FakeManager {
 	m := &hardware.FakeManager{
 		ManagerName: "test_manager", ManagerVersion: "1.0", Level: hardware.SupportGeneric,
@@ -283,6 +296,7 @@ func testManager(step *blockingStep) *hardware.FakeManager {
 				{Interface: protocol.InterfaceDeploy, Step: "erase_devices", Priority: 10, Abortable: true},
 				{Interface: protocol.InterfaceDeploy, Step: "quick", Priority: 0},
 				{Interface: protocol.InterfaceDeploy, Step: "explode", Priority: 0},
+				{Interface: protocol.InterfaceDeploy, Step: "erase_partly", Priority: 0},
 				{Interface: protocol.InterfaceRAID, Step: "create_configuration", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 					"target_raid_config": {Description: "RAID layout", Required: true}}},
 			},
@@ -295,6 +309,9 @@ func testManager(step *blockingStep) *hardware.FakeManager {
 			return step.run(ctx, kind, s, args, p)
 		case "explode":
 			panic("manager bug")
+		case "erase_partly":
+			return partialErase(), &protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500,
+				Message: "1 of 2 devices were not erased", Details: "/dev/sdb: verify: byte 123 is 0x5a, want 0x00"}
 		case "create_configuration":
 			return map[string]any{"got": args["target_raid_config"]}, nil
 		}

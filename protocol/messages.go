@@ -134,8 +134,14 @@ const (
 	CmdReboot            = "reboot"
 )
 
-var commandNames = map[string]bool{CmdGetSteps: true, CmdExecuteCleanStep: true, CmdExecuteDeployStep: true,
-	CmdInventory: true, CmdCollectLogs: true, CmdPowerOff: true, CmdReboot: true}
+// knownCommand reports whether name is a command of this protocol.
+func knownCommand(name string) bool {
+	switch name {
+	case CmdGetSteps, CmdExecuteCleanStep, CmdExecuteDeployStep, CmdInventory, CmdCollectLogs, CmdPowerOff, CmdReboot:
+		return true
+	}
+	return false
+}
 
 // CommandStatus reports the agent's current (or last) command. A final
 // state is repeated in every heartbeat until the controller acknowledges it.
@@ -250,7 +256,7 @@ func (c *StepCatalogue) Validate() error {
 
 // Validate checks a command status.
 func (s *CommandStatus) Validate() error {
-	if s.ID == "" || !commandNames[s.Name] {
+	if s.ID == "" || !knownCommand(s.Name) {
 		return fmt.Errorf("command needs an id and a known name, got id %q name %q", s.ID, s.Name)
 	}
 	switch s.State {
@@ -277,7 +283,7 @@ func (s *CommandStatus) Validate() error {
 
 // Validate checks a command before it is sent or run.
 func (c *Command) Validate() error {
-	if c.ID == "" || !commandNames[c.Name] {
+	if c.ID == "" || !knownCommand(c.Name) {
 		return fmt.Errorf("command needs an id and a known name, got id %q name %q", c.ID, c.Name)
 	}
 	if c.Name == CmdExecuteCleanStep || c.Name == CmdExecuteDeployStep {

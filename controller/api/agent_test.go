@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -148,6 +149,36 @@ func TestAgentStepFailure(t *testing.T) {
 	assert.Equal(t, "clean failure", n["fault"])
 	assert.Equal(t, "erase_devices", n["clean_step"].(map[string]any)["step"])
 	assert.Equal(t, "power off", n["power_state"], "a failed cleaning is torn down: node powered off")
+}
+
+func TestAgentStepFailureCarriesThePartialResultSummary(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	e.agentNode("fail2", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Fail: "1 of 2 devices\twere not erased",
+		Result:  map[string]any{"devices": []any{map[string]any{"device": "/dev/sda", "status": "erased"}, map[string]any{"device": "/dev/sdb", "status": "failed"}}},
+		Summary: "/dev/sda erased by overwrite, verified (64 MB, 1.2 s);\n/dev/sdb failed: verify: byte 123\x1b[31m is 0x5a\r\n"}
+	require.Equal(t, 202, e.provision("fail2", "provide", nil).status)
+	n := e.drive(a, "fail2", "clean failed", nil)
+
+	want := "BlockDeviceEraseError: 1 of 2 devices were not erased; step result: " +
+		"/dev/sda erased by overwrite, verified (64 MB, 1.2 s); /dev/sdb failed: verify: byte 123 [31m is 0x5a"
+	lastErr, _ := n["last_error"].(string)
+	assert.True(t, strings.HasPrefix(lastErr, "Clean step deploy.erase_devices failed on node "), "Ironic's format: %s", lastErr)
+	assert.True(t, strings.HasSuffix(lastErr, ": "+want), "error, then the agent's summary: %s", lastErr)
+	assert.NotContains(t, n["maintenance_reason"], "\n")
+	assert.Contains(t, n["maintenance_reason"], want)
+
+	var event string
+	for _, ev := range e.do("GET", "/v1/nodes/fail2/history", latest, nil).json(t)["history"].([]any) {
+		if ev := ev.(map[string]any); ev["severity"] == "ERROR" {
+			event = ev["event"].(string)
+		}
+	}
+	assert.Equal(t, lastErr, event, "the history's failure event says the same")
+	for _, text := range []string{lastErr, event} {
+		assert.False(t, strings.ContainsFunc(text, unicode.IsControl), "one line, no control characters: %q", text)
+	}
 }
 
 func TestAgentProgressIsVisible(t *testing.T) {

@@ -421,7 +421,15 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 				msg = st.Error.Type + ": " + msg
 			}
 		}
-		return c.completeAsync(ctx, n.UUID, key, errors.New(msg), "", clearCmd)
+		// The agent's summary of the step's partial result (each device
+		// erased, skipped or failed and why) goes with the error into
+		// last_error and the history, where operators look first.
+		if sum := oneLine(st.Summary); sum != "" {
+			msg += "; step result: " + sum
+		}
+		// Agent text (an mdadm error, a summary) must not break the
+		// one-line last_error or history event.
+		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", clearCmd)
 	}
 	if pending.Step.RebootRequested {
 		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)

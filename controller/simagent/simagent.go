@@ -26,7 +26,7 @@ import (
 type Outcome struct {
 	Fail    string        // non-empty: the step fails with this message
 	Runs    int           // heartbeats the step stays RUNNING before finishing
-	Result  any           // result to report on success
+	Result  any           // result to report (with Fail: the partial result)
 	Summary string        // its one-line summary
 	Release chan struct{} // if set, the step runs until this is closed
 }
@@ -264,7 +264,7 @@ func (a *Agent) advance() {
 		return
 	}
 	if out.Fail != "" {
-		a.finish(&protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500, Message: out.Fail}, nil, "")
+		a.finish(&protocol.Error{Type: protocol.ErrTypeBlockDeviceErase, Code: 500, Message: out.Fail}, out.Result, out.Summary)
 		return
 	}
 	result := out.Result
@@ -278,11 +278,12 @@ func (a *Agent) finish(e *protocol.Error, result any, summary string) {
 	now := time.Now().UTC()
 	a.current.FinishedAt = &now
 	a.current.Progress = &protocol.Progress{Percent: 100, Message: "done"}
+	// Like the real agent, a failed step reports its partial result and
+	// summary with the error.
+	a.current.State, a.current.Error, a.current.Summary = protocol.CommandSucceeded, e, summary
 	if e != nil {
-		a.current.State, a.current.Error = protocol.CommandFailed, e
-		return
+		a.current.State = protocol.CommandFailed
 	}
-	a.current.State, a.current.Summary = protocol.CommandSucceeded, summary
 	if result != nil {
 		a.current.Result, _ = json.Marshal(result)
 	}

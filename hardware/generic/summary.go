@@ -2,7 +2,7 @@ package generic
 
 import (
 	"fmt"
-	"net/url"
+	"github.com/anvil-metal/anvil/hardware/imagewrite"
 	"strings"
 )
 
@@ -23,15 +23,12 @@ func (r ExpressResult) Summary() string {
 // credentials: signed (temporary) URLs carry secrets there.
 func (r WriteImageResult) Summary() string {
 	i := r.Image
-	return fmt.Sprintf("%s image %s (%.1f MB downloaded, %s verified) written to %s (%.1f MB at %.0f MB/s); partition table re-read: %s",
-		i.Format, redactURL(i.URL), float64(i.BytesDownloaded)/1e6, i.ChecksumAlgo, i.Device, float64(i.BytesWritten)/1e6, i.MBPerSecond, i.PartitionReread)
-}
-
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
+	if i.PartitionReread == "" {
+		// Set only once the image was written, verified and flushed: this
+		// is the partial result of a failed write.
+		return fmt.Sprintf("%s image %s not written to %s: stopped after %.1f MB downloaded and %.1f MB written",
+			i.Format, imagewrite.RedactURL(i.URL), i.Device, float64(i.BytesDownloaded)/1e6, float64(i.BytesWritten)/1e6)
 	}
-	u.User, u.RawQuery, u.ForceQuery, u.Fragment = nil, "", false, ""
-	return u.String()
+	return fmt.Sprintf("%s image %s (%.1f MB downloaded, %s verified) written to %s (%.1f MB at %.0f MB/s); partition table re-read: %s",
+		i.Format, imagewrite.RedactURL(i.URL), float64(i.BytesDownloaded)/1e6, i.ChecksumAlgo, i.Device, float64(i.BytesWritten)/1e6, i.MBPerSecond, i.PartitionReread)
 }

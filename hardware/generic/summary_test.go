@@ -14,6 +14,10 @@ func TestWriteImageSummaryHidesURLSecrets(t *testing.T) {
 		Format: "qcow2", ChecksumAlgo: "sha256", BytesDownloaded: 812e6, BytesWritten: 4294967296, MBPerSecond: 951.4, PartitionReread: "ok",
 	}}
 	assert.Equal(t, "qcow2 image https://images.example/os.qcow2 (812.0 MB downloaded, sha256 verified) written to /dev/nvme0n1 (4295.0 MB at 951 MB/s); partition table re-read: ok", r.Summary())
+
+	// The partial result of a failed write must not read as a success.
+	r.Image.PartitionReread, r.Image.BytesWritten = "", 8388608
+	assert.Equal(t, "qcow2 image https://images.example/os.qcow2 not written to /dev/nvme0n1: stopped after 812.0 MB downloaded and 8.4 MB written", r.Summary())
 }
 
 func TestExpressSummaryCoversBothParts(t *testing.T) {
