@@ -40,7 +40,8 @@ type Disk struct {
 	ReadOnly          bool        `json:"read_only"`
 	Removable         bool        `json:"removable"`
 	VirtualMedia      bool        `json:"virtual_media,omitempty"`
-	Controller        string      `json:"controller"` // nvme, scsi, virtio, loop, md, ...
+	Optical           bool        `json:"optical,omitempty"` // CD/DVD drive: never erased, never a root device
+	Controller        string      `json:"controller"`        // nvme, scsi, virtio, loop, md, ...
 	LogicalBlockSize  uint64      `json:"logical_block_size"`
 	PhysicalBlockSize uint64      `json:"physical_block_size"`
 	Holders           []string    `json:"holders,omitempty"` // e.g. md0 when a RAID member

@@ -33,6 +33,7 @@ type Disk struct {
 	Rotational         bool        `json:"rotational"`
 	Removable          bool        `json:"removable"`
 	ReadOnly           bool        `json:"read_only"`
+	Optical            bool        `json:"optical,omitempty"` // CD/DVD/BD drive (see isOptical): not a disk to erase, deploy onto or RAID
 	Vendor             string      `json:"vendor,omitempty"`
 	Model              string      `json:"model,omitempty"`
 	Serial             string      `json:"serial,omitempty"`
@@ -201,7 +202,7 @@ func Discover(ctx context.Context, root string) (*Layout, error) {
 			parts = append(parts, part{parent: parent, p: p})
 			continue
 		}
-		d, err := readDisk(root, dir, name, links)
+		d, err := readDisk(ctx, root, dir, name, links)
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +244,7 @@ func parentOf(root, dir, name string) string {
 	return trimmed
 }
 
-func readDisk(root, dir, name string, links devLinks) (*Disk, error) {
+func readDisk(ctx context.Context, root, dir, name string, links devLinks) (*Disk, error) {
 	d := &Disk{
 		Name:              name,
 		Path:              "/dev/" + name,
@@ -277,6 +278,7 @@ func readDisk(root, dir, name string, links devLinks) (*Disk, error) {
 		d.Driver = filepath.Base(drv)
 	}
 	d.Controller = controllerOf(name, resolved, d.Driver)
+	d.Optical = isOptical(name, d.Major, readString(filepath.Join(dev, "type")))
 
 	switch {
 	case strings.HasPrefix(name, "nvme"):
@@ -305,6 +307,12 @@ func readDisk(root, dir, name string, links devLinks) (*Disk, error) {
 		d.Serial = links.serial[name]
 	}
 	d.VirtualMedia, d.VirtualMediaReason = virtualMedia(d, links)
+	if !d.VirtualMedia {
+		// No udev (the ramdisk) means no by-label links: read the label
+		// from the device. Done even when by-label exists, since a link
+		// names only one of several devices carrying the same label.
+		d.VirtualMedia, d.VirtualMediaReason = labelVirtualMedia(d.Path, readLabelsCtx(ctx, filepath.Join(root, "dev", name)))
+	}
 	return d, nil
 }
 
@@ -353,15 +361,40 @@ func controllerOf(name, resolved, driver string) string {
 	return "unknown"
 }
 
+// scsiCDROMMajor is the block major of the sr driver (SCSI_CDROM_MAJOR).
+const scsiCDROMMajor = 11
+
+// isOptical tells CD/DVD/BD drives from disks: the SCSI peripheral device
+// type in device/type (5 CD/DVD, 4 WORM; both bound by sr), the sr name or
+// the sr major. Whatever its read-only flag says, such a drive is never
+// erased, deployed onto or made a RAID member; IPA does not even list it
+// (lsblk TYPE=rom). A BMC's virtual CD is optical and virtual media.
+func isOptical(name string, major int, scsiType string) bool {
+	return scsiType == "5" || scsiType == "4" || major == scsiCDROMMajor || strings.HasPrefix(name, "sr")
+}
+
+// labelVirtualMedia checks labels read from the device itself (path as the
+// node sees it) for IPA's virtual-media label. FAT and ISO9660 tools may
+// upper-case it, so the comparison ignores case.
+func labelVirtualMedia(path string, labels []fsLabel) (bool, string) {
+	for _, l := range labels {
+		if strings.EqualFold(l.Label, VirtualMediaLabel) {
+			return true, fmt.Sprintf("carries the virtual-media label %s (%s read from %s)", VirtualMediaLabel, l.Source, path)
+		}
+	}
+	return false, ""
+}
+
 // virtualMedia decides whether a disk is a BMC's virtual CD/floppy/USB stick
-// or IPA's own config drive. The removable bit alone is not evidence (USB
-// disks have it too), so this wants a label or a BMC vendor/model string on
-// a USB-attached device.
+// or IPA's own config drive, from by-label links and vendor/model strings
+// (labelVirtualMedia covers labels read from the device). The removable bit
+// alone is not evidence (USB disks have it too), so this wants a label or a
+// BMC vendor/model string on a USB-attached or optical device.
 func virtualMedia(d *Disk, links devLinks) (bool, string) {
 	if links.byLabel[VirtualMediaLabel] == d.Name {
-		return true, "carries the virtual-media label " + VirtualMediaLabel
+		return true, "carries the virtual-media label " + VirtualMediaLabel + " (/dev/disk/by-label)"
 	}
-	if d.Controller != "usb" && !strings.HasPrefix(d.Name, "sr") {
+	if d.Controller != "usb" && !d.Optical {
 		return false, ""
 	}
 	// Whole words only: "ilo" must not match "Pilot", nor "ami" "Samsung".

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -98,12 +99,13 @@ func TestDiscoverVirtualMediaAndRemovable(t *testing.T) {
 		name                        string
 		controller                  string
 		readOnly, removable, vmedia bool
+		optical                     bool
 		partReadOnly                []bool
 		reasonContains              string
 	}{
 		{name: "vda", controller: "virtio"},
-		{name: "vdb", controller: "virtio", vmedia: true, reasonContains: VirtualMediaLabel},
-		{name: "sr0", controller: "usb", readOnly: true, removable: true, vmedia: true, reasonContains: "AMI"},
+		{name: "vdb", controller: "virtio", vmedia: true, reasonContains: VirtualMediaLabel + " (/dev/disk/by-label)"},
+		{name: "sr0", controller: "usb", readOnly: true, removable: true, vmedia: true, optical: true, reasonContains: "AMI"},
 		// HPE virtual install disk: read-only, and its partition has no ro
 		// file: it must inherit the disk's flag.
 		{name: "sdd", controller: "sata", readOnly: true, partReadOnly: []bool{true}},
@@ -118,6 +120,7 @@ func TestDiscoverVirtualMediaAndRemovable(t *testing.T) {
 			assert.Equal(t, tt.readOnly, d.ReadOnly, "read_only")
 			assert.Equal(t, tt.removable, d.Removable, "removable")
 			assert.Equal(t, tt.vmedia, d.VirtualMedia, "virtual media")
+			assert.Equal(t, tt.optical, d.Optical, "optical")
 			assert.Contains(t, d.VirtualMediaReason, tt.reasonContains)
 			var pro []bool
 			for _, p := range d.Partitions {
@@ -125,6 +128,84 @@ func TestDiscoverVirtualMediaAndRemovable(t *testing.T) {
 			}
 			assert.Equal(t, tt.partReadOnly, pro)
 		})
+	}
+}
+
+// The udev-less ramdisk has no /dev/disk: IPA's virtual floppy is found by
+// the label inside the device, and real DVD drives are optical, whatever
+// their read-only flag, but not virtual media.
+func TestDiscoverUdevlessLabelAndOptical(t *testing.T) {
+	root := snapshot("udevless-dvd")
+	require.NoDirExists(t, filepath.Join(root, "dev", "disk"))
+	l := discover(t, "udevless-dvd")
+	// sr2 has no disc (size 0) and is left out like any empty device.
+	require.Equal(t, []string{"sda", "sr0", "sr1", "vdb"}, names(l.Disks))
+	tests := []struct {
+		name, controller, vendor    string
+		readOnly, removable, vmedia bool
+		optical                     bool
+		major, minor                int
+		reasonContains              []string
+	}{
+		// An ext4 label that is not IPA's.
+		{name: "sda", controller: "sata", vendor: "ATA", major: 8},
+		{name: "vdb", controller: "virtio", vmedia: true, major: 253, minor: 16,
+			reasonContains: []string{VirtualMediaLabel, "FAT boot sector", "read from /dev/vdb"}},
+		{name: "sr0", controller: "sata", vendor: "HL-DT-ST", readOnly: true, removable: true, optical: true, major: 11},
+		{name: "sr1", controller: "usb", vendor: "ASUS", removable: true, optical: true, major: 11, minor: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, ok := l.Find(tt.name)
+			require.True(t, ok)
+			assert.Equal(t, tt.controller, d.Controller)
+			assert.Equal(t, tt.vendor, d.Vendor)
+			assert.Equal(t, tt.readOnly, d.ReadOnly, "read_only")
+			assert.Equal(t, tt.removable, d.Removable, "removable")
+			assert.Equal(t, tt.vmedia, d.VirtualMedia, "virtual media")
+			assert.Equal(t, tt.optical, d.Optical, "optical")
+			assert.Equal(t, [2]int{tt.major, tt.minor}, [2]int{d.Major, d.Minor})
+			for _, s := range tt.reasonContains {
+				assert.Contains(t, d.VirtualMediaReason, s)
+			}
+			if !tt.vmedia {
+				assert.Empty(t, d.VirtualMediaReason)
+			}
+		})
+	}
+	// The label is read from the device file itself.
+	assert.Equal(t, []fsLabel{{"cloudimg-rootfs", "ext2/3/4 superblock"}}, readLabels(filepath.Join(root, "dev", "sda")))
+	// JSON carries the flag.
+	sr0, _ := l.Find("sr0")
+	b, err := json.Marshal(sr0)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"optical":true`)
+	vda, _ := discover(t, "vmedia-usb").Find("vda")
+	b, err = json.Marshal(vda)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "optical")
+}
+
+func TestIsOptical(t *testing.T) {
+	tests := []struct {
+		name     string
+		major    int
+		scsiType string
+		want     bool
+	}{
+		{"sr0", 11, "5", true},
+		{"sr0", 11, "", true},  // no device/type file
+		{"sr3", 0, "", true},   // dev unreadable
+		{"sdx", 0, "5", true},  // type alone
+		{"sdx", 0, "4", true},  // WORM, also bound by sr
+		{"sdx", 11, "", true},  // major alone
+		{"sda", 8, "0", false}, // disk
+		{"sdb", 8, "7", false}, // magneto-optical is a disk to sd
+		{"mmcblk0", 179, "SD", false},
+		{"nvme0n1", 259, "", false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, isOptical(tt.name, tt.major, tt.scsiType), "%+v", tt)
 	}
 }
 
@@ -152,21 +233,25 @@ func TestWWNAndVPD(t *testing.T) {
 func TestVirtualMediaHeuristics(t *testing.T) {
 	tests := []struct {
 		vendor, model, controller string
+		optical                   bool
 		want                      bool
 	}{
-		{"AMI", "Virtual CDROM0", "usb", true},
-		{"iDRAC", "Virtual Floppy", "usb", true},
-		{"HP", "iLO Internal SD-CARD", "usb", true},
-		{"ATEN", "Virtual HDisk0", "usb", true},
-		{"SanDisk", "Cruzer Blade", "usb", false},
-		{"Kingston", "DataTraveler Pilot", "usb", false}, // "ilo" inside a word
-		{"Samsung", "Flash Drive", "usb", false},         // "am" inside a word
-		{"VMware", "Virtual disk", "scsi", false},        // a real VM disk, not USB
-		{"Msft", "Virtual Disk", "sata", false},
+		{"AMI", "Virtual CDROM0", "usb", false, true},
+		{"iDRAC", "Virtual Floppy", "usb", false, true},
+		{"HP", "iLO Internal SD-CARD", "usb", false, true},
+		{"ATEN", "Virtual HDisk0", "usb", false, true},
+		{"SanDisk", "Cruzer Blade", "usb", false, false},
+		{"Kingston", "DataTraveler Pilot", "usb", false, false}, // "ilo" inside a word
+		{"Samsung", "Flash Drive", "usb", false, false},         // "am" inside a word
+		{"VMware", "Virtual disk", "scsi", false, false},        // a real VM disk, not USB
+		{"Msft", "Virtual Disk", "sata", false, false},
+		{"AMI", "Virtual CDROM0", "sata", true, true}, // an optical drive on any transport
+		{"HL-DT-ST", "DVD+-RW GU90N", "sata", true, false},
+		{"ASUS", "SDRW-08D2S-U", "usb", true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.vendor+" "+tt.model, func(t *testing.T) {
-			d := &Disk{Name: "sdx", Vendor: tt.vendor, Model: tt.model, Controller: tt.controller}
+			d := &Disk{Name: "sdx", Vendor: tt.vendor, Model: tt.model, Controller: tt.controller, Optical: tt.optical}
 			got, reason := virtualMedia(d, devLinks{})
 			assert.Equal(t, tt.want, got)
 			if got {

@@ -22,9 +22,9 @@ var knownHints = []string{"size", "model", "vendor", "serial", "wwn", "name", "r
 // accepts the integer operators ("==", "!=", ">=", "<=", ">", "<", "<or>");
 // strings accept "s==", "s!=", "<in>" and "<or>", default equality, compared
 // case-insensitively; rotational is a boolean; name accepts "sda" or
-// "/dev/sda". Disks that are read-only, virtual media or md members are never
-// candidates. With no hints the smallest disk of at least 4 GiB wins; with
-// hints the first match in name order.
+// "/dev/sda". Disks that are read-only, virtual media, optical drives or md
+// members are never candidates. With no hints the smallest disk of at least
+// 4 GiB wins; with hints the first match in name order.
 func SelectRootDevice(disks []Disk, hints map[string]any) (Disk, error) {
 	for k := range hints {
 		if !slices.Contains(knownHints, k) {
@@ -33,7 +33,7 @@ func SelectRootDevice(disks []Disk, hints map[string]any) (Disk, error) {
 	}
 	var cands []Disk
 	for _, d := range disks {
-		if d.ReadOnly || d.VirtualMedia || d.IsMDMember() {
+		if d.ReadOnly || d.VirtualMedia || d.Optical || d.IsMDMember() {
 			continue
 		}
 		cands = append(cands, d)

@@ -11,6 +11,7 @@ func TestSelectRootDevice(t *testing.T) {
 	nvmeSata := discover(t, "nvme-sata").Disks // nvme0n1 894 GiB, sda 3726 GiB HDD, sdb 447 GiB SSD
 	raid := discover(t, "md-raid1").Disks
 	vmedia := discover(t, "vmedia-usb").Disks
+	dvd := discover(t, "udevless-dvd").Disks // sda 447 GiB, vdb ir-vfd-dev floppy, sr1 writable 4.4 GiB USB DVD
 	tests := []struct {
 		name    string
 		disks   []Disk
@@ -41,6 +42,9 @@ func TestSelectRootDevice(t *testing.T) {
 		{"md array itself may be chosen", raid, map[string]any{"name": "md0"}, "md0", ""},
 		{"read-only and virtual media skipped", vmedia, nil, "sdc", ""},
 		{"read-only disk never matches", vmedia, map[string]any{"name": "sdd"}, "", "no disk matches"},
+		{"a writable DVD is not the smallest disk", dvd, nil, "sda", ""},
+		{"optical drive never matches", dvd, map[string]any{"name": "sr1"}, "", "no disk matches"},
+		{"labelled virtual floppy never matches", dvd, map[string]any{"name": "vdb"}, "", "no disk matches"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 func (d Disk) ToProtocol() protocol.Disk {
 	pd := protocol.Disk{
 		Name: d.Path, Size: d.Size, Model: d.Model, Vendor: d.Vendor, Serial: d.Serial, WWN: d.WWN,
-		Rotational: d.Rotational, ReadOnly: d.ReadOnly, Removable: d.Removable, VirtualMedia: d.VirtualMedia,
+		Rotational: d.Rotational, ReadOnly: d.ReadOnly, Removable: d.Removable, VirtualMedia: d.VirtualMedia, Optical: d.Optical,
 		Controller: d.Controller, LogicalBlockSize: d.LogicalBlockSize, PhysicalBlockSize: d.PhysicalBlockSize,
 		Holders: d.Holders, ByPath: d.ByPath,
 	}

@@ -101,6 +101,10 @@ func skipReason(d disk.Disk, opener Opener) string {
 	switch {
 	case d.VirtualMedia:
 		return "virtual media: " + d.VirtualMediaReason
+	case d.Optical:
+		// Always a skip, never a read-only refusal: IPA only erases disks,
+		// and a server's DVD drive must not fail every cleaning.
+		return "optical drive (CD/DVD): not a disk"
 	case d.Controller == "dm":
 		return "device-mapper device: its underlying devices are erased instead"
 	case d.IsMDMember():

@@ -122,3 +122,27 @@ func TestNVMeOnesAfterFormat(t *testing.T) {
 	_, err = verifyPattern(context.Background(), path, int64(len(ones)), onesPattern{}, 1)
 	require.ErrorContains(t, err, "does not hold the ones")
 }
+
+// TestPlanSkipsOpticalDrives: a real DVD drive (no BMC vendor, read-only
+// disc or writable one) is not a disk: skipped by both erase steps,
+// whatever skip_read_only says, while the snapshot's disk is erased.
+func TestPlanSkipsOpticalDrives(t *testing.T) {
+	l, err := disk.Discover(context.Background(), filepath.Join("..", "..", "testdata", "hardware", "udevless-dvd"))
+	require.NoError(t, err)
+	plans := byDevice(Plan(context.Background(), l.Disks, DefaultPolicy(), nil, allowAll{}))
+	for _, dev := range []string{"/dev/sr0", "/dev/sr1"} {
+		assert.Equal(t, ActionSkip, plans[dev].Action, dev)
+		assert.Contains(t, plans[dev].Reason, "optical drive", dev)
+	}
+	assert.Equal(t, ActionSkip, plans["/dev/vdb"].Action, "virtual media by its FAT label")
+	assert.Contains(t, plans["/dev/vdb"].Reason, "ir-vfd-dev")
+	assert.Equal(t, ActionErase, plans["/dev/sda"].Action)
+
+	res, err := EraseMetadata(context.Background(), l.Disks, allowAll{deny: map[string]bool{"/dev/sda": true}}, SharedCheck{}, nil)
+	require.NoError(t, err)
+	for _, d := range res.Devices {
+		if d.Device == "/dev/sr0" || d.Device == "/dev/sr1" {
+			assert.Equal(t, StatusSkipped, d.Status, d.Device)
+		}
+	}
+}

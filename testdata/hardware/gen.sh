@@ -19,6 +19,9 @@ disk() {
 	ln_rel "../../devices/$devpath/block/$name" "$root/sys/class/block/$name"
 	w "$root/dev/$name" ""
 }
+# bin FILE OFFSET FORMAT: write printf FORMAT's bytes at byte OFFSET of FILE
+# (growing it with zeroes as needed), for device files carrying a label.
+bin() { printf "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null; }
 # part ROOT DISK DEVPATH NAME NUM START SECTORS [ro]
 part() {
 	root=$1 dsk=$2 devpath=$3 name=$4 num=$5 start=$6 size=$7
@@ -30,7 +33,7 @@ part() {
 	w "$root/dev/$name" ""
 }
 
-rm -rf nvme-sata md-raid1 vmedia-usb
+rm -rf nvme-sata md-raid1 vmedia-usb udevless-dvd
 
 # --- nvme-sata: NVMe SSD with two partitions, a SATA HDD and a SATA SSD ---
 R=nvme-sata
@@ -104,6 +107,7 @@ ln_rel ../../vdb $R/dev/disk/by-label/ir-vfd-dev
 U=pci0000:00/0000:00:14.0/usb1/1-4/1-4:1.0/host6/target6:0:0/6:0:0:0
 disk $R sr0 $U 1228800 1 1 1 2048 2048 11:0
 w $R/sys/devices/$U/vendor "AMI"; w $R/sys/devices/$U/model "Virtual CDROM0"
+w $R/sys/devices/$U/type 5
 ln_rel ../.. $R/sys/devices/$U/block/sr0/device
 H=pci0000:00/0000:00:1f.2/ata3/host2/target2:0:0/2:0:0:0
 disk $R sdd $H 16777216 1 0 0 512 512 8:48
@@ -115,6 +119,54 @@ disk $R sdc $K 30031872 0 1 1 512 512 8:32
 w $R/sys/devices/$K/vendor "SanDisk"; w $R/sys/devices/$K/model "Cruzer Blade"
 ln_rel ../.. $R/sys/devices/$K/block/sdc/device
 part $R sdc $K sdc1 1 2048 30029824 0
+
+# --- udevless-dvd: as the u-root ramdisk sees it, no /dev/disk at all. IPA's
+#     virtual floppy is known only by the FAT label inside dev/vdb; sda has
+#     an ext4 label that is not IPA's; real DVD drives (SATA with a pressed
+#     disc, USB with a writable one, SATA without a disc) are optical,
+#     not virtual media ---
+R=udevless-dvd
+S=pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0
+disk $R sda $S 937703088 0 0 0 512 512 8:0
+w $R/sys/devices/$S/vendor "ATA"; w $R/sys/devices/$S/model "INTEL SSDSC2KB48"
+w $R/sys/devices/$S/type 0
+ln_rel ../.. $R/sys/devices/$S/block/sda/device
+# ext4 superblock at 1024, enough of it for blkid: inode and block counts,
+# 4 KiB blocks, magic 0xEF53 (+56), dynamic revision, ext4 incompat features,
+# s_volume_name (+120)
+bin $R/dev/sda 1024 '\200\000\000\000\000\004'
+bin $R/dev/sda 1048 '\002'
+bin $R/dev/sda 1080 '\123\357'
+bin $R/dev/sda 1100 '\001'
+bin $R/dev/sda 1120 '\302\002'
+bin $R/dev/sda 1144 'cloudimg-rootfs'
+bin $R/dev/sda 2047 '\000'                 # end of the superblock
+V2=pci0000:00/0000:00:05.0/virtio2
+disk $R vdb $V2 2880 0 0 1 512 512 253:16
+# FAT12 1.44 MB floppy as mkfs.fat -n ir-vfd-dev lays it out: BPB (512-byte
+# sectors, 1 per cluster, 1 reserved, 2 FATs of 9 sectors, 224 root
+# entries), extended boot record with the label at 0x2B, boot signature, and
+# the volume-label entry first in the root directory at (1+2*9)*512.
+bin $R/dev/vdb 0 '\353\074\220mkfs.fat\000\002\001\001\000\002\340\000\100\013\360\011\000\022\000\002\000'
+bin $R/dev/vdb 38 '\051\022\064\126\170ir-vfd-dev FAT12   '
+bin $R/dev/vdb 510 '\125\252'
+bin $R/dev/vdb 9728 'ir-vfd-dev \010'
+bin $R/dev/vdb 16895 '\000'                # end of the 224-entry root directory
+D=pci0000:00/0000:00:17.0/ata2/host1/target1:0:0/1:0:0:0
+disk $R sr0 $D 8388608 1 1 1 2048 2048 11:0
+w $R/sys/devices/$D/vendor "HL-DT-ST"; w $R/sys/devices/$D/model "DVD+-RW GU90N"
+w $R/sys/devices/$D/rev "A1C2"; w $R/sys/devices/$D/type 5
+ln_rel ../.. $R/sys/devices/$D/block/sr0/device
+X=pci0000:00/0000:00:14.0/usb1/1-3/1-3:1.0/host8/target8:0:0/8:0:0:0
+disk $R sr1 $X 9180416 0 1 1 2048 2048 11:1
+w $R/sys/devices/$X/vendor "ASUS"; w $R/sys/devices/$X/model "SDRW-08D2S-U"
+w $R/sys/devices/$X/type 5
+ln_rel ../.. $R/sys/devices/$X/block/sr1/device
+E=pci0000:00/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0
+disk $R sr2 $E 0 1 1 1 2048 2048 11:2
+w $R/sys/devices/$E/vendor "TSSTcorp"; w $R/sys/devices/$E/model "DVD-ROM SN-108DN"
+w $R/sys/devices/$E/type 5
+ln_rel ../.. $R/sys/devices/$E/block/sr2/device
 
 # CPU/memory/network for the inventory test (nvme-sata)
 R=nvme-sata
