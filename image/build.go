@@ -1,13 +1,13 @@
 // Package image builds the anvil agent ramdisk: a Debian cloud kernel and
 // an initramfs made of a cached base (u-root's busybox with init and
-// debugging tools, the kernel modules the agent needs, mdadm) and an
-// overlay holding just the agent binary, appended as a second compressed
-// cpio so that an agent change rebuilds in seconds.
+// debugging tools, the kernel modules the agent needs, mdadm, a CA
+// bundle) and an overlay holding just the agent binary, appended as a
+// second compressed cpio so that an agent change rebuilds in seconds.
 //
 // Everything comes from the Go module proxy (u-root) and Debian packages
-// (kernel, mdadm), fetched with apt-get download and unpacked with dpkg -x,
-// never installed. Archives are written by our own cpio code with fixed
-// metadata, so the same inputs give the same bytes.
+// (kernel, mdadm, ca-certificates), fetched with apt-get download and
+// unpacked with dpkg -x, never installed. Archives are written by our own
+// cpio code with fixed metadata, so the same inputs give the same bytes.
 package image
 
 import (
@@ -43,6 +43,10 @@ type Config struct {
 	Commands []string
 	// Mdadm adds Debian's mdadm (+ libudev, libc) as /sbin/mdadm.
 	Mdadm bool
+	// CACerts adds /etc/ssl/certs/ca-certificates.crt built from
+	// Debian's ca-certificates, so the agent can verify HTTPS image
+	// servers.
+	CACerts bool
 	// AgentPackage is the Go package of the agent.
 	AgentPackage string
 	// Rebuild ignores cached bases (the downloads stay cached).
@@ -61,6 +65,7 @@ func DefaultConfig(repo string) Config {
 		Modules:       DefaultModules(),
 		Commands:      DefaultCommands(),
 		Mdadm:         true,
+		CACerts:       true,
 		AgentPackage:  "./cmd/anvil-agent",
 		Compression:   Gzip,
 	}
@@ -99,6 +104,7 @@ type Manifest struct {
 		Bytes   int64    `json:"bytes"`
 	} `json:"modules"`
 	Mdadm       *Extra      `json:"mdadm,omitempty"`
+	CACerts     *CACerts    `json:"ca_certificates,omitempty"`
 	Compression Compression `json:"compression"`
 	Base        Part        `json:"base"`
 	Overlay     Part        `json:"overlay"`
@@ -149,7 +155,11 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	if cfg.Mdadm {
 		programs = append(programs, "mdadm")
 	}
-	plan, err := deb.Resolve(ctx, cfg.KernelPackage, programs...)
+	var data []string
+	if cfg.CACerts {
+		data = append(data, CAPackage)
+	}
+	plan, err := deb.Resolve(ctx, cfg.KernelPackage, programs, data)
 	if err != nil {
 		return nil, fmt.Errorf("debian packages: %w", err)
 	}
@@ -190,6 +200,14 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 			return nil, fmt.Errorf("mdadm: %w", err)
 		}
 	}
+	var ca *Package
+	if cfg.CACerts {
+		p, err := deb.Fetch(ctx, CAPackage, plan.Versions[CAPackage])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", CAPackage, err)
+		}
+		ca = &p
+	}
 
 	urootVersion, err := goModuleVersion(ctx, cfg.RepoDir, "github.com/u-root/u-root")
 	if err != nil {
@@ -198,16 +216,21 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	m.Uroot.Version, m.Uroot.Commands = urootVersion, cfg.Commands
 	m.Go = runtime.Version()
 
-	// Base: u-root + modules + mdadm, cached by everything that goes in.
+	// Base: u-root + modules + mdadm + CA bundle, cached by everything
+	// that goes in.
 	t = time.Now()
 	base, err := BuildBase(ctx, log, BaseInputs{
 		RepoDir: cfg.RepoDir, CacheDir: cfg.CacheDir, Commands: cfg.Commands, UrootVersion: urootVersion,
-		Kernel: k, Modules: mods, Mdadm: mdadm, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
+		Kernel: k, Modules: mods, Mdadm: mdadm, CACerts: ca, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.Base, m.Mdadm = base.Part, base.Mdadm
+	m.Base, m.Mdadm, m.CACerts = base.Part, base.Mdadm, base.CACerts
+	if base.CACerts != nil && len(base.CACerts.Rejected) > 0 {
+		// Kept in the bundle, but the agent cannot use them.
+		log.Warn("CA certificates Go cannot parse", "package", ca.Name, "version", ca.Version, "files", base.CACerts.Rejected)
+	}
 	if base.Uroot > 0 {
 		m.Timings["u-root"] = base.Uroot.Round(time.Millisecond).String()
 	}
@@ -304,6 +327,7 @@ type BaseInputs struct {
 	Kernel       Kernel
 	Modules      ModuleSet
 	Mdadm        []Package // mdadm and its lib packages; nil leaves it out
+	CACerts      *Package  // unpacked ca-certificates; nil leaves the bundle out
 	Compression  Compression
 	Rebuild      bool // ignore cached u-root and base archives
 }
@@ -311,22 +335,28 @@ type BaseInputs struct {
 // Base is a built (or cached) base archive.
 type Base struct {
 	Part
-	Mdadm *Extra
-	Uroot time.Duration // time spent building u-root; 0 if cached
+	Mdadm   *Extra
+	CACerts *CACerts
+	Uroot   time.Duration // time spent building u-root; 0 if cached
 }
 
 // BuildBase returns the cached base archive for these inputs, building it
 // if needed: u-root's cpio (itself cached by u-root version, Go version and
-// commands), the kernel modules and mdadm, merged into one archive.
+// commands), the kernel modules, mdadm and the CA bundle, merged into one
+// archive.
 func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, error) {
 	k, mods, mdadm := in.Kernel, in.Modules, in.Mdadm
 	var res Base
-	urootKey := cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath)
+	urootKey := in.urootKey()
 	mdKey := ""
 	for _, p := range mdadm {
 		mdKey += p.Name + "=" + p.Version + ","
 	}
-	baseKey := cacheKey("base-v2", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, strings.Join(mods.Load, ","), mdKey)
+	caKey := ""
+	if in.CACerts != nil {
+		caKey = in.CACerts.Name + "=" + in.CACerts.Version
+	}
+	baseKey := cacheKey("base-v2", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, strings.Join(mods.Load, ","), mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
 	baseFile := filepath.Join(in.CacheDir, res.Path)
@@ -355,6 +385,17 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 			res.Mdadm.Files = append(res.Mdadm.Files, "/"+p)
 		}
 		sort.Strings(res.Mdadm.Files)
+	}
+	// Built (in milliseconds) even when the base is cached: the manifest
+	// describes it either way.
+	var caBundle []byte
+	if in.CACerts != nil {
+		var info CACerts
+		var err error
+		if caBundle, info, err = CABundle(*in.CACerts); err != nil {
+			return res, err
+		}
+		res.CACerts = &info
 	}
 
 	if !in.Rebuild {
@@ -431,6 +472,9 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 			return res, err
 		}
 	}
+	if caBundle != nil {
+		a.AddBytes(CABundlePath, caBundle, 0o644)
+	}
 	// mdadm and the agent's RAID steps expect these to exist.
 	a.AddDir("etc/mdadm", 0o755)
 	a.AddDir("run", 0o755)
@@ -450,6 +494,12 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	res.File, res.UncompressedBytes = f, raw
 	res.Path = filepath.Base(baseFile)
 	return res, nil
+}
+
+// urootKey names the cached u-root archive: everything u-root's build
+// depends on.
+func (in BaseInputs) urootKey() string {
+	return cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath)
 }
 
 func cacheKey(parts ...string) string {
@@ -473,6 +523,11 @@ func hashFile(file string) (File, error) {
 		return File{}, fmt.Errorf("hash %s: %w", file, err)
 	}
 	return File{Path: file, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

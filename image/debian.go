@@ -155,18 +155,23 @@ func (k Kernel) ModulesDir() string {
 }
 
 // Plan is what a build fetches from Debian, resolved in two apt-cache
-// calls: the kernel metapackage, the ABI package it points at, and
-// programs with the lib* packages they depend on.
+// calls: the kernel metapackage, the ABI package it points at, programs
+// with the lib* packages they depend on, and data packages.
 type Plan struct {
 	KernelMeta string
 	KernelABI  string
 	Programs   map[string][]string // program package -> its lib* dependencies
-	Versions   map[string]string   // package -> candidate version
+	// Data are packages used only for files they ship (e.g.
+	// ca-certificates): nothing of theirs runs, so their dependencies
+	// are not fetched.
+	Data     []string
+	Versions map[string]string // package -> candidate version
 }
 
-// Resolve plans the fetch of kernel metapackage meta and programs.
-func (d Debian) Resolve(ctx context.Context, meta string, programs ...string) (Plan, error) {
-	p := Plan{KernelMeta: meta, Programs: map[string][]string{}}
+// Resolve plans the fetch of kernel metapackage meta, programs and data
+// packages.
+func (d Debian) Resolve(ctx context.Context, meta string, programs, data []string) (Plan, error) {
+	p := Plan{KernelMeta: meta, Programs: map[string][]string{}, Data: data}
 	deps, err := d.Depends(ctx, append([]string{meta}, programs...)...)
 	if err != nil {
 		return p, err
@@ -193,6 +198,7 @@ func (d Debian) Resolve(ctx context.Context, meta string, programs ...string) (P
 		p.Programs[prog] = libs
 		all = append(all, libs...)
 	}
+	all = append(all, data...)
 	if p.Versions, err = d.Candidates(ctx, all...); err != nil {
 		return p, err
 	}

@@ -516,12 +516,23 @@ func BenchmarkVMBootToHeartbeat(b *testing.B) {
 // TestVMMdadm boots the base image with a script in place of the agent:
 // the md modules load from modules-load.d and the packaged mdadm (dynamic,
 // with its own libc and libudev) builds a RAID1 over the two NVMe disks.
+// The same boot checks the CA bundle: a static Go program, built like the
+// agent, loads the system roots as the agent's HTTPS client does.
 func TestVMMdadm(t *testing.T) {
 	cfg, m := buildVMImage(t)
 	if m.Mdadm == nil {
 		t.Skip("image built without mdadm")
 	}
 	dir := t.TempDir()
+	ov := NewArchive()
+	caCheck := ""
+	if m.CACerts != nil {
+		bin := buildCACheck(t, dir)
+		if err := ov.AddFile("bin/cacheck", bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		caCheck = "/bin/cacheck\n"
+	}
 	script := `#!/bbin/gosh
 echo MDTEST-START
 mdadm --version
@@ -529,10 +540,9 @@ mdadm --create /dev/md0 --level=1 --raid-devices=2 --metadata=1.2 --run --assume
 echo MDTEST-RC=$?
 cat /proc/mdstat
 lsmod
-echo MDTEST-END
+` + caCheck + `echo MDTEST-END
 shutdown halt
 `
-	ov := NewArchive()
 	ov.AddBytes(AgentPath, []byte(script), 0o755)
 	overlay := filepath.Join(dir, "script.cpio.gz")
 	if _, err := ov.WriteGzipFile(overlay); err != nil {
@@ -563,6 +573,50 @@ shutdown halt
 			t.Errorf("guest output has no %q", want)
 		}
 	}
+	if m.CACerts != nil {
+		var roots int
+		if i := strings.Index(out, "CATEST roots="); i < 0 {
+			t.Errorf("guest output has no CATEST line (x509.SystemCertPool failed?)")
+		} else if _, err := fmt.Sscanf(out[i:], "CATEST roots=%d", &roots); err != nil || roots != m.CACerts.Certificates {
+			t.Errorf("guest's system cert pool has %d roots (%v), want the bundle's %d", roots, err, m.CACerts.Certificates)
+		}
+	}
+}
+
+// buildCACheck builds a static program that prints how many roots Go's
+// x509.SystemCertPool finds: in the guest that is the bundle, read the way
+// the agent's HTTPS client reads it.
+func buildCACheck(t *testing.T, dir string) string {
+	t.Helper()
+	src := filepath.Join(dir, "cacheck.go")
+	prog := `package main
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+func main() {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		fmt.Println("CATEST error:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("CATEST roots=%d\n", len(pool.Subjects()))
+}
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "cacheck")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, src)
+	build.Dir = dir // outside the module: a standard-library-only program
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOAMD64=v1", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", src, err, out)
+	}
+	return bin
 }
 
 // TestVMPXEInspection network-boots the agent: QEMU's iPXE takes its
