@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func dhcpInNamespace(t *testing.T) {
 	require.NoError(t, netlink.LinkSetUp(srv))
 
 	leased := net.IPv4(192, 168, 77, 10).To4()
+	var requests atomic.Int32
 	handler := func(conn net.PacketConn, _ net.Addr, m *dhcpv4.DHCPv4) {
 		var typ dhcpv4.MessageType
 		switch m.MessageType() {
@@ -79,6 +81,7 @@ func dhcpInNamespace(t *testing.T) {
 			typ = dhcpv4.MessageTypeOffer
 		case dhcpv4.MessageTypeRequest:
 			typ = dhcpv4.MessageTypeAck
+			requests.Add(1)
 		default:
 			return
 		}
@@ -89,7 +92,7 @@ func dhcpInNamespace(t *testing.T) {
 			dhcpv4.WithNetmask(net.CIDRMask(24, 32)),
 			dhcpv4.WithRouter(serverIP),
 			dhcpv4.WithDNS(net.IPv4(192, 168, 77, 53)),
-			dhcpv4.WithLeaseTime(3600),
+			dhcpv4.WithLeaseTime(4), // short: the client must renew within the test
 			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP)),
 		)
 		if err != nil {
@@ -111,7 +114,7 @@ func dhcpInNamespace(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := DHCPv4Client{LinkUpTimeout: 5 * time.Second, Timeout: 2 * time.Second, Retries: 3}
+	client := &DHCPv4Client{LinkUpTimeout: 5 * time.Second, Timeout: 2 * time.Second, Retries: 3, MinRenew: time.Second}
 	_, err = client.Configure(ctx, []string{"nolink0"})
 	require.Error(t, err, "an interface that does not exist yields no lease")
 
@@ -147,4 +150,14 @@ func dhcpInNamespace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, macs, 1)
 	assert.Empty(t, again.asked)
+
+	// The 4 s lease is renewed at half its time, and again after that,
+	// while the address stays.
+	first := requests.Load()
+	require.Eventually(t, func() bool { return requests.Load() >= first+2 }, 8*time.Second, 100*time.Millisecond,
+		"the lease was not renewed (%d requests)", requests.Load())
+	addrs, err = netlink.AddrList(cli, netlink.FAMILY_V4)
+	require.NoError(t, err)
+	require.Len(t, addrs, 1)
+	assert.Equal(t, "192.168.77.10/24", addrs[0].IPNet.String())
 }

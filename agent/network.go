@@ -180,27 +180,38 @@ func readTrim(path string) string {
 }
 
 // DHCPv4Client is the real DHCP, u-root's dhclient: it brings each link up,
-// keeps those that come up with a carrier, and configures the leases
-// (address, routes, resolv.conf).
+// keeps those that come up with a carrier, configures the leases
+// (address, routes, resolv.conf) and keeps them: u-root configures the
+// address without a lifetime and never renews, so a lease would lapse
+// under a multi-hour erase and the server could hand the address to
+// another machine (dnsmasq's default lease is one hour).
 type DHCPv4Client struct {
 	LinkUpTimeout time.Duration // default 10 s
 	Timeout       time.Duration // one request; default 5 s
 	Retries       int           // default 3
-	Log           *slog.Logger
+	// MinRenew is the shortest wait between renewals (default 30 s), so
+	// a tiny or failing lease cannot make the agent flood the server.
+	MinRenew time.Duration
+	Log      *slog.Logger
+
+	mu      sync.Mutex
+	keeping map[string]bool // interfaces a goroutine renews the lease of
 }
 
-var _ DHCP = DHCPv4Client{}
+var _ DHCP = (*DHCPv4Client)(nil)
 
-// Configure implements DHCP.
-func (d DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, error) {
-	if d.LinkUpTimeout <= 0 {
-		d.LinkUpTimeout = 10 * time.Second
+// Configure implements DHCP. Each lease is renewed in the background at
+// half its time until ctx ends.
+func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, error) {
+	linkUp, timeout, retries := d.LinkUpTimeout, d.Timeout, d.Retries
+	if linkUp <= 0 {
+		linkUp = 10 * time.Second
 	}
-	if d.Timeout <= 0 {
-		d.Timeout = 5 * time.Second
+	if timeout <= 0 {
+		timeout = 5 * time.Second
 	}
-	if d.Retries <= 0 {
-		d.Retries = 3
+	if retries <= 0 {
+		retries = 3
 	}
 	log := d.Log
 	if log == nil {
@@ -219,7 +230,7 @@ func (d DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := dhclient.IfUp(name, d.LinkUpTimeout)
+			l, err := dhclient.IfUp(name, linkUp)
 			ups[i] = up{l, err}
 		}()
 	}
@@ -237,9 +248,9 @@ func (d DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, 
 	if len(links) == 0 {
 		return nil, fmt.Errorf("no interface came up: %w", errors.Join(errs...))
 	}
-	cfg := dhclient.Config{Timeout: d.Timeout, Retries: d.Retries, LogLevel: dhclient.LogSummary}
+	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
 	var got []string
-	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, d.LinkUpTimeout) {
+	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, linkUp) {
 		name := r.Interface.Attrs().Name
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, r.Err))
@@ -249,11 +260,104 @@ func (d DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, 
 			errs = append(errs, fmt.Errorf("%s: configure lease: %w", name, err))
 			continue
 		}
-		log.InfoContext(ctx, "DHCPv4 lease configured", "interface", name, "lease", r.Lease.String())
+		lease := leaseTime(r.Lease)
+		log.InfoContext(ctx, "DHCPv4 lease configured", "interface", name, "lease", r.Lease.String(), "lease_time", lease.String())
 		got = append(got, name)
+		d.keep(ctx, log, r.Interface, lease, cfg, linkUp)
 	}
 	if len(got) == 0 {
 		return nil, errors.Join(errs...)
 	}
 	return got, nil
+}
+
+// leaseTime is the lease's duration; 0 when it has none or is infinite.
+func leaseTime(l dhclient.Lease) time.Duration {
+	p, ok := l.(*dhclient.Packet4)
+	if !ok || p.P == nil {
+		return 0
+	}
+	t := p.P.IPAddressLeaseTime(0)
+	if t >= 0xffffffff*time.Second { // RFC 2131: infinite
+		return 0
+	}
+	return t
+}
+
+// renewAfter is how long to wait before renewing a lease of the given
+// time that has left remaining: half of what is left, as RFC 2131's T1
+// for a fresh lease, but never less than floor. ok is false for a lease
+// that needs no renewal (none, or infinite).
+func renewAfter(lease, remaining, floor time.Duration) (wait time.Duration, ok bool) {
+	if lease <= 0 {
+		return 0, false
+	}
+	return max(remaining/2, floor), true
+}
+
+// keep starts, once per interface, a goroutine that renews its lease until
+// ctx ends. A renewal is a new exchange with the server (the same MAC gets
+// the same address from every server we know); a failed one is retried
+// with the time left halving, and after expiry every MinRenew, keeping the
+// address: the agent must stay reachable mid-step, and its controller
+// connection is what matters.
+func (d *DHCPv4Client) keep(ctx context.Context, log *slog.Logger, link netlink.Link, lease time.Duration, cfg dhclient.Config, linkUp time.Duration) {
+	name := link.Attrs().Name
+	floor := d.MinRenew
+	if floor <= 0 {
+		floor = 30 * time.Second
+	}
+	if _, ok := renewAfter(lease, lease, floor); !ok {
+		return
+	}
+	d.mu.Lock()
+	if d.keeping == nil {
+		d.keeping = map[string]bool{}
+	}
+	if d.keeping[name] {
+		d.mu.Unlock()
+		return
+	}
+	d.keeping[name] = true
+	d.mu.Unlock()
+	go func() {
+		defer func() { d.mu.Lock(); delete(d.keeping, name); d.mu.Unlock() }()
+		remaining := lease
+		for {
+			wait, _ := renewAfter(lease, remaining, floor)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			remaining -= wait
+			renewed, err := renew(ctx, link, cfg, linkUp)
+			if err != nil {
+				log.WarnContext(ctx, "DHCPv4 lease renewal failed; keeping the address and retrying", "interface", name,
+					"err", err, "lease_left", max(remaining, 0).String())
+				continue
+			}
+			if renewed > 0 {
+				lease = renewed
+			}
+			remaining = lease
+			log.InfoContext(ctx, "DHCPv4 lease renewed", "interface", name, "lease_time", lease.String())
+		}
+	}()
+}
+
+// renew runs one exchange on link and applies the lease it gets.
+func renew(ctx context.Context, link netlink.Link, cfg dhclient.Config, linkUp time.Duration) (time.Duration, error) {
+	for r := range dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkUp) {
+		if r.Err != nil {
+			return 0, r.Err
+		}
+		if err := r.Lease.Configure(); err != nil {
+			return 0, fmt.Errorf("configure lease: %w", err)
+		}
+		return leaseTime(r.Lease), nil
+	}
+	return 0, errors.New("no answer")
 }

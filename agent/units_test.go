@@ -431,3 +431,29 @@ func TestTruncateKeepsValidUTF8(t *testing.T) {
 		assert.True(t, utf8.ValidString(got))
 	}
 }
+
+func TestRenewAfter(t *testing.T) {
+	const floor = 30 * time.Second
+	tests := []struct {
+		name             string
+		lease, remaining time.Duration
+		want             time.Duration
+		wantOK           bool
+	}{
+		{"fresh one-hour lease: T1", time.Hour, time.Hour, 30 * time.Minute, true},
+		{"failed renewal: half of what is left", time.Hour, 30 * time.Minute, 15 * time.Minute, true},
+		{"never more often than the floor", time.Hour, 10 * time.Second, floor, true},
+		{"expired: every floor", time.Hour, -time.Minute, floor, true},
+		{"short lease", 20 * time.Second, 20 * time.Second, floor, true},
+		{"no lease time: nothing to renew", 0, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := renewAfter(tt.lease, tt.remaining, floor)
+			assert.Equal(t, tt.wantOK, ok)
+			if ok {
+				assert.Equal(t, tt.want, got)
+			}
+		})
+	}
+}

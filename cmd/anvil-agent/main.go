@@ -307,7 +307,7 @@ func network(o options, powers bool, log *slog.Logger) agent.Network {
 	}
 	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log}
 	if powers {
-		n.DHCP = agent.DHCPv4Client{Log: log}
+		n.DHCP = &agent.DHCPv4Client{Log: log}
 	}
 	return n
 }
