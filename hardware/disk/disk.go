@@ -311,7 +311,7 @@ func readDisk(ctx context.Context, root, dir, name string, links devLinks) (*Dis
 		// No udev (the ramdisk) means no by-label links: read the label
 		// from the device. Done even when by-label exists, since a link
 		// names only one of several devices carrying the same label.
-		d.VirtualMedia, d.VirtualMediaReason = labelVirtualMedia(d.Path, readLabelsCtx(ctx, filepath.Join(root, "dev", name)))
+		d.VirtualMedia, d.VirtualMediaReason = labelVirtualMedia(d.Path, readLabelsCtx(ctx, filepath.Join(root, "dev", name), labelProbeTimeout))
 	}
 	return d, nil
 }

@@ -21,7 +21,7 @@ type fsLabel struct {
 // read: a failing or security-locked drive can keep a read in the kernel's
 // error handling for minutes. The read is abandoned, not cancelled (block
 // devices are not pollable); its goroutine ends when the kernel gives up.
-var labelProbeTimeout = 5 * time.Second
+const labelProbeTimeout = 5 * time.Second
 
 // Offsets of what readLabels looks at. Together they are under 5 KiB per
 // device: the first 4 KiB, one FAT root-directory sector and the first 72
@@ -34,12 +34,12 @@ const (
 	maxFATRootRead = 512
 )
 
-// readLabelsCtx runs readLabels on path, giving up after labelProbeTimeout or
-// when ctx ends (no labels then).
-func readLabelsCtx(ctx context.Context, path string) []fsLabel {
+// readLabelsCtx runs readLabels on path, giving up after timeout or when
+// ctx ends (no labels then).
+func readLabelsCtx(ctx context.Context, path string, timeout time.Duration) []fsLabel {
 	ch := make(chan []fsLabel, 1)
 	go func() { ch <- readLabels(path) }()
-	t := time.NewTimer(labelProbeTimeout)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case ls := <-ch:

@@ -71,30 +71,37 @@ func ParseTargetConfig(v any) (TargetConfig, error) {
 
 func isMax(v any) bool { s, ok := v.(string); return ok && strings.EqualFold(s, "MAX") }
 
+// maxSizeGB bounds size_gb (1 EiB): far beyond any disk, and small enough
+// that byte arithmetic on it (RAID 10 doubles it) cannot overflow.
+const maxSizeGB = 1 << 30
+
 // sizeBytes returns the logical disk size in bytes, or max=true.
 func sizeBytes(v any) (uint64, bool, error) {
+	var gb float64
 	switch t := v.(type) {
 	case float64:
-		if t <= 0 {
-			return 0, false, fmt.Errorf("size_gb must be positive")
-		}
-		return uint64(t * (1 << 30)), false, nil
+		gb = t
 	case int:
-		if t <= 0 {
-			return 0, false, fmt.Errorf("size_gb must be positive")
-		}
-		return uint64(t) << 30, false, nil
+		gb = float64(t)
 	case string:
 		if strings.EqualFold(t, "MAX") {
 			return 0, true, nil
 		}
 		n, err := strconv.ParseFloat(t, 64)
-		if err != nil || n <= 0 {
+		if err != nil {
 			return 0, false, fmt.Errorf("size_gb %q is neither a positive number nor MAX", t)
 		}
-		return uint64(n * (1 << 30)), false, nil
+		gb = n
+	default:
+		return 0, false, fmt.Errorf("size_gb missing or of type %T", v)
 	}
-	return 0, false, fmt.Errorf("size_gb missing or of type %T", v)
+	switch {
+	case gb != gb || gb <= 0: // NaN or not positive
+		return 0, false, fmt.Errorf("size_gb must be positive, got %v", v)
+	case gb > maxSizeGB:
+		return 0, false, fmt.Errorf("size_gb %v is larger than any disk (at most %d)", v, maxSizeGB)
+	}
+	return uint64(gb * (1 << 30)), false, nil
 }
 
 // level is a RAID level as mdadm names it, with its minimum member count.
@@ -230,7 +237,7 @@ func (m *Manager) CreateConfiguration(ctx context.Context, cfg TargetConfig, pro
 			}
 		}
 		if blocked := m.protected(memberParts[i]); blocked != "" {
-			return res, raidError("logical disk %d: member %s is protected by the device guard", i, blocked)
+			return res, raidError("logical disk %d: member %s: %v", i, blocked, &hardware.ProtectedError{Path: blocked, Reason: "not allowed by the device guard"})
 		}
 		name := ld.VolumeName
 		if name == "" {

@@ -76,8 +76,22 @@ func (m *Manager) root() string {
 	return m.Root
 }
 
+// raidError is a step error of the type its cause calls for: a guard
+// refusal is a ProtectedDeviceError and an abort a CommandAborted, as
+// operators and the controller tell those apart from a RAID failure.
 func raidError(format string, args ...any) error {
-	return &protocol.Error{Type: protocol.ErrTypeRAID, Code: 500, Message: fmt.Sprintf(format, args...)}
+	typ := protocol.ErrTypeRAID
+	for _, a := range args {
+		err, ok := a.(error)
+		switch {
+		case !ok:
+		case errors.Is(err, hardware.ErrProtected):
+			typ = protocol.ErrTypeProtectedDevice
+		case errors.Is(err, context.Canceled):
+			typ = protocol.ErrTypeAborted
+		}
+	}
+	return &protocol.Error{Type: typ, Code: 500, Message: fmt.Sprintf(format, args...)}
 }
 
 // ArrayTeardown records what happened to one array.

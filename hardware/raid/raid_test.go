@@ -97,6 +97,8 @@ func TestParseTargetConfig(t *testing.T) {
 		{"raid5", `{"logical_disks":[{"size_gb":10,"raid_level":"5","controller":"software"}]}`, "not supported", nil},
 		{"MAX not last", `{"logical_disks":[{"size_gb":"MAX","raid_level":"1","controller":"software"},{"size_gb":5,"raid_level":"0","controller":"software"}]}`, "only allowed on the last", nil},
 		{"bad size", `{"logical_disks":[{"size_gb":-1,"raid_level":"1","controller":"software"}]}`, "positive", nil},
+		{"size that would overflow", `{"logical_disks":[{"size_gb":1e30,"raid_level":"1+0","controller":"software"}]}`, "larger than any disk", nil},
+		{"size as a huge string", `{"logical_disks":[{"size_gb":"17179869184","raid_level":"1","controller":"software"}]}`, "larger than any disk", nil},
 		{"empty", `{"logical_disks":[]}`, "no logical_disks", nil},
 		{"not json", `{`, "target_raid_config", nil},
 	}
@@ -451,4 +453,25 @@ func TestDeleteConfigurationStaleSuperblocksOnLoop(t *testing.T) {
 		exam, _ := testdev.Output("mdadm", "--examine", p)
 		assert.NotContains(t, exam, "Magic", p)
 	}
+}
+
+// TestRAIDErrorTypes: a guard refusal or an abort keeps its own error type
+// through the RAID steps' messages, so the controller and operators can
+// tell them from a RAID failure.
+func TestRAIDErrorTypes(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{errors.New("mdadm: device busy"), protocol.ErrTypeRAID},
+		{fmt.Errorf("open: %w", &hardware.ProtectedError{Path: "/dev/sda", Reason: "not listed"}), protocol.ErrTypeProtectedDevice},
+		{fmt.Errorf("wait: %w", context.Canceled), protocol.ErrTypeAborted},
+	}
+	for _, tt := range tests {
+		var pe *protocol.Error
+		require.ErrorAs(t, raidError("wipe member %s: %v", "/dev/sda2", tt.err), &pe)
+		assert.Equal(t, tt.want, pe.Type, tt.err.Error())
+		assert.Contains(t, pe.Message, tt.err.Error())
+	}
+
 }
