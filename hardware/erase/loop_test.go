@@ -313,7 +313,7 @@ func TestEraseMetadataRemovesRealSignatures(t *testing.T) {
 	}
 	require.Len(t, disks[0].Partitions, 2)
 	guard := hardware.NewGuard(outside, allow)
-	res, err := EraseMetadata(ctx, disks, guard, SharedCheck{Prober: SysProber{}}, nil)
+	res, err := EraseMetadata(ctx, disks, guard, MetadataOptions{Shared: SharedCheck{Prober: SysProber{}}}, nil)
 	require.NoError(t, err, "%+v", res)
 
 	require.Len(t, res.Devices, 5)

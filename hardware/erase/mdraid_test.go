@@ -128,7 +128,7 @@ func TestEraseMetadataSoftwareRAID(t *testing.T) {
 	}
 	var opened []string
 	o := recordingOpener{dir: dir, mu: &sync.Mutex{}, opened: &opened}
-	res, err := EraseMetadata(context.Background(), disks, o, SharedCheck{}, nil)
+	res, err := EraseMetadata(context.Background(), disks, o, MetadataOptions{}, nil)
 	require.NoError(t, err)
 
 	slices.Sort(opened)

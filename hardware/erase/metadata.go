@@ -131,22 +131,34 @@ func (a alignedReader) ReadAt(p []byte, off int64) (int, error) {
 	return c, nil
 }
 
+// MetadataOptions are the policy knobs erase_devices_metadata honours.
+type MetadataOptions struct {
+	Shared        SharedCheck // shared-storage filesystems refuse the step unless allowed
+	SkipRemovable bool        // the policy's skip_removable, as for erase_devices
+}
+
 // EraseMetadata is erase_devices_metadata: for each eligible disk, wipe
 // every partition (last first), then the disk, so md superblocks living on
 // partitions (crowbar-core#15) go too. Software RAID arrays are wiped as
 // devices; their members are not, and a disk with members among its
 // partitions keeps its partition table and has only its other partitions
-// wiped (see mdraid.go). Skips virtual media, dm devices, read-only disks
-// and guard-protected devices, recording why.
-// A disk holding a shared-storage filesystem fails the step before any
-// device is written, unless shared.Allow is set.
-func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared SharedCheck, progress hardware.ProgressFunc) (MetadataResult, error) {
+// wiped (see mdraid.go). Skips virtual media, optical drives, dm devices,
+// read-only disks, removable ones when the policy says so, and
+// guard-protected devices, recording why. A disk holding a shared-storage
+// filesystem fails the step before any device is written, unless
+// opts.Shared.Allow is set.
+func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, opts MetadataOptions, progress hardware.ProgressFunc) (MetadataResult, error) {
+	shared := opts.Shared
 	start := time.Now()
 	var res MetadataResult
 	skip := func(d disk.Disk) string {
 		reason := skipReason(d, o)
-		if reason == "" && d.ReadOnly {
+		switch {
+		case reason != "":
+		case d.ReadOnly:
 			reason = "read-only device"
+		case d.Removable && opts.SkipRemovable:
+			reason = "removable device (skip_removable is set)"
 		}
 		return reason
 	}
@@ -170,7 +182,7 @@ func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, shared Shar
 		md := MetadataDisk{Device: d.Path}
 		t0 := time.Now()
 		var targets []string
-		keepTable := partialMDMember(d) && !d.VirtualMedia && !d.ReadOnly && (o == nil || o.Allows(d.Path))
+		keepTable := partialMDMember(d) && !d.VirtualMedia && !d.ReadOnly && !(d.Removable && opts.SkipRemovable) && (o == nil || o.Allows(d.Path))
 		if keepTable {
 			// The partition table stays (it locates the members); the
 			// other partitions are wiped like any device.

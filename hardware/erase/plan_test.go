@@ -138,11 +138,38 @@ func TestPlanSkipsOpticalDrives(t *testing.T) {
 	assert.Contains(t, plans["/dev/vdb"].Reason, "ir-vfd-dev")
 	assert.Equal(t, ActionErase, plans["/dev/sda"].Action)
 
-	res, err := EraseMetadata(context.Background(), l.Disks, allowAll{deny: map[string]bool{"/dev/sda": true}}, SharedCheck{}, nil)
+	res, err := EraseMetadata(context.Background(), l.Disks, allowAll{deny: map[string]bool{"/dev/sda": true}}, MetadataOptions{}, nil)
 	require.NoError(t, err)
 	for _, d := range res.Devices {
 		if d.Device == "/dev/sr0" || d.Device == "/dev/sr1" {
 			assert.Equal(t, StatusSkipped, d.Status, d.Device)
 		}
 	}
+}
+
+// TestEraseMetadataSkipRemovable: skip_removable holds for the metadata
+// wipe as for the full erase: a USB stick is left alone, recorded, and
+// nothing is opened; without the knob it is wiped (here: attempted).
+func TestEraseMetadataSkipRemovable(t *testing.T) {
+	l, err := disk.Discover(context.Background(), filepath.Join("..", "..", "testdata", "hardware", "vmedia-usb"))
+	require.NoError(t, err)
+	var usb []disk.Disk
+	for _, d := range l.Disks {
+		if d.Removable && !d.VirtualMedia && !d.ReadOnly && !d.Optical {
+			usb = append(usb, d)
+		}
+	}
+	require.NotEmpty(t, usb, "the snapshot has a writable USB stick")
+
+	res, err := EraseMetadata(context.Background(), usb, allowAll{}, MetadataOptions{SkipRemovable: true}, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Devices, len(usb))
+	for _, d := range res.Devices {
+		assert.Equal(t, StatusSkipped, d.Status, d.Device)
+		assert.Contains(t, d.Reason, "skip_removable", d.Device)
+	}
+
+	res, err = EraseMetadata(context.Background(), usb, allowAll{}, MetadataOptions{}, nil)
+	require.Error(t, err, "allowAll cannot open: the wipe was attempted")
+	assert.Equal(t, StatusFailed, res.Devices[0].Status)
 }

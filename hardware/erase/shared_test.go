@@ -225,7 +225,7 @@ func TestEraseRefusesSharedFilesystems(t *testing.T) {
 	})
 
 	t.Run("erase_devices_metadata", func(t *testing.T) {
-		res, err := EraseMetadata(ctx, disks, guard, SharedCheck{Prober: SysProber{}}, nil)
+		res, err := EraseMetadata(ctx, disks, guard, MetadataOptions{Shared: SharedCheck{Prober: SysProber{}}}, nil)
 		var pe *protocol.Error
 		require.ErrorAs(t, err, &pe)
 		assert.Equal(t, protocol.ErrTypeProtectedDevice, pe.Type)
@@ -240,7 +240,7 @@ func TestEraseRefusesSharedFilesystems(t *testing.T) {
 	t.Run("allowed by erase_shared_filesystems", func(t *testing.T) {
 		pol, err := DefaultPolicy().WithArgs(map[string]any{"erase_shared_filesystems": true})
 		require.NoError(t, err)
-		res, err := EraseMetadata(ctx, disks, guard, SharedCheck{Prober: SysProber{}, Allow: pol.EraseSharedFilesystems}, nil)
+		res, err := EraseMetadata(ctx, disks, guard, MetadataOptions{Shared: SharedCheck{Prober: SysProber{}, Allow: pol.EraseSharedFilesystems}}, nil)
 		require.NoError(t, err, "%+v", res)
 		for _, dev := range all {
 			found, err := probeShared(dev)

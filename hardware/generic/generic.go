@@ -220,7 +220,7 @@ func (m *Manager) eraseMetadata(ctx context.Context, args map[string]any, progre
 	if err != nil {
 		return nil, err
 	}
-	return erase.EraseMetadata(ctx, disks, m.opener(), m.shared(pol), progress)
+	return erase.EraseMetadata(ctx, disks, m.opener(), erase.MetadataOptions{Shared: m.shared(pol), SkipRemovable: pol.SkipRemovable}, progress)
 }
 
 // ExpressResult is the result of erase_devices_express.
@@ -265,7 +265,7 @@ func (m *Manager) eraseExpress(ctx context.Context, args map[string]any, progres
 			rest = append(rest, d)
 		}
 	}
-	mr, err := erase.EraseMetadata(ctx, rest, m.opener(), m.shared(pol), progress)
+	mr, err := erase.EraseMetadata(ctx, rest, m.opener(), erase.MetadataOptions{Shared: m.shared(pol), SkipRemovable: pol.SkipRemovable}, progress)
 	res.Metadata = &mr
 	return res, err
 }
