@@ -20,9 +20,12 @@ type BootConfig struct {
 	// Interfaces restricts network setup to these interfaces
 	// (anvil.interface=eth0, repeatable or comma-separated).
 	Interfaces []string
-	// Devices is the device allow-list (anvil.devices=/dev/loop3,...);
-	// nil means none was given.
+	// Devices is the device allow-list (anvil.devices=/dev/loop3,...).
 	Devices []string
+	// DevicesSet: anvil.devices was given, even empty. An empty list
+	// denies every device; only an absent one leaves the ramdisk free to
+	// write all disks.
+	DevicesSet bool
 	// Node is the node UUID, when the boot config knows it (anvil.node=).
 	Node string
 }
@@ -56,7 +59,7 @@ func ParseCmdline(s string) BootConfig {
 				}
 			}
 		case "anvil.devices":
-			c.Devices = hardware.ParseAllowList(val)
+			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":
 			c.Node = val
 		}

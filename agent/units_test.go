@@ -29,7 +29,7 @@ func TestParseCmdline(t *testing.T) {
 			Node: "fe5d8075-6b0d-4b5e-9d1c-4b7c1b2d9e01", Interfaces: []string{"eno1", "eno2"}}},
 		{"minimal-debug.txt", BootConfig{API: "https://controller.example.net:6385/", Debug: true}},
 		{"ipa-compat.txt", BootConfig{API: "http://192.168.122.1:6385"}},
-		{"devices-quoted.txt", BootConfig{API: "http://10.0.0.1:6385", Devices: []string{"/dev/loop3", "/dev/loop4"},
+		{"devices-quoted.txt", BootConfig{API: "http://10.0.0.1:6385", Devices: []string{"/dev/loop3", "/dev/loop4"}, DevicesSet: true,
 			Interfaces: []string{"eth0", "eth1"}}},
 		{"none.txt", BootConfig{}},
 	}
@@ -52,7 +52,8 @@ func TestParseCmdlineEdgeCases(t *testing.T) {
 		{"anvil wins over ipa", "ipa-api-url=http://a:1 anvil.api=http://b:2 ipa-api-url=http://c:3", BootConfig{API: "http://b:2"}},
 		{"debug off", "anvil.debug=off", BootConfig{}},
 		{"debug on", "anvil.debug=1", BootConfig{Debug: true}},
-		{"empty devices means no allow-list", "anvil.devices=", BootConfig{}},
+		{"empty devices: a list that allows nothing", "anvil.devices=", BootConfig{DevicesSet: true}},
+		{"bare devices: the same", "anvil.devices", BootConfig{DevicesSet: true}},
 		{"quoted value with spaces", `anvil.node="abc def" x`, BootConfig{Node: "abc def"}},
 		{"tabs and newline", "anvil.api=http://x:1\tanvil.node=n\n", BootConfig{API: "http://x:1", Node: "n"}},
 		{"after -- belongs to init", "quiet -- anvil.api=http://x:1", BootConfig{}},

@@ -87,7 +87,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var boot agent.BootConfig
 	if raw, err := os.ReadFile(o.cmdline); err == nil {
 		boot = agent.ParseCmdline(string(raw))
-		o.devicesSet = cmdlineHas(string(raw), "anvil.devices")
 	} else if set["cmdline"] {
 		return o, fmt.Errorf("read kernel command line: %w", err)
 	}
@@ -100,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !set["debug"] {
 		o.debug = boot.Debug
 	}
-	o.devices = boot.Devices
+	o.devices, o.devicesSet = boot.Devices, boot.DevicesSet
 	if set["devices"] {
 		o.devices, o.devicesSet = hardware.ParseAllowList(*devices), true
 	}
@@ -111,22 +110,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
 	return o, nil
-}
-
-// cmdlineHas reports whether a kernel command line carries key, with or
-// without a value. agent.BootConfig.Devices is nil both when anvil.devices=
-// is absent and when it is empty, and only the first may mean "every
-// device". Whitespace splitting without the kernel's quoting (and without
-// stopping at "--") can only find the key where agent.ParseCmdline does not,
-// which makes the guard stricter, never looser.
-func cmdlineHas(cmdline, key string) bool {
-	for _, f := range strings.Fields(cmdline) {
-		k, _, _ := strings.Cut(f, "=")
-		if strings.Trim(k, `"`) == key {
-			return true
-		}
-	}
-	return false
 }
 
 // allowList is the device allow-list for the guard: nil when none was

@@ -78,16 +78,23 @@ type MDInfo struct {
 // IsMDMember reports whether the disk or one of its partitions is held by an
 // md array; such a disk must not be erased before the RAID is torn down.
 func (d Disk) IsMDMember() bool {
-	if hasMD(d.Holders) {
+	if d.IsWholeMDMember() {
 		return true
 	}
 	for _, p := range d.Partitions {
-		if hasMD(p.Holders) {
+		if p.IsMDMember() {
 			return true
 		}
 	}
 	return false
 }
+
+// IsWholeMDMember reports whether the disk itself, not a partition of it,
+// is held by an md array.
+func (d Disk) IsWholeMDMember() bool { return hasMD(d.Holders) }
+
+// IsMDMember reports whether the partition is held by an md array.
+func (p Partition) IsMDMember() bool { return hasMD(p.Holders) }
 
 // MDHolders lists the md arrays using the disk or its partitions.
 func (d Disk) MDHolders() []string {

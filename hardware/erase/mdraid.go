@@ -2,6 +2,7 @@ package erase
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/anvil-metal/anvil/hardware/disk"
@@ -17,9 +18,13 @@ import (
 // by one, as the disk as a whole is not.
 
 // mdUnwritable says why writes through array d would not reach its
-// members, or "" when they do. Only arrays md reports as running are
-// written: an inactive one has no data path, a read-only one refuses.
+// members, or "" when they do (and for anything that is not an array).
+// Only arrays md reports as running are written: an inactive one has no
+// data path, a read-only one refuses.
 func mdUnwritable(d disk.Disk) string {
+	if d.Controller != "md" {
+		return ""
+	}
 	state := ""
 	if d.MD != nil {
 		state = d.MD.ArrayState
@@ -33,27 +38,16 @@ func mdUnwritable(d disk.Disk) string {
 	return fmt.Sprintf("software RAID %s is %s, so its members' data cannot be erased through it: run delete_configuration (or assemble the array) before erasing", d.Path, state)
 }
 
-// wholeDiskMDMember reports whether d itself (not a partition of it) is a
-// member of an array.
-func wholeDiskMDMember(d disk.Disk) bool {
-	for _, h := range d.Holders {
-		if strings.HasPrefix(h, "md") {
-			return true
-		}
-	}
-	return false
-}
-
 // mdMemberReason is the skip reason of a disk that is, or has partitions
 // that are, members of software RAID.
 func mdMemberReason(d disk.Disk) string {
 	arrays := strings.Join(d.MDHolders(), ", ")
-	if wholeDiskMDMember(d) {
+	if d.IsWholeMDMember() {
 		return fmt.Sprintf("member of software RAID %s, erased through the array", arrays)
 	}
 	var members, others []string
 	for _, p := range d.Partitions {
-		if isMDPartition(p) {
+		if p.IsMDMember() {
 			members = append(members, p.Path)
 		} else {
 			others = append(others, p.Path)
@@ -66,15 +60,6 @@ func mdMemberReason(d disk.Disk) string {
 	return r
 }
 
-func isMDPartition(p disk.Partition) bool {
-	for _, h := range p.Holders {
-		if strings.HasPrefix(h, "md") {
-			return true
-		}
-	}
-	return false
-}
-
 // otherPartitions returns, for a disk some of whose partitions are array
 // members (but not the disk itself), its remaining partitions as devices
 // to erase on their own, carrying the disk's properties.
@@ -84,7 +69,7 @@ func otherPartitions(d disk.Disk) []disk.Disk {
 	}
 	var out []disk.Disk
 	for _, p := range d.Partitions {
-		if isMDPartition(p) {
+		if p.IsMDMember() {
 			continue
 		}
 		out = append(out, disk.Disk{
@@ -99,7 +84,14 @@ func otherPartitions(d disk.Disk) []disk.Disk {
 
 // partialMDMember reports whether some of d's partitions, but not d
 // itself, are array members.
-func partialMDMember(d disk.Disk) bool { return d.IsMDMember() && !wholeDiskMDMember(d) }
+func partialMDMember(d disk.Disk) bool { return d.IsMDMember() && !d.IsWholeMDMember() }
+
+// withoutMDPartitions is d without its member partitions: the rest of a
+// partial member disk, judged by the ordinary skip rules.
+func withoutMDPartitions(d disk.Disk) disk.Disk {
+	d.Partitions = slices.DeleteFunc(slices.Clone(d.Partitions), disk.Partition.IsMDMember)
+	return d
+}
 
 // mdProtected says which member of array d the guard protects, "" when
 // none: writes through the array land on its members, so each must be
@@ -114,12 +106,4 @@ func mdProtected(d disk.Disk, o Opener) string {
 		}
 	}
 	return ""
-}
-
-// mdUnwritableArray is mdUnwritable for arrays, "" for anything else.
-func mdUnwritableArray(d disk.Disk) string {
-	if d.Controller != "md" {
-		return ""
-	}
-	return mdUnwritable(d)
 }

@@ -182,7 +182,7 @@ func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, opts Metada
 		md := MetadataDisk{Device: d.Path}
 		t0 := time.Now()
 		var targets []string
-		keepTable := partialMDMember(d) && !d.VirtualMedia && !d.ReadOnly && !(d.Removable && opts.SkipRemovable) && (o == nil || o.Allows(d.Path))
+		keepTable := partialMDMember(d) && skip(withoutMDPartitions(d)) == ""
 		if keepTable {
 			// The partition table stays (it locates the members); the
 			// other partitions are wiped like any device.
@@ -196,7 +196,7 @@ func EraseMetadata(ctx context.Context, disks []disk.Disk, o Opener, opts Metada
 				res.Devices = append(res.Devices, md)
 				continue
 			}
-			if why := mdUnwritableArray(d); why != "" {
+			if why := mdUnwritable(d); why != "" {
 				md.Status, md.Reason = StatusFailed, why
 				failed = append(failed, d.Path+": "+why)
 				res.Devices = append(res.Devices, md)

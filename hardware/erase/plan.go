@@ -111,10 +111,8 @@ func skipReason(d disk.Disk, opener Opener) string {
 		return mdMemberReason(d)
 	case opener != nil && !opener.Allows(d.Path):
 		return "protected by the device guard (not in the allow-list, or not in the ramdisk)"
-	case mdProtected(d, opener) != "":
-		return mdProtected(d, opener)
 	}
-	return ""
+	return mdProtected(d, opener)
 }
 
 // Plan decides, for every disk, whether and how it will be erased.
@@ -189,7 +187,7 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []s
 		p.Action, p.Reason = ActionSkip, "removable device (skip_removable is set)"
 		return p
 	}
-	if why := mdUnwritableArray(d); why != "" {
+	if why := mdUnwritable(d); why != "" {
 		p.Action, p.Reason = ActionRefuse, why
 		return p
 	}

@@ -83,6 +83,16 @@ func qemuImg(t testing.TB, args ...string) {
 	require.NoError(t, err, "qemu-img %s: %s", strings.Join(args, " "), out)
 }
 
+// convertQcow2 converts the raw image to qcow2 at img with qemu-img's
+// extra options and returns the qcow2 file's bytes.
+func convertQcow2(t testing.TB, raw, img string, opts ...string) []byte {
+	t.Helper()
+	qemuImg(t, append(append([]string{"convert", "-O", "qcow2"}, opts...), raw, img)...)
+	file, err := os.ReadFile(img)
+	require.NoError(t, err)
+	return file
+}
+
 // garbageFile is a target pre-filled with 0xCC, so holes must be zeroed.
 func garbageFile(t testing.TB, size int64) string {
 	t.Helper()
@@ -153,10 +163,7 @@ func TestWriteQcow2(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			img := filepath.Join(dir, fmt.Sprintf("img%d.qcow2", i))
-			qemuImg(t, append(append([]string{"convert", "-O", "qcow2"}, tt.opts...), tt.raw, img)...)
-			file, err := os.ReadFile(img)
-			require.NoError(t, err)
+			file := convertQcow2(t, tt.raw, filepath.Join(dir, fmt.Sprintf("img%d.qcow2", i)), tt.opts...)
 			srv := serve(t, map[string][]byte{"/img": file})
 			st, err := os.Stat(tt.raw)
 			require.NoError(t, err)
@@ -203,10 +210,7 @@ func TestWriteQcow2ToLoopDevice(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			img := filepath.Join(dir, fmt.Sprintf("img%d.qcow2", i))
-			qemuImg(t, append(append([]string{"convert", "-O", "qcow2"}, tt.opts...), tt.raw, img)...)
-			file, err := os.ReadFile(img)
-			require.NoError(t, err)
+			file := convertQcow2(t, tt.raw, filepath.Join(dir, fmt.Sprintf("img%d.qcow2", i)), tt.opts...)
 			dev := testdev.Loop(t, 21<<20, false)
 			testdev.Fill(t, dev, 0, 21<<20, 0xCC)
 			srv := serve(t, map[string][]byte{"/img": file})

@@ -42,13 +42,37 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
+// ramdisk returns the guard of the ramdisk (every disk) and the disks.
+func ramdisk(ctx context.Context) (*hardware.Guard, *disk.Layout, error) {
 	env := hardware.DetectEnvironment("/proc", os.Getpid())
 	if !env.InRamdisk {
-		return fmt.Errorf("not in the ramdisk: %s", env.Evidence)
+		return nil, nil, fmt.Errorf("not in the ramdisk: %s", env.Evidence)
 	}
-	guard := hardware.NewGuard(env, nil)
 	l, err := disk.Discover(ctx, "/")
+	if err != nil {
+		return nil, nil, err
+	}
+	return hardware.NewGuard(env, nil), l, nil
+}
+
+// eraseAndReport plans and runs erase_devices on disks (a single zero
+// pass: the overwrite is not what these tests are about) and prints the
+// result for the host.
+func eraseAndReport(ctx context.Context, guard *hardware.Guard, disks []disk.Disk) error {
+	pol := erase.DefaultPolicy()
+	pol.Iterations = 0
+	plans := erase.Plan(ctx, disks, pol, erase.SysProber{}, guard)
+	res, err := (&erase.Eraser{Opener: guard, Prober: erase.SysProber{}}).Erase(ctx, plans, pol, nil)
+	b, jerr := json.Marshal(res)
+	if jerr != nil {
+		return jerr
+	}
+	fmt.Println(resultMarker + string(b))
+	return err
+}
+
+func run(ctx context.Context) error {
+	guard, l, err := ramdisk(ctx)
 	if err != nil {
 		return err
 	}
@@ -62,32 +86,19 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("no NVMe namespace found")
 	}
 	for _, d := range nvme {
-		if err := fill(guard, d); err != nil {
+		size := int64(d.Size)
+		if err := fill(guard, d.Path, []int64{0, size/2 - 1<<19, size - 1<<20}, size); err != nil {
 			return err
 		}
 	}
-	pol := erase.DefaultPolicy()
-	pol.Iterations = 0 // the overwrite is not what this test is about
-	plans := erase.Plan(ctx, nvme, pol, erase.SysProber{}, guard)
-	res, err := (&erase.Eraser{Opener: guard, Prober: erase.SysProber{}}).Erase(ctx, plans, pol, nil)
-	b, jerr := json.Marshal(res)
-	if jerr != nil {
-		return jerr
-	}
-	fmt.Println(resultMarker + string(b))
-	return err
+	return eraseAndReport(ctx, guard, nvme)
 }
 
 // espSize is the partition each disk keeps outside the array.
 const espSize = 8 << 20
 
 func runRAID(ctx context.Context) error {
-	env := hardware.DetectEnvironment("/proc", os.Getpid())
-	if !env.InRamdisk {
-		return fmt.Errorf("not in the ramdisk: %s", env.Evidence)
-	}
-	guard := hardware.NewGuard(env, nil)
-	l, err := disk.Discover(ctx, "/")
+	guard, l, err := ramdisk(ctx)
 	if err != nil {
 		return err
 	}
@@ -120,7 +131,7 @@ func runRAID(ctx context.Context) error {
 	if out, err := exec.CommandContext(ctx, "mdadm", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("mdadm %v: %w: %s", args, err, out)
 	}
-	if l, err = disk.Discover(ctx, "/"); err != nil {
+	if _, l, err = ramdisk(ctx); err != nil {
 		return err
 	}
 	for _, d := range l.Disks {
@@ -139,20 +150,20 @@ func runRAID(ctx context.Context) error {
 			}
 		}
 	}
-	pol := erase.DefaultPolicy()
-	pol.Iterations = 0
-	plans := erase.Plan(ctx, l.Disks, pol, erase.SysProber{}, guard)
-	res, err := (&erase.Eraser{Opener: guard, Prober: erase.SysProber{}}).Erase(ctx, plans, pol, nil)
-	b, jerr := json.Marshal(res)
-	if jerr != nil {
-		return jerr
-	}
-	fmt.Println(resultMarker + string(b))
-	return err
+	return eraseAndReport(ctx, guard, l.Disks)
 }
 
 // fillAll writes the pattern over the whole device.
 func fillAll(g *hardware.Guard, path string, size int64) error {
+	var offs []int64
+	for off := int64(0); off < size; off += 1 << 20 {
+		offs = append(offs, off)
+	}
+	return fill(g, path, offs, size)
+}
+
+// fill writes 1 MiB of the pattern at each offset, none past size.
+func fill(g *hardware.Guard, path string, offs []int64, size int64) error {
 	f, err := g.OpenForWrite(path, 0)
 	if err != nil {
 		return err
@@ -162,30 +173,10 @@ func fillAll(g *hardware.Guard, path string, size int64) error {
 	for i := range buf {
 		buf[i] = pattern
 	}
-	for off := int64(0); off < size; off += int64(len(buf)) {
+	for _, off := range offs {
 		n := min(int64(len(buf)), size-off)
 		if _, err := f.WriteAt(buf[:n], off); err != nil {
 			return fmt.Errorf("fill %s at %d: %w", path, off, err)
-		}
-	}
-	return f.Sync()
-}
-
-// fill writes the pattern at the start, middle and end of a namespace.
-func fill(g *hardware.Guard, d disk.Disk) error {
-	f, err := g.OpenForWrite(d.Path, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = pattern
-	}
-	size := int64(d.Size)
-	for _, off := range []int64{0, size/2 - 1<<19, size - 1<<20} {
-		if _, err := f.WriteAt(buf, off); err != nil {
-			return fmt.Errorf("fill %s at %d: %w", d.Path, off, err)
 		}
 	}
 	return f.Sync()
