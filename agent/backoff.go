@@ -37,12 +37,20 @@ func newRetrier(b Backoff) *retrier { return &retrier{b: b.withDefaults()} }
 // next returns the delay before the next attempt: a random duration in
 // [d/2, d] where d doubles per failure up to Max.
 func (r *retrier) next() time.Duration {
-	d := r.b.Initial
-	for i := 0; i < r.failures && d < r.b.Max; i++ {
+	d := r.b.Delay(r.failures)
+	r.failures++
+	return d
+}
+
+// Delay is the wait after the given number of consecutive failures: a
+// random duration in [d/2, d] where d doubles per failure up to Max.
+func (b Backoff) Delay(failures int) time.Duration {
+	b = b.withDefaults()
+	d := b.Initial
+	for i := 0; i < failures && d < b.Max; i++ {
 		d *= 2
 	}
-	d = min(d, r.b.Max)
-	r.failures++
+	d = min(d, b.Max)
 	return d/2 + rand.N(d/2+1)
 }
 

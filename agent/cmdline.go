@@ -28,7 +28,32 @@ type BootConfig struct {
 	DevicesSet bool
 	// Node is the node UUID, when the boot config knows it (anvil.node=).
 	Node string
+	// IPA holds ironic-python-agent's arguments. They select the IPA
+	// adapter (agent/ipa) when ipa-api-url= is given without anvil.api=:
+	// the ramdisk was booted by a stock Ironic, not by anvil.
+	IPA IPAArgs
+
+	anvilAPI bool // anvil.api= was given: anvil's own arguments, not IPA mode
 }
+
+// IPAArgs are the kernel arguments Ironic writes for ironic-python-agent.
+// Empty strings mean "not given"; the adapter applies IPA's defaults.
+type IPAArgs struct {
+	APIURL          string // ipa-api-url
+	AdvertiseHost   string // ipa-advertise-host
+	AdvertisePort   string // ipa-advertise-port
+	ListenHost      string // ipa-listen-host
+	ListenPort      string // ipa-listen-port
+	Insecure        bool   // ipa-insecure: do not verify Ironic's TLS certificate
+	GlobalRequestID string // ipa-global-request-id
+	BootIF          string // BOOTIF (PXELINUX "01-aa-bb-..." or a plain MAC)
+	LookupTimeout   string // ipa-lookup-timeout (seconds)
+	Debug           bool   // ipa-debug
+}
+
+// IPAMode reports whether the command line asks for the IPA adapter: an
+// ipa-api-url= and no anvil.api= (anvil's own arguments always win).
+func (c BootConfig) IPAMode() bool { return c.IPA.APIURL != "" && !c.anvilAPI }
 
 // ParseCmdline reads /proc/cmdline-style text. Unknown parameters are
 // ignored (the line is shared with the kernel and init), and so is
@@ -42,12 +67,31 @@ func ParseCmdline(s string) BootConfig {
 		key, val, hasVal := strings.Cut(arg, "=")
 		switch key {
 		case "anvil.api":
-			c.API = val
+			c.API, c.anvilAPI = val, true
 		case "ipa-api-url":
 			// IPA's name, so a PXE config written for IPA works; ours wins.
-			if c.API == "" {
+			c.IPA.APIURL = val
+			if !c.anvilAPI {
 				c.API = val
 			}
+		case "ipa-advertise-host":
+			c.IPA.AdvertiseHost = val
+		case "ipa-advertise-port":
+			c.IPA.AdvertisePort = val
+		case "ipa-listen-host":
+			c.IPA.ListenHost = val
+		case "ipa-listen-port":
+			c.IPA.ListenPort = val
+		case "ipa-insecure":
+			c.IPA.Insecure = !hasVal || truthy(val)
+		case "ipa-global-request-id":
+			c.IPA.GlobalRequestID = val
+		case "BOOTIF":
+			c.IPA.BootIF = val
+		case "ipa-lookup-timeout":
+			c.IPA.LookupTimeout = val
+		case "ipa-debug":
+			c.IPA.Debug = !hasVal || truthy(val)
 		case "anvil.token":
 			c.Token = val
 		case "anvil.debug":

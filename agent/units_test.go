@@ -25,11 +25,11 @@ func TestParseCmdline(t *testing.T) {
 		file string
 		want BootConfig
 	}{
-		{"ipxe-full.txt", BootConfig{API: "http://10.0.0.1:6385", Token: "Zk3u9Qm2xv",
+		{"ipxe-full.txt", BootConfig{API: "http://10.0.0.1:6385", anvilAPI: true, Token: "Zk3u9Qm2xv",
 			Node: "fe5d8075-6b0d-4b5e-9d1c-4b7c1b2d9e01", Interfaces: []string{"eno1", "eno2"}}},
-		{"minimal-debug.txt", BootConfig{API: "https://controller.example.net:6385/", Debug: true}},
-		{"ipa-compat.txt", BootConfig{API: "http://192.168.122.1:6385"}},
-		{"devices-quoted.txt", BootConfig{API: "http://10.0.0.1:6385", Devices: []string{"/dev/loop3", "/dev/loop4"}, DevicesSet: true,
+		{"minimal-debug.txt", BootConfig{API: "https://controller.example.net:6385/", anvilAPI: true, Debug: true}},
+		{"ipa-compat.txt", BootConfig{API: "http://192.168.122.1:6385", IPA: IPAArgs{APIURL: "http://192.168.122.1:6385", Insecure: true, BootIF: "01-52-54-00-12-34-56"}}},
+		{"devices-quoted.txt", BootConfig{API: "http://10.0.0.1:6385", anvilAPI: true, Devices: []string{"/dev/loop3", "/dev/loop4"}, DevicesSet: true,
 			Interfaces: []string{"eth0", "eth1"}}},
 		{"none.txt", BootConfig{}},
 	}
@@ -42,6 +42,13 @@ func TestParseCmdline(t *testing.T) {
 	}
 }
 
+func TestIPAMode(t *testing.T) {
+	assert.True(t, ParseCmdline("ipa-api-url=http://i:6385").IPAMode())
+	assert.False(t, ParseCmdline("ipa-api-url=http://i:6385 anvil.api=http://i:6385").IPAMode(), "anvil's own arguments keep anvil's protocol")
+	assert.False(t, ParseCmdline("anvil.api=http://a:6385").IPAMode())
+	assert.False(t, ParseCmdline("ipa-advertise-host=10.0.0.1").IPAMode())
+}
+
 func TestParseCmdlineEdgeCases(t *testing.T) {
 	tests := []struct {
 		name string
@@ -49,13 +56,15 @@ func TestParseCmdlineEdgeCases(t *testing.T) {
 		want BootConfig
 	}{
 		{"empty", "", BootConfig{}},
-		{"anvil wins over ipa", "ipa-api-url=http://a:1 anvil.api=http://b:2 ipa-api-url=http://c:3", BootConfig{API: "http://b:2"}},
+		{"anvil wins over ipa", "ipa-api-url=http://a:1 anvil.api=http://b:2 ipa-api-url=http://c:3", BootConfig{API: "http://b:2", anvilAPI: true, IPA: IPAArgs{APIURL: "http://c:3"}}},
+		{"ipa arguments", "ipa-api-url=http://i:6385 ipa-advertise-host=10.0.2.15 ipa-advertise-port=19999 ipa-listen-host=:: ipa-listen-port=9998 ipa-global-request-id=req-1 ipa-lookup-timeout=60 ipa-debug=1 ipa-insecure=0",
+			BootConfig{API: "http://i:6385", IPA: IPAArgs{APIURL: "http://i:6385", AdvertiseHost: "10.0.2.15", AdvertisePort: "19999", ListenHost: "::", ListenPort: "9998", GlobalRequestID: "req-1", LookupTimeout: "60", Debug: true}}},
 		{"debug off", "anvil.debug=off", BootConfig{}},
 		{"debug on", "anvil.debug=1", BootConfig{Debug: true}},
 		{"empty devices: a list that allows nothing", "anvil.devices=", BootConfig{DevicesSet: true}},
 		{"bare devices: the same", "anvil.devices", BootConfig{DevicesSet: true}},
 		{"quoted value with spaces", `anvil.node="abc def" x`, BootConfig{Node: "abc def"}},
-		{"tabs and newline", "anvil.api=http://x:1\tanvil.node=n\n", BootConfig{API: "http://x:1", Node: "n"}},
+		{"tabs and newline", "anvil.api=http://x:1\tanvil.node=n\n", BootConfig{API: "http://x:1", anvilAPI: true, Node: "n"}},
 		{"after -- belongs to init", "quiet -- anvil.api=http://x:1", BootConfig{}},
 	}
 	for _, tt := range tests {

@@ -125,19 +125,44 @@ func (d *Dispatcher) Steps(ctx context.Context) Catalogue {
 	return Catalogue{Clean: dedup(per[KindClean]), Deploy: dedup(per[KindDeploy])}
 }
 
-func dedup(cands []candidate) []protocol.Step {
-	best := map[string]candidate{}
-	for _, c := range cands {
-		if cur, ok := best[c.step.Step]; !ok || better(c, cur) {
-			best[c.step.Step] = c
+// StepsByManager is Steps for one kind in IPA's get_clean_steps shape: the
+// winning steps grouped by the name of the manager that offers them.
+func (d *Dispatcher) StepsByManager(ctx context.Context, kind Kind) map[string][]protocol.Step {
+	var cands []candidate
+	for _, r := range d.managers {
+		for _, s := range r.m.Steps(ctx).Of(kind) {
+			cands = append(cands, candidate{step: s, manager: r})
 		}
 	}
+	out := map[string][]protocol.Step{}
+	for _, c := range winners(cands) {
+		out[c.manager.name] = append(out[c.manager.name], c.step)
+	}
+	for _, steps := range out {
+		protocol.SortSteps(steps)
+	}
+	return out
+}
+
+func dedup(cands []candidate) []protocol.Step {
+	best := winners(cands)
 	out := make([]protocol.Step, 0, len(best))
 	for _, c := range best {
 		out = append(out, c.step)
 	}
 	protocol.SortSteps(out)
 	return out
+}
+
+// winners keeps one candidate per step name, the better one.
+func winners(cands []candidate) map[string]candidate {
+	best := map[string]candidate{}
+	for _, c := range cands {
+		if cur, ok := best[c.step.Step]; !ok || better(c, cur) {
+			best[c.step.Step] = c
+		}
+	}
+	return best
 }
 
 // Fingerprint identifies the set of managers, their versions and the merged

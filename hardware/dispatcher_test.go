@@ -281,3 +281,29 @@ func TestCheckFingerprint(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, protocol.ErrTypeVersionMismatch, pe.Type)
 }
+
+func TestStepsByManagerGroupsWinnersByManager(t *testing.T) {
+	ctx := context.Background()
+	gen := &FakeManager{ManagerName: "generic", Level: SupportGeneric, Catalogue: Catalogue{
+		Clean:  []protocol.Step{step("deploy", "erase_devices", 10), step("deploy", "erase_devices_metadata", 99)},
+		Deploy: []protocol.Step{step("deploy", "write_image", 0)},
+	}}
+	vendor := &FakeManager{ManagerName: "vendor", Level: SupportMainline, Catalogue: Catalogue{
+		Clean: []protocol.Step{step("deploy", "erase_devices", 5), step("deploy", "update_firmware", 50)},
+	}}
+	d, err := NewDispatcher(ctx, gen, vendor)
+	require.NoError(t, err)
+
+	clean := d.StepsByManager(ctx, KindClean)
+	names := func(steps []protocol.Step) []string {
+		var out []string
+		for _, s := range steps {
+			out = append(out, s.Step)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"erase_devices_metadata"}, names(clean["generic"]), "the vendor's erase_devices wins on support")
+	assert.Equal(t, []string{"update_firmware", "erase_devices"}, names(clean["vendor"]))
+	assert.Equal(t, map[string][]protocol.Step{"generic": {step("deploy", "write_image", 0)}}, d.StepsByManager(ctx, KindDeploy))
+	assert.Empty(t, d.StepsByManager(ctx, Kind("bogus")))
+}

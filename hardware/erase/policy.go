@@ -2,7 +2,10 @@ package erase
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Policy holds the erase knobs. Defaults are IPA's (Ironic [deploy] options
@@ -86,8 +89,26 @@ func PolicyArgNames() map[string]string {
 // WithArgs returns p with the knobs present in args applied. Unknown keys
 // are ignored here (argsinfo validation rejects them earlier); malformed
 // values are errors.
+//
+// Keys apply in a fixed order, IPA aliases before canonical names, so a
+// step argument beats the driver_internal_info value Ironic sends under
+// the alias, and agent_continue_if_secure_erase_failed beats its older
+// spelling agent_continue_if_ata_erase_failed.
 func (p Policy) WithArgs(args map[string]any) (Policy, error) {
-	for k, v := range args {
+	keys := slices.Collect(maps.Keys(args))
+	slices.SortFunc(keys, func(a, b string) int {
+		_, aliasA := policyAliases[a]
+		_, aliasB := policyAliases[b]
+		if aliasA != aliasB {
+			if aliasA {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, k := range keys {
+		v := args[k]
 		if c, ok := policyAliases[k]; ok {
 			k = c
 		}

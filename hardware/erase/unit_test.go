@@ -292,6 +292,11 @@ func TestPolicyWithArgs(t *testing.T) {
 			assert.Equal(t, 3, p.Iterations)
 			assert.Equal(t, 8, p.Concurrency)
 		}, false},
+		{"canonical name beats the IPA alias, whatever the map order", map[string]any{"agent_erase_devices_zeroize": true, "zeroize": false,
+			"agent_continue_if_ata_erase_failed": false, "agent_continue_if_secure_erase_failed": true}, func(t *testing.T, p Policy) {
+			assert.False(t, p.Zeroize)
+			assert.True(t, p.ContinueIfSecureEraseFailed, "the newer IPA name wins over agent_continue_if_ata_erase_failed")
+		}, false},
 		{"zero concurrency", map[string]any{"concurrency": 0}, nil, true},
 		{"fractional", map[string]any{"iterations": 1.5}, nil, true},
 		{"bad bool", map[string]any{"zeroize": "maybe"}, nil, true},

@@ -12,6 +12,7 @@ package imagewrite
 import (
 	"compress/gzip"
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
@@ -91,10 +92,12 @@ func ParseChecksum(s string) (string, []byte, error) {
 		return "", nil, fmt.Errorf("image_checksum %q: want sha256:<hex> or sha512:<hex>", s)
 	}
 	algo = strings.ToLower(algo)
-	want := map[string]int{"sha256": sha256.Size, "sha512": sha512.Size}
+	// md5 only because ironic-python-agent's legacy "checksum" field is
+	// one, and stock Ironic still sends it (agent/ipa).
+	want := map[string]int{"sha256": sha256.Size, "sha512": sha512.Size, "md5": md5.Size}
 	n, known := want[algo]
 	if !known {
-		return "", nil, fmt.Errorf("image_checksum algorithm %q not supported (sha256, sha512)", algo)
+		return "", nil, fmt.Errorf("image_checksum algorithm %q not supported (sha256, sha512, md5)", algo)
 	}
 	sum, err := hex.DecodeString(hexsum)
 	if err != nil || len(sum) != n {
@@ -104,8 +107,11 @@ func ParseChecksum(s string) (string, []byte, error) {
 }
 
 func newHash(algo string) hash.Hash {
-	if algo == "sha512" {
+	switch algo {
+	case "sha512":
 		return sha512.New()
+	case "md5":
+		return md5.New()
 	}
 	return sha256.New()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/md5"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -35,6 +36,7 @@ var outside = hardware.Environment{Evidence: "test"}
 
 func sha256sum(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }
 func sha512sum(b []byte) string { s := sha512.Sum512(b); return "sha512:" + hex.EncodeToString(s[:]) }
+func md5sum(b []byte) string    { s := md5.Sum(b); return "md5:" + hex.EncodeToString(s[:]) }
 
 func randomImage(t testing.TB, n int) []byte {
 	b := make([]byte, n)
@@ -99,6 +101,7 @@ func TestWriteImage(t *testing.T) {
 		{"gzip, auto, sha512", "/img.gz", "auto", sha512sum(files["/img.gz"]), "gzip"},
 		{"gzip, explicit", "/img.gz", "gzip", sha256sum(files["/img.gz"]), "gzip"},
 		{"zstd, auto", "/img.zst", "auto", sha256sum(files["/img.zst"]), "zstd"},
+		{"raw, IPA's legacy md5", "/img.raw", "raw", md5sum(files["/img.raw"]), "raw"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +146,7 @@ func TestWriteImageFailsCleanly(t *testing.T) {
 		{"raw image larger than the disk", Request{URL: srv.URL + "/big", Checksum: sha256sum(big)}, protocol.ErrTypeImageWrite, "larger than", false, true},
 		{"compressed image larger than the disk", Request{URL: srv.URL + "/big.gz", Checksum: sha256sum(files["/big.gz"])}, protocol.ErrTypeImageWrite, "larger than the device", true, false},
 		{"404", Request{URL: srv.URL + "/missing", Checksum: sha256sum(img)}, protocol.ErrTypeImageWrite, "404", false, true},
-		{"bad checksum syntax", Request{URL: srv.URL + "/img", Checksum: "md5:abc"}, protocol.ErrTypeInvalidArgs, "not supported", false, true},
+		{"unsupported algorithm", Request{URL: srv.URL + "/img", Checksum: "sha1:abc"}, protocol.ErrTypeInvalidArgs, "not supported", false, true},
 		{"truncated digest", Request{URL: srv.URL + "/img", Checksum: "sha256:abcd"}, protocol.ErrTypeInvalidArgs, "hex digest", false, true},
 		{"bad format", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "vmdk"}, protocol.ErrTypeInvalidArgs, "vmdk", false, true},
 		{"raw image declared qcow2", Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Format: "qcow2"}, protocol.ErrTypeImageWrite, "not a qcow2 image", false, true},
