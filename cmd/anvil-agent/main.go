@@ -60,6 +60,10 @@ type options struct {
 	cmdline    string
 	proc       string
 	debug      bool
+	// ipa: booted by a stock Ironic (ipa-api-url= without anvil.api=, and
+	// no --api): speak ironic-python-agent's protocol (agent/ipa).
+	ipa     bool
+	ipaArgs agent.IPAArgs
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -97,8 +101,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.node = boot.Node
 	}
 	if !set["debug"] {
-		o.debug = boot.Debug
+		o.debug = boot.Debug || boot.IPA.Debug
 	}
+	o.ipa, o.ipaArgs = boot.IPAMode() && !set["api"], boot.IPA
 	o.devices, o.devicesSet = boot.Devices, boot.DevicesSet
 	if set["devices"] {
 		o.devices, o.devicesSet = hardware.ParseAllowList(*devices), true
@@ -187,6 +192,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			"devices", o.allowList())
 	}
 
+	if o.ipa {
+		return runIPA(ctx, o, env, powers, why, guard, log, stderr)
+	}
+
 	// anvil.token= is the per-boot nonce the controller put in the node's
 	// iPXE script; lookups carry it so only the machine that booted that
 	// script can obtain the agent token.
@@ -224,7 +233,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	// One boot id per process, kept across restarts of the loop.
 	a.BootID = agent.NewBootID()
-	runForever(ctx, a, log)
+	runForever(ctx, a.Run, log)
 	log.Info("shutting down")
 	return 0
 }
@@ -245,7 +254,7 @@ func stayUp(ctx context.Context, log *slog.Logger, msg string, err error) {
 
 // runForever runs the agent, restarting it (same boot id) if it panics: an
 // agent bug must not leave the machine unmanageable.
-func runForever(ctx context.Context, a *agent.Agent, log *slog.Logger) {
+func runForever(ctx context.Context, run func(context.Context) error, log *slog.Logger) {
 	for ctx.Err() == nil {
 		func() {
 			defer func() {
@@ -253,7 +262,7 @@ func runForever(ctx context.Context, a *agent.Agent, log *slog.Logger) {
 					log.Error("agent panicked; restarting", "panic", r)
 				}
 			}()
-			if err := a.Run(ctx); err != nil {
+			if err := run(ctx); err != nil {
 				log.Error("agent stopped", "err", err)
 			}
 		}()
