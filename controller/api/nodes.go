@@ -25,10 +25,19 @@ var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key",
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
 	"conductor_group": 46, "conductor": 49, "owner": 50, "description_contains": 51, "lessee": 65, "shard": 82, "project": 50}
 
-func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
+// nodeIdent is the node named in the path: a UUID, or from 1.5 a name.
+func nodeIdent(r *http.Request) (string, error) {
 	ident := mux.Vars(r)["node"]
 	if _, err := uuid.Parse(ident); err != nil && version(r.Context()) < 5 {
-		return nil, notFound("Node", ident) // names are identifiers only from 1.5
+		return "", notFound("Node", ident)
+	}
+	return ident, nil
+}
+
+func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
+	ident, err := nodeIdent(r)
+	if err != nil {
+		return nil, err
 	}
 	n, err := s.st.GetNode(r.Context(), ident)
 	if errors.Is(err, store.ErrNotFound) {
@@ -481,10 +490,24 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	n, err := s.loadNode(r)
+	ident, err := nodeIdent(r)
 	if err != nil {
 		return err
 	}
+	err = store.DeleteNodeIf(r.Context(), s.st, ident, deletable)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("Node", ident)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// deletable holds Ironic's refusals of a node deletion (the conductor's
+// destroy_node), checked at the revision that is deleted.
+func deletable(n *store.Node) error {
 	if n.Reservation != nil {
 		return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
 	}
@@ -499,10 +522,6 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 			return errf(http.StatusConflict, "Node %s is associated with instance %s.", n.UUID, *n.InstanceUUID)
 		}
 	}
-	if err := s.st.DeleteNode(r.Context(), n.UUID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

@@ -363,11 +363,14 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 }
 
 // DeleteNode removes the node with its ports, portgroups, inventory and
-// history, in one statement (so one transaction).
-func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
+// history, in one statement (so one transaction), if nobody changed it since
+// n was read. At READ COMMITTED a writer that got there first makes the
+// revision condition fail when the DELETE re-checks the row it waited for.
+func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
+	uuid := n.UUID
 	var deleted int
 	err := s.pool.QueryRow(ctx, `WITH d AS (
-			DELETE FROM nodes WHERE uuid = $1 RETURNING uuid
+			DELETE FROM nodes WHERE uuid = $1 AND revision = $2 RETURNING uuid
 		), r AS (
 			DELETE FROM resources WHERE node_uuid IN (SELECT uuid FROM d) AND kind IN ('port', 'portgroup', 'inventory')
 		), e AS (
@@ -375,14 +378,25 @@ func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
 		), l AS (
 			DELETE FROM node_leases WHERE node_uuid IN (SELECT uuid FROM d)
 		)
-		SELECT count(*) FROM d`, uuid).Scan(&deleted)
+		SELECT count(*) FROM d`, uuid, n.Revision).Scan(&deleted)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected) {
+		return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
+	}
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
-	if deleted == 0 {
+	if deleted == 1 {
+		return nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE uuid = $1)`, uuid).Scan(&exists); err != nil {
+		return fmt.Errorf("delete node %s: %w", uuid, err)
+	}
+	if !exists {
 		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
 	}
-	return nil
+	return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
 }
 
 // sortExpr maps API sort keys to SQL expressions. COALESCE keeps keyset

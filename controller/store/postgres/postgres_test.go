@@ -129,7 +129,8 @@ func testTwoControllers(t *testing.T, url string) {
 	assert.ErrorIs(t, b.CreatePort(ctx, &store.Port{UUID: uuid.NewString(), Address: p.Address, NodeUUID: n.UUID}),
 		store.ErrDuplicateAddr)
 
-	require.NoError(t, b.DeleteNode(ctx, n.UUID))
+	assert.ErrorIs(t, b.DeleteNode(ctx, onB), store.ErrConflict, "b's copy predates a's write")
+	require.NoError(t, b.DeleteNode(ctx, got))
 	_, err = a.GetNode(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound)
 	assert.ErrorIs(t, a.UpdateNode(ctx, got), store.ErrNotFound, "updating a node the other controller deleted")

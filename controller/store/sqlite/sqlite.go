@@ -479,19 +479,28 @@ func appendEvents(ctx context.Context, tx *sql.Tx, events []*store.Event) error 
 	return nil
 }
 
-// DeleteNode removes the node with its ports, portgroups and history.
-func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
+// DeleteNode removes the node with its ports, portgroups and history if
+// nobody changed it since n was read.
+func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
+	uuid := n.UUID
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE uuid = ?`, uuid)
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE uuid = ? AND revision = ?`, uuid, n.Revision)
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes WHERE uuid = ?`, uuid).Scan(&exists); err != nil {
+			return fmt.Errorf("delete node %s: %w", uuid, err)
+		}
+		if exists == 0 {
+			return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
+		}
+		return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup','inventory')`, uuid); err != nil {
 		return fmt.Errorf("delete ports of node %s: %w", uuid, err)

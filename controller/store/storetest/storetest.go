@@ -90,10 +90,13 @@ func testNodeCRUD(t *testing.T, s store.Store) {
 	assert.Equal(t, "manageable", got.ProvisionState)
 	require.NotNil(t, got.UpdatedAt)
 
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	assert.ErrorIs(t, s.DeleteNode(ctx, n), store.ErrConflict, "n was read before the update")
+	_, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err, "a refused delete leaves the node")
+	require.NoError(t, s.DeleteNode(ctx, got))
 	_, err = s.GetNode(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound)
-	assert.ErrorIs(t, s.DeleteNode(ctx, n.UUID), store.ErrNotFound)
+	assert.ErrorIs(t, s.DeleteNode(ctx, got), store.ErrNotFound)
 }
 
 func testNodeConflict(t *testing.T, s store.Store) {
@@ -247,7 +250,7 @@ func testPorts(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.Equal(t, pg.UUID, gotPG.UUID)
 
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	require.NoError(t, s.DeleteNode(ctx, n))
 	_, err = s.GetPort(ctx, p.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "ports go with their node")
 	_, err = s.GetPortgroup(ctx, pg.UUID)
@@ -363,7 +366,7 @@ func testInventory(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"cpu":{"count":4}}`, string(got))
 	assert.Error(t, s.PutInventory(ctx, n.UUID, []byte(`{`)))
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	require.NoError(t, s.DeleteNode(ctx, n))
 	_, err = s.GetInventory(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "the inventory goes with its node")
 }
