@@ -51,7 +51,15 @@ type Config struct {
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
-	Logger         *slog.Logger
+	// HTTP bounds clients' connections (timeouts, unauthenticated
+	// connections per source); nil means api.DefaultHTTPLimits.
+	HTTP *api.HTTPLimits
+	// MetricsListen serves /metrics on an address of its own, without
+	// auth, instead of on the API behind its auth; MetricsPublic serves it
+	// on the API to anyone.
+	MetricsListen string
+	MetricsPublic bool
+	Logger        *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -132,6 +140,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	metricsRoute := api.MetricsAuthed
+	switch {
+	case cfg.MetricsListen != "" && cfg.MetricsPublic:
+		return errors.New("--metrics-listen and --metrics-public exclude each other: metrics go to their own address or to the API's")
+	case cfg.MetricsListen != "":
+		metricsRoute = api.MetricsElsewhere
+	case cfg.MetricsPublic:
+		metricsRoute = api.MetricsPublic
+	}
+	limits := api.DefaultHTTPLimits()
+	if cfg.HTTP != nil {
+		limits = *cfg.HTTP
+	}
 	workers := cfg.Workers
 	if workers <= 0 {
 		workers = 16
@@ -179,17 +200,32 @@ func Run(ctx context.Context, cfg Config) error {
 			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
+	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		Metrics: api.NewMetrics(apiStore)})
+		Metrics: metrics, MetricsRoute: metricsRoute})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listenURL = "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs := api.NewHTTPServer(srv, limits, log)
+	servers := []*http.Server{hs}
+	listeners := []net.Listener{api.Listen(ln, limits, log)}
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		servers = append(servers, api.NewHTTPServer(mux, limits, log))
+		listeners = append(listeners, mln)
+		log.Info("serving metrics", "addr", mln.Addr().String())
+	}
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
-		"host", cond.Host(), "lease_holder", cond.Holder())
+		"host", cond.Host(), "lease_holder", cond.Holder(), "metrics", metricsRoute.String())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}
@@ -197,12 +233,17 @@ func Run(ctx context.Context, cfg Config) error {
 	condCtx, stopCond := context.WithCancel(context.WithoutCancel(ctx))
 	condDone := make(chan error, 1)
 	go func() { condDone <- cond.Run(condCtx) }()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { serveErr <- s.Serve(listeners[i]) }()
+	}
 
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
+		for _, s := range servers {
+			s.Close()
+		}
 		stopCond()
 		<-condDone
 		return fmt.Errorf("http server: %w", err)
@@ -210,6 +251,9 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("shutting down: draining requests and workers")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for _, s := range servers[1:] {
+		_ = s.Shutdown(shutCtx)
+	}
 	err = hs.Shutdown(shutCtx)
 	stopCond()
 	<-condDone

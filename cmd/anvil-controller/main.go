@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller"
+	"github.com/anvil-metal/anvil/controller/api"
 )
 
 func main() {
@@ -62,6 +63,14 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		syncForce  = fs.Bool("power-sync-enforce", true, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		leaseTTL   = fs.Duration("lease-ttl", 20e9, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
+		httpDef    = api.DefaultHTTPLimits()
+		hdrWait    = fs.Duration("http-read-header-timeout", httpDef.ReadHeaderTimeout, "cut off a client whose request headers take longer than this (0: no limit)")
+		readWait   = fs.Duration("http-read-timeout", httpDef.ReadTimeout, "cut off a client whose whole request, body included, takes longer than this (0: no limit)")
+		writeWait  = fs.Duration("http-write-timeout", httpDef.WriteTimeout, "limit from the end of a request's headers to the end of its response; boot files get 10m (0: no limit)")
+		idleWait   = fs.Duration("http-idle-timeout", httpDef.IdleTimeout, "close keep-alive connections idle this long (0: the read timeout)")
+		unauthMax  = fs.Int("max-unauth-conns-per-source", httpDef.MaxUnauthConnsPerSource, "connections one source IP may hold open before authenticating; more are answered 503 (0: no cap)")
+		metricsAt  = fs.String("metrics-listen", "", "serve /metrics without auth on this address of its own instead of on the API behind its auth")
+		metricsPub = fs.Bool("metrics-public", false, "serve /metrics on the API without auth")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "text", "text or json")
 		config     = fs.String("config", "", "config file of 'flag-name: value' lines")
@@ -93,7 +102,9 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
 		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
-		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log})
+		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log,
+		HTTP: &api.HTTPLimits{ReadHeaderTimeout: *hdrWait, ReadTimeout: *readWait, WriteTimeout: *writeWait, IdleTimeout: *idleWait,
+			MaxUnauthConnsPerSource: *unauthMax}, MetricsListen: *metricsAt, MetricsPublic: *metricsPub})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

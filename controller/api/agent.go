@@ -53,8 +53,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	hb, err := protocol.DecodeHeartbeat(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return bodyError(mbe)
+		if errors.As(err, &mbe) || isTimeout(err) {
+			return bodyError(err)
 		}
 		if strings.Contains(err.Error(), "unknown field") {
 			return badRequest("%v (this controller speaks the anvil pull protocol %s; an ironic-python-agent heartbeat is not accepted)", err, protocol.Version)
@@ -65,6 +65,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	markAuthenticated(r.Context()) // the agent proved itself with its token
 	writeJSON(w, http.StatusOK, resp)
 	return nil
 }

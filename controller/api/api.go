@@ -31,6 +31,7 @@ type Server struct {
 	publicURL string // base URL for links; "" = derived from each request
 	auth      Authenticator
 	metrics   *Metrics
+	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
 	router    *mux.Router
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
@@ -46,13 +47,16 @@ type Config struct {
 	PublicURL string
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
-	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// MetricsRoute says how the API serves /metrics: behind its auth
+	// (default), to anyone, or not (served on a listener of its own).
+	MetricsRoute MetricsRoute
+	BootDir      string // directory with vmlinuz and initramfs.cpio.gz
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, bootDir: cfg.BootDir}
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -80,7 +84,13 @@ func (s *Server) routes() *mux.Router {
 	root.Use(s.requestMiddleware)
 	root.Handle("/", s.wrap(s.getRoot)).Methods(http.MethodGet)
 	if s.metrics != nil {
-		root.Handle("/metrics", s.metrics.Handler()).Methods(http.MethodGet)
+		switch s.metricsAt {
+		case MetricsAuthed:
+			root.Handle("/metrics", s.requireAuth(s.metrics.Handler())).Methods(http.MethodGet)
+		case MetricsPublic:
+			root.Handle("/metrics", s.metrics.Handler()).Methods(http.MethodGet)
+		case MetricsElsewhere:
+		}
 	}
 	// Ironic routes requests without the /v1 prefix to v1 as well.
 	for _, prefix := range []string{"/v1", ""} {
@@ -173,6 +183,9 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // requestMiddleware assigns a request id, bounds the body, forces JSON
 // responses, and logs and measures each request.
@@ -292,6 +305,9 @@ func bodyError(err error) error {
 	var mbe *http.MaxBytesError
 	if asMaxBytes(err, &mbe) {
 		return errf(http.StatusRequestEntityTooLarge, "Request body is larger than %d bytes", mbe.Limit)
+	}
+	if isTimeout(err) {
+		return errf(http.StatusRequestTimeout, "The request body did not arrive in time; the connection is closed.")
 	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "json: unknown field ") {

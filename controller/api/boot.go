@@ -81,6 +81,7 @@ func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	extendWrite(w, bootFileWriteTimeout)
 	http.ServeContent(w, r, name, st.ModTime(), f)
 	return nil
 }

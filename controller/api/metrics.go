@@ -13,6 +13,27 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
+// MetricsRoute is how the API serves /metrics. Node counts by state and
+// per-route statistics are the operator's business, so by default they
+// need the API's credentials.
+type MetricsRoute int
+
+const (
+	MetricsAuthed    MetricsRoute = iota // behind the API's auth
+	MetricsPublic                        // to anyone (--metrics-public)
+	MetricsElsewhere                     // not on the API: on a listener of its own (--metrics-listen)
+)
+
+func (m MetricsRoute) String() string {
+	switch m {
+	case MetricsPublic:
+		return "public"
+	case MetricsElsewhere:
+		return "own listener"
+	}
+	return "behind auth"
+}
+
 // Metrics are the controller's Prometheus metrics, on a registry of their
 // own (no global registry: tests can build several servers).
 type Metrics struct {
