@@ -57,6 +57,11 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	if b.ResourceClass == nil || *b.ResourceClass == "" {
 		return badRequest("Missing mandatory field: resource_class")
 	}
+	for _, t := range b.Traits {
+		if err := s.traitNames.check("allocation", t); err != nil {
+			return err
+		}
+	}
 	a := &store.Allocation{UUID: uuid.NewString(), Name: b.Name, State: "allocating", ResourceClass: *b.ResourceClass,
 		Traits: b.Traits, Extra: b.Extra, Owner: b.Owner, CreatedAt: time.Now().UTC()}
 	if b.UUID != nil {

@@ -34,6 +34,8 @@ type Server struct {
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
 	router    *mux.Router
+	// traitNames are the trait names Ironic accepts.
+	traitNames traitNames
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
 	bufs sync.Pool
@@ -56,7 +58,8 @@ type Config struct {
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir}
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir,
+		traitNames: newTraitNames()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -64,8 +67,28 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. The query string is read as Ironic
+// reads it (webobQuery) and handed on re-encoded, so every handler, and
+// every "next" link, sees the same parameters. AllowQuerySemicolons only
+// tells net/http that ';' is handled here (it would log each such request).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	http.AllowQuerySemicolons(http.HandlerFunc(s.serve)).ServeHTTP(w, r)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawQuery != "" {
+		v, err := webobQuery(r.URL.RawQuery)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		r2, u := *r, *r.URL
+		u.RawQuery = v.Encode()
+		r2.URL = &u
+		r = &r2
+	}
+	s.router.ServeHTTP(w, r)
+}
 
 // handler adapts handlers that return errors.
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -98,13 +121,46 @@ func (s *Server) routes() *mux.Router {
 		sub.Use(s.versionMiddleware)
 		s.v1Routes(sub, prefix == "/v1")
 	}
-	root.NotFoundHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
+	// gorilla/mux reports a method mismatch only when no other route
+	// matches, and the unprefixed copy of the v1 routes always does; so an
+	// unmatched request is a 405 when the path takes another method.
+	notFound := s.wrap(func(http.ResponseWriter, *http.Request) error {
 		return errf(http.StatusNotFound, "The resource could not be found.")
 	})
-	root.MethodNotAllowedHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
-		return errf(http.StatusMethodNotAllowed, "The method is not allowed for this resource.")
+	root.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(root, r); len(allow) > 0 {
+			methodNotAllowed(w, r, allow)
+			return
+		}
+		notFound.ServeHTTP(w, r)
 	})
 	return root
+}
+
+// allowedMethods lists the methods root routes for r's path.
+func allowedMethods(root *mux.Router, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if root.Match(probe, &match) && match.MatchErr == nil && match.Route != nil {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// methodNotAllowed answers 405 as Ironic (pecan) does, in webob's error
+// shape (code, title, description), with the Allow header pecan adds.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error_message": mustJSON(map[string]any{
+		"code": http.StatusMethodNotAllowed, "title": "Method Not Allowed",
+		"description": fmt.Sprintf("The method %s is not allowed for this resource.", r.Method)})})
 }
 
 func (s *Server) v1Routes(r *mux.Router, withRoot bool) {

@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"testing"
 )
 
@@ -70,4 +72,34 @@ func assertClientError(t *testing.T, err error) {
 	if !ok || ae.status < 400 || ae.status >= 500 {
 		t.Fatalf("want a 4xx apiError, got %T %v", err, err)
 	}
+}
+
+// FuzzWebobQuery: any query string is either refused with a client error
+// or parsed into valid UTF-8 names and values whose re-encoding parses
+// back, by Go and by us, to the same parameters.
+func FuzzWebobQuery(f *testing.F) {
+	for _, seed := range []string{"limit=-5;", "a=1;b=2&c", ";;&", "x=%zz&y=%2B+z", "k=%ff", "=v", "a=b=c", "%"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := webobQuery(raw)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		enc := v.Encode()
+		back, err := url.ParseQuery(enc)
+		if err != nil {
+			t.Fatalf("re-encoded %q does not parse: %v", enc, err)
+		}
+		again, err := webobQuery(enc)
+		if err != nil {
+			t.Fatalf("re-encoded %q refused: %v", enc, err)
+		}
+		for k, vals := range v {
+			if !reflect.DeepEqual(back[k], vals) || !reflect.DeepEqual(again[k], vals) {
+				t.Fatalf("%q: %q became %q / %q", raw, vals, back[k], again[k])
+			}
+		}
+	})
 }

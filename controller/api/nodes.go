@@ -749,9 +749,31 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = p.limit
 	}
-	events, err := s.st.ListEvents(r.Context(), n.UUID, limit)
+	marker := q.v.Get("marker")
+	if marker != "" {
+		// Ironic validates the marker as a UUID (args.uuid) before it
+		// looks for the record.
+		u, err := uuid.Parse(marker)
+		if err != nil {
+			return badRequest("Expected UUID for marker: %s", marker)
+		}
+		marker = u.String()
+	}
+	fetch := limit
+	if marker != "" {
+		fetch = 0 // the page starts after the marker, wherever it is
+	}
+	events, err := s.st.ListEvents(r.Context(), n.UUID, fetch)
 	if err != nil {
 		return err
+	}
+	if marker != "" {
+		if events, err = eventsAfter(events, marker); err != nil {
+			return err
+		}
+		if limit > 0 && len(events) > limit {
+			events = events[:limit]
+		}
 	}
 	out := make([]map[string]any, 0, len(events))
 	for _, e := range events {
@@ -761,6 +783,16 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"history": out})
 	return nil
+}
+
+// eventsAfter is the part of a node's history after the event marker.
+func eventsAfter(events []*store.Event, marker string) ([]*store.Event, error) {
+	for i, e := range events {
+		if e.UUID == marker {
+			return events[i+1:], nil
+		}
+	}
+	return nil, errf(http.StatusNotFound, "Node history record %s could not be found.", marker)
 }
 
 var raidLevels = map[string]bool{"0": true, "1": true, "2": true, "5": true, "6": true, "1+0": true, "5+0": true, "6+0": true}

@@ -11,13 +11,6 @@ import (
 
 const maxTraits = 50
 
-func validTrait(t string) error {
-	if t == "" || len(t) > 255 {
-		return badRequest("Invalid trait %q: traits are 1 to 255 characters", t)
-	}
-	return nil
-}
-
 func (s *Server) getTraits(w http.ResponseWriter, r *http.Request) error {
 	if err := atLeast(r.Context(), 37); err != nil {
 		return err
@@ -74,7 +67,7 @@ func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("Missing argument: traits")
 	}
 	for _, t := range *b.Traits {
-		if err := validTrait(t); err != nil {
+		if err := s.traitNames.check("body", t); err != nil {
 			return err
 		}
 	}
@@ -94,7 +87,7 @@ func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) putTrait(w http.ResponseWriter, r *http.Request) error {
 	t := mux.Vars(r)["trait"]
-	if err := validTrait(t); err != nil {
+	if err := s.traitNames.check("trait", t); err != nil {
 		return err
 	}
 	if err := s.setTraits(r, func(set map[string]bool) error { set[t] = true; return nil }); err != nil {
