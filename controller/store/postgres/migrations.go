@@ -99,4 +99,12 @@ var migrations = []string{
 		holder text COLLATE "C" PRIMARY KEY,
 		expires_at timestamptz NOT NULL
 	);`,
+	// 4: addresses the boot service's full-mode DHCP gave out; an address
+	// belongs to one MAC at a time (the unique constraint decides races
+	// between controllers).
+	`CREATE TABLE dhcp_leases (
+		mac text COLLATE "C" PRIMARY KEY,
+		ip text COLLATE "C" NOT NULL CONSTRAINT dhcp_leases_ip_key UNIQUE,
+		expires_at timestamptz NOT NULL
+	);`,
 }

@@ -70,4 +70,11 @@ var migrations = []string{
 		holder TEXT PRIMARY KEY,
 		expires_at INTEGER NOT NULL
 	);`,
+	// 4: addresses the boot service's full-mode DHCP gave out (expiry in
+	// Unix nanoseconds); an address belongs to one MAC at a time.
+	`CREATE TABLE dhcp_leases (
+		mac TEXT PRIMARY KEY,
+		ip TEXT NOT NULL UNIQUE,
+		expires_at INTEGER NOT NULL
+	);`,
 }

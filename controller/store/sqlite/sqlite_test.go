@@ -20,6 +20,14 @@ func TestSuiteFile(t *testing.T) {
 	})
 }
 
+func TestDHCPLeases(t *testing.T) {
+	storetest.RunDHCPLeases(t, func(t *testing.T) store.Store {
+		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
+		require.NoError(t, err)
+		return s
+	})
+}
+
 func TestSuiteMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := Open(context.Background(), ":memory:")
