@@ -150,4 +150,3 @@ func tftpCode(err error) int {
 	}
 	return -1
 }
-

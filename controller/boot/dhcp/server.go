@@ -1,0 +1,104 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+)
+
+// maxInFlight bounds requests handled at once (each may read the store).
+const maxInFlight = 32
+
+// ListenAndServe answers on iface: port 67, and in proxy mode port 4011
+// too, until ctx ends. The sockets are bound to the interface
+// (SO_BINDTODEVICE), so nothing is answered on any other network.
+func (r *Responder) ListenAndServe(ctx context.Context, iface string) error {
+	if iface == "" {
+		return errors.New("dhcp: no boot interface")
+	}
+	c67, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: dhcpv4.ServerPort})
+	if err != nil {
+		return fmt.Errorf("dhcp: listen on %s port 67: %w", iface, err)
+	}
+	conns := []*net.UDPConn{c67}
+	if r.cfg.Mode == ModeProxy {
+		c4011, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: 4011})
+		if err != nil {
+			c67.Close()
+			return fmt.Errorf("dhcp: listen on %s port 4011: %w", iface, err)
+		}
+		conns = append(conns, c4011)
+	}
+	errs := make(chan error, len(conns))
+	for i, c := range conns {
+		go func() { errs <- r.Serve(ctx, c, i == 1) }()
+	}
+	var first error
+	for range conns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Serve answers requests read from conn until ctx ends; pxePort says conn
+// is the proxyDHCP port 4011.
+func (r *Responder) Serve(ctx context.Context, conn *net.UDPConn, pxePort bool) error {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	sem := make(chan struct{}, maxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		buf := make([]byte, 1500)
+		n, peer, err := conn.ReadFromUDP(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("dhcp: read: %w", err)
+		}
+		req, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			r.log.Debug("dhcp: unparsable packet", "from", peer, "err", err)
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := r.Respond(ctx, req, pxePort)
+			if err != nil {
+				r.log.Warn("dhcp: cannot answer", "mac", req.ClientHWAddr, "err", err)
+				return
+			}
+			if resp == nil {
+				return
+			}
+			if _, err := conn.WriteToUDP(resp.ToBytes(), destination(req, resp, peer, pxePort)); err != nil {
+				r.log.Warn("dhcp: send failed", "mac", req.ClientHWAddr, "err", err)
+			}
+		}()
+	}
+}
+
+// destination is where a reply goes (RFC 2131 §4.1): to the relay, to a
+// client that already has an address, or broadcast on the interface.
+func destination(req, resp *dhcpv4.DHCPv4, peer *net.UDPAddr, pxePort bool) *net.UDPAddr {
+	switch {
+	case req.GatewayIPAddr != nil && !req.GatewayIPAddr.IsUnspecified():
+		return &net.UDPAddr{IP: req.GatewayIPAddr, Port: dhcpv4.ServerPort}
+	case pxePort:
+		return peer // the PXE client asked from its own address and port
+	case req.ClientIPAddr != nil && !req.ClientIPAddr.IsUnspecified() && resp.MessageType() != dhcpv4.MessageTypeNak:
+		return &net.UDPAddr{IP: req.ClientIPAddr, Port: dhcpv4.ClientPort}
+	}
+	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+}
