@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-
 // FuzzRespond feeds arbitrary datagrams through the DHCP parser and both
 // modes of the responder: nothing panics, and nothing is ever answered
 // except to an enrolled MAC whose node is booting.
