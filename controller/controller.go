@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
@@ -26,13 +27,16 @@ import (
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen               string // address to listen on
-	Database             string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                 string // noauth | http_basic
-	HTPasswd             string // htpasswd file for http_basic
-	AllowInsecureNoAuth  bool   // allow noauth on a non-loopback address
-	PublicURL            string // URL clients and agents use to reach us
-	BootDir              string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	Listen              string // address to listen on
+	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth                string // noauth | http_basic
+	HTPasswd            string // htpasswd file for http_basic
+	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
+	PublicURL           string // URL clients and agents use to reach us
+	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	// Boot is the network-boot service (DHCP, TFTP); off unless set.
+	// BootDir, the public URL and the API port are filled in by Run.
+	Boot                 boot.Config
 	Host                 string // name written into node reservations
 	Workers              int
 	AutomatedClean       bool
@@ -154,14 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval})
 	// note records what the BMC did (which provider answered) in the node's
-	// history; a failure to record is logged, never fatal.
-	note := func(ctx context.Context, nodeUUID, severity, msg string) {
-		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
-			EventType: "bmc", Event: msg, Conductor: cfg.Host}
-		if err := st.AppendEvent(ctx, e); err != nil {
-			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
-		}
-	}
+	// history.
+	note := recorder(st, log, cfg.Host, "bmc")
 	var fake conductor.Driver = conductor.FakeDriver{}
 	var listenURL string
 	var sim *simulatedHardware
@@ -187,6 +185,21 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listenURL = "http://" + ln.Addr().String()
+	var bootSvc *boot.Service
+	if cfg.Boot.Enabled() {
+		bc := cfg.Boot
+		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, cfg.PublicURL, ln.Addr().(*net.TCPAddr).Port
+		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cfg.Host, "boot")
+		bs, ok := st.(boot.Store)
+		if !ok {
+			ln.Close()
+			return fmt.Errorf("the boot service needs a database that keeps DHCP leases; %T does not", st)
+		}
+		if bootSvc, err = boot.New(bc, bs); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
 		"host", cond.Host(), "lease_holder", cond.Holder())
@@ -199,13 +212,28 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { condDone <- cond.Run(condCtx) }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
+	// bootDone stays nil (never ready) without a boot service; with one it
+	// delivers Run's result once, and waitBoot collects it at shutdown.
+	var bootDone chan error
+	waitBoot := func() {}
+	if bootSvc != nil {
+		bootDone = make(chan error, 1)
+		go func() { bootDone <- bootSvc.Run(condCtx) }()
+		waitBoot = func() { <-bootDone }
+	}
 
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
 		stopCond()
 		<-condDone
+		waitBoot()
 		return fmt.Errorf("http server: %w", err)
+	case err := <-bootDone:
+		hs.Close()
+		stopCond()
+		<-condDone
+		return fmt.Errorf("boot service stopped: %w", err)
 	}
 	log.Info("shutting down: draining requests and workers")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -213,7 +241,20 @@ func Run(ctx context.Context, cfg Config) error {
 	err = hs.Shutdown(shutCtx)
 	stopCond()
 	<-condDone
+	waitBoot()
 	return err
+}
+
+// recorder returns a function that writes a line of eventType into a
+// node's history; a failure to record is logged, never fatal.
+func recorder(st store.History, log *slog.Logger, host, eventType string) func(ctx context.Context, nodeUUID, severity, msg string) {
+	return func(ctx context.Context, nodeUUID, severity, msg string) {
+		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
+			EventType: eventType, Event: msg, Conductor: host}
+		if err := st.AppendEvent(ctx, e); err != nil {
+			log.Warn("recording a history event failed", "node", nodeUUID, "type", eventType, "err", err)
+		}
+	}
 }
 
 // redactURL hides the password of a database URL for logs and errors.

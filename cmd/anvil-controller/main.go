@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller"
+	"github.com/anvil-metal/anvil/controller/boot"
 )
 
 func main() {
@@ -47,6 +48,10 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		publicURL  = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 		host       = fs.String("host", hostname, "name written into node reservations")
 		bootDir    = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.gz (make image: out/image) served to PXE-booting nodes")
+		bootDHCP   = fs.String("boot-dhcp", "off", "network boot DHCP: off, proxy (boot information beside the site's DHCP server) or full (addresses from --boot-dhcp-range too); answers only enrolled ports of nodes being booted")
+		bootIface  = fs.String("boot-interface", "", "provisioning network interface the boot service's DHCP (and by default TFTP) listens on")
+		bootRange  = fs.String("boot-dhcp-range", "", "addresses full-mode DHCP hands out: FIRST-LAST, inside --boot-interface's network")
+		bootTFTP   = fs.String("boot-tftp-listen", "", "TFTP address ADDR:PORT serving --boot-dir (default: port 69 on --boot-interface's address when --boot-dhcp is on)")
 		workers    = fs.Int("workers", 16, "concurrent node operations")
 		autoClean  = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
 		cleanWait  = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
@@ -93,7 +98,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
 		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
-		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log})
+		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log,
+		Boot: boot.Config{DHCP: *bootDHCP, Interface: *bootIface, Range: *bootRange, TFTPListen: *bootTFTP}})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -12,8 +12,12 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// bootFiles are the files a node fetches over HTTP after iPXE, by name.
-var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.cpio.gz"}
+// bootFiles are the files a node fetches over HTTP, by name: the kernel
+// and initramfs after iPXE, and the first-stage binaries for UEFI HTTP
+// boot (the boot service's DHCP points such firmware here).
+var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.cpio.gz",
+	"ipxe.efi": "ipxe.efi", "snponly.efi": "snponly.efi", "undionly.kpxe": "undionly.kpxe",
+	"shimx64.efi": "shimx64.efi", "grubx64.efi": "grubx64.efi"}
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
@@ -64,7 +68,7 @@ func (s *Server) publicBase(r *http.Request, n *store.Node) string {
 	return s.baseURL(r)
 }
 
-// bootFile serves the kernel and initramfs from --boot-dir.
+// bootFile serves the files of bootFiles from --boot-dir.
 func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
 	name, ok := bootFiles[muxVar(r, "file")]
 	if !ok || s.bootDir == "" {

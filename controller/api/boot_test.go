@@ -15,6 +15,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel-bytes"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("initramfs-bytes"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ipxe.efi"), []byte("ipxe-efi-bytes"), 0o644))
 	e := newEnvWith(t, agentConfig(), ":memory:", func(c *Config) { c.BootDir = dir; c.PublicURL = "http://10.0.2.100:6385" })
 	id := e.agentNode("pxe", nil)
 
@@ -57,6 +58,8 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, f.status)
 	assert.Equal(t, "kernel-bytes", string(f.body))
 	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	assert.Equal(t, "ipxe-efi-bytes", string(e.do("GET", "/v1/boot/files/ipxe.efi", "", nil).body), "UEFI HTTP boot's first stage")
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/snponly.efi", "", nil).status, "not in the boot directory")
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
 

@@ -14,29 +14,37 @@ import (
 // maxInFlight bounds requests handled at once (each may read the store).
 const maxInFlight = 32
 
-// ListenAndServe answers on iface: port 67, and in proxy mode port 4011
-// too, until ctx ends. The sockets are bound to the interface
-// (SO_BINDTODEVICE), so nothing is answered on any other network.
-func (r *Responder) ListenAndServe(ctx context.Context, iface string) error {
+// Listen opens the sockets mode needs on iface: port 67, and in proxy
+// mode port 4011 too. They are bound to the interface (SO_BINDTODEVICE),
+// so nothing is answered on any other network.
+func Listen(iface string, mode Mode) ([]*net.UDPConn, error) {
 	if iface == "" {
-		return errors.New("dhcp: no boot interface")
+		return nil, errors.New("dhcp: no boot interface")
 	}
-	c67, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: dhcpv4.ServerPort})
-	if err != nil {
-		return fmt.Errorf("dhcp: listen on %s port 67: %w", iface, err)
+	ports := []int{dhcpv4.ServerPort}
+	if mode == ModeProxy {
+		ports = append(ports, 4011)
 	}
-	conns := []*net.UDPConn{c67}
-	if r.cfg.Mode == ModeProxy {
-		c4011, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: 4011})
+	var conns []*net.UDPConn
+	for _, p := range ports {
+		c, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: p})
 		if err != nil {
-			c67.Close()
-			return fmt.Errorf("dhcp: listen on %s port 4011: %w", iface, err)
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("dhcp: listen on %s port %d: %w", iface, p, err)
 		}
-		conns = append(conns, c4011)
+		conns = append(conns, c)
 	}
+	return conns, nil
+}
+
+// ServeAll serves the sockets Listen opened until ctx ends.
+func (r *Responder) ServeAll(ctx context.Context, conns []*net.UDPConn) error {
 	errs := make(chan error, len(conns))
-	for i, c := range conns {
-		go func() { errs <- r.Serve(ctx, c, i == 1) }()
+	for _, c := range conns {
+		pxePort := c.LocalAddr().(*net.UDPAddr).Port == 4011
+		go func() { errs <- r.Serve(ctx, c, pxePort) }()
 	}
 	var first error
 	for range conns {

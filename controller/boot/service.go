@@ -1,0 +1,277 @@
+// Package boot is the controller's network-boot service: DHCP (proxy or
+// full) and TFTP on the provisioning network, so a rack's servers PXE- or
+// HTTP-boot into the agent without a hand-written dnsmasq setup. Off by
+// default; switched on by the --boot-* flags.
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/boot/tftp"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Config is the boot service's part of the controller's configuration.
+type Config struct {
+	DHCP       string // off | proxy | full
+	Interface  string // where DHCP listens (and TFTP by default)
+	Range      string // FIRST-LAST, full mode
+	TFTPListen string // ADDR:PORT; "" = port 69 on the interface's address when DHCP is on, else no TFTP
+	BootDir    string // what TFTP serves
+	// HTTPBase is the controller's URL as nodes reach it (--public-url);
+	// "" = http://<interface address>:<APIPort>.
+	HTTPBase string
+	APIPort  int
+	Logger   *slog.Logger
+	// Record writes a line into a node's history.
+	Record func(ctx context.Context, nodeUUID, severity, msg string)
+}
+
+// Store is what the service reads: ports and nodes to decide whom to
+// answer, and the DHCP lease table.
+type Store interface {
+	ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error)
+	GetNode(ctx context.Context, ident string) (*store.Node, error)
+	dhcp.LeaseStore
+}
+
+// Service is a configured, listening boot service.
+type Service struct {
+	log   *slog.Logger
+	dhcp  *dhcp.Responder
+	conns []*net.UDPConn
+	tftp  *tftp.Server
+	tconn *net.UDPConn
+}
+
+// Enabled reports whether cfg asks for any part of the service.
+func (c Config) Enabled() bool { return (c.DHCP != "" && c.DHCP != "off") || c.TFTPListen != "" }
+
+// New checks cfg and opens the sockets, so that a wrong interface or a
+// port in use fails the controller's start rather than later.
+func New(cfg Config, st Store) (*Service, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{log: log}
+	var mode dhcp.Mode
+	switch cfg.DHCP {
+	case "", "off":
+	case "proxy":
+		mode = dhcp.ModeProxy
+	case "full":
+		mode = dhcp.ModeFull
+	default:
+		return nil, fmt.Errorf("--boot-dhcp %q: use off, proxy or full", cfg.DHCP)
+	}
+	if mode == 0 && (cfg.Range != "" || cfg.Interface != "") && cfg.TFTPListen == "" {
+		return nil, errors.New("--boot-interface and --boot-dhcp-range need --boot-dhcp proxy or full")
+	}
+	var ifAddr netip.Prefix
+	if mode != 0 {
+		var err error
+		if ifAddr, err = interfaceAddr(cfg.Interface); err != nil {
+			return nil, err
+		}
+	}
+	tftpAddr := cfg.TFTPListen
+	if tftpAddr == "" && mode != 0 {
+		tftpAddr = net.JoinHostPort(ifAddr.Addr().String(), "69")
+	}
+	if tftpAddr != "" && cfg.BootDir == "" {
+		return nil, errors.New("the boot service needs --boot-dir (make image: out/image) for the files it serves")
+	}
+	if mode != 0 {
+		r, err := newResponder(cfg, mode, ifAddr, st, log)
+		if err != nil {
+			return nil, err
+		}
+		s.dhcp = r
+		if s.conns, err = dhcp.Listen(cfg.Interface, mode); err != nil {
+			return nil, err
+		}
+	}
+	if tftpAddr != "" {
+		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp")})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.tftp = t
+		ua, err := net.ResolveUDPAddr("udp4", tftpAddr)
+		if err == nil {
+			s.tconn, err = net.ListenUDP("udp4", ua)
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("--boot-tftp-listen %s: %w", tftpAddr, err)
+		}
+	}
+	return s, nil
+}
+
+func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, st Store, log *slog.Logger) (*dhcp.Responder, error) {
+	base := strings.TrimRight(cfg.HTTPBase, "/")
+	if base == "" {
+		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
+	}
+	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
+		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Logger: log.With("component", "dhcp")}
+	if mode == dhcp.ModeFull {
+		if cfg.Range == "" {
+			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
+		}
+		r, err := dhcp.ParseRange(cfg.Range)
+		if err != nil {
+			return nil, fmt.Errorf("--boot-dhcp-range: %w", err)
+		}
+		if !ifAddr.Contains(r.First) || !ifAddr.Contains(r.Last) {
+			return nil, fmt.Errorf("--boot-dhcp-range %s is not inside %s's network %s", cfg.Range, cfg.Interface, ifAddr.Masked())
+		}
+		dc.Range = r
+	}
+	return dhcp.NewResponder(dc)
+}
+
+// interfaceAddr is the first IPv4 address of the named interface.
+func interfaceAddr(name string) (netip.Prefix, error) {
+	if name == "" {
+		return netip.Prefix{}, errors.New("--boot-dhcp needs --boot-interface NAME (the provisioning network's interface)")
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("--boot-interface %s: %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("--boot-interface %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			addr, _ := netip.AddrFromSlice(ipn.IP.To4())
+			ones, _ := ipn.Mask.Size()
+			return netip.PrefixFrom(addr, ones), nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("--boot-interface %s has no IPv4 address: give it one on the provisioning network", name)
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	if s.dhcp != nil {
+		wg.Go(func() { errs <- s.dhcp.ServeAll(ctx, s.conns) })
+		s.log.Info("boot service: DHCP listening", "sockets", len(s.conns))
+	}
+	if s.tftp != nil {
+		wg.Go(func() { errs <- s.tftp.Serve(ctx, s.tconn) })
+		s.log.Info("boot service: TFTP listening", "addr", s.tconn.LocalAddr().String())
+	}
+	wg.Wait()
+	close(errs)
+	s.Close()
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases what New opened (Run does it itself when it ends).
+func (s *Service) Close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+	if s.tconn != nil {
+		s.tconn.Close()
+	}
+	if s.tftp != nil {
+		s.tftp.Close()
+	}
+}
+
+// storeNodes answers dhcp's question "who is behind this MAC?" from the
+// store: the port with that address, and its node's state.
+type storeNodes struct{ st Store }
+
+func (n storeNodes) BootTarget(ctx context.Context, mac string) (dhcp.Target, error) {
+	ports, err := n.st.ListPorts(ctx, store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
+	if err != nil {
+		return dhcp.Target{}, err
+	}
+	if len(ports) == 0 {
+		return dhcp.Target{}, dhcp.ErrUnknownMAC
+	}
+	p := ports[0]
+	node, err := n.st.GetNode(ctx, p.NodeUUID)
+	if errors.Is(err, store.ErrNotFound) {
+		return dhcp.Target{}, dhcp.ErrUnknownMAC
+	}
+	if err != nil {
+		return dhcp.Target{}, err
+	}
+	t := dhcp.Target{NodeUUID: node.UUID, State: node.ProvisionState,
+		Booting: state.LookupAllowed(state.State(node.ProvisionState)), SecureBoot: SecureBootRequested(node)}
+	if !p.PXEEnabled {
+		// Ironic boots only ports with pxe_enabled; say so in the history.
+		t.Booting, t.State = false, node.ProvisionState+" (port "+mac+" has pxe_enabled false)"
+	}
+	return t, nil
+}
+
+// SecureBootRequested reads Ironic's ways of asking for UEFI Secure Boot:
+// the secure_boot capability in instance_info or properties, or
+// driver_info secure_boot, each with boot_mode uefi where a mode is given.
+func SecureBootRequested(n *store.Node) bool {
+	for _, src := range []map[string]any{n.InstanceInfo, n.Properties} {
+		if caps := capabilities(src["capabilities"]); caps["secure_boot"] == "true" && caps["boot_mode"] != "bios" {
+			return true
+		}
+	}
+	if v, ok := n.DriverInfo["secure_boot"]; ok && truthy(v) {
+		return true
+	}
+	return false
+}
+
+// capabilities reads Ironic's capabilities, a "k:v,k:v" string or an object.
+func capabilities(v any) map[string]string {
+	out := map[string]string{}
+	switch c := v.(type) {
+	case string:
+		for _, kv := range strings.Split(c, ",") {
+			if k, val, ok := strings.Cut(strings.TrimSpace(kv), ":"); ok {
+				out[k] = strings.ToLower(val)
+			}
+		}
+	case map[string]any:
+		for k, val := range c {
+			out[k] = strings.ToLower(fmt.Sprint(val))
+		}
+	}
+	return out
+}
+
+func truthy(v any) bool {
+	switch b := v.(type) {
+	case bool:
+		return b
+	case string:
+		ok, _ := strconv.ParseBool(b)
+		return ok
+	}
+	return false
+}

@@ -1,0 +1,80 @@
+package boot
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+)
+
+func TestBootTarget(t *testing.T) {
+	ctx := context.Background()
+	st, cleaning, active := fleet(t)
+	nodes := storeNodes{st}
+
+	tgt, err := nodes.BootTarget(ctx, macClean)
+	require.NoError(t, err)
+	assert.Equal(t, dhcp.Target{NodeUUID: cleaning.UUID, State: "clean wait", Booting: true}, tgt)
+	tgt, err = nodes.BootTarget(ctx, macActive)
+	require.NoError(t, err)
+	assert.Equal(t, dhcp.Target{NodeUUID: active.UUID, State: "active"}, tgt)
+	_, err = nodes.BootTarget(ctx, macUnknown)
+	assert.ErrorIs(t, err, dhcp.ErrUnknownMAC)
+
+	// A port with pxe_enabled false is not booted, and the history will say why.
+	n := storetest.NewNode("")
+	n.ProvisionState = "deploying"
+	n.InstanceInfo = map[string]any{"capabilities": map[string]any{"secure_boot": "true", "boot_mode": "uefi"}}
+	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, st.CreatePort(ctx, &store.Port{UUID: "p3", Address: "52:54:00:77:00:03", NodeUUID: n.UUID, CreatedAt: time.Now()}))
+	tgt, err = nodes.BootTarget(ctx, "52:54:00:77:00:03")
+	require.NoError(t, err)
+	assert.False(t, tgt.Booting)
+	assert.True(t, tgt.SecureBoot)
+	assert.Contains(t, tgt.State, "pxe_enabled false")
+}
+
+func TestSecureBootRequested(t *testing.T) {
+	cases := []struct {
+		name string
+		node store.Node
+		want bool
+	}{
+		{"nothing", store.Node{}, false},
+		{"instance_info string", store.Node{InstanceInfo: map[string]any{"capabilities": "boot_mode:uefi,secure_boot:true"}}, true},
+		{"instance_info object", store.Node{InstanceInfo: map[string]any{"capabilities": map[string]any{"secure_boot": true}}}, true},
+		{"properties", store.Node{Properties: map[string]any{"capabilities": "secure_boot:True"}}, true},
+		{"bios mode wins", store.Node{Properties: map[string]any{"capabilities": "boot_mode:bios,secure_boot:true"}}, false},
+		{"false", store.Node{Properties: map[string]any{"capabilities": "secure_boot:false"}}, false},
+		{"driver_info", store.Node{DriverInfo: map[string]any{"secure_boot": "true"}}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, SecureBootRequested(&tc.node)) })
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	st, _, _ := fleet(t)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{DHCP: "maybe"}, "use off, proxy or full"},
+		{Config{DHCP: "proxy"}, "--boot-interface"},
+		{Config{DHCP: "proxy", Interface: "nosuch0"}, "nosuch0"},
+		{Config{Range: "10.0.0.1-10.0.0.2"}, "need --boot-dhcp"},
+		{Config{TFTPListen: "127.0.0.1:0"}, "--boot-dir"},
+		{Config{DHCP: "full", Interface: "lo", BootDir: "/"}, "--boot-dhcp-range"},
+		{Config{DHCP: "full", Interface: "lo", BootDir: "/", Range: "10.0.0.1-10.0.0.9"}, "not inside lo's network"},
+	} {
+		_, err := New(tc.cfg, st)
+		require.Error(t, err, "%+v", tc.cfg)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
