@@ -53,6 +53,9 @@ type Config struct {
 	Rebuild bool
 	// Compression of the initramfs: Gzip (default) or Zstd.
 	Compression Compression
+	// Netboot lists first-stage boot binaries copied into OutDir for the
+	// controller's boot service (NetbootFiles; nil: none).
+	Netboot []NetbootFile
 }
 
 // DefaultConfig is the standard image for a checkout at repo.
@@ -68,6 +71,7 @@ func DefaultConfig(repo string) Config {
 		CACerts:       true,
 		AgentPackage:  "./cmd/anvil-agent",
 		Compression:   Gzip,
+		Netboot:       NetbootFiles(),
 	}
 }
 
@@ -109,6 +113,9 @@ type Manifest struct {
 	Base        Part        `json:"base"`
 	Overlay     Part        `json:"overlay"`
 	Initramfs   File        `json:"initramfs"`
+	// Netboot are the first-stage boot binaries (iPXE, shim, GRUB) and
+	// the Debian packages they come from.
+	Netboot *Netboot `json:"netboot,omitempty"`
 	// UncompressedBytes is base + overlay cpio size.
 	UncompressedBytes int64 `json:"uncompressed_bytes"`
 	// Timings of this build, not part of the image identity.
@@ -262,6 +269,15 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	}
 	if m.Kernel.File, err = Assemble(filepath.Join(cfg.OutDir, "vmlinuz"), k.Vmlinuz); err != nil {
 		return nil, err
+	}
+	if len(cfg.Netboot) > 0 {
+		t = time.Now()
+		pkgs, files, err := fetchNetboot(ctx, deb, cfg.OutDir, cfg.Netboot)
+		if err != nil {
+			return nil, err
+		}
+		m.Netboot = &Netboot{Packages: pkgs, Files: files}
+		m.Timings["netboot"] = since(t)
 	}
 	m.Compression = cfg.Compression
 	m.UncompressedBytes = m.Base.UncompressedBytes + m.Overlay.UncompressedBytes

@@ -134,6 +134,13 @@ var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
 
 func startController(tb testing.TB, extraArgs ...string) *controller {
 	tb.Helper()
+	return startControllerOn(tb, "127.0.0.1:0", extraArgs...)
+}
+
+// startControllerOn is startController listening on listen (e.g. a
+// bridge's address inside a test's network namespace).
+func startControllerOn(tb testing.TB, listen string, extraArgs ...string) *controller {
+	tb.Helper()
 	dir := tb.TempDir()
 	bin := filepath.Join(dir, "anvil-controller")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/anvil-controller")
@@ -143,7 +150,7 @@ func startController(tb testing.TB, extraArgs ...string) *controller {
 		tb.Fatalf("build controller: %v\n%s", err, out)
 	}
 	c := &controller{bin: bin, dir: dir, args: extraArgs}
-	c.start(tb, "127.0.0.1:0")
+	c.start(tb, listen)
 	tb.Cleanup(func() {
 		c.kill()
 		if tb.Failed() {

@@ -53,7 +53,7 @@ func inNamespace(t *testing.T, name string) bool {
 }
 
 // veth makes srv0 (10.77.0.1/24) and cli0 (no address) in this namespace.
-func veth(t *testing.T) {
+func veth(t testing.TB) {
 	require.NoError(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "srv0"}, PeerName: "cli0"}))
 	srv, err := netlink.LinkByName("srv0")
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func (e *events) text() string {
 
 // fleet enrols a node being cleaned (port macClean) and an active one
 // (port macActive) in a fresh SQLite store.
-func fleet(t *testing.T) (*sqlite.Store, *store.Node, *store.Node) {
+func fleet(t testing.TB) (*sqlite.Store, *store.Node, *store.Node) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "anvil.db"))
 	require.NoError(t, err)
@@ -122,7 +122,7 @@ func client(t *testing.T, mac string) *nclient4.Client {
 	return c
 }
 
-func startService(t *testing.T, cfg Config, st Store) {
+func startService(t testing.TB, cfg Config, st Store) {
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	s, err := New(cfg, st)
 	require.NoError(t, err)

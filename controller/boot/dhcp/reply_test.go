@@ -334,3 +334,30 @@ func ExampleParseRange() {
 	fmt.Println(r.First, r.Last)
 	// Output: 192.168.50.100 192.168.50.199
 }
+
+// BenchmarkRespondFull: DISCOVER+REQUEST handling of one client (no
+// network), full mode on a SQLite file: the server's own cost per client.
+func BenchmarkRespondFull(b *testing.B) {
+	ctx := context.Background()
+	many := fakeNodes{}
+	for i := range 250 {
+		many[fmt.Sprintf("52:54:00:00:01:%02x", i)] = Target{NodeUUID: fmt.Sprint("n", i), State: "clean wait", Booting: true}
+	}
+	r := newResponder(b, ModeFull, &history{}, withSQLite(b, filepath.Join(b.TempDir(), "a.db")), func(c *Config) {
+		c.Nodes = many
+		c.Range = Range{netip.MustParseAddr("10.9.0.2"), netip.MustParseAddr("10.9.0.251")}
+	})
+	b.ResetTimer()
+	for i := range b.N {
+		mac := fmt.Sprintf("52:54:00:00:01:%02x", i%250)
+		offer, err := r.Respond(ctx, request(b, dhcpv4.MessageTypeDiscover, mac, KindBIOS), false)
+		if err != nil || offer == nil {
+			b.Fatal(err)
+		}
+		req := request(b, dhcpv4.MessageTypeRequest, mac, KindBIOS, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)))
+		if ack, err := r.Respond(ctx, req, false); err != nil || ack == nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "replies/s")
+}
