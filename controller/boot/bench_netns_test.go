@@ -269,4 +269,3 @@ func tftpGet(conn *net.UDPConn, server net.IP, file string) ([]byte, error) {
 		}
 	}
 }
-
