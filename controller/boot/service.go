@@ -117,6 +117,7 @@ func New(cfg Config, st Store) (*Service, error) {
 			s.Close()
 			return nil, fmt.Errorf("--boot-tftp-listen %s: %w", tftpAddr, err)
 		}
+		_ = s.tconn.SetReadBuffer(4 << 20) // a burst of RRQs from a rack booting at once
 	}
 	return s, nil
 }

@@ -69,19 +69,37 @@ type pool struct {
 	exclude netip.Addr // the server's own address, if inside the range
 	st      LeaseStore
 	mu      sync.Mutex // one allocation at a time in this process; the store arbitrates between processes
+	// held are addresses offered and not yet requested. Offers are kept in
+	// memory only: an offer is not a lease, and writing each to the
+	// database would double the writes of a busy boot storm. The REQUEST's
+	// claim in the store decides (another controller's claim in between
+	// gets the client a NAK, and it starts over).
+	held map[netip.Addr]hold
+}
+
+type hold struct {
+	mac   string
+	until time.Time
 }
 
 var errPoolFull = errors.New("dhcp: no free address in the range")
 
-// offer picks and reserves (until expires) an address for mac: its current
-// lease's address, else the one it asks for if free, else a never-leased
-// address, else the one whose lease expired longest ago.
+// offer picks and holds (until expires) an address for mac: its current
+// lease's or offer's address, else the one it asks for if free, else a
+// never-leased address, else the one whose lease expired longest ago.
 func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now, expires time.Time) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	leases, err := p.st.ListDHCPLeases(ctx)
 	if err != nil {
 		return netip.Addr{}, err
+	}
+	if p.held == nil {
+		p.held = map[netip.Addr]hold{}
+	}
+	heldByOther := func(a netip.Addr) bool {
+		h, ok := p.held[a]
+		return ok && h.mac != mac && h.until.After(now)
 	}
 	byIP := make(map[netip.Addr]store.DHCPLease, len(leases))
 	var mine netip.Addr
@@ -95,8 +113,16 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 			mine = a
 		}
 	}
+	for a, h := range p.held {
+		switch {
+		case !h.until.After(now):
+			delete(p.held, a)
+		case h.mac == mac && !mine.IsValid():
+			mine = a
+		}
+	}
 	free := func(a netip.Addr) bool {
-		if !p.r.Contains(a) || a == p.exclude {
+		if !p.r.Contains(a) || a == p.exclude || heldByOther(a) {
 			return false
 		}
 		l, held := byIP[a]
@@ -112,7 +138,7 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 	var expired []store.DHCPLease
 	for v := u32(p.r.First); v <= u32(p.r.Last) && len(cands) < 8; v++ {
 		a := fromU32(v)
-		if a == p.exclude || a == mine || a == requested {
+		if a == p.exclude || a == mine || a == requested || heldByOther(a) {
 			continue
 		}
 		if l, held := byIP[a]; !held {
@@ -128,16 +154,11 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 	for _, l := range expired {
 		cands = append(cands, netip.MustParseAddr(l.IP))
 	}
-	for _, a := range cands {
-		err := p.st.ClaimDHCPLease(ctx, store.DHCPLease{MAC: mac, IP: a.String(), ExpiresAt: expires}, now)
-		if err == nil {
-			return a, nil
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return netip.Addr{}, err
-		}
+	if len(cands) == 0 {
+		return netip.Addr{}, errPoolFull
 	}
-	return netip.Addr{}, errPoolFull
+	p.held[cands[0]] = hold{mac: mac, until: expires}
+	return cands[0], nil
 }
 
 // confirm binds addr to mac until expires (a REQUEST); false if the address
@@ -148,9 +169,15 @@ func (p *pool) confirm(ctx context.Context, mac string, addr netip.Addr, now, ex
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if h, ok := p.held[addr]; ok && h.mac != mac && h.until.After(now) {
+		return false, nil // offered to someone else a moment ago
+	}
 	err := p.st.ClaimDHCPLease(ctx, store.DHCPLease{MAC: mac, IP: addr.String(), ExpiresAt: expires}, now)
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil
+	}
+	if err == nil {
+		delete(p.held, addr)
 	}
 	return err == nil, err
 }

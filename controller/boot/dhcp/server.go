@@ -34,6 +34,9 @@ func Listen(iface string, mode Mode) ([]*net.UDPConn, error) {
 			}
 			return nil, fmt.Errorf("dhcp: listen on %s port %d: %w", iface, p, err)
 		}
+		// A rack powering on at once sends a burst of DISCOVERs; the
+		// default buffer (~200 KB) holds about a hundred.
+		_ = c.SetReadBuffer(4 << 20)
 		conns = append(conns, c)
 	}
 	return conns, nil

@@ -22,6 +22,9 @@ type transfer struct {
 
 var errGaveUp = errors.New("tftp: client stopped answering")
 
+// readChunk is how much of the file one read fetches.
+const readChunk = 256 << 10
+
 func (t *transfer) send(b []byte) error {
 	_, err := t.conn.WriteToUDPAddrPort(b, t.client)
 	return err
@@ -44,17 +47,27 @@ func (t *transfer) run(f io.ReaderAt, size int64, order []string, acc map[string
 	// Blocks are 1..last; the last is short (possibly empty) and ends the transfer.
 	last := uint64(size)/uint64(t.blockSize) + 1
 	buf := make([]byte, 4+t.blockSize)
+	// The file is read in chunks of whole blocks, not one read per block:
+	// with 512-byte blocks that is most of the per-packet cost.
+	chunkBlocks := max(1, readChunk/t.blockSize)
+	chunk := make([]byte, chunkBlocks*t.blockSize)
+	chunkFirst, chunkLen := uint64(0), -1 // first block in chunk; bytes valid
 	var acked uint64
 	tries := 0
 	for acked < last {
 		end := min(acked+uint64(t.window), last)
 		for b := acked + 1; b <= end; b++ {
-			off := int64(b-1) * int64(t.blockSize)
-			n, err := f.ReadAt(buf[4:], off)
-			if err != nil && !errors.Is(err, io.EOF) {
-				t.send(errorPacket(errUndefined, "read error"))
-				return int64(acked) * int64(t.blockSize), fmt.Errorf("tftp: read: %w", err)
+			if chunkLen < 0 || b < chunkFirst || b >= chunkFirst+uint64(chunkBlocks) {
+				chunkFirst = b
+				n, err := f.ReadAt(chunk, int64(b-1)*int64(t.blockSize))
+				if err != nil && !errors.Is(err, io.EOF) {
+					t.send(errorPacket(errUndefined, "read error"))
+					return int64(acked) * int64(t.blockSize), fmt.Errorf("tftp: read: %w", err)
+				}
+				chunkLen = n
 			}
+			from := int(b-chunkFirst) * t.blockSize
+			n := copy(buf[4:], chunk[min(from, chunkLen):min(from+t.blockSize, chunkLen)])
 			dataHeader(buf, uint16(b))
 			if err := t.send(buf[:4+n]); err != nil {
 				return int64(acked) * int64(t.blockSize), fmt.Errorf("tftp: send: %w", err)
