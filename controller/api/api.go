@@ -133,6 +133,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", s.wrap(s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", s.wrap(s.bootScript)).Methods(http.MethodGet)
+	r.Handle("/boot/{node}/grub", s.wrap(s.bootGrub)).Methods(http.MethodGet)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

@@ -3,7 +3,9 @@ package api
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +27,7 @@ var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.
 // (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
-	if s.bootDir == "" {
-		return errf(http.StatusNotFound, "This controller serves no boot files: start it with --boot-dir pointing at a built image (make image).")
-	}
-	ident := muxVar(r, "node")
-	n, err := s.st.GetNode(r.Context(), ident)
-	if errors.Is(err, store.ErrNotFound) {
-		return notFound("Node", ident)
-	}
+	n, err := s.bootNode(r)
 	if err != nil {
 		return err
 	}
@@ -41,22 +36,98 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 		fmt.Fprintf(w, "#!ipxe\necho anvil: node %s is %s and expects no agent; booting the next device\nexit 0\n", n.UUID, n.ProvisionState)
 		return nil
 	}
-	base := s.publicBase(r, n)
-	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+	base, args, err := s.agentBoot(r, n)
 	if err != nil {
 		return err
 	}
-	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
-		args = append(args, extra)
-	} else {
-		args = append(args, "console=tty0", "console=ttyS0,115200n8")
-	}
+	args = append([]string{"initrd=initramfs"}, args...)
 	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
 	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
 	fmt.Fprintf(w, "boot\n")
 	return nil
+}
+
+// bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
+// boots the agent ramdisk on a UEFI Secure Boot node (signed shim → signed
+// GRUB → the signed kernel, fetched over HTTP). Like the iPXE script it is
+// public and carries the per-boot nonce. {node} may also be one of the
+// node's port MACs: the boot service's TFTP grub.cfg knows only
+// ${net_default_mac}.
+func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.bootNode(r)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !state.LookupAllowed(state.State(n.ProvisionState)) {
+		fmt.Fprintf(w, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
+		return nil
+	}
+	base, args, err := s.agentBoot(r, n)
+	if err != nil {
+		return err
+	}
+	dev, err := grubHTTPDevice(base)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
+	fmt.Fprintf(w, "linux %s/v1/boot/files/vmlinuz %s\n", dev, strings.Join(args, " "))
+	fmt.Fprintf(w, "initrd %s/v1/boot/files/initramfs\n", dev)
+	fmt.Fprintf(w, "boot\n")
+	return nil
+}
+
+// grubHTTPDevice turns http://HOST:PORT into GRUB's (http,HOST:PORT).
+func grubHTTPDevice(base string) (string, error) {
+	u, err := neturl.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return "", errf(http.StatusConflict, "GRUB fetches the kernel over plain HTTP; the controller's public URL %q is not http://HOST:PORT", base)
+	}
+	return "(http," + u.Host + ")", nil
+}
+
+// bootNode finds the node of a boot request by UUID, name or port MAC.
+func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
+	if s.bootDir == "" {
+		return nil, errf(http.StatusNotFound, "This controller serves no boot files: start it with --boot-dir pointing at a built image (make image).")
+	}
+	ident := muxVar(r, "node")
+	if hw, err := net.ParseMAC(ident); err == nil && len(hw) == 6 {
+		mac := hw.String()
+		ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		if len(ports) == 0 {
+			return nil, notFound("Node", ident)
+		}
+		ident = ports[0].NodeUUID
+	}
+	n, err := s.st.GetNode(r.Context(), ident)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("Node", ident)
+	}
+	return n, err
+}
+
+// agentBoot is what every boot loader passes the agent's kernel: the
+// controller's URL as the node reaches it, and the kernel command line
+// with a per-boot nonce (anvil.token=) that the agent's lookup must present.
+func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, error) {
+	base := s.publicBase(r, n)
+	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+	if err != nil {
+		return "", nil, err
+	}
+	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
+	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
+		args = append(args, extra)
+	} else {
+		args = append(args, "console=tty0", "console=ttyS0,115200n8")
+	}
+	return base, args, nil
 }
 
 // publicBase is the URL nodes use to reach the controller: a per-node

@@ -23,6 +23,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.True(t, strings.HasPrefix(string(r.body), "#!ipxe\n"))
 	assert.Contains(t, string(r.body), "exit 0", "a manageable node expects no agent: boot the next device")
+	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe/grub", "", nil).body), "expects no agent; booting the next device'\nexit\n")
 
 	require.Equal(t, 202, e.provision("pxe", "provide", nil).status)
 	e.waitState("pxe", "clean wait")
@@ -33,6 +34,17 @@ func TestBootScriptAndFiles(t *testing.T) {
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
 	assert.Contains(t, again, "anvil.token="+nonce, "a re-fetch of the script gets the same nonce")
+
+	// Secure Boot nodes get the same kernel command line as a GRUB
+	// configuration; {node} may be a port MAC, in any usual spelling.
+	for _, ident := range []string{id, "pxe", mac1, strings.ToUpper(strings.ReplaceAll(mac1, ":", "-"))} {
+		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
+		require.Equal(t, 200, r.status, ident)
+		grub := string(r.body)
+		assert.Contains(t, grub, "linux (http,10.0.2.100:6385)/v1/boot/files/vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce, ident)
+		assert.Contains(t, grub, "initrd (http,10.0.2.100:6385)/v1/boot/files/initramfs\nboot\n", ident)
+	}
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
 
 	// while the nonce is outstanding, lookup needs it
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)

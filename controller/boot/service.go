@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,8 +93,12 @@ func New(cfg Config, st Store) (*Service, error) {
 	if tftpAddr != "" && cfg.BootDir == "" {
 		return nil, errors.New("the boot service needs --boot-dir (make image: out/image) for the files it serves")
 	}
+	base := strings.TrimRight(cfg.HTTPBase, "/")
+	if base == "" && ifAddr.IsValid() {
+		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
+	}
 	if mode != 0 {
-		r, err := newResponder(cfg, mode, ifAddr, st, log)
+		r, err := newResponder(cfg, mode, ifAddr, base, st, log)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +108,7 @@ func New(cfg Config, st Store) (*Service, error) {
 		}
 	}
 	if tftpAddr != "" {
-		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp")})
+		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"), Files: grubFiles(base)})
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -122,11 +127,23 @@ func New(cfg Config, st Store) (*Service, error) {
 	return s, nil
 }
 
-func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, st Store, log *slog.Logger) (*dhcp.Responder, error) {
-	base := strings.TrimRight(cfg.HTTPBase, "/")
-	if base == "" {
-		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
+// grubFiles is the GRUB configuration served over TFTP. Debian's signed
+// network GRUB (grubx64.efi, loaded by shim on Secure Boot nodes) reads
+// $prefix/grub.cfg from its TFTP server, prefix /grub; this one hands over
+// to the node's own configuration, which the controller serves over HTTP
+// with the agent's kernel command line.
+func grubFiles(base string) map[string][]byte {
+	u, err := neturl.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil // GRUB speaks plain HTTP only; /v1/boot/{node}/grub says why
 	}
+	cfg := fmt.Sprintf("# anvil boot service: hand over to this node's configuration\n"+
+		"echo 'anvil: fetching the configuration for ${net_default_mac}'\n"+
+		"configfile (http,%s)/v1/boot/${net_default_mac}/grub\n", u.Host)
+	return map[string][]byte{"grub/grub.cfg": []byte(cfg)}
+}
+
+func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, st Store, log *slog.Logger) (*dhcp.Responder, error) {
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
 		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Logger: log.With("component", "dhcp")}
 	if mode == dhcp.ModeFull {

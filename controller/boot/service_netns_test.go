@@ -174,6 +174,12 @@ func TestServiceInNamespace(t *testing.T) {
 			got, err := os.ReadFile(out)
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(ipxe, got), "TFTP content differs")
+			// The GRUB hand-over for Secure Boot nodes is generated.
+			msg, err = exec.Command("tftp", "-m", "binary", "10.77.0.1", "-c", "get", "grub/grub.cfg", out).CombinedOutput()
+			require.NoError(t, err, string(msg))
+			got, err = os.ReadFile(out)
+			require.NoError(t, err)
+			assert.Contains(t, string(got), "configfile (http,10.77.0.1:6385)/v1/boot/${net_default_mac}/grub\n")
 			require.NoError(t, netlink.AddrDel(cli, &netlink.Addr{IPNet: &net.IPNet{IP: ack.YourIPAddr, Mask: net.CIDRMask(24, 32)}}))
 		}
 

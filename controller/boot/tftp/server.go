@@ -34,6 +34,9 @@ type Config struct {
 	Logger       *slog.Logger
 	// OnTransfer, if set, is called once per finished or failed read.
 	OnTransfer func(Transfer)
+	// Files are served from memory by name (e.g. "grub/grub.cfg"), ahead
+	// of Root: small configuration the service generates.
+	Files map[string][]byte
 }
 
 // Transfer describes one finished (Err nil) or failed read.
@@ -253,6 +256,12 @@ func (s *Server) open(req *packet) (string, io.ReaderAt, int64, error) {
 	name, err := cleanName(req.filename)
 	if err != nil {
 		return req.filename, nil, 0, err
+	}
+	if b, ok := s.cfg.Files[name]; ok {
+		if req.mode == "netascii" {
+			b = toNetascii(b)
+		}
+		return name, bytes.NewReader(b), int64(len(b)), nil
 	}
 	f, err := s.root.Open(name)
 	if err != nil {

@@ -60,6 +60,18 @@ func TestReadSizesAndOptions(t *testing.T) {
 	}
 }
 
+func TestInMemoryFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "grub/grub.cfg", []byte("on disk"))
+	_, addr := startServer(t, Config{Root: dir, Files: map[string][]byte{"grub/grub.cfg": []byte("generated\n")}})
+	res := newClient(t, addr).get("/grub/grub.cfg", "octet")
+	require.NoError(t, res.err)
+	assert.Equal(t, "generated\n", string(res.data), "memory before disk")
+	res = newClient(t, addr).get("grub/grub.cfg", "netascii")
+	require.NoError(t, res.err)
+	assert.Equal(t, "generated\r\n", string(res.data))
+}
+
 func TestNetascii(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "boot.txt", []byte("a\nb\rc"))
