@@ -30,6 +30,9 @@ import (
 // slirp, no DHCP anywhere but on that bridge.
 const netbootChild = "ANVIL_NETBOOT_VM_CHILD"
 
+// netbootImage passes the parent's built image directory to the child.
+const netbootImage = "ANVIL_NETBOOT_VM_IMAGE"
+
 // bridgeIP is the controller's address on the provisioning bridge.
 var bridgeIP = net.IPv4(10, 88, 0, 1)
 
@@ -47,9 +50,9 @@ func inNetbootNamespace(t *testing.T, name string) bool {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("no /dev/net/tun: %v", err)
 	}
-	vmImage(t)
+	kernel, _ := vmImage(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=15m")
-	cmd.Env = append(os.Environ(), netbootChild+"=1")
+	cmd.Env = append(os.Environ(), netbootChild+"=1", netbootImage+"="+filepath.Dir(kernel))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	out, err := cmd.CombinedOutput()
 	if errors.Is(err, syscall.EPERM) {
@@ -63,6 +66,16 @@ func inNetbootNamespace(t *testing.T, name string) bool {
 		t.Fatalf("child did not pass %s", name)
 	}
 	return false
+}
+
+// netbootBootDir is the image the parent built (the child does not build
+// it again).
+func netbootBootDir(t *testing.T) string {
+	dir := os.Getenv(netbootImage)
+	if dir == "" {
+		t.Fatal("not started by inNetbootNamespace")
+	}
+	return dir
 }
 
 // provisioningBridge makes br0 (10.88.0.1/24) and taps tap0..tap<n-1> on it.
@@ -107,7 +120,7 @@ func must(t *testing.T, err error) {
 // netbootNode is a QEMU node booting from the network on a tap.
 type netbootNode struct {
 	name, mac string
-	firmware  string // "bios" (SeaBIOS + QEMU's iPXE ROM) or "uefi" (OVMF's own PXE)
+	firmware  string // "bios" (SeaBIOS + QEMU's iPXE ROM), "uefi" (OVMF's own PXE) or "uefi-sb" (the same, Secure Boot enforced)
 	disks     []vbmc.QEMUDisk
 	serial    string
 	cmd       *exec.Cmd
@@ -129,9 +142,15 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 	args := []string{"-accel", "tcg", "-m", "768", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none",
 		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
 		"-device", "virtio-rng-pci", "-serial", "file:" + n.serial}
-	if n.firmware == "uefi" {
+	if strings.HasPrefix(n.firmware, "uefi") {
+		// Debian's .ms build has Microsoft's keys enrolled and Secure Boot
+		// on: only Microsoft-signed shim (and what it trusts) runs.
+		code, varsFile := "OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd"
+		if n.firmware == "uefi-sb" {
+			code, varsFile = "OVMF_CODE_4M.ms.fd", "OVMF_VARS_4M.ms.fd"
+		}
 		vars := filepath.Join(dir, "OVMF_VARS.fd")
-		raw, err := os.ReadFile("/usr/share/OVMF/OVMF_VARS_4M.fd")
+		raw, err := os.ReadFile("/usr/share/OVMF/" + varsFile)
 		if err != nil {
 			t.Skipf("OVMF (Debian package ovmf) not installed: %v", err)
 		}
@@ -139,8 +158,12 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 		// No option ROM: OVMF's own virtio-net driver and PXE client, the
 		// path of a real server's UEFI firmware.
 		nic += ",romfile="
-		args = append(args, "-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+		args = append(args, "-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/"+code,
 			"-drive", "if=pflash,format=raw,file="+vars)
+		if n.firmware == "uefi-sb" {
+			// The .ms firmware is built with SMM; QEMU must provide it.
+			args = append(args, "-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
 	} else {
 		args = append(args, "-boot", "n")
 	}
@@ -167,10 +190,17 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 	})
 }
 
-// enrolNode creates a fake-hardware node (the test is its power) with its port.
-func enrolNode(t *testing.T, c *controller, name, mac string) {
+// enrolNode creates a fake-hardware node (the test is its power) with its
+// port; extra fields go into the create request.
+func enrolNode(t *testing.T, c *controller, name, mac string, extra ...map[string]any) {
 	t.Helper()
-	n := c.mustCall(t, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "name": name, "deploy_interface": "direct"})
+	body := map[string]any{"driver": "fake-hardware", "name": name, "deploy_interface": "direct"}
+	for _, e := range extra {
+		for k, v := range e {
+			body[k] = v
+		}
+	}
+	n := c.mustCall(t, "POST", "/v1/nodes", body)
 	c.mustCall(t, "POST", "/v1/ports", map[string]any{"address": mac, "node_uuid": n["uuid"]})
 	c.mustCall(t, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "manage"})
 	c.waitState(t, name, "manageable", time.Minute)
@@ -246,9 +276,9 @@ func TestVMNetbootFull(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootFull") {
 		return
 	}
-	kernel, _ := vmImage(t)
+	bootDir := netbootBootDir(t)
 	provisioningBridge(t, 2)
-	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", filepath.Dir(kernel),
+	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", bootDir,
 		"--boot-dhcp", "full", "--boot-interface", "br0", "--boot-dhcp-range", "10.88.0.100-10.88.0.150")
 	nodes := []*netbootNode{{name: "nb-a", mac: "52:54:00:88:00:01", firmware: "bios"}, {name: "nb-b", mac: "52:54:00:88:00:02", firmware: "bios"}}
 	for _, n := range nodes {
@@ -272,10 +302,10 @@ func TestVMNetbootProxy(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootProxy") {
 		return
 	}
-	kernel, _ := vmImage(t)
+	bootDir := netbootBootDir(t)
 	provisioningBridge(t, 1)
 	siteDHCP(t)
-	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", filepath.Dir(kernel),
+	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", bootDir,
 		"--boot-dhcp", "proxy", "--boot-interface", "br0")
 	n := &netbootNode{name: "nb-proxy", mac: "52:54:00:88:01:01", firmware: "bios"}
 	enrolNode(t, c, n.name, n.mac)
@@ -293,9 +323,9 @@ func TestVMNetbootUEFI(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootUEFI") {
 		return
 	}
-	kernel, _ := vmImage(t)
+	bootDir := netbootBootDir(t)
 	provisioningBridge(t, 1)
-	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", filepath.Dir(kernel),
+	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", bootDir,
 		"--boot-dhcp", "full", "--boot-interface", "br0", "--boot-dhcp-range", "10.88.0.100-10.88.0.150")
 	n := &netbootNode{name: "nb-uefi", mac: "52:54:00:88:02:01", firmware: "uefi"}
 	enrolNode(t, c, n.name, n.mac)
@@ -306,6 +336,36 @@ func TestVMNetbootUEFI(t *testing.T) {
 		if !strings.Contains(hist, want) {
 			t.Errorf("history has no %q:\n%s", want, hist)
 		}
+	}
+}
+
+// TestVMNetbootSecureBoot: OVMF with Secure Boot enforced (Microsoft keys)
+// and a node that asks for it (capability secure_boot:true): Debian's
+// signed shim and network GRUB over TFTP, GRUB's per-node configuration
+// and Debian's signed kernel over HTTP, the agent cleans the disks.
+func TestVMNetbootSecureBoot(t *testing.T) {
+	if !inNetbootNamespace(t, "TestVMNetbootSecureBoot") {
+		return
+	}
+	bootDir := netbootBootDir(t)
+	for _, f := range []string{"shimx64.efi", "grubx64.efi"} {
+		if _, err := os.Stat(filepath.Join(bootDir, f)); err != nil {
+			t.Fatalf("make image did not provide %s: %v", f, err)
+		}
+	}
+	provisioningBridge(t, 1)
+	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", bootDir,
+		"--boot-dhcp", "full", "--boot-interface", "br0", "--boot-dhcp-range", "10.88.0.100-10.88.0.150")
+	n := &netbootNode{name: "nb-sb", mac: "52:54:00:88:03:01", firmware: "uefi-sb"}
+	enrolNode(t, c, n.name, n.mac, map[string]any{"properties": map[string]any{"capabilities": "boot_mode:uefi,secure_boot:true"}})
+	cleanOverNetboot(t, c, []*netbootNode{n})
+	_, h := c.call(t, "GET", "/v1/nodes/nb-sb/history", nil)
+	if hist := historyLines(h); !strings.Contains(hist, "DHCP ACK to UEFI PXE of port 52:54:00:88:03:01: address 10.88.0.100; boot file shimx64.efi over TFTP") {
+		t.Errorf("history has no shim answer:\n%s", hist)
+	}
+	serial, _ := os.ReadFile(n.serial)
+	if !strings.Contains(string(serial), "Secure boot enabled") {
+		t.Errorf("the kernel did not report Secure Boot on; serial (tail):\n%s", tailBytes(serial, 3000))
 	}
 }
 
