@@ -11,6 +11,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -189,6 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Boot.Enabled() {
 		bc := cfg.Boot
 		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, cfg.PublicURL, ln.Addr().(*net.TCPAddr).Port
+		bc.APIURL = selfURL(ln.Addr().(*net.TCPAddr))
 		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cfg.Host, "boot")
 		bs, ok := st.(boot.Store)
 		if !ok {
@@ -243,6 +245,15 @@ func Run(ctx context.Context, cfg Config) error {
 	<-condDone
 	waitBoot()
 	return err
+}
+
+// selfURL is how this process reaches its own listener.
+func selfURL(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
 }
 
 // recorder returns a function that writes a line of eventType into a

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,10 +49,12 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 
 // bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
 // boots the agent ramdisk on a UEFI Secure Boot node (signed shim → signed
-// GRUB → the signed kernel, fetched over HTTP). Like the iPXE script it is
-// public and carries the per-boot nonce. {node} may also be one of the
-// node's port MACs: the boot service's TFTP grub.cfg knows only
-// ${net_default_mac}.
+// network GRUB → the signed kernel). Debian's signed network GRUB has no
+// HTTP client, so kernel and initramfs come from the TFTP server GRUB was
+// loaded from (the boot service, which serves --boot-dir and relays this
+// configuration). Like the iPXE script it is public and carries the
+// per-boot nonce. {node} may also be one of the node's port MACs: GRUB
+// knows only ${net_default_mac}.
 func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.bootNode(r)
 	if err != nil {
@@ -64,28 +65,15 @@ func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
 		fmt.Fprintf(w, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
 		return nil
 	}
-	base, args, err := s.agentBoot(r, n)
-	if err != nil {
-		return err
-	}
-	dev, err := grubHTTPDevice(base)
+	_, args, err := s.agentBoot(r, n)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
-	fmt.Fprintf(w, "linux %s/v1/boot/files/vmlinuz %s\n", dev, strings.Join(args, " "))
-	fmt.Fprintf(w, "initrd %s/v1/boot/files/initramfs\n", dev)
+	fmt.Fprintf(w, "linux /%s %s\n", bootFiles["vmlinuz"], strings.Join(args, " "))
+	fmt.Fprintf(w, "initrd /%s\n", bootFiles["initramfs"])
 	fmt.Fprintf(w, "boot\n")
 	return nil
-}
-
-// grubHTTPDevice turns http://HOST:PORT into GRUB's (http,HOST:PORT).
-func grubHTTPDevice(base string) (string, error) {
-	u, err := neturl.Parse(base)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return "", errf(http.StatusConflict, "GRUB fetches the kernel over plain HTTP; the controller's public URL %q is not http://HOST:PORT", base)
-	}
-	return "(http," + u.Host + ")", nil
 }
 
 // bootNode finds the node of a boot request by UUID, name or port MAC.

@@ -41,8 +41,8 @@ func TestBootScriptAndFiles(t *testing.T) {
 		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
 		require.Equal(t, 200, r.status, ident)
 		grub := string(r.body)
-		assert.Contains(t, grub, "linux (http,10.0.2.100:6385)/v1/boot/files/vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce, ident)
-		assert.Contains(t, grub, "initrd (http,10.0.2.100:6385)/v1/boot/files/initramfs\nboot\n", ident)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce, ident)
+		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
 

@@ -8,13 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/boot/tftp"
@@ -33,7 +36,10 @@ type Config struct {
 	// "" = http://<interface address>:<APIPort>.
 	HTTPBase string
 	APIPort  int
-	Logger   *slog.Logger
+	// APIURL is where the service itself reaches the API (the listener,
+	// e.g. http://127.0.0.1:6385) to relay per-node GRUB configurations.
+	APIURL string
+	Logger *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
 }
@@ -108,7 +114,8 @@ func New(cfg Config, st Store) (*Service, error) {
 		}
 	}
 	if tftpAddr != "" {
-		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"), Files: grubFiles(base)})
+		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
+			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file})
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -130,17 +137,54 @@ func New(cfg Config, st Store) (*Service, error) {
 // grubFiles is the GRUB configuration served over TFTP. Debian's signed
 // network GRUB (grubx64.efi, loaded by shim on Secure Boot nodes) reads
 // $prefix/grub.cfg from its TFTP server, prefix /grub; this one hands over
-// to the node's own configuration, which the controller serves over HTTP
-// with the agent's kernel command line.
-func grubFiles(base string) map[string][]byte {
-	u, err := neturl.Parse(base)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return nil // GRUB speaks plain HTTP only; /v1/boot/{node}/grub says why
+// to the node's own configuration, relayed by grubRelay.
+func grubFiles() map[string][]byte {
+	return map[string][]byte{"grub/grub.cfg": []byte("# anvil boot service: hand over to this node's configuration\n" +
+		"echo \"anvil: loading the configuration of $net_default_mac\"\n" +
+		"configfile $prefix/nodes/$net_default_mac.cfg\n" +
+		"echo \"anvil: no configuration for $net_default_mac: see the node's history on the controller\"\n")}
+}
+
+// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the API's
+// GET /v1/boot/<mac>/grub (which carries the per-boot nonce), fetched from
+// the controller itself. Debian's signed GRUB speaks TFTP only.
+type grubRelay struct {
+	api  string // where we reach the API
+	base string // the URL nodes use, sent as Host so anvil.api= is right
+}
+
+func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) {
+	rest, ok := strings.CutPrefix(name, "grub/nodes/")
+	mac, ok2 := strings.CutSuffix(rest, ".cfg")
+	if !ok || !ok2 {
+		return nil, false, nil
 	}
-	cfg := fmt.Sprintf("# anvil boot service: hand over to this node's configuration\n"+
-		"echo 'anvil: fetching the configuration for ${net_default_mac}'\n"+
-		"configfile (http,%s)/v1/boot/${net_default_mac}/grub\n", u.Host)
-	return map[string][]byte{"grub/grub.cfg": []byte(cfg)}
+	hw, err := net.ParseMAC(mac)
+	if err != nil || g.api == "" {
+		return nil, false, fmt.Errorf("grub configuration for %q: not a MAC, or no API to ask", mac)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.api+"/v1/boot/"+hw.String()+"/grub", nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if u, err := neturl.Parse(g.base); err == nil && u.Host != "" {
+		req.Host = u.Host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, fmt.Errorf("grub configuration for %s: HTTP %d: %s", mac, resp.StatusCode, body)
+	}
+	return body, true, nil
 }
 
 func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, st Store, log *slog.Logger) (*dhcp.Responder, error) {

@@ -179,7 +179,7 @@ func TestServiceInNamespace(t *testing.T) {
 			require.NoError(t, err, string(msg))
 			got, err = os.ReadFile(out)
 			require.NoError(t, err)
-			assert.Contains(t, string(got), "configfile (http,10.77.0.1:6385)/v1/boot/${net_default_mac}/grub\n")
+			assert.Contains(t, string(got), "configfile $prefix/nodes/$net_default_mac.cfg\n")
 			require.NoError(t, netlink.AddrDel(cli, &netlink.Addr{IPNet: &net.IPNet{IP: ack.YourIPAddr, Mask: net.CIDRMask(24, 32)}}))
 		}
 

@@ -2,6 +2,8 @@ package boot
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -77,4 +79,33 @@ func TestConfigRefusals(t *testing.T) {
 		require.Error(t, err, "%+v", tc.cfg)
 		assert.Contains(t, err.Error(), tc.want)
 	}
+}
+
+func TestGrubRelay(t *testing.T) {
+	var host string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host = r.Host
+		if r.URL.Path != "/v1/boot/52:54:00:77:00:01/grub" {
+			http.Error(w, "no such node", http.StatusNotFound)
+			return
+		}
+		w.Write([]byte("linux /vmlinuz anvil.token=x\n"))
+	}))
+	defer api.Close()
+	g := grubRelay{api: api.URL, base: "http://192.0.2.10:6385"}
+	ctx := context.Background()
+	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "linux /vmlinuz anvil.token=x\n", string(b))
+	assert.Equal(t, "192.0.2.10:6385", host, "the API sees the node-facing host, for anvil.api=")
+
+	_, ok, err = g.file(ctx, "undionly.kpxe")
+	assert.NoError(t, err)
+	assert.False(t, ok, "other names are the boot directory's")
+	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg")
+	assert.ErrorContains(t, err, "HTTP 404")
+	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg")
+	assert.Error(t, err)
+	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
 }

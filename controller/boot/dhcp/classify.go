@@ -111,7 +111,9 @@ func chooseBoot(k Kind, t Target, httpBase string) bootInfo {
 		return bootInfo{file: FileIPXEUEFI, vendor: "PXEClient"}
 	case KindUEFIHTTP:
 		if t.SecureBoot {
-			return bootInfo{file: httpBase + "/v1/boot/files/" + FileShim, vendor: "HTTPClient"}
+			// Debian's signed network GRUB has no HTTP client: after shim it
+			// could not fetch its configuration. Such nodes boot over PXE.
+			return bootInfo{}
 		}
 		return bootInfo{file: httpBase + "/v1/boot/files/" + FileIPXEHTTP, vendor: "HTTPClient"}
 	case KindIPXE:

@@ -129,6 +129,9 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 		return nil, nil
 	}
 	boot := chooseBoot(kind, t, r.cfg.HTTPBase)
+	if kind == KindUEFIHTTP && boot.file == "" {
+		r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: UEFI HTTP boot firmware of port %s asked to boot; Secure Boot over UEFI HTTP boot is not supported (Debian's signed network GRUB speaks TFTP only): set the port's boot to UEFI PXE", mac))
+	}
 	if r.cfg.Mode == ModeProxy {
 		return r.proxy(ctx, req, t, kind, boot, pxePort)
 	}

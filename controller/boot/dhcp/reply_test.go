@@ -124,7 +124,6 @@ func TestProxyReplies(t *testing.T) {
 		{KindUEFIHTTP, macBooting, httpBase + "/v1/boot/files/ipxe.efi", "HTTPClient"},
 		{KindIPXE, macBooting, httpBase + "/v1/boot/node-1/ipxe", "PXEClient"},
 		{KindUEFI, macSecure, "shimx64.efi", "PXEClient"},
-		{KindUEFIHTTP, macSecure, httpBase + "/v1/boot/files/shimx64.efi", "HTTPClient"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.kind.String()+" "+tc.mac, func(t *testing.T) {
@@ -169,6 +168,16 @@ func TestProxyReplies(t *testing.T) {
 
 // Strangers and nodes the controller is not booting get nothing; the
 // latter have it said in their history, once per minute of retries.
+func TestSecureBootOverHTTPNotAnswered(t *testing.T) {
+	h := &history{}
+	r := newResponder(t, ModeProxy, h)
+	resp, err := r.Respond(context.Background(), request(t, dhcpv4.MessageTypeDiscover, macSecure, KindUEFIHTTP), false)
+	require.NoError(t, err)
+	assert.Nil(t, resp)
+	require.Len(t, h.all(), 1)
+	assert.Contains(t, h.all()[0], "node-2 WARNING boot service: UEFI HTTP boot firmware of port "+macSecure+" asked to boot; Secure Boot over UEFI HTTP boot is not supported")
+}
+
 func TestIgnored(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Mode{ModeProxy, ModeFull} {

@@ -37,6 +37,10 @@ type Config struct {
 	// Files are served from memory by name (e.g. "grub/grub.cfg"), ahead
 	// of Root: small configuration the service generates.
 	Files map[string][]byte
+	// Dynamic, if set, is asked for every name not in Files, ahead of
+	// Root: ok false passes the name on to Root; an error is reported to
+	// the client as "file not found".
+	Dynamic func(ctx context.Context, name string) (data []byte, ok bool, err error)
 }
 
 // Transfer describes one finished (Err nil) or failed read.
@@ -187,7 +191,7 @@ func (s *Server) serveRead(ctx context.Context, localIP net.IP, client netip.Add
 	defer stop()
 
 	t := &transfer{conn: conn, client: client, retries: s.cfg.Retries, timeout: s.cfg.Timeout}
-	name, f, size, err := s.open(req)
+	name, f, size, err := s.open(ctx, req)
 	if err != nil {
 		var te *tftpError
 		if errors.As(err, &te) {
@@ -249,7 +253,7 @@ func cleanName(name string) (string, error) {
 }
 
 // open resolves the request to a readable file (netascii converted in memory).
-func (s *Server) open(req *packet) (string, io.ReaderAt, int64, error) {
+func (s *Server) open(ctx context.Context, req *packet) (string, io.ReaderAt, int64, error) {
 	if req.mode != "octet" && req.mode != "netascii" {
 		return "", nil, 0, &tftpError{errIllegalOp, fmt.Sprintf("unsupported mode %q: use octet or netascii", req.mode)}
 	}
@@ -257,7 +261,15 @@ func (s *Server) open(req *packet) (string, io.ReaderAt, int64, error) {
 	if err != nil {
 		return req.filename, nil, 0, err
 	}
-	if b, ok := s.cfg.Files[name]; ok {
+	b, ok := s.cfg.Files[name]
+	if !ok && s.cfg.Dynamic != nil {
+		var err error
+		if b, ok, err = s.cfg.Dynamic(ctx, name); err != nil {
+			s.log.Info("tftp: generated file failed", "file", name, "err", err)
+			return name, nil, 0, &tftpError{errNotFound, "file not found"}
+		}
+	}
+	if ok {
 		if req.mode == "netascii" {
 			b = toNetascii(b)
 		}
@@ -288,8 +300,8 @@ func (s *Server) open(req *packet) (string, io.ReaderAt, int64, error) {
 	if err != nil {
 		return name, nil, 0, &tftpError{errAccess, "read error"}
 	}
-	b := toNetascii(raw)
-	return name, bytes.NewReader(b), int64(len(b)), nil
+	text := toNetascii(raw)
+	return name, bytes.NewReader(text), int64(len(text)), nil
 }
 
 // toNetascii converts LF to CR LF and a bare CR to CR NUL (RFC 764).

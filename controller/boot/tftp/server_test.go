@@ -1,6 +1,8 @@
 package tftp
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -63,13 +65,29 @@ func TestReadSizesAndOptions(t *testing.T) {
 func TestInMemoryFiles(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "grub/grub.cfg", []byte("on disk"))
-	_, addr := startServer(t, Config{Root: dir, Files: map[string][]byte{"grub/grub.cfg": []byte("generated\n")}})
+	_, addr := startServer(t, Config{Root: dir, Files: map[string][]byte{"grub/grub.cfg": []byte("generated\n")},
+		Dynamic: func(_ context.Context, name string) ([]byte, bool, error) {
+			switch name {
+			case "nodes/a.cfg":
+				return []byte("node a"), true, nil
+			case "nodes/broken.cfg":
+				return nil, false, errors.New("no such node")
+			}
+			return nil, false, nil
+		}})
 	res := newClient(t, addr).get("/grub/grub.cfg", "octet")
 	require.NoError(t, res.err)
 	assert.Equal(t, "generated\n", string(res.data), "memory before disk")
 	res = newClient(t, addr).get("grub/grub.cfg", "netascii")
 	require.NoError(t, res.err)
 	assert.Equal(t, "generated\r\n", string(res.data))
+	res = newClient(t, addr).get("nodes/a.cfg", "octet")
+	require.NoError(t, res.err)
+	assert.Equal(t, "node a", string(res.data))
+	res = newClient(t, addr).get("nodes/broken.cfg", "octet")
+	assert.Equal(t, int(errNotFound), tftpCode(res.err))
+	res = newClient(t, addr).get("nodes/../../x", "octet")
+	assert.Equal(t, int(errAccess), tftpCode(res.err), "names are cleaned before Dynamic sees them")
 }
 
 func TestNetascii(t *testing.T) {
