@@ -61,8 +61,11 @@ type Service struct {
 	tconn *net.UDPConn
 }
 
-// Enabled reports whether cfg asks for any part of the service.
-func (c Config) Enabled() bool { return (c.DHCP != "" && c.DHCP != "off") || c.TFTPListen != "" }
+// Enabled reports whether cfg sets any part of the service (New then
+// says what is missing or wrong).
+func (c Config) Enabled() bool {
+	return (c.DHCP != "" && c.DHCP != "off") || c.TFTPListen != "" || c.Interface != "" || c.Range != ""
+}
 
 // New checks cfg and opens the sockets, so that a wrong interface or a
 // port in use fails the controller's start rather than later.
