@@ -157,14 +157,14 @@ func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kin
 	if err != nil {
 		return nil, err
 	}
-	r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: proxyDHCP %s to %s firmware of port %s: %s", mt, kind, mac(req), describe(kind, boot, r.cfg.ServerIP)))
+	r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: proxyDHCP %s to %s firmware of port %s: %s", mt, kind, macOf(req), describe(kind, boot, r.cfg.ServerIP)))
 	return resp, nil
 }
 
 // full gives addresses from the range (and boot information to boot firmware).
 func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind Kind, boot bootInfo) (*dhcpv4.DHCPv4, error) {
 	now := r.cfg.Now()
-	m := mac(req)
+	m := macOf(req)
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		want, _ := netip.AddrFromSlice(req.RequestedIPAddress().To4())
@@ -261,7 +261,7 @@ func (r *Responder) withAddress(resp *dhcpv4.DHCPv4, addr netip.Addr) {
 
 func u32bytes(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
 
-func mac(req *dhcpv4.DHCPv4) string { return req.ClientHWAddr.String() }
+func macOf(req *dhcpv4.DHCPv4) string { return req.ClientHWAddr.String() }
 
 // describe says what a reply serves, for the node's history.
 func describe(kind Kind, boot bootInfo, server netip.Addr) string {
