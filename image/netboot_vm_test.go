@@ -332,7 +332,7 @@ func TestVMNetbootUEFI(t *testing.T) {
 	cleanOverNetboot(t, c, []*netbootNode{n})
 	_, h := c.call(t, "GET", "/v1/nodes/nb-uefi/history", nil)
 	hist := historyLines(h)
-	for _, want := range []string{"DHCP ACK to UEFI PXE", "snponly.efi over TFTP", "DHCP ACK to iPXE"} {
+	for _, want := range []string{"DHCP ACK to UEFI PXE", "snponly.efi over TFTP", "TFTP sent snponly.efi (173792 bytes", "DHCP ACK to iPXE"} {
 		if !strings.Contains(hist, want) {
 			t.Errorf("history has no %q:\n%s", want, hist)
 		}
@@ -360,8 +360,12 @@ func TestVMNetbootSecureBoot(t *testing.T) {
 	enrolNode(t, c, n.name, n.mac, map[string]any{"properties": map[string]any{"capabilities": "boot_mode:uefi,secure_boot:true"}})
 	cleanOverNetboot(t, c, []*netbootNode{n})
 	_, h := c.call(t, "GET", "/v1/nodes/nb-sb/history", nil)
-	if hist := historyLines(h); !strings.Contains(hist, "DHCP ACK to UEFI PXE of port 52:54:00:88:03:01: address 10.88.0.100; boot file shimx64.efi over TFTP") {
-		t.Errorf("history has no shim answer:\n%s", hist)
+	hist := historyLines(h)
+	for _, want := range []string{"DHCP ACK to UEFI PXE of port 52:54:00:88:03:01: address 10.88.0.100; boot file shimx64.efi over TFTP",
+		"TFTP sent shimx64.efi", "TFTP sent grubx64.efi", "TFTP sent grub/nodes/52:54:00:88:03:01.cfg", "TFTP sent vmlinuz", "TFTP sent initramfs.cpio.gz"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("history has no %q:\n%s", want, hist)
+		}
 	}
 	serial, _ := os.ReadFile(n.serial)
 	if !strings.Contains(string(serial), "Secure boot enabled") {

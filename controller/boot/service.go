@@ -106,8 +106,9 @@ func New(cfg Config, st Store) (*Service, error) {
 	if base == "" && ifAddr.IsValid() {
 		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
 	}
+	hosts := &hostBook{record: cfg.Record, nodes: map[netip.Addr]string{}}
 	if mode != 0 {
-		r, err := newResponder(cfg, mode, ifAddr, base, st, log)
+		r, err := newResponder(cfg, mode, ifAddr, base, hosts.learn, st, log)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +119,7 @@ func New(cfg Config, st Store) (*Service, error) {
 	}
 	if tftpAddr != "" {
 		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
-			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file})
+			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file, OnTransfer: hosts.transfer})
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -142,10 +143,13 @@ func New(cfg Config, st Store) (*Service, error) {
 // $prefix/grub.cfg from its TFTP server, prefix /grub; this one hands over
 // to the node's own configuration, relayed by grubRelay.
 func grubFiles() map[string][]byte {
-	return map[string][]byte{"grub/grub.cfg": []byte("# anvil boot service: hand over to this node's configuration\n" +
+	cfg := []byte("# anvil boot service: hand over to this node's configuration\n" +
 		"echo \"anvil: loading the configuration of $net_default_mac\"\n" +
 		"configfile $prefix/nodes/$net_default_mac.cfg\n" +
-		"echo \"anvil: no configuration for $net_default_mac: see the node's history on the controller\"\n")}
+		"echo \"anvil: no configuration for $net_default_mac: see the node's history on the controller\"\n")
+	// GRUB's built-in script asks for x86_64-efi/grub.cfg first (and
+	// sources it if there): serve the same, so no boot logs a TFTP miss.
+	return map[string][]byte{"grub/grub.cfg": cfg, "grub/x86_64-efi/grub.cfg": cfg}
 }
 
 // grubRelay serves grub/nodes/<mac>.cfg over TFTP: the API's
@@ -190,9 +194,10 @@ func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) 
 	return body, true, nil
 }
 
-func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, st Store, log *slog.Logger) (*dhcp.Responder, error) {
+func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, addressed func(netip.Addr, string),
+	st Store, log *slog.Logger) (*dhcp.Responder, error) {
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
-		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Logger: log.With("component", "dhcp")}
+		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
 	if mode == dhcp.ModeFull {
 		if cfg.Range == "" {
 			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
@@ -266,6 +271,41 @@ func (s *Service) Close() {
 	if s.tftp != nil {
 		s.tftp.Close()
 	}
+}
+
+// hostBook remembers which node DHCP gave (or saw at) an address, so a
+// TFTP transfer to that address goes into the node's history: what it
+// fetched, or why it failed (e.g. a file missing from --boot-dir).
+type hostBook struct {
+	record func(ctx context.Context, nodeUUID, severity, msg string)
+	mu     sync.Mutex
+	nodes  map[netip.Addr]string
+}
+
+// maxHosts bounds the book; it is refilled by the next DHCP answers.
+const maxHosts = 16384
+
+func (h *hostBook) learn(addr netip.Addr, nodeUUID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.nodes) >= maxHosts {
+		clear(h.nodes)
+	}
+	h.nodes[addr] = nodeUUID
+}
+
+func (h *hostBook) transfer(tr tftp.Transfer) {
+	h.mu.Lock()
+	node := h.nodes[tr.Remote.Addr()]
+	h.mu.Unlock()
+	if node == "" || h.record == nil {
+		return
+	}
+	if tr.Err != nil {
+		h.record(context.Background(), node, "WARNING", fmt.Sprintf("boot service: TFTP of %s to %s failed: %v", tr.File, tr.Remote.Addr(), tr.Err))
+		return
+	}
+	h.record(context.Background(), node, "INFO", fmt.Sprintf("boot service: TFTP sent %s (%d bytes, %v) to %s", tr.File, tr.Bytes, tr.Duration.Round(time.Millisecond), tr.Remote.Addr()))
 }
 
 // storeNodes answers dhcp's question "who is behind this MAC?" from the

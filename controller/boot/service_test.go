@@ -2,8 +2,10 @@ package boot
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/boot/tftp"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
@@ -108,4 +111,19 @@ func TestGrubRelay(t *testing.T) {
 	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg")
 	assert.Error(t, err)
 	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
+}
+
+func TestHostBookRecordsTransfers(t *testing.T) {
+	var lines []string
+	h := &hostBook{nodes: map[netip.Addr]string{}, record: func(_ context.Context, node, sev, msg string) {
+		lines = append(lines, node+" "+sev+" "+msg)
+	}}
+	h.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2070"), File: "snponly.efi", Bytes: 173792, Duration: 1500 * time.Millisecond})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2071"), File: "undionly.kpxe", Err: errors.New("tftp error 1: file not found")})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.6:2070"), File: "snponly.efi"})
+	assert.Equal(t, []string{
+		"node-1 INFO boot service: TFTP sent snponly.efi (173792 bytes, 1.5s) to 10.0.0.5",
+		"node-1 WARNING boot service: TFTP of undionly.kpxe to 10.0.0.5 failed: tftp error 1: file not found",
+	}, lines, "a client DHCP did not address is not in any node's history")
 }

@@ -47,8 +47,12 @@ type Config struct {
 	Leases   LeaseStore // full mode
 	// Record writes a line into a node's history; severity INFO or WARNING.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Addressed, if set, learns which node now uses which address (an ACK
+	// in full mode, a PXE client's request on port 4011 in proxy mode), so
+	// the TFTP transfers that follow can be put into the node's history.
+	Addressed func(addr netip.Addr, nodeUUID string)
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 // Responder decides what (if anything) to answer to a DHCP request.
@@ -157,6 +161,9 @@ func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kin
 	if err != nil {
 		return nil, err
 	}
+	if ip, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && pxePort && r.cfg.Addressed != nil && !ip.IsUnspecified() {
+		r.cfg.Addressed(ip, t.NodeUUID)
+	}
 	r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: proxyDHCP %s to %s firmware of port %s: %s", mt, kind, macOf(req), describe(kind, boot, r.cfg.ServerIP)))
 	return resp, nil
 }
@@ -206,6 +213,9 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 			return nil, err
 		}
 		r.withAddress(resp, addr)
+		if r.cfg.Addressed != nil {
+			r.cfg.Addressed(addr, t.NodeUUID)
+		}
 		what := describe(kind, boot, r.cfg.ServerIP)
 		r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: DHCP ACK to %s of port %s: address %s; %s", kind, m, addr, what))
 		return resp, nil

@@ -248,7 +248,10 @@ func TestFullMode(t *testing.T) {
 	clock := func(c *Config) { c.Now = func() time.Time { return now } }
 	st, err := sqlite.Open(ctx, db)
 	require.NoError(t, err)
-	r := newResponder(t, ModeFull, h, withStore(st), clock)
+	addressed := map[string]string{}
+	r := newResponder(t, ModeFull, h, withStore(st), clock, func(c *Config) {
+		c.Addressed = func(a netip.Addr, node string) { addressed[a.String()] = node }
+	})
 
 	ack := exchange(t, r, macBooting, KindBIOS)
 	assert.Equal(t, "10.9.0.2", ack.YourIPAddr.String(), "the first address after the server's own")
@@ -257,6 +260,7 @@ func TestFullMode(t *testing.T) {
 	assert.Equal(t, net.CIDRMask(24, 32), ack.SubnetMask())
 	assert.Equal(t, time.Hour, ack.IPAddressLeaseTime(0))
 	assert.Contains(t, h.all()[0], "node-1 INFO boot service: DHCP ACK to BIOS PXE of port "+macBooting+": address 10.9.0.2; boot file undionly.kpxe over TFTP from 10.9.0.1")
+	assert.Equal(t, map[string]string{"10.9.0.2": "node-1"}, addressed, "the TFTP side learns who is at the address")
 
 	// iPXE from the same port keeps the address and is sent to its script.
 	ack = exchange(t, r, macBooting, KindIPXE)
