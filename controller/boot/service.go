@@ -298,7 +298,7 @@ func (h *hostBook) transfer(tr tftp.Transfer) {
 	h.mu.Lock()
 	node := h.nodes[tr.Remote.Addr()]
 	h.mu.Unlock()
-	if node == "" || h.record == nil {
+	if node == "" || h.record == nil || errors.Is(tr.Err, tftp.ErrSizeProbe) {
 		return
 	}
 	if tr.Err != nil {

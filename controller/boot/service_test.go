@@ -122,6 +122,7 @@ func TestHostBookRecordsTransfers(t *testing.T) {
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2070"), File: "snponly.efi", Bytes: 173792, Duration: 1500 * time.Millisecond})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2071"), File: "undionly.kpxe", Err: errors.New("tftp error 1: file not found")})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.6:2070"), File: "snponly.efi"})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2072"), File: "snponly.efi", Err: tftp.ErrSizeProbe})
 	assert.Equal(t, []string{
 		"node-1 INFO boot service: TFTP sent snponly.efi (173792 bytes, 1.5s) to 10.0.0.5",
 		"node-1 WARNING boot service: TFTP of undionly.kpxe to 10.0.0.5 failed: tftp error 1: file not found",

@@ -216,7 +216,9 @@ func (s *Server) serveRead(ctx context.Context, localIP net.IP, client netip.Add
 }
 
 func (s *Server) finish(tr Transfer) {
-	if tr.Err != nil {
+	if errors.Is(tr.Err, ErrSizeProbe) {
+		s.log.Debug("tftp: size probe", "client", tr.Remote, "file", tr.File)
+	} else if tr.Err != nil {
 		s.log.Info("tftp: read failed", "client", tr.Remote, "file", tr.File, "err", tr.Err)
 	} else {
 		s.log.Debug("tftp: read done", "client", tr.Remote, "file", tr.File, "bytes", tr.Bytes, "duration", tr.Duration)

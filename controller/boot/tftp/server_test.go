@@ -186,6 +186,27 @@ func TestRetransmit(t *testing.T) {
 	}
 }
 
+// UEFI PXE reads the OACK's tsize and aborts (code 8) before the real
+// read: reported as a size probe, not a failure.
+func TestSizeProbe(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "snponly.efi", pattern(3000))
+	got := make(chan Transfer, 1)
+	_, addr := startServer(t, Config{Root: dir, OnTransfer: func(tr Transfer) { got <- tr }})
+	c := newClient(t, addr)
+	c.conn.WriteToUDPAddrPort((&packet{op: opRRQ, filename: "snponly.efi", mode: "octet", order: []string{"tsize"}, options: map[string]string{"tsize": "0"}}).marshal(), addr)
+	buf := make([]byte, 600)
+	c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	n, tid, err := c.conn.ReadFromUDPAddrPort(buf)
+	require.NoError(t, err)
+	oack, err := parsePacket(buf[:n])
+	require.NoError(t, err)
+	assert.Equal(t, "3000", oack.options["tsize"])
+	c.conn.WriteToUDPAddrPort(errorPacket(errOptionRefuse, "User aborted the transfer"), tid)
+	tr := <-got
+	assert.ErrorIs(t, tr.Err, ErrSizeProbe)
+}
+
 // A client that goes away is given up on after the retries, and reported.
 func TestClientVanishes(t *testing.T) {
 	dir := t.TempDir()

@@ -41,6 +41,12 @@ func (t *transfer) run(f io.ReaderAt, size int64, order []string, acc map[string
 	if len(order) > 0 {
 		oack := (&packet{op: opOACK, order: order, options: acc}).marshal()
 		if err := t.exchange(oack, 0, 0); err != nil {
+			var ce *clientError
+			if errors.As(err, &ce) {
+				// UEFI PXE asks for tsize, reads the OACK and ends the
+				// transfer: a size probe, followed by the real read.
+				return 0, fmt.Errorf("%w: %w", ErrSizeProbe, err)
+			}
 			return 0, err
 		}
 	}
@@ -89,6 +95,21 @@ func (t *transfer) run(f io.ReaderAt, size int64, order []string, acc map[string
 }
 
 var errTimeout = errors.New("tftp: timeout")
+
+// ErrSizeProbe marks a read the client ended right after the option
+// acknowledgement, without wanting data (UEFI firmware learns the size
+// that way before the real read): not a failure worth reporting.
+var ErrSizeProbe = errors.New("tftp: size probe")
+
+// clientError is an ERROR packet from the client.
+type clientError struct {
+	code uint16
+	msg  string
+}
+
+func (e *clientError) Error() string {
+	return fmt.Sprintf("tftp: client aborted: code %d: %s", e.code, e.msg)
+}
 
 // exchange sends pkt and waits for the ACK of block want (used for the
 // OACK, acknowledged by ACK 0), resending on timeout.
@@ -154,7 +175,7 @@ func (t *transfer) awaitAck(acked, end uint64) (uint64, error) {
 			}
 			// An old or duplicate ACK: wait on.
 		case opERROR:
-			return 0, fmt.Errorf("tftp: client aborted: code %d: %s", p.code, p.msg)
+			return 0, &clientError{code: p.code, msg: p.msg}
 		default:
 			t.send(errorPacket(errIllegalOp, "expected an ACK"))
 			return 0, fmt.Errorf("tftp: client sent opcode %d during a read", p.op)
