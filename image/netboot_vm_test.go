@@ -120,7 +120,7 @@ func must(t *testing.T, err error) {
 // netbootNode is a QEMU node booting from the network on a tap.
 type netbootNode struct {
 	name, mac string
-	firmware  string // "bios" (SeaBIOS + QEMU's iPXE ROM), "uefi" (OVMF's own PXE) or "uefi-sb" (the same, Secure Boot enforced)
+	firmware  string // "bios" (SeaBIOS + QEMU's iPXE ROM), "uefi" (OVMF's own PXE), "uefi-http" (OVMF's HTTP boot) or "uefi-sb" (PXE, Secure Boot enforced)
 	disks     []vbmc.QEMUDisk
 	serial    string
 	cmd       *exec.Cmd
@@ -160,6 +160,12 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 		nic += ",romfile="
 		args = append(args, "-drive", "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/"+code,
 			"-drive", "if=pflash,format=raw,file="+vars)
+		if n.firmware == "uefi-http" {
+			// OVMF tries PXE over IPv4 and IPv6 before HTTP boot; its
+			// fw_cfg knobs switch those off, so HTTP boot comes first.
+			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+				"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=n")
+		}
 		if n.firmware == "uefi-sb" {
 			// The .ms firmware is built with SMM; QEMU must provide it.
 			args = append(args, "-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on")
@@ -316,25 +322,35 @@ func TestVMNetbootProxy(t *testing.T) {
 	}
 }
 
-// TestVMNetbootUEFI: OVMF's own PXE client (UEFI x64, no iPXE ROM) gets
-// snponly.efi over the controller's TFTP, which then fetches the node's
-// script over HTTP; the agent cleans the disks.
+// TestVMNetbootUEFI: two OVMF nodes at once. One boots with OVMF's own PXE
+// client (UEFI x64, no iPXE ROM) and gets snponly.efi over the controller's
+// TFTP; the other with OVMF's UEFI HTTP boot (vendor class HTTPClient, arch
+// 16; PXE switched off through OVMF's fw_cfg knobs) and gets the iPXE EFI
+// binary by URL. Both then take their script from iPXE, and the agents
+// clean the disks.
 func TestVMNetbootUEFI(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootUEFI") {
 		return
 	}
 	bootDir := netbootBootDir(t)
-	provisioningBridge(t, 1)
+	provisioningBridge(t, 2)
 	c := startControllerOn(t, bridgeIP.String()+":0", "--allow-insecure-noauth", "--boot-dir", bootDir,
 		"--boot-dhcp", "full", "--boot-interface", "br0", "--boot-dhcp-range", "10.88.0.100-10.88.0.150")
-	n := &netbootNode{name: "nb-uefi", mac: "52:54:00:88:02:01", firmware: "uefi"}
-	enrolNode(t, c, n.name, n.mac)
-	cleanOverNetboot(t, c, []*netbootNode{n})
-	_, h := c.call(t, "GET", "/v1/nodes/nb-uefi/history", nil)
-	hist := historyLines(h)
-	for _, want := range []string{"DHCP ACK to UEFI PXE", "snponly.efi over TFTP", "TFTP sent snponly.efi (173792 bytes", "DHCP ACK to iPXE"} {
-		if !strings.Contains(hist, want) {
-			t.Errorf("history has no %q:\n%s", want, hist)
+	nodes := []*netbootNode{{name: "nb-uefi", mac: "52:54:00:88:02:01", firmware: "uefi"}, {name: "nb-http", mac: "52:54:00:88:04:01", firmware: "uefi-http"}}
+	for _, n := range nodes {
+		enrolNode(t, c, n.name, n.mac)
+	}
+	cleanOverNetboot(t, c, nodes)
+	for name, wants := range map[string][]string{
+		"nb-uefi": {"DHCP ACK to UEFI PXE of port 52:54:00:88:02:01", "snponly.efi over TFTP", "TFTP sent snponly.efi (173792 bytes", "DHCP ACK to iPXE"},
+		"nb-http": {"DHCP ACK to UEFI HTTP of port 52:54:00:88:04:01", "/v1/boot/files/ipxe.efi", "DHCP ACK to iPXE"},
+	} {
+		_, h := c.call(t, "GET", "/v1/nodes/"+name+"/history", nil)
+		hist := historyLines(h)
+		for _, want := range wants {
+			if !strings.Contains(hist, want) {
+				t.Errorf("%s: history has no %q:\n%s", name, want, hist)
+			}
 		}
 	}
 }
