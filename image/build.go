@@ -11,6 +11,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,8 +38,13 @@ type Config struct {
 	CacheDir string
 	// KernelPackage is the Debian kernel metapackage.
 	KernelPackage string
-	// Modules are loaded at boot (with their dependencies).
-	Modules []string
+	// Modules selects the kernel modules in the image (with their
+	// dependencies): classes plus or minus single modules.
+	Modules ModuleSelection
+	// FirmwareDir is a linux-firmware style tree; the firmware files that
+	// included modules ask for are copied from it into lib/firmware.
+	// Empty: no firmware (the manifest lists what is missing).
+	FirmwareDir string
 	// Commands are the u-root commands in the busybox.
 	Commands []string
 	// Mdadm adds Debian's mdadm (+ libudev, libc) as /sbin/mdadm.
@@ -61,8 +67,8 @@ func DefaultConfig(repo string) Config {
 		RepoDir:       repo,
 		OutDir:        filepath.Join(repo, "out", "image"),
 		CacheDir:      filepath.Join(repo, "out", "image-cache"),
-		KernelPackage: "linux-image-cloud-amd64",
-		Modules:       DefaultModules(),
+		KernelPackage: DefaultKernelPackage,
+		Modules:       ModuleSelection{Classes: DefaultClasses()},
 		Commands:      DefaultCommands(),
 		Mdadm:         true,
 		CACerts:       true,
@@ -70,6 +76,20 @@ func DefaultConfig(repo string) Config {
 		Compression:   Gzip,
 	}
 }
+
+// DefaultKernelPackage is Debian's generic kernel: it has a driver for
+// every common server NIC and storage controller. The cloud kernel
+// (CloudKernelPackage) boots faster but has none of them (no e1000e, igb,
+// ixgbe, i40e, ahci, megaraid_sas, mpt3sas): it suits VM-only fleets.
+const (
+	DefaultKernelPackage = "linux-image-amd64"
+	CloudKernelPackage   = "linux-image-cloud-amd64"
+)
+
+// InitramfsBudget is the most the compressed initramfs may weigh (#14):
+// it travels over TFTP/HTTP to every node at every boot, and unpacks into
+// RAM.
+const InitramfsBudget = 20 << 20
 
 // InitramfsName is the initramfs file name in OutDir.
 func InitramfsName(c Compression) string { return "initramfs.cpio" + c.Ext() }
@@ -97,12 +117,26 @@ type Manifest struct {
 		Binary   File   `json:"binary"`
 	} `json:"agent"`
 	Modules struct {
-		Load    []string `json:"load"`
-		Builtin []string `json:"builtin,omitempty"`
-		Missing []string `json:"missing,omitempty"`
-		Files   int      `json:"files"`
-		Bytes   int64    `json:"bytes"`
+		// Load are loaded at boot; the rest by modalias (coldplug).
+		Load    []string    `json:"load"`
+		Builtin []string    `json:"builtin,omitempty"`
+		Missing []string    `json:"missing,omitempty"`
+		Files   int         `json:"files"`
+		Bytes   int64       `json:"bytes"`
+		Aliases int         `json:"aliases"`
+		Classes []ClassInfo `json:"classes"`
+		// List is every included module file (lib/modules/<release>/...).
+		List []string `json:"list"`
 	} `json:"modules"`
+	Firmware struct {
+		Dir     string `json:"dir,omitempty"`
+		Present int    `json:"present"`
+		Absent  int    `json:"absent"`
+		Bytes   int64  `json:"bytes"`
+		// Lacking are included modules with at least one absent file.
+		Lacking []string   `json:"modules_lacking_firmware,omitempty"`
+		Files   []Firmware `json:"files"`
+	} `json:"firmware"`
 	Mdadm       *Extra      `json:"mdadm,omitempty"`
 	CACerts     *CACerts    `json:"ca_certificates,omitempty"`
 	Compression Compression `json:"compression"`
@@ -180,6 +214,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	m.Kernel.Package, m.Kernel.ImagePackage = k.Meta.Name, k.Image.Name
 	m.Kernel.Version, m.Kernel.Release = k.Image.Version, k.Release
 	m.Timings["kernel"] = since(t)
+	t = time.Now()
 
 	mods, err := ResolveModules(k.ModulesDir(), k.Release, cfg.Modules)
 	if err != nil {
@@ -189,10 +224,21 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 		log.Warn("modules not in this kernel", "release", k.Release, "missing", mods.Missing)
 	}
 	m.Modules.Load, m.Modules.Builtin, m.Modules.Missing = mods.Load, mods.Builtin, mods.Missing
-	m.Modules.Files = len(mods.Files)
+	m.Modules.Files, m.Modules.Classes, m.Modules.List = len(mods.Files), mods.Classes, mods.Files
+	m.Modules.Aliases = bytes.Count(mods.Alias, []byte("\n"))
 	if m.Modules.Bytes, err = mods.Size(); err != nil {
 		return nil, err
 	}
+	fw, err := ModuleFirmware(k.ModulesDir(), mods.Files, cfg.FirmwareDir)
+	if err != nil {
+		return nil, fmt.Errorf("firmware: %w", err)
+	}
+	m.Firmware.Dir, m.Firmware.Files = cfg.FirmwareDir, fw
+	m.Firmware.Present, m.Firmware.Absent, m.Firmware.Lacking = FirmwareSummary(fw)
+	for _, f := range fw {
+		m.Firmware.Bytes += f.Bytes
+	}
+	m.Timings["modules"] = since(t)
 
 	var mdadm []Package
 	if cfg.Mdadm {
@@ -221,7 +267,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	t = time.Now()
 	base, err := BuildBase(ctx, log, BaseInputs{
 		RepoDir: cfg.RepoDir, CacheDir: cfg.CacheDir, Commands: cfg.Commands, UrootVersion: urootVersion,
-		Kernel: k, Modules: mods, Mdadm: mdadm, CACerts: ca, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
+		Kernel: k, Modules: mods, Firmware: fw, Mdadm: mdadm, CACerts: ca, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
 	})
 	if err != nil {
 		return nil, err
@@ -326,6 +372,7 @@ type BaseInputs struct {
 	UrootVersion string
 	Kernel       Kernel
 	Modules      ModuleSet
+	Firmware     []Firmware // the present ones go to lib/firmware
 	Mdadm        []Package // mdadm and its lib packages; nil leaves it out
 	CACerts      *Package  // unpacked ca-certificates; nil leaves the bundle out
 	Compression  Compression
@@ -356,7 +403,14 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	if in.CACerts != nil {
 		caKey = in.CACerts.Name + "=" + in.CACerts.Version
 	}
-	baseKey := cacheKey("base-v2", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, strings.Join(mods.Load, ","), mdKey, caKey)
+	fwKey := ""
+	for _, f := range in.Firmware {
+		if f.Present {
+			fwKey += fmt.Sprintf("%s=%d,", f.File, f.Bytes)
+		}
+	}
+	modKey := sha256Hex(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.LoadConf()...))
+	baseKey := cacheKey("base-v3", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
 	baseFile := filepath.Join(in.CacheDir, res.Path)
@@ -448,6 +502,16 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 		}
 	}
 	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
+	a.AddBytes(modRoot+"/modules.alias", mods.Alias, 0o644)
+	fwSeen := map[string]bool{}
+	for _, f := range in.Firmware {
+		if f.Present && !fwSeen[f.File] {
+			fwSeen[f.File] = true
+			if err := a.AddFile("lib/firmware/"+f.File, f.source, 0o644); err != nil {
+				return res, err
+			}
+		}
+	}
 	for _, f := range []string{"modules.builtin", "modules.builtin.modinfo"} {
 		if err := a.AddFile(modRoot+"/"+f, filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
 			return res, err
