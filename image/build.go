@@ -373,8 +373,8 @@ type BaseInputs struct {
 	Kernel       Kernel
 	Modules      ModuleSet
 	Firmware     []Firmware // the present ones go to lib/firmware
-	Mdadm        []Package // mdadm and its lib packages; nil leaves it out
-	CACerts      *Package  // unpacked ca-certificates; nil leaves the bundle out
+	Mdadm        []Package  // mdadm and its lib packages; nil leaves it out
+	CACerts      *Package   // unpacked ca-certificates; nil leaves the bundle out
 	Compression  Compression
 	Rebuild      bool // ignore cached u-root and base archives
 }

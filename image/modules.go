@@ -89,8 +89,8 @@ func DefaultClasses() []ModuleClass {
 			},
 		},
 		{
-			Name: "virtio",
-			Doc:  "virtio PCI transport and entropy source (QEMU/KVM; without entropy DHCP blocks)",
+			Name:    "virtio",
+			Doc:     "virtio PCI transport and entropy source (QEMU/KVM; without entropy DHCP blocks)",
 			Include: []string{"drivers/virtio/virtio_pci", "drivers/char/hw_random/virtio-rng"},
 		},
 		{
