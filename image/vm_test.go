@@ -68,7 +68,7 @@ func relay(addr string) int {
 const apiVersion = "1.82"
 
 // sizeBudget bounds the compressed initramfs (kernel not included).
-const sizeBudget = 15_000_000
+const sizeBudget = InitramfsBudget
 
 // guestAPI is where the agent finds the controller: slirp forwards it.
 const guestAPI = "10.0.2.100:6385"
@@ -77,8 +77,8 @@ const guestAPI = "10.0.2.100:6385"
 // overlay is rebuilt so the VM runs the agent of this checkout).
 func vmImage(tb testing.TB) (kernel, initrd string) {
 	tb.Helper()
-	cfg, _ := buildVMImage(tb)
-	return filepath.Join(cfg.OutDir, "vmlinuz"), filepath.Join(cfg.OutDir, "initramfs.cpio.gz")
+	cfg, m := buildVMImage(tb)
+	return filepath.Join(cfg.OutDir, "vmlinuz"), filepath.Join(cfg.OutDir, InitramfsName(m.Compression))
 }
 
 func buildVMImage(tb testing.TB) (Config, *Manifest) {

@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
+	"github.com/anvil-metal/anvil/hardware/kmod"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -176,6 +177,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			"reason", why)
 	}
 
+	if powers {
+		// Before the network: the NIC drivers are among what it loads.
+		coldplug(ctx, log)
+	}
+
 	guard := deviceGuard(o, env, powers, why)
 	log.Info("device guard", "mode", guard.String())
 	// mdadm --assemble writes superblocks and may start a resync on every
@@ -227,6 +233,25 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	runForever(ctx, a, log)
 	log.Info("shutting down")
 	return 0
+}
+
+// coldplug loads the kernel modules the machine's devices ask for (by
+// modalias), then keeps watching for devices that appear late. Nothing
+// here stops the boot: without a module tree or with unknown hardware the
+// agent carries on with what the kernel already drives.
+func coldplug(ctx context.Context, log *slog.Logger) {
+	c, err := kmod.ForRunningKernel(log)
+	if err != nil {
+		log.Warn("coldplug: no module loading by modalias", "err", err)
+		return
+	}
+	res := c.Run(ctx)
+	log.Info("coldplug done", "took", res.Took.Round(time.Millisecond).String(), "rounds", res.Rounds,
+		"devices", res.Devices, "loaded", res.Loaded, "failed", res.Failed, "unmatched", len(res.Unmatched))
+	if len(res.Unmatched) > 0 {
+		log.Debug("coldplug: devices no included module claims", "modaliases", res.Unmatched)
+	}
+	go c.Watch(ctx, 5*time.Second)
 }
 
 // stayUp logs a configuration error every minute until ctx is done.

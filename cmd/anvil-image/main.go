@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	firmware := fs.String("firmware", "", "linux-firmware style directory: firmware files the included modules ask for are copied from it")
 	noMdadm := fs.Bool("no-mdadm", false, "leave Debian's mdadm (and libc, libudev) out")
 	rebuild := fs.Bool("rebuild", false, "rebuild the u-root busybox and the base even if cached")
-	compress := fs.String("compress", "gzip", "initramfs compression: gzip or zstd (the kernel must have CONFIG_RD_ZSTD)")
+	compress := fs.String("compress", "", "initramfs compression: gzip or zstd (default: zstd if the kernel has CONFIG_RD_ZSTD, else gzip)")
 	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
 	if err := fs.Parse(args); err != nil {
