@@ -200,8 +200,9 @@ type DHCPv4Client struct {
 
 var _ DHCP = (*DHCPv4Client)(nil)
 
-// Configure implements DHCP. Each lease is renewed in the background at
-// half its time until ctx ends.
+// Configure implements DHCP: it returns the first interface that got a
+// lease. Each lease is renewed in the background at half its time until
+// ctx ends.
 func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, error) {
 	linkUp, timeout, retries := d.LinkUpTimeout, d.Timeout, d.Retries
 	if linkUp <= 0 {
@@ -217,41 +218,50 @@ func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// IfUp waits for operstate up, which needs a carrier: a NIC with no
-	// cable is skipped instead of burning DHCP timeouts. In parallel, so
-	// four unplugged ports cost one timeout, not four.
-	type up struct {
-		link netlink.Link
+	// Every interface on its own, all at once: IfUp waits for operstate
+	// up, which needs a carrier, so an uncabled port only costs its own
+	// goroutine, and DHCP starts on each port the moment it has a link.
+	// The first lease wins: Configure returns with it while the other
+	// ports keep trying in the background (and keep their leases too),
+	// so a node with four NICs and only the second cabled comes up as
+	// fast as one with a single NIC.
+	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
+	type result struct {
+		name string
 		err  error
 	}
-	ups := make([]up, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
+	results := make(chan result, len(names))
+	for _, name := range names {
 		go func() {
-			defer wg.Done()
 			l, err := dhclient.IfUp(name, linkUp)
-			ups[i] = up{l, err}
+			if err != nil {
+				log.InfoContext(ctx, "interface has no link; skipping", "interface", name, "err", err)
+				results <- result{name, fmt.Errorf("%s: no link: %w", name, err)}
+				return
+			}
+			results <- result{name, d.lease(ctx, log, l, cfg, linkUp)}
 		}()
 	}
-	wg.Wait()
-	var links []netlink.Link
 	var errs []error
-	for i, u := range ups {
-		if u.err != nil {
-			errs = append(errs, u.err)
-			log.InfoContext(ctx, "interface has no link; skipping", "interface", names[i], "err", u.err)
-			continue
+	for range names {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r := <-results:
+			if r.err == nil {
+				return []string{r.name}, nil
+			}
+			errs = append(errs, r.err)
 		}
-		links = append(links, u.link)
 	}
-	if len(links) == 0 {
-		return nil, fmt.Errorf("no interface came up: %w", errors.Join(errs...))
-	}
-	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
-	var got []string
-	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, linkUp) {
-		name := r.Interface.Attrs().Name
+	return nil, errors.Join(errs...)
+}
+
+// lease runs DHCPv4 on one link, configures the lease and keeps it.
+func (d *DHCPv4Client) lease(ctx context.Context, log *slog.Logger, link netlink.Link, cfg dhclient.Config, linkUp time.Duration) error {
+	name := link.Attrs().Name
+	var errs []error
+	for r := range dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkUp) {
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, r.Err))
 			continue
@@ -262,13 +272,13 @@ func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string,
 		}
 		lease := leaseTime(r.Lease)
 		log.InfoContext(ctx, "DHCPv4 lease configured", "interface", name, "lease", r.Lease.String(), "lease_time", lease.String())
-		got = append(got, name)
 		d.keep(ctx, log, r.Interface, lease, cfg, linkUp)
+		return nil
 	}
-	if len(got) == 0 {
-		return nil, errors.Join(errs...)
+	if len(errs) == 0 {
+		return fmt.Errorf("%s: no DHCPv4 answer", name)
 	}
-	return got, nil
+	return errors.Join(errs...)
 }
 
 // leaseTime is the lease's duration; 0 when it has none or is infinite.

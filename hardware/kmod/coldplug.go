@@ -29,9 +29,9 @@ type Loader interface {
 // and skipped: the agent boots with whatever loaded, and the inventory
 // shows what has no driver.
 type Coldplug struct {
-	Sys string // normally /sys
-	Aliases    *AliasTable
-	Loader     Loader
+	Sys     string // normally /sys
+	Aliases *AliasTable
+	Loader  Loader
 	// Parallel loads at most this many modules at once (default 8). The
 	// kernel runs module init concurrently; a driver's PCI probe (reset,
 	// firmware wait) is what takes time.
