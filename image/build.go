@@ -433,7 +433,7 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 			fwKey += fmt.Sprintf("%s=%d,", f.File, f.Bytes)
 		}
 	}
-	modKey := sha256Hex(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.LoadConf()...))
+	modKey := sha256Hex(append(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.Softdep...), mods.LoadConf()...))
 	baseKey := cacheKey("base-v3", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
@@ -527,6 +527,7 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	}
 	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
 	a.AddBytes(modRoot+"/modules.alias", mods.Alias, 0o644)
+	a.AddBytes(modRoot+"/modules.softdep", mods.Softdep, 0o644)
 	fwSeen := map[string]bool{}
 	for _, f := range in.Firmware {
 		if f.Present && !fwSeen[f.File] {

@@ -3,7 +3,9 @@ package kmod
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/u-root/u-root/pkg/kmodule"
 	"golang.org/x/sys/unix"
@@ -12,28 +14,83 @@ import (
 // KernelLoader loads modules of the running kernel from
 // /lib/modules/$(uname -r) (modules.dep, modules.builtin), with u-root's
 // kmodule: dependencies first, in parallel, each file once, built-in and
-// already loaded modules skipped.
+// already loaded modules skipped. u-root knows no soft dependencies, so
+// Load loads those first (pre) and after (post) itself, best effort.
 type KernelLoader struct {
-	prober *kmodule.Prober
+	prober   *kmodule.Prober
+	deps     map[string][]string // module -> modules it depends on (modules.dep)
+	softdeps Softdeps
+	aliases  *AliasTable
 }
 
 var _ Loader = (*KernelLoader)(nil)
 
-// NewKernelLoader reads modules.dep and /proc/modules.
-func NewKernelLoader() (*KernelLoader, error) {
+// NewKernelLoader reads modules.dep, modules.softdep (optional) and
+// /proc/modules of the kernel whose module tree is dir.
+func NewKernelLoader(dir string, aliases *AliasTable) (*KernelLoader, error) {
 	p, err := kmodule.NewProber(kmodule.ProbeOpts{})
 	if err != nil {
 		return nil, fmt.Errorf("kernel modules: %w", err)
 	}
-	return &KernelLoader{prober: p}, nil
+	k := &KernelLoader{prober: p, deps: map[string][]string{}, aliases: aliases, softdeps: Softdeps{}}
+	dep, err := os.ReadFile(filepath.Join(dir, "modules.dep"))
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules: %w", err)
+	}
+	for _, line := range strings.Split(string(dep), "\n") {
+		mod, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var names []string
+		for _, d := range strings.Fields(rest) {
+			names = append(names, moduleName(d))
+		}
+		k.deps[moduleName(mod)] = names
+	}
+	if f, err := os.Open(filepath.Join(dir, "modules.softdep")); err == nil {
+		defer f.Close()
+		if k.softdeps, err = ParseSoftdeps(f); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// moduleName is the module name of a modules.dep path.
+func moduleName(p string) string {
+	base := filepath.Base(p)
+	if i := strings.Index(base, ".ko"); i >= 0 {
+		base = base[:i]
+	}
+	return NormalizeName(base)
 }
 
 // Load implements Loader.
 func (k *KernelLoader) Load(name string) error {
+	name = NormalizeName(name)
+	soft := func(pick func(Softdep) []string) {
+		for _, m := range append([]string{name}, k.deps[name]...) {
+			for _, s := range pick(k.softdeps[m]) {
+				for _, r := range Resolve(s, k.known, k.aliases) {
+					if r != name {
+						_ = k.prober.Probe(r, "") // best effort: one of several (crc32c_intel, crc32c_generic) is enough
+					}
+				}
+			}
+		}
+	}
+	soft(func(d Softdep) []string { return d.Pre })
 	if err := k.prober.Probe(name, ""); err != nil {
 		return fmt.Errorf("load %s: %w", name, err)
 	}
+	soft(func(d Softdep) []string { return d.Post })
 	return nil
+}
+
+func (k *KernelLoader) known(name string) bool {
+	_, ok := k.deps[name]
+	return ok
 }
 
 // ForRunningKernel is a Coldplug over /sys with the running
@@ -44,11 +101,12 @@ func ForRunningKernel(log *slog.Logger) (*Coldplug, error) {
 		return nil, fmt.Errorf("uname: %w", err)
 	}
 	release := unix.ByteSliceToString(u.Release[:])
-	aliases, err := ReadAliases(filepath.Join("/lib/modules", release, "modules.alias"))
+	dir := filepath.Join("/lib/modules", release)
+	aliases, err := ReadAliases(filepath.Join(dir, "modules.alias"))
 	if err != nil {
 		return nil, err
 	}
-	loader, err := NewKernelLoader()
+	loader, err := NewKernelLoader(dir, aliases)
 	if err != nil {
 		return nil, err
 	}
