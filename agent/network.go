@@ -49,7 +49,14 @@ type Interfaces struct {
 	DHCP DHCP
 	// Hints restrict the interfaces used (anvil.interface=); empty means all.
 	Hints []string
-	Log   *slog.Logger
+	// Setup, Static and VLAN: a fixed address instead of DHCP, and/or a
+	// VLAN interface on top of the physical ones. Setup is nil outside
+	// the ramdisk, like DHCP.
+	Setup  LinkSetup
+	Static *StaticIP
+	VLAN   *VLAN
+	BootIF string // MAC; where Static goes when it names no device
+	Log    *slog.Logger
 }
 
 var _ Network = (*Interfaces)(nil)
@@ -79,6 +86,14 @@ func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
 			need = append(need, l.Name)
 		}
 	}
+	if n.Setup != nil && (n.Static != nil || n.VLAN != nil) {
+		// Every MAC is still reported: the lookup needs them, whichever
+		// interface carries the traffic.
+		if err := n.configure(ctx, log, use); err != nil {
+			return nil, err
+		}
+		return macs, nil
+	}
 	if n.DHCP != nil && len(need) > 0 {
 		got, err := n.DHCP.Configure(ctx, need)
 		log.InfoContext(ctx, "DHCPv4", "interfaces", need, "leased", got, "err", err)
@@ -91,6 +106,83 @@ func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
 		}
 	}
 	return macs, nil
+}
+
+// configure applies Static and/or VLAN: the VLAN interface goes on the
+// named device, else on every interface (DHCP) or on the one the static
+// address goes to; the static address goes on the named device, else on
+// BOOTIF's, else on the first interface that gets a carrier.
+func (n *Interfaces) configure(ctx context.Context, log *slog.Logger, use []Link) error {
+	byDevice := func(dev string) (string, error) {
+		for _, l := range use {
+			if l.Name == dev || strings.EqualFold(l.MAC, dev) {
+				return l.Name, nil
+			}
+		}
+		return "", fmt.Errorf("no interface %q among %d", dev, len(use))
+	}
+	names := make([]string, 0, len(use))
+	for _, l := range use {
+		names = append(names, l.Name)
+	}
+	if n.Static == nil { // VLAN + DHCP
+		parents := names
+		if n.VLAN.Device != "" {
+			p, err := byDevice(n.VLAN.Device)
+			if err != nil {
+				return fmt.Errorf("anvil.vlan: %w", err)
+			}
+			parents = []string{p}
+		}
+		var vlans []string
+		for _, p := range parents {
+			v, err := n.Setup.AddVLAN(p, n.VLAN.ID)
+			if err != nil {
+				log.WarnContext(ctx, "VLAN interface not created", "parent", p, "vlan", n.VLAN.ID, "err", err)
+				continue
+			}
+			vlans = append(vlans, v)
+		}
+		if len(vlans) == 0 {
+			return fmt.Errorf("VLAN %d: no interface could carry it", n.VLAN.ID)
+		}
+		if n.DHCP == nil {
+			return nil
+		}
+		got, err := n.DHCP.Configure(ctx, vlans)
+		log.InfoContext(ctx, "DHCPv4 on VLAN", "vlan", n.VLAN.ID, "interfaces", vlans, "leased", got, "err", err)
+		if err != nil {
+			return fmt.Errorf("DHCPv4 on VLAN %d (%v): %w", n.VLAN.ID, vlans, err)
+		}
+		return nil
+	}
+	dev := n.Static.Device
+	if dev == "" && n.VLAN != nil {
+		dev = n.VLAN.Device
+	}
+	if dev == "" {
+		dev = n.BootIF
+	}
+	var name string
+	var err error
+	if dev != "" {
+		name, err = byDevice(dev)
+	} else {
+		name, err = n.Setup.FirstCarrier(ctx, names)
+	}
+	if err != nil {
+		return fmt.Errorf("static address %s: %w", n.Static.Address, err)
+	}
+	if n.VLAN != nil {
+		if name, err = n.Setup.AddVLAN(name, n.VLAN.ID); err != nil {
+			return err
+		}
+	}
+	if err := n.Setup.Static(ctx, name, *n.Static); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "static address configured", "interface", name, "address", n.Static.Address.String(), "gateway", n.Static.Gateway.String())
+	return nil
 }
 
 // pick chooses the interfaces to report: the hinted ones if any, else the

@@ -68,6 +68,9 @@ func DefaultClasses() []ModuleClass {
 				"drivers/net/ethernet/intel/igbvf/", "drivers/net/ethernet/intel/ixgbevf/",
 				"drivers/net/ethernet/intel/iavf/", "drivers/net/ethernet/chelsio/cxgb4vf/",
 			},
+			// anvil.vlan= needs it, and the ramdisk has no modprobe for
+			// the kernel to load it on demand.
+			Load: []string{"8021q"},
 		},
 		{
 			Name: "storage",

@@ -61,6 +61,7 @@ type options struct {
 	cmdline    string
 	proc       string
 	debug      bool
+	boot       agent.BootConfig // the kernel command line, for the network setup
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -109,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.macs = append(o.macs, m)
 		}
 	}
-	o.token, o.ifaces = boot.Token, boot.Interfaces
+	o.token, o.ifaces, o.boot = boot.Token, boot.Interfaces, boot
 	return o, nil
 }
 
@@ -313,9 +314,14 @@ func network(o options, powers bool, log *slog.Logger) agent.Network {
 	if len(o.macs) > 0 {
 		return agent.StaticMACs(o.macs)
 	}
-	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log}
+	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log,
+		Static: o.boot.Static, VLAN: o.boot.VLAN, BootIF: o.boot.BootIF}
 	if powers {
 		n.DHCP = &agent.DHCPv4Client{Log: log}
+		n.Setup = agent.NetlinkSetup{}
+	}
+	for _, p := range o.boot.Problems {
+		log.Warn("kernel command line parameter ignored", "problem", p)
 	}
 	return n
 }
