@@ -163,3 +163,29 @@ func formatKmsg(rec []byte) string {
 	}
 	return msg + "\n"
 }
+
+// SecondaryConsoles reads /proc/consoles and returns the device names
+// (ttyS1, tty0, ...) of the enabled consoles other than /dev/console
+// (flag C: the last console= on the command line). The kernel prints to
+// all of them, but a process's output only reaches /dev/console; the
+// agent writes its log to the others itself, so an operator sees it on
+// VGA and on whichever serial port the BMC's serial-over-LAN shows.
+func SecondaryConsoles(procConsoles string) []string {
+	var out []string
+	for _, line := range strings.Split(procConsoles, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || name == "" {
+			continue
+		}
+		open, close := strings.Index(rest, "("), strings.Index(rest, ")")
+		if open < 0 || close < open {
+			continue
+		}
+		flags := rest[open+1 : close]
+		// E: enabled; C: the console /dev/console writes to.
+		if strings.Contains(flags, "E") && !strings.Contains(flags, "C") && !strings.ContainsAny(name, "/.") {
+			out = append(out, name)
+		}
+	}
+	return out
+}

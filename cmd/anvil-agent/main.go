@@ -169,6 +169,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if o.logFile == "" && powers {
 		o.logFile = "/var/log/anvil-agent.log"
 	}
+	if powers {
+		stderr = withConsoles(stderr)
+	}
 	log, closeLog := newLogger(o, env, stderr)
 	defer closeLog()
 	log.Info("anvil-agent", "version", agent.Version, "in_ramdisk", env.InRamdisk, "ramdisk_powers", powers,
@@ -306,6 +309,26 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 		}
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
+}
+
+// withConsoles adds the kernel's other consoles (VGA, the second serial
+// port) to w, which reaches only /dev/console. A console that cannot be
+// opened is skipped: output there is a convenience, never a reason to stop.
+func withConsoles(w io.Writer) io.Writer {
+	raw, err := os.ReadFile("/proc/consoles")
+	if err != nil {
+		return w
+	}
+	ws := []io.Writer{w}
+	for _, name := range agent.SecondaryConsoles(string(raw)) {
+		f, err := os.OpenFile("/dev/"+name, os.O_WRONLY|syscall.O_NOCTTY, 0)
+		if err != nil {
+			fmt.Fprintln(w, "anvil-agent: console", name, err)
+			continue
+		}
+		ws = append(ws, f) // open for the life of the process
+	}
+	return io.MultiWriter(ws...)
 }
 
 // network finds the MACs to look up with; DHCP only with ramdisk powers, so
