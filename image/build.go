@@ -362,6 +362,7 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	if err := ov.AddFile(AgentPath, agentBin, 0o755); err != nil {
 		return Part{}, err
 	}
+	AddKmodLinks(ov, "/"+AgentPath)
 	raw, err := ov.WriteCompressedFile(file, c)
 	if err != nil {
 		return Part{}, err
@@ -372,6 +373,16 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	}
 	f.Path = filepath.Base(file)
 	return Part{File: f, UncompressedBytes: raw}, nil
+}
+
+// AddKmodLinks links the names under which the agent binary loads kernel
+// modules to target (the agent): /sbin/modprobe, which the kernel runs to
+// load a module on demand (RAID personalities, 8021q, crypto), and
+// /bin/coldplug (load drivers for the hardware found; for the shell and
+// test scripts that replace the agent).
+func AddKmodLinks(a *Archive, target string) {
+	a.AddSymlink("sbin/modprobe", target)
+	a.AddSymlink("bin/coldplug", target)
 }
 
 // Assemble concatenates parts into file (the kernel unpacks concatenated

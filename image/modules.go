@@ -24,9 +24,10 @@ type ModuleClass struct {
 	Doc     string
 	Include []string
 	Exclude []string
-	// Load are loaded at boot whatever the hardware (md personalities have
-	// no device to be matched by); everything else is loaded by the
-	// agent's coldplug when a device's modalias asks for it.
+	// Load are loaded at boot by u-root's init whatever the hardware. The
+	// default classes need none: devices' drivers are loaded by the
+	// agent's coldplug, and what the kernel asks for (RAID personalities,
+	// 8021q, crypto) by /sbin/modprobe, which is the agent.
 	Load []string
 }
 
@@ -68,9 +69,6 @@ func DefaultClasses() []ModuleClass {
 				"drivers/net/ethernet/intel/igbvf/", "drivers/net/ethernet/intel/ixgbevf/",
 				"drivers/net/ethernet/intel/iavf/", "drivers/net/ethernet/chelsio/cxgb4vf/",
 			},
-			// anvil.vlan= needs it, and the ramdisk has no modprobe for
-			// the kernel to load it on demand.
-			Load: []string{"8021q"},
 		},
 		{
 			Name: "storage",
@@ -102,7 +100,6 @@ func DefaultClasses() []ModuleClass {
 			Name:    "md",
 			Doc:     "software RAID (md raid0/1/10/456, linear) and device mapper",
 			Include: []string{"drivers/md/md-mod", "drivers/md/raid*", "drivers/md/linear", "drivers/md/dm-mod"},
-			Load:    []string{"md_mod", "raid0", "raid1", "raid10", "raid456", "dm_mod"},
 		},
 		{
 			Name: "usb",

@@ -111,6 +111,17 @@ func buildVMImage(tb testing.TB) (Config, *Manifest) {
 	return cfg, m
 }
 
+// addKmodTools puts the agent binary (built by Build) into a test overlay
+// as /bin/anvil-kmod with the coldplug and modprobe links: a script that
+// replaces the agent must load the drivers itself.
+func addKmodTools(tb testing.TB, ov *Archive, cfg Config) {
+	tb.Helper()
+	if err := ov.AddFile("bin/anvil-kmod", filepath.Join(cfg.CacheDir, "anvil-agent"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	AddKmodLinks(ov, "/bin/anvil-kmod")
+}
+
 type tbWriter struct{ tb testing.TB }
 
 func (w tbWriter) Write(p []byte) (int, error) {
@@ -533,7 +544,9 @@ func TestVMMdadm(t *testing.T) {
 		}
 		caCheck = "/bin/cacheck\n"
 	}
+	addKmodTools(t, ov, cfg)
 	script := `#!/bbin/gosh
+/bin/coldplug
 echo MDTEST-START
 mdadm --version
 mdadm --create /dev/md0 --level=1 --raid-devices=2 --metadata=1.2 --run --assume-clean /dev/nvme0n1 /dev/nvme1n1

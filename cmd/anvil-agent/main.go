@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The image links /sbin/modprobe and /bin/coldplug to this binary.
+	switch filepath.Base(os.Args[0]) {
+	case "modprobe":
+		os.Exit(modprobe(os.Args[1:], os.Stderr))
+	case "coldplug":
+		coldplug(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)), false)
+		return
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
@@ -183,7 +192,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 
 	if powers {
 		// Before the network: the NIC drivers are among what it loads.
-		coldplug(ctx, log)
+		coldplug(ctx, log, true)
 	}
 
 	guard := deviceGuard(o, env, powers, why)
@@ -240,10 +249,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 // coldplug loads the kernel modules the machine's devices ask for (by
-// modalias), then keeps watching for devices that appear late. Nothing
+// modalias), then (watch) keeps watching for devices that appear late. Nothing
 // here stops the boot: without a module tree or with unknown hardware the
 // agent carries on with what the kernel already drives.
-func coldplug(ctx context.Context, log *slog.Logger) {
+func coldplug(ctx context.Context, log *slog.Logger, watch bool) {
 	c, err := kmod.ForRunningKernel(log)
 	if err != nil {
 		log.Warn("coldplug: no module loading by modalias", "err", err)
@@ -255,7 +264,21 @@ func coldplug(ctx context.Context, log *slog.Logger) {
 	if len(res.Unmatched) > 0 {
 		log.Debug("coldplug: devices no included module claims", "modaliases", res.Unmatched)
 	}
-	go c.Watch(ctx, 5*time.Second)
+	if watch {
+		go c.Watch(ctx, 5*time.Second)
+	}
+}
+
+// modprobe is the kernel's module loader in the ramdisk (see kmod.Modprobe):
+// exit status 1 on failure, quiet with -q like kmod's.
+func modprobe(args []string, stderr io.Writer) int {
+	if err := kmod.Modprobe(args); err != nil {
+		if !slices.Contains(args, "-q") {
+			fmt.Fprintln(stderr, "modprobe:", err)
+		}
+		return 1
+	}
+	return 0
 }
 
 // stayUp logs a configuration error every minute until ctx is done.

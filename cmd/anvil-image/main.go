@@ -91,7 +91,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, c := range m.Modules.Classes {
 		fmt.Fprintf(stdout, "    class %-9s %4d modules, %4d files with dependencies, %s\n", c.Name, c.Modules, c.Files, mib(c.Bytes))
 	}
-	fmt.Fprintf(stdout, "    at boot  %s; the rest by modalias (%d aliases)\n", strings.Join(m.Modules.Load, " "), m.Modules.Aliases)
+	atBoot := "nothing by name"
+	if len(m.Modules.Load) > 0 {
+		atBoot = strings.Join(m.Modules.Load, " ")
+	}
+	fmt.Fprintf(stdout, "    at boot  %s; drivers by modalias (%d aliases), the rest on demand (/sbin/modprobe)\n", atBoot, m.Modules.Aliases)
 	if len(m.Modules.Missing) > 0 {
 		fmt.Fprintf(stdout, "  modules not in %s: %s\n", m.Kernel.Release, strings.Join(m.Modules.Missing, " "))
 	}

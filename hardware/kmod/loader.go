@@ -1,6 +1,7 @@
 package kmod
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -111,4 +112,58 @@ func ForRunningKernel(log *slog.Logger) (*Coldplug, error) {
 		return nil, err
 	}
 	return &Coldplug{Sys: "/sys", Aliases: aliases, Loader: loader, Log: log}, nil
+}
+
+// LoadAny loads name if it is a module, else every module an alias of
+// which matches it (what the kernel asks for: "md-level-1",
+// "crypto-crc32c", "rtnl-link-vlan", "block-major-9-0"). It succeeds when
+// at least one loads: of crc32c_intel and crc32c_generic, the first fails
+// on CPUs without SSE4.2.
+func (k *KernelLoader) LoadAny(name string) error {
+	mods := Resolve(name, k.known, k.aliases)
+	if len(mods) == 0 {
+		return fmt.Errorf("no module and no alias %q", name)
+	}
+	var errs []error
+	for _, m := range mods {
+		if err := k.Load(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == len(mods) {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// Modprobe is the ramdisk's /sbin/modprobe, which the kernel runs (as
+// "modprobe -q -- <name>") to load a module on demand: RAID personalities
+// when mdadm creates an array, 8021q for a VLAN, crypto algorithms. It
+// takes the first argument that is not an option as the name (module
+// parameters after it are not supported) and loads it with LoadAny.
+func Modprobe(args []string) error {
+	name := ""
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			name = a
+			break
+		}
+	}
+	if name == "" {
+		return errors.New("usage: modprobe [-q] [--] <module or alias>")
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return fmt.Errorf("uname: %w", err)
+	}
+	dir := filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]))
+	aliases, err := ReadAliases(filepath.Join(dir, "modules.alias"))
+	if err != nil {
+		return err
+	}
+	k, err := NewKernelLoader(dir, aliases)
+	if err != nil {
+		return err
+	}
+	return k.LoadAny(name)
 }
