@@ -272,3 +272,14 @@ func assertErasedFile(t *testing.T, path, serial string) {
 		t.Errorf("%s: the test pattern survived erase_devices at offset %d", serial, i)
 	}
 }
+
+// addKmodTools puts the agent binary (built by Build) into a test overlay
+// as /bin/anvil-kmod with the coldplug and modprobe links: a script that
+// replaces the agent must load the drivers itself.
+func addKmodTools(tb testing.TB, ov *Archive, cfg Config) {
+	tb.Helper()
+	if err := ov.AddFile("bin/anvil-kmod", filepath.Join(cfg.CacheDir, "anvil-agent"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	AddKmodLinks(ov, "/bin/anvil-kmod")
+}
