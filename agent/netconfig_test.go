@@ -122,11 +122,3 @@ func TestInterfacesStaticAndVLAN(t *testing.T) {
 		})
 	}
 }
-
-func TestSecondaryConsoles(t *testing.T) {
-	// console=tty0 console=ttyS1,115200n8 console=ttyS0,115200n8
-	proc := "ttyS0                -W- (EC  p a)    4:64\nttyS1                -W- (E   p a)    4:65\ntty0                 -WU (E   p  )    4:1\nnetcon0              -W- (    p  )    0:0\n"
-	assert.Equal(t, []string{"ttyS1", "tty0"}, SecondaryConsoles(proc))
-	assert.Empty(t, SecondaryConsoles("ttyS0                -W- (EC  p a)    4:64\n"))
-	assert.Empty(t, SecondaryConsoles("garbage\n../../etc (E) 1:1\n"))
-}

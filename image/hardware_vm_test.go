@@ -123,7 +123,10 @@ func runServerVariant(t *testing.T, c *controller, self, kernel, initrd string, 
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none", "-no-reboot", "-S",
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
+		// Two serial ports, as servers have: the kernel prints on ttyS0,
+		// the agent copies the kernel log and its own to ttyS1.
 		"-serial", "file:" + filepath.Join(dir, "serial.log"),
+		"-serial", "file:" + filepath.Join(dir, "serial1.log"),
 		"-device", "virtio-rng-pci"}
 	monitor := filepath.Join(dir, "monitor.sock")
 	args = append(args, "-monitor", "unix:"+monitor+",server,nowait")
@@ -208,6 +211,15 @@ func runServerVariant(t *testing.T, c *controller, self, kernel, initrd string, 
 		t.Errorf("disk %v: size %v, want %d", found["name"], found["size"], size)
 	}
 	t.Logf("%s: inventory disk %v serial %v size %v model %v", v.name, found["name"], found["serial"], found["size"], found["model"])
+	// BMC serial-over-LAN may show either port: both carry the boot.
+	for _, f := range []string{"serial.log", "serial1.log"} {
+		out, _ := os.ReadFile(filepath.Join(dir, f))
+		for _, want := range []string{"] Linux version ", "msg=anvil-agent ", "coldplug done"} {
+			if !bytes.Contains(out, []byte(want)) {
+				t.Errorf("%s has no %q", f, want)
+			}
+		}
+	}
 
 	// Cleaning in the same boot: the agent keeps looking up after
 	// inspection, and finds the node again once it is cleaning.

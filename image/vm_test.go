@@ -505,13 +505,22 @@ func BenchmarkVMBootToHeartbeat(b *testing.B) {
 			res := inspectWithVM(b, c, vmBoot{kernel: kernel, initrd: initrd}, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
 			res.vm.stop()
 			runs = append(runs, res.firstHeartbeat)
+			b.Logf("boot %s: first heartbeat %v; guest timings %s", name, res.firstHeartbeat.Round(time.Millisecond), toJSON(res.bootTimings))
 		}
 		all = append(all, runs...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(all[len(all)/2].Seconds(), "s-to-heartbeat(median)")
-	b.Logf("QEMU start -> first heartbeat: %v", all)
+	median := all[len(all)/2]
+	b.ReportMetric(median.Seconds(), "s-to-heartbeat(median)")
+	// TCG timings scale with how busy the host is: say so next to them.
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("QEMU start -> first heartbeat: %v; median %v (budget %v); host load average %s", all, median.Round(time.Millisecond),
+		bootBudget, strings.TrimSpace(string(load)))
 }
+
+// bootBudget is #14's budget for QEMU TCG direct boot -> first heartbeat
+// (median of 3) with the default image.
+const bootBudget = 8 * time.Second
 
 // TestVMMdadm boots the base image with a script in place of the agent:
 // the md modules load from modules-load.d and the packaged mdadm (dynamic,

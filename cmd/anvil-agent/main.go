@@ -179,7 +179,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		o.logFile = "/var/log/anvil-agent.log"
 	}
 	if powers {
-		stderr = withConsoles(stderr)
+		stderr = withConsoles(ctx, stderr)
 	}
 	log, closeLog := newLogger(o, env, stderr)
 	defer closeLog()
@@ -334,22 +334,43 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
 }
 
-// withConsoles adds the kernel's other consoles (VGA, the second serial
-// port) to w, which reaches only /dev/console. A console that cannot be
-// opened is skipped: output there is a convenience, never a reason to stop.
-func withConsoles(w io.Writer) io.Writer {
+// withConsoles adds the other consoles to w (which reaches only
+// /dev/console): the agent's log goes to the other kernel consoles (VGA),
+// and the kernel log plus the agent's to serial ports that exist but carry
+// no kernel console (ttyS1 when the kernel prints on ttyS0), so a BMC's
+// serial-over-LAN shows the boot on either port. Every extra console is
+// written asynchronously: a stalled port never blocks the agent.
+func withConsoles(ctx context.Context, w io.Writer) io.Writer {
 	raw, err := os.ReadFile("/proc/consoles")
 	if err != nil {
 		return w
 	}
+	c := agent.FindConsoles(string(raw), "/")
 	ws := []io.Writer{w}
-	for _, name := range agent.SecondaryConsoles(string(raw)) {
+	open := func(name string) *os.File {
 		f, err := os.OpenFile("/dev/"+name, os.O_WRONLY|syscall.O_NOCTTY, 0)
 		if err != nil {
 			fmt.Fprintln(w, "anvil-agent: console", name, err)
+			return nil
+		}
+		return f // open for the life of the process
+	}
+	for _, name := range c.Log {
+		if f := open(name); f != nil {
+			ws = append(ws, agent.NewAsyncWriter(f, 1024))
+		}
+	}
+	for _, name := range c.Mirror {
+		f := open(name)
+		if f == nil {
 			continue
 		}
-		ws = append(ws, f) // open for the life of the process
+		ws = append(ws, agent.NewAsyncWriter(f, 1024))
+		go func() { // may block on the port: its own goroutine, nothing waits for it
+			if err := agent.CopyKmsg(ctx, "/dev/kmsg", f); err != nil {
+				fmt.Fprintln(w, "anvil-agent: kernel log to", name, err)
+			}
+		}()
 	}
 	return io.MultiWriter(ws...)
 }

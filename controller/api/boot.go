@@ -48,10 +48,12 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {
-		// Every console a BMC may show: VGA, and serial-over-LAN on
-		// either port. The last one is /dev/console; the agent writes its
-		// log to all of them itself.
-		args = append(args, "console=tty0", "console=ttyS1,115200n8", "console=ttyS0,115200n8")
+		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
+		// console prints on one port only, and on a machine without a
+		// second UART a console there waits for it at every character
+		// (under QEMU the kernel printed nothing for minutes). The agent
+		// copies the kernel log and its own to ttyS1 when it exists.
+		args = append(args, "console=tty0", "console=ttyS0,115200n8")
 	}
 	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))

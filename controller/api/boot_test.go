@@ -42,7 +42,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status, string(r.body))
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
-	assert.Contains(t, script, "console=tty0 console=ttyS1,115200n8 console=ttyS0,115200n8", "VGA and both serial-over-LAN ports")
+	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
 
 	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
 		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
