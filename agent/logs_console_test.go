@@ -39,7 +39,7 @@ func TestFindConsoles(t *testing.T) {
 
 func TestKmsgLine(t *testing.T) {
 	for rec, want := range map[string]string{
-		"6,339,5140900,-;NET: Registered PF_INET6 protocol family\n":                    "[    5.140900] NET: Registered PF_INET6 protocol family\n",
+		"6,339,5140900,-;NET: Registered PF_INET6 protocol family\n":                          "[    5.140900] NET: Registered PF_INET6 protocol family\n",
 		"3,1234,123456789012,-;e1000e 0000:00:02.0: failed\n SUBSYSTEM=pci\n DEVICE=+pci:0\n": "[123456.789012] e1000e 0000:00:02.0: failed\n",
 		"4,0,0,c;x":    "[    0.000000] x\n",
 		"no separator": "",
