@@ -288,6 +288,10 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	return Part{File: f, UncompressedBytes: raw}, nil
 }
 
+// KernelAliasFile (in lib/modules/<release>/) is the kernel's complete
+// modules.alias; modules.alias next to it covers only the image's modules.
+const KernelAliasFile = "modules.alias.kernel"
+
 // AddKmodLinks links the names under which the agent binary loads kernel
 // modules to target (the agent): /sbin/modprobe, which the kernel runs to
 // load a module on demand (RAID personalities, 8021q, crypto), and
@@ -358,7 +362,7 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 		}
 	}
 	modKey := sha256Hex(append(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.Softdep...), mods.LoadConf()...))
-	baseKey := cacheKey("base-v3", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
+	baseKey := cacheKey("base-v4", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
 	baseFile := filepath.Join(in.CacheDir, res.Path)
@@ -452,6 +456,15 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
 	a.AddBytes(modRoot+"/modules.alias", mods.Alias, 0o644)
 	a.AddBytes(modRoot+"/modules.softdep", mods.Softdep, 0o644)
+	// The kernel's complete alias list, modules not in the image included:
+	// with it the agent can name the module a driverless device would
+	// need ("add it with -modules +name"), which the image's own
+	// modules.alias cannot. ~1.3 MB, ~100 KB compressed.
+	if all := filepath.Join(k.ModulesDir(), "modules.alias"); fileExists(all) {
+		if err := a.AddFile(modRoot+"/"+KernelAliasFile, all, 0o644); err != nil {
+			return res, err
+		}
+	}
 	fwSeen := map[string]bool{}
 	for _, f := range in.Firmware {
 		if f.Present && !fwSeen[f.File] {
@@ -541,6 +554,11 @@ func hashFile(file string) (File, error) {
 func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
