@@ -180,7 +180,7 @@ func runServerVariant(t *testing.T, c *controller, self, kernel, initrd string, 
 			if ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(dii["agent_last_heartbeat"])); err == nil {
 				firstHeartbeat = ts.Sub(started)
 			}
-			t.Logf("%s: first heartbeat %v after QEMU start", v.name, firstHeartbeat.Round(time.Millisecond))
+			t.Logf("%s: first heartbeat %v after QEMU start (QEMU CPU time %v)", v.name, firstHeartbeat.Round(time.Millisecond), processCPU(cmd.Process.Pid))
 		}
 		left = left || state != "manageable"
 		if left && state == "manageable" {
