@@ -70,7 +70,12 @@ type options struct {
 	cmdline    string
 	proc       string
 	debug      bool
-	boot       agent.BootConfig // the kernel command line, for the network setup
+	// From the kernel command line only: a static address, a VLAN, the
+	// boot interface, and parameters that did not parse.
+	static      *agent.StaticIP
+	vlan        *agent.VLAN
+	bootIF      string
+	netProblems []string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -119,7 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.macs = append(o.macs, m)
 		}
 	}
-	o.token, o.ifaces, o.boot = boot.Token, boot.Interfaces, boot
+	o.token, o.ifaces = boot.Token, boot.Interfaces
+	o.static, o.vlan, o.bootIF, o.netProblems = boot.Static, boot.VLAN, boot.BootIF, boot.Problems
 	return o, nil
 }
 
@@ -382,12 +388,12 @@ func network(o options, powers bool, log *slog.Logger) agent.Network {
 		return agent.StaticMACs(o.macs)
 	}
 	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log,
-		Static: o.boot.Static, VLAN: o.boot.VLAN, BootIF: o.boot.BootIF}
+		Static: o.static, VLAN: o.vlan, BootIF: o.bootIF}
 	if powers {
 		n.DHCP = &agent.DHCPv4Client{Log: log}
 		n.Setup = agent.NetlinkSetup{}
 	}
-	for _, p := range o.boot.Problems {
+	for _, p := range o.netProblems {
 		log.Warn("kernel command line parameter ignored", "problem", p)
 	}
 	return n
