@@ -84,6 +84,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 	fmt.Fprintf(stdout, "kernel     %s (%s %s)  %s\n", m.Kernel.File.Path, m.Kernel.ImagePackage, m.Kernel.Version, mib(m.Kernel.File.Bytes))
+	switch m.Kernel.Package {
+	case image.DefaultKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's generic kernel: drivers for real servers' NICs and storage controllers (-kernel-package %s for VM-only fleets)\n", image.CloudKernelPackage)
+	case image.CloudKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's cloud kernel: virtio/NVMe VMs only, no e1000e/igb/ixgbe/ahci/megaraid_sas (default: %s)\n", image.DefaultKernelPackage)
+	}
 	fmt.Fprintf(stdout, "initramfs  %s  %s %s, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), m.Compression, mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
 	fmt.Fprintf(stdout, "  base     %s (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
 		mib(m.Base.Bytes), m.Base.Cached, m.Uroot.Version, len(m.Uroot.Commands), m.Modules.Files, mib(m.Modules.Bytes))
