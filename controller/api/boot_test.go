@@ -45,6 +45,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
+	assert.Contains(t, string(e.do("GET", "/v1/boot/"+mac1+"/ipxe", "", nil).body), "anvil.node="+id, "iPXE's ${net0/mac} works as {node} too")
 
 	// while the nonce is outstanding, lookup needs it
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
@@ -55,6 +56,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status, string(r.body))
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
+	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
 
 	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
 		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
@@ -72,6 +74,11 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
 	assert.Equal(t, "ipxe-efi-bytes", string(e.do("GET", "/v1/boot/files/ipxe.efi", "", nil).body), "UEFI HTTP boot's first stage")
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/snponly.efi", "", nil).status, "not in the boot directory")
+	// make image writes a zstd initramfs when the kernel can unpack it.
+	require.NoError(t, os.Remove(filepath.Join(dir, "initramfs.cpio.gz")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd-initramfs"), 0o644))
+	assert.Equal(t, "zstd-initramfs", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe2/grub", "", nil).body), "initrd /initramfs.cpio.zst\n", "GRUB loads the one that is there")
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
 
