@@ -89,8 +89,8 @@ func (s *Server) cleaningSteps(w http.ResponseWriter, r *http.Request) error {
 	}
 	body := map[string]any{}
 	if conductor.UsesAgent(n) {
-		cache, ok := s.cond.CachedSteps(n)
-		if !ok {
+		cache := s.cond.CachedSteps(n)
+		if cache == nil {
 			w.Header().Set("Retry-Request-After", "-1")
 			writeJSON(w, http.StatusAccepted, map[string]any{"message": "The node's agent has not reported its clean steps yet. " +
 				"They are cached when the agent first heartbeats (during cleaning, inspection or deployment); retry later."})

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -46,67 +45,6 @@ func (a *AgentConfig) defaults() {
 	}
 }
 
-// Keys of driver_internal_info for the agent (Ironic's where they exist).
-const (
-	diiToken         = "agent_secret_token"
-	diiBootID        = "agent_boot_id"
-	diiAgentVersion  = "agent_version"
-	diiLastHeartbeat = "agent_last_heartbeat"
-	diiBootTimings   = "agent_boot_timings"
-	diiStepCache     = "agent_step_cache"     // stepCache
-	diiCommand       = "agent_command"        // pendingCommand the worker wants run
-	diiCommandStatus = "agent_command_status" // last status the agent reported
-	diiAwait         = "agent_await"          // await: waiting for the ramdisk to (re)boot
-	diiAgentBooted   = "agent_booted"         // the ramdisk is up for the current operation
-	diiBootNonce     = "agent_boot_nonce"     // nonce in the iPXE script served for this operation
-)
-
-// stepCache is the agent's step catalogue as last reported.
-type stepCache struct {
-	Fingerprint  string                    `json:"fingerprint"`
-	Managers     []protocol.ManagerVersion `json:"managers"`
-	Clean        []protocol.Step           `json:"clean"`
-	Deploy       []protocol.Step           `json:"deploy"`
-	AgentVersion string                    `json:"agent_version"`
-	RefreshedAt  time.Time                 `json:"refreshed_at"`
-}
-
-// pendingCommand is work the worker left for the agent; the heartbeat
-// handler delivers it. Persisted, so it survives a controller restart.
-type pendingCommand struct {
-	protocol.Command
-	IssuedAt time.Time `json:"issued_at"`
-}
-
-// await records that the node was (re)booted into the ramdisk and what to do
-// once the agent is back.
-type await struct {
-	Reason    string    `json:"reason"` // boot | reboot
-	Since     time.Time `json:"since"`
-	OldBootID string    `json:"old_boot_id"`
-	Step      string    `json:"step,omitempty"` // step to complete when the agent is back
-}
-
-func getDII[T any](n *store.Node, key string) (T, bool) {
-	var v T
-	raw, ok := n.DriverInternalInfo[key]
-	if !ok || raw == nil {
-		return v, false
-	}
-	b, err := json.Marshal(raw)
-	if err != nil || json.Unmarshal(b, &v) != nil {
-		return v, false
-	}
-	return v, true
-}
-
-func setDII(n *store.Node, key string, v any) {
-	var m any
-	b, _ := json.Marshal(v)
-	_ = json.Unmarshal(b, &m)
-	n.DriverInternalInfo[key] = m
-}
-
 // UsesAgent reports whether the node's deploy interface runs in-band steps.
 func UsesAgent(n *store.Node) bool { return n.Interfaces.Deploy == "direct" }
 
@@ -140,21 +78,17 @@ func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID,
 		if !state.LookupAllowed(state.State(n.ProvisionState)) {
 			return nil, notFoundf("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
 		}
-		dii := n.DriverInternalInfo
-		if want, _ := dii[diiBootNonce].(string); want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(nonce)) != 1 {
+		a := &n.Operation.Agent
+		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(nonce)) != 1 {
 			return nil, &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)}
 		}
-		cur, _ := dii[diiToken].(string)
-		curBoot, _ := dii[diiBootID].(string)
-		if cur != "" && bootID != "" && bootID == curBoot {
-			token = cur
+		if a.Token != "" && bootID != "" && bootID == a.BootID {
+			token = a.Token
 			return nil, errUnchanged
 		}
 		token = newToken()
-		dii[diiToken] = token
-		dii[diiBootID] = bootID
-		delete(dii, diiLastHeartbeat)
-		delete(dii, diiBootTimings)
+		a.Token, a.BootID = token, bootID
+		a.LastHeartbeat, a.BootTimings = time.Time{}, nil
 		return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s looked up; token issued", bootID))}, nil
 	})
 	if errors.Is(err, errUnchanged) {
@@ -257,29 +191,29 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 // change that must survive a power loss (anything but last-seen, agent
 // version and the progress of a still-running command).
 func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
-	dii := n.DriverInternalInfo
-	want, _ := dii[diiToken].(string)
+	a := &n.Operation.Agent
+	want := a.Token
 	if want == "" {
 		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("No agent token was issued for node %s: look the node up first.", n.UUID)}
 	}
 	if subtle.ConstantTimeCompare([]byte(want), []byte(hb.AgentToken)) != 1 {
 		return nil, false, &Error{Code: CodeUnauthorized, Msg: "Invalid or missing agent token received."}
 	}
-	if boot, _ := dii[diiBootID].(string); boot != "" && boot != hb.BootID {
+	if boot := a.BootID; boot != "" && boot != hb.BootID {
 		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)}
 	}
 	now := c.now()
-	first := dii[diiLastHeartbeat] == nil
-	material = first || hb.Steps != nil || dii[diiAgentVersion] != hb.AgentVersion
-	dii[diiLastHeartbeat] = now.Format(time.RFC3339Nano)
-	dii[diiAgentVersion] = hb.AgentVersion
+	first := a.LastHeartbeat.IsZero()
+	material = first || hb.Steps != nil || a.Version == nil || *a.Version != hb.AgentVersion
+	version := hb.AgentVersion
+	a.LastHeartbeat, a.Version = now, &version
 	if first && len(hb.BootTimings) > 0 {
-		setDII(n, diiBootTimings, hb.BootTimings)
+		a.BootTimings = hb.BootTimings
 	}
 	fingerprint := cachedFingerprint(n)
 	if hb.Steps != nil {
-		setDII(n, diiStepCache, stepCache{Fingerprint: hb.Steps.Fingerprint, Managers: hb.Steps.Managers,
-			Clean: hb.Steps.Clean, Deploy: hb.Steps.Deploy, AgentVersion: hb.AgentVersion, RefreshedAt: now})
+		a.Steps = &store.StepCache{Fingerprint: hb.Steps.Fingerprint, Managers: hb.Steps.Managers,
+			Clean: hb.Steps.Clean, Deploy: hb.Steps.Deploy, AgentVersion: hb.AgentVersion, RefreshedAt: now}
 		if fingerprint != hb.Steps.Fingerprint {
 			events = append(events, c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent step catalogue cached: %d clean, %d deploy steps (fingerprint %s)",
 				len(hb.Steps.Clean), len(hb.Steps.Deploy), hb.Steps.Fingerprint)))
@@ -289,13 +223,18 @@ func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *proto
 	if fingerprint == "" || fingerprint != hb.Fingerprint {
 		resp.SendSteps = true
 	}
-	if aw, waiting := getDII[await](n, diiAwait); waiting && !resp.SendSteps && agentBack(n, aw) {
+	if aw := a.Await; aw != nil && !resp.SendSteps && agentBack(n, *aw) {
 		*kick = true // the ramdisk is back; the worker continues
 	}
-	pending, hasPending := getDII[pendingCommand](n, diiCommand)
+	pending := a.Command
+	hasPending := pending != nil
 	if st := hb.Command; st != nil {
-		prev, _ := getDII[protocol.CommandStatus](n, diiCommandStatus)
-		setDII(n, diiCommandStatus, st)
+		var prev protocol.CommandStatus
+		if a.CommandStatus != nil {
+			prev = *a.CommandStatus
+		}
+		status := *st
+		a.CommandStatus = &status
 		material = material || prev.ID != st.ID || prev.State != st.State
 		if st.State != protocol.CommandRunning {
 			resp.Ack = st.ID
@@ -318,36 +257,34 @@ func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *proto
 // issueCommand leaves a command for the agent (delivered by the next
 // heartbeat) in the same write as the caller's other changes.
 func (c *Conductor) issueCommand(n *store.Node, name string, step *protocol.Step) {
-	cmd := pendingCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cachedFingerprint(n),
+	cmd := &store.AgentCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cachedFingerprint(n),
 		Node: map[string]any{"uuid": n.UUID, "properties": n.Properties, "instance_info": n.InstanceInfo,
 			"target_raid_config": n.TargetRAIDConfig}}, IssuedAt: c.now()}
 	if step == nil {
 		cmd.Fingerprint = ""
 	}
-	setDII(n, diiCommand, cmd)
-	delete(n.DriverInternalInfo, diiCommandStatus)
+	n.Operation.Agent.Command, n.Operation.Agent.CommandStatus = cmd, nil
 }
 
 // bootRamdisk sets PXE for the next boot and reboots the node into the
 // agent ramdisk; the caller moves the node to a wait state with the await
 // record this returns.
-func (c *Conductor) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (await, error) {
+func (c *Conductor) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
 	if err := d.SetBootDevice(ctx, n, "pxe", false); err != nil {
-		return await{}, fmt.Errorf("set boot device pxe: %w", err)
+		return nil, fmt.Errorf("set boot device pxe: %w", err)
 	}
 	if err := d.SetPower(ctx, n, Rebooting); err != nil {
-		return await{}, fmt.Errorf("reboot into the agent ramdisk: %w", err)
+		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
 	}
-	boot, _ := n.DriverInternalInfo[diiBootID].(string)
-	return await{Reason: reason, Since: c.now(), OldBootID: boot, Step: step}, nil
+	return &store.Await{Reason: reason, Since: c.now(), OldBootID: n.Operation.Agent.BootID, Step: step}, nil
 }
 
 // wipeAgent forgets the agent of an operation that ended: its token (so a
 // lingering agent can no longer act), command and readiness.
+// What the agent told about itself (version, catalogue, boot timings) stays.
 func wipeAgent(n *store.Node) {
-	for _, k := range []string{diiToken, diiBootID, diiCommand, diiCommandStatus, diiAwait, diiAgentBooted, diiLastHeartbeat, diiBootNonce} {
-		delete(n.DriverInternalInfo, k)
-	}
+	a := &n.Operation.Agent
+	*a = store.AgentSession{Version: a.Version, BootTimings: a.BootTimings, Steps: a.Steps}
 }
 
 // tearDownAgent ends an agent operation that failed or was aborted, as
@@ -364,42 +301,41 @@ func (c *Conductor) tearDownAgent(n *store.Node) {
 
 // agentBack reports whether the agent of a new boot has heartbeated with
 // its catalogue since the await began.
-func agentBack(n *store.Node, aw await) bool {
-	boot, _ := n.DriverInternalInfo[diiBootID].(string)
-	last, _ := n.DriverInternalInfo[diiLastHeartbeat].(string)
-	t, err := time.Parse(time.RFC3339Nano, last)
-	if err != nil || boot == "" || boot == aw.OldBootID || t.Before(aw.Since) {
+func agentBack(n *store.Node, aw store.Await) bool {
+	a := &n.Operation.Agent
+	if a.LastHeartbeat.IsZero() || a.BootID == "" || a.BootID == aw.OldBootID || a.LastHeartbeat.Before(aw.Since) {
 		return false
 	}
 	return cachedFingerprint(n) != ""
 }
 
-// cachedFingerprint reads the cached catalogue's fingerprint without
-// decoding the catalogue: heartbeats compare it every time.
+// cachedFingerprint is the cached catalogue's fingerprint ("": none).
 func cachedFingerprint(n *store.Node) string {
-	cache, _ := n.DriverInternalInfo[diiStepCache].(map[string]any)
-	fp, _ := cache["fingerprint"].(string)
-	return fp
+	if s := n.Operation.Agent.Steps; s != nil {
+		return s.Fingerprint
+	}
+	return ""
 }
 
 // agentWait advances a node waiting for its agent (clean wait, wait
 // call-back, inspect wait): the ramdisk came back, or a command finished.
 func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 	cur := state.State(n.ProvisionState)
-	if aw, ok := getDII[await](n, diiAwait); ok {
-		if !agentBack(n, aw) {
+	a := &n.Operation.Agent
+	if aw := a.Await; aw != nil {
+		if !agentBack(n, *aw) {
 			return nil
 		}
-		return c.agentIsBack(ctx, n, d, aw)
+		return c.agentIsBack(ctx, n, d, *aw)
 	}
-	pending, ok := getDII[pendingCommand](n, diiCommand)
-	if !ok {
+	pending := a.Command
+	if pending == nil {
 		return nil
 	}
-	st, ok := getDII[protocol.CommandStatus](n, diiCommandStatus)
-	if !ok || st.ID != pending.ID || st.State == protocol.CommandRunning {
+	if a.CommandStatus == nil || a.CommandStatus.ID != pending.ID || a.CommandStatus.State == protocol.CommandRunning {
 		return nil
 	}
+	st := *a.CommandStatus
 	if pending.Name == protocol.CmdInventory && cur == state.InspectWait {
 		return c.finishInspection(ctx, n, d, st)
 	}
@@ -408,7 +344,7 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 	}
 	key := pending.Step.Key()
 	clearCmd := func(m *store.Node) {
-		delete(m.DriverInternalInfo, diiCommand)
+		m.Operation.Agent.Command = nil
 	}
 	if st.State == protocol.CommandFailed {
 		msg := "the agent reported a failure"
@@ -441,7 +377,7 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 				return nil, errStale
 			}
 			clearCmd(m)
-			setDII(m, diiAwait, aw)
+			m.Operation.Agent.Await = aw
 			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 			return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", fmt.Sprintf("step %s requested a reboot; rebooted, waiting for the agent's new boot", key))}, nil
 		})
@@ -451,11 +387,10 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 }
 
 // agentIsBack continues after the ramdisk (re)booted.
-func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw await) error {
+func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw store.Await) error {
 	cur := state.State(n.ProvisionState)
 	ready := func(m *store.Node) error {
-		delete(m.DriverInternalInfo, diiAwait)
-		m.DriverInternalInfo[diiAgentBooted] = true
+		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true
 		return nil
 	}
 	switch {
@@ -494,7 +429,7 @@ func (c *Conductor) inbandStep(ctx context.Context, n *store.Node, kind string, 
 		// issued for this step keeps its id, so the agent (which never
 		// re-runs an id) cannot execute the step twice. Completing a step
 		// clears its command, so a later identical step gets a new one.
-		if p, ok := getDII[pendingCommand](m, diiCommand); ok && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
+		if p := m.Operation.Agent.Command; p != nil && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
 			return nil
 		}
 		s := step
@@ -509,8 +444,8 @@ func (c *Conductor) inbandStep(ctx context.Context, n *store.Node, kind string, 
 
 // cachedSteps returns the agent's cached steps of a kind.
 func cachedSteps(n *store.Node, kind string) []protocol.Step {
-	cache, ok := getDII[stepCache](n, diiStepCache)
-	if !ok {
+	cache := n.Operation.Agent.Steps
+	if cache == nil {
 		return nil
 	}
 	if kind == "deploy" {
@@ -537,24 +472,9 @@ func mergeSteps(oob, inband []protocol.Step) []protocol.Step {
 	return out
 }
 
-// StepCache is the cached catalogue as the API shows it.
-type StepCache struct {
-	Fingerprint  string
-	AgentVersion string
-	RefreshedAt  time.Time
-	Managers     []protocol.ManagerVersion
-	Clean        []protocol.Step
-	Deploy       []protocol.Step
-}
-
-// CachedSteps returns the node's cached agent catalogue (ok=false: none yet).
-func (c *Conductor) CachedSteps(n *store.Node) (StepCache, bool) {
-	cache, ok := getDII[stepCache](n, diiStepCache)
-	if !ok {
-		return StepCache{}, false
-	}
-	return StepCache{Fingerprint: cache.Fingerprint, AgentVersion: cache.AgentVersion, RefreshedAt: cache.RefreshedAt,
-		Managers: cache.Managers, Clean: cache.Clean, Deploy: cache.Deploy}, true
+// CachedSteps returns the node's cached agent catalogue (nil: none yet).
+func (c *Conductor) CachedSteps(n *store.Node) *store.StepCache {
+	return n.Operation.Agent.Steps
 }
 
 // CleanStepsFor lists every clean step the node offers now: the driver's
@@ -577,12 +497,12 @@ func (c *Conductor) CleanStepsFor(n *store.Node) []protocol.Step {
 func (c *Conductor) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
 	var nonce string
 	_, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
-		if cur, _ := n.DriverInternalInfo[diiBootNonce].(string); cur != "" {
+		if cur := n.Operation.Agent.BootNonce; cur != "" {
 			nonce = cur
 			return errUnchanged
 		}
 		nonce = newToken()
-		n.DriverInternalInfo[diiBootNonce] = nonce
+		n.Operation.Agent.BootNonce = nonce
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {

@@ -72,7 +72,7 @@ func (c *Conductor) executeStep(ctx context.Context, n *store.Node, d Driver, ki
 func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver, step protocol.Step) (StepStatus, error) {
 	switch step.Step {
 	case "deploy":
-		if aw, ok := getDII[await](n, diiAwait); ok && aw.Step == step.Key() {
+		if aw := n.Operation.Agent.Await; aw != nil && aw.Step == step.Key() {
 			return StepWait, nil // already rebooted for this step (resumed after a restart)
 		}
 		aw, err := c.bootRamdisk(ctx, n, d, "boot", step.Key())
@@ -80,9 +80,8 @@ func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver
 			return StepDone, err
 		}
 		_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			setDII(m, diiAwait, aw)
+			m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
 			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-			delete(m.DriverInternalInfo, diiCommand)
 			return nil
 		})
 		return StepWait, err
@@ -159,9 +158,8 @@ func (c *Conductor) startAgentInspection(ctx context.Context, n *store.Node, d D
 		return terr
 	}
 	_, err = c.transition(ctx, n.UUID, state.Inspecting, state.EvWait, func(m *store.Node) error {
-		setDII(m, diiAwait, aw)
+		m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	})
 	return err

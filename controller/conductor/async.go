@@ -56,11 +56,11 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 		}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
 		return err
 	}
-	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
-	if err != nil {
-		return err
+	plan := *ph.plan(&n.Operation)
+	if plan == nil {
+		return conflict("node %s has no %s steps planned", nodeUUID, ph.kind)
 	}
-	idx := index(n.DriverInternalInfo, ph.indexKey)
+	steps, idx := plan.Steps, plan.Index
 	abortAfter, _ := cur["abort_after"].(bool)
 	msg := fmt.Sprintf("%s step %s finished", ph.kind, stepKey)
 	if summary = oneLine(summary); summary != "" {
@@ -80,7 +80,9 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
 		mut(m)
-		m.DriverInternalInfo[ph.indexKey] = idx + 1
+		if p := *ph.plan(&m.Operation); p != nil {
+			p.Index = idx + 1
+		}
 		return nil
 	}, finished)
 	if err != nil {

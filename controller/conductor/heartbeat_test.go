@@ -43,7 +43,7 @@ func TestHeartbeatDurability(t *testing.T) {
 	c := New(st, Config{Host: "c1"}, &scriptDriver{})
 	n := storetest.NewNode("hb")
 	n.Driver, n.ProvisionState = "script", string(state.CleanWait)
-	n.DriverInternalInfo = map[string]any{diiToken: "tok", diiBootID: "boot-1"}
+	n.Operation.Agent.Token, n.Operation.Agent.BootID = "tok", "boot-1"
 	require.NoError(t, st.Store.CreateNode(ctx, n))
 	steps := &protocol.StepCatalogue{Fingerprint: "fp", Clean: twoSteps(true)}
 	cmd := func(state string, pct float64) *protocol.CommandStatus {
@@ -71,5 +71,5 @@ func TestHeartbeatDurability(t *testing.T) {
 	}
 	got, err := st.GetNode(ctx, n.UUID)
 	require.NoError(t, err)
-	assert.NotEmpty(t, got.DriverInternalInfo[diiLastHeartbeat], "volatile or not, every heartbeat is recorded")
+	assert.False(t, got.Operation.Agent.LastHeartbeat.IsZero(), "volatile or not, every heartbeat is recorded")
 }

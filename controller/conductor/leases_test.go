@@ -136,7 +136,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	n := storetest.NewNode("orphan")
 	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead")
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	n.Operation.Clean = &store.StepPlan{Steps: twoSteps(true), Index: 1}
 	require.NoError(t, st.CreateNode(ctx, n))
 	ok, _, err := st.AcquireLease(ctx, n.UUID, "dead/0001", 20*time.Millisecond)
 	require.NoError(t, err)
@@ -179,7 +179,7 @@ func TestSoleControllerLeasesInMemory(t *testing.T) {
 	n := storetest.NewNode("interrupted")
 	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("c1")
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	n.Operation.Clean = &store.StepPlan{Steps: twoSteps(true), Index: 1}
 	require.NoError(t, st.CreateNode(ctx, n))
 
 	drv := &scriptDriver{steps: twoSteps(true)}

@@ -171,14 +171,13 @@ func (c *Conductor) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) 
 type stepPhase struct {
 	kind      string // clean | deploy
 	running   state.State
-	stepsKey  string
-	indexKey  string
+	plan      func(op *store.Operation) **store.StepPlan
 	current   func(n *store.Node) *map[string]any
 	onFailure func(n *store.Node, msg string)
 }
 
 var cleanPhase = stepPhase{
-	kind: "clean", running: state.Cleaning, stepsKey: diiCleanSteps, indexKey: diiCleanStepIndex,
+	kind: "clean", running: state.Cleaning, plan: func(op *store.Operation) **store.StepPlan { return &op.Clean },
 	current: func(n *store.Node) *map[string]any { return &n.CleanStep },
 	onFailure: func(n *store.Node, msg string) {
 		// A step that failed while running puts the node in maintenance
@@ -190,19 +189,9 @@ var cleanPhase = stepPhase{
 }
 
 var deployPhase = stepPhase{
-	kind: "deploy", running: state.Deploying, stepsKey: diiDeploySteps, indexKey: diiDeployStepIndex,
+	kind: "deploy", running: state.Deploying, plan: func(op *store.Operation) **store.StepPlan { return &op.Deploy },
 	current:   func(n *store.Node) *map[string]any { return &n.DeployStep },
 	onFailure: func(*store.Node, string) {},
-}
-
-func index(dii map[string]any, key string) int {
-	switch v := dii[key].(type) {
-	case float64:
-		return int(v)
-	case int:
-		return v
-	}
-	return 0
 }
 
 // runSteps executes the step list from the persisted index. plan, when
@@ -213,18 +202,15 @@ func index(dii map[string]any, key string) int {
 // has finished, with the events still to be committed by the caller's final
 // transition.
 func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
-	steps := plan
-	if steps == nil {
-		var err error
-		if steps, err = stepsFromJSON(n.DriverInternalInfo[ph.stepsKey]); err != nil {
-			return false, nil, c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Cannot %s node %s: %v", ph.kind, n.UUID, err), false)
-		}
+	steps, start := plan, 0
+	if stored := *ph.plan(&n.Operation); plan == nil && stored != nil {
+		steps, start = stored.Steps, stored.Index
 	}
 	var pending []*store.Event
-	for idx := index(n.DriverInternalInfo, ph.indexKey); idx < len(steps); idx++ {
+	for idx := start; idx < len(steps); idx++ {
 		step := steps[idx]
 		verb := "started"
-		if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil && p.Step.Key() == step.Key() {
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == step.Key() {
 			// Its command was issued before a restart and is reused (the
 			// agent never runs an id twice): the step goes on, it does
 			// not start again.
@@ -236,11 +222,12 @@ func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph st
 			if state.State(m.ProvisionState) != ph.running {
 				return nil, fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
 			}
-			if plan != nil {
-				m.DriverInternalInfo[ph.stepsKey] = stepsToJSON(plan)
+			stored := ph.plan(&m.Operation)
+			if plan != nil || *stored == nil {
+				*stored = &store.StepPlan{Steps: steps}
 			}
 			*ph.current(m) = stepToMap(step)
-			m.DriverInternalInfo[ph.indexKey] = idx
+			(*stored).Index = idx
 			return append(pending, started), nil
 		})
 		if err != nil {
@@ -287,23 +274,20 @@ func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase
 }
 
 func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
-	dii := n.DriverInternalInfo
-	manual, _ := dii[diiManualClean].(bool)
+	op := &n.Operation
+	manual := op.ManualClean
 	var plan []protocol.Step
-	if _, planned := dii[diiCleanSteps]; !planned {
+	if op.Clean == nil {
 		if !manual && !c.automatedClean(n) {
 			return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping"))
 		}
-		if UsesAgent(n) && dii[diiAgentBooted] != true {
+		if UsesAgent(n) && !op.Agent.Booted {
 			// In-band steps are known only once the agent runs.
 			return c.waitForRamdisk(ctx, n, d, cleanPhase)
 		}
 		if manual {
-			user, err := stepsFromJSON(dii[diiUserCleanSteps])
-			if err == nil {
-				plan, err = c.resolveSteps(c.CleanStepsFor(n), withNodeArgs(n, user), true)
-			}
-			if err != nil {
+			var err error
+			if plan, err = c.resolveSteps(c.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps), true); err != nil {
 				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
 		} else {
@@ -330,9 +314,8 @@ func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver,
 		return c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
 	}
 	_, err = c.transition(ctx, n.UUID, ph.running, state.EvWait, func(m *store.Node) error {
-		setDII(m, diiAwait, aw)
+		m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	}, c.newEvent(n.UUID, "INFO", "agent", "rebooted into the agent ramdisk; waiting for it to call back"))
 	return err
@@ -345,7 +328,7 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 	if manual || n.Retired {
 		ev = state.EvManage
 	}
-	agent := UsesAgent(n) && n.DriverInternalInfo[diiAgentBooted] == true
+	agent := UsesAgent(n) && n.Operation.Agent.Booted
 	if agent {
 		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
@@ -354,10 +337,7 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 	}
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
-		delete(m.DriverInternalInfo, diiCleanSteps)
-		delete(m.DriverInternalInfo, diiCleanStepIndex)
-		delete(m.DriverInternalInfo, diiManualClean)
-		delete(m.DriverInternalInfo, diiUserCleanSteps)
+		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil
 		if agent {
 			wipeAgent(m)
 			m.PowerState = strp(PowerOff)
@@ -371,17 +351,14 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 // a user step replaces the driver step of the same name (priority 0
 // disables it) and adds new ones.
 func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
-	user, err := stepsFromJSON(n.DriverInternalInfo[diiUserDeploySteps])
-	if err != nil {
-		return nil, err
-	}
+	user := n.Operation.UserDeploySteps
 	byKey := map[string]protocol.Step{}
 	var order []string
 	for _, s := range c.availableDeploySteps(n, d) {
 		byKey[s.Key()] = s
 		order = append(order, s.Key())
 	}
-	_, cached := getDII[stepCache](n, diiStepCache)
+	cached := n.Operation.Agent.Steps != nil
 	for _, u := range user {
 		s, known := byKey[u.Key()]
 		if !known && UsesAgent(n) && !cached && (u.Interface == protocol.InterfaceDeploy || u.Interface == protocol.InterfaceRAID) {
@@ -413,7 +390,7 @@ func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error
 
 func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	var plan []protocol.Step
-	if _, planned := n.DriverInternalInfo[diiDeploySteps]; !planned {
+	if n.Operation.Deploy == nil {
 		var err error
 		if plan, err = c.deploySteps(n, d); err != nil {
 			return c.failSteps(ctx, n.UUID, deployPhase, fmt.Sprintf("Failed to validate the final deploy steps list for node %s: %v", n.UUID, err), false)
@@ -429,9 +406,7 @@ func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	}
 	_, err := c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
 		m.DeployStep = map[string]any{}
-		delete(m.DriverInternalInfo, diiDeploySteps)
-		delete(m.DriverInternalInfo, diiDeployStepIndex)
-		delete(m.DriverInternalInfo, diiUserDeploySteps)
+		m.Operation.Deploy, m.Operation.UserDeploySteps = nil, nil
 		m.PowerState = strp(PowerOn)
 		return nil
 	}, pending...)
@@ -453,9 +428,8 @@ func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		m.InstanceUUID = nil
 		m.DeployStep = map[string]any{}
 		wipeAgent(m)
-		for _, k := range []string{diiDeploySteps, diiDeployStepIndex, diiUserDeploySteps, diiCleanSteps, diiCleanStepIndex, diiManualClean, diiUserCleanSteps} {
-			delete(m.DriverInternalInfo, k)
-		}
+		op := &m.Operation
+		op.Deploy, op.UserDeploySteps, op.Clean, op.ManualClean, op.UserCleanSteps = nil, nil, nil, false, nil
 		m.CleanStep = map[string]any{}
 		return nil
 	})

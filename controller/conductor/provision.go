@@ -21,17 +21,6 @@ type ProvisionRequest struct {
 	DisableRamdisk bool
 }
 
-// Keys of driver_internal_info used by the step engine (Ironic's names).
-const (
-	diiCleanSteps      = "clean_steps"
-	diiCleanStepIndex  = "clean_step_index"
-	diiManualClean     = "cleaning_manual"
-	diiDeploySteps     = "deploy_steps"
-	diiDeployStepIndex = "deploy_step_index"
-	diiUserDeploySteps = "user_deploy_steps"
-	diiUserCleanSteps  = "user_clean_steps"
-)
-
 // Provision validates and commits a provision verb, then schedules the work.
 // When it returns nil the new state is already stored.
 func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
@@ -129,39 +118,32 @@ func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req Prov
 // prepare records what the operation needs in the same write as the state
 // change, and clears leftovers of the previous one.
 func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
-	dii := n.DriverInternalInfo
+	op := &n.Operation
 	if state.Working(state.State(n.ProvisionState)) {
 		n.LastError = nil // a new asynchronous operation starts clean
 	}
 	switch verb.Event {
 	case state.EvProvide, state.EvClean:
-		delete(dii, diiCleanSteps)
-		delete(dii, diiCleanStepIndex)
-		delete(dii, diiManualClean)
+		op.Clean, op.ManualClean, op.UserCleanSteps, op.Agent.Booted = nil, false, nil, false
 		n.CleanStep = map[string]any{}
-		delete(dii, diiUserCleanSteps)
-		delete(dii, diiAgentBooted)
 		if verb.Event == state.EvClean {
 			// resolved against the node's steps when cleaning starts (after
 			// the agent booted, for in-band steps)
-			dii[diiUserCleanSteps] = stepsToJSON(req.CleanSteps)
-			dii[diiManualClean] = true
+			op.UserCleanSteps = append([]protocol.Step{}, req.CleanSteps...)
+			op.ManualClean = true
 			n.TargetProvisionState = strp(string(state.Manageable))
 		}
 	case state.EvDeploy, state.EvRebuild:
-		delete(dii, diiAgentBooted)
-		delete(dii, diiDeploySteps)
-		delete(dii, diiDeployStepIndex)
-		delete(dii, diiUserDeploySteps)
+		op.Deploy, op.UserDeploySteps, op.Agent.Booted = nil, nil, false
 		n.DeployStep = map[string]any{}
 		if len(req.DeploySteps) > 0 {
-			dii[diiUserDeploySteps] = stepsToJSON(req.DeploySteps)
+			op.UserDeploySteps = append([]protocol.Step{}, req.DeploySteps...)
 		}
 		if req.ConfigDrive != nil {
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
 	case state.EvInspect:
-		delete(dii, diiAgentBooted)
+		op.Agent.Booted = false
 		now := c.now()
 		n.InspectionStartedAt, n.InspectionFinishedAt = &now, nil
 	case state.EvRescue:
@@ -217,7 +199,7 @@ func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protoco
 		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
 		return err
 	}
-	if _, cached := getDII[stepCache](n, diiStepCache); cached {
+	if n.Operation.Agent.Steps != nil {
 		_, err := c.resolveSteps(c.CleanStepsFor(n), requested, true)
 		return err
 	}
@@ -278,35 +260,11 @@ func (c *Conductor) resolveSteps(available, requested []protocol.Step, manual bo
 	return out, nil
 }
 
-func stepsToJSON(steps []protocol.Step) []any {
-	out := make([]any, 0, len(steps))
-	for _, s := range steps {
-		out = append(out, stepToMap(s))
-	}
-	return out
-}
-
 func stepToMap(s protocol.Step) map[string]any {
 	var m map[string]any
 	b, _ := json.Marshal(s)
 	_ = json.Unmarshal(b, &m)
 	return m
-}
-
-// stepsFromJSON decodes a step list stored in driver_internal_info.
-func stepsFromJSON(v any) ([]protocol.Step, error) {
-	if v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var out []protocol.Step
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("decode stored steps: %w", err)
-	}
-	return out, nil
 }
 
 // SetPower validates and commits a power request, then schedules it.

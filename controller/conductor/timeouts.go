@@ -112,7 +112,8 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 
 func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 	step := currentStepKey(n)
-	if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil {
+	a := &n.Operation.Agent
+	if p := a.Command; p != nil && p.Step != nil {
 		limit := c.cfg.Agent.StepTimeout
 		if p.Step.MaxSeconds > 0 {
 			limit = time.Duration(p.Step.MaxSeconds) * time.Second
@@ -122,8 +123,8 @@ func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 				n.ProvisionState, p.Step.Key(), limit, p.IssuedAt.Format(time.RFC3339))
 		}
 	}
-	if aw, ok := getDII[await](n, diiAwait); ok {
-		if !agentBack(n, aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
+	if aw := a.Await; aw != nil {
+		if !agentBack(n, *aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
 			what := "the agent ramdisk never called back"
 			if aw.Reason == "reboot" {
 				what = "the agent did not come back after the reboot requested by step " + aw.Step
@@ -133,12 +134,8 @@ func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 		}
 		return ""
 	}
-	last, ok := n.DriverInternalInfo[diiLastHeartbeat].(string)
-	if !ok {
-		return ""
-	}
-	t, err := time.Parse(time.RFC3339Nano, last)
-	if err != nil || now.Sub(t) <= c.cfg.Agent.SilenceTimeout {
+	t := a.LastHeartbeat
+	if t.IsZero() || now.Sub(t) <= c.cfg.Agent.SilenceTimeout {
 		return ""
 	}
 	during := ""
