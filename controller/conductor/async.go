@@ -16,14 +16,14 @@ import (
 // (abort requested while it could not be interrupted) fails the operation
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
-func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
+func (c *engine) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
 	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil)
 }
 
 // completeAsync is CompleteAsyncStep applying mut in the same write. A
 // summary of what the step did (the agent's) goes into its "finished"
 // history event.
-func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
+func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
@@ -88,7 +88,7 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	if err != nil {
 		return err
 	}
-	c.Kick(nodeUUID)
+	c.kick(nodeUUID)
 	return nil
 }
 

@@ -43,7 +43,7 @@ type powerSync struct {
 	next     map[string]time.Time // backoff: not before
 }
 
-func (c *Conductor) runPowerSync(ctx context.Context) {
+func (c *runtime) runPowerSync(ctx context.Context) {
 	cfg := c.cfg.PowerSync
 	if cfg.Interval <= 0 {
 		return
@@ -78,7 +78,7 @@ func (c *Conductor) runPowerSync(ctx context.Context) {
 }
 
 // powerSyncTick checks the next page of nodes.
-func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerSyncConfig) {
+func (c *runtime) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerSyncConfig) {
 	counts, err := c.st.CountNodesByState(ctx)
 	if err != nil {
 		c.log.Warn("power sync: counting nodes failed", "err", err)
@@ -138,7 +138,7 @@ func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerS
 // all controllers read, so each BMC is polled once per interval whatever
 // the number of controllers. A controller missing from the list (its
 // registration failed) polls every node rather than leave some unpolled.
-func (c *Conductor) syncShare(ctx context.Context) func(node string) bool {
+func (c *runtime) syncShare(ctx context.Context) func(node string) bool {
 	live, err := c.st.LiveControllers(ctx)
 	idx := slices.Index(live, c.holder)
 	if err != nil || idx < 0 || len(live) < 2 {
@@ -151,7 +151,7 @@ func (c *Conductor) syncShare(ctx context.Context) func(node string) bool {
 	}
 }
 
-func (c *Conductor) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
+func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
 	st := state.State(n.ProvisionState)
 	if st == state.Enroll || n.Reservation != nil || n.TargetPowerState != nil {
 		return // not verified yet, or work on it is running

@@ -2,7 +2,6 @@ package conductor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
@@ -10,81 +9,41 @@ import (
 	"github.com/anvil-metal/anvil/protocol"
 )
 
-// maxHops bounds state changes per processing round, so a bug in a phase can
-// never spin a worker forever.
-const maxHops = 64
-
-// process advances one node as far as it can go without waiting.
-func (c *Conductor) process(ctx context.Context, nodeUUID string) {
-	for hop := 0; hop < maxHops; hop++ {
-		if ctx.Err() != nil {
-			return
-		}
-		n, err := c.st.GetNode(ctx, nodeUUID)
-		if err != nil {
-			if !errors.Is(err, store.ErrNotFound) {
-				c.log.Error("loading node failed", "node", nodeUUID, "err", err)
-			}
-			return
-		}
-		if !needsWork(n) {
-			c.release(ctx, nodeUUID)
-			return // resting: nothing to do
-		}
-		d, ok := c.drivers[n.Driver]
-		if !ok {
-			c.log.Error("node uses a hardware type this controller does not enable", "node", nodeUUID, "driver", n.Driver)
-			return
-		}
-		if !c.lease(ctx, n) {
-			return // another controller works on it
-		}
-		ctx := c.fenced(ctx)
-		if n.TargetPowerState != nil {
-			err = c.power(ctx, n, d)
-		} else {
-			switch state.State(n.ProvisionState) {
-			case state.Verifying:
-				err = c.verify(ctx, n, d)
-			case state.Cleaning:
-				err = c.clean(ctx, n, d)
-			case state.Deploying:
-				err = c.deploy(ctx, n, d)
-			case state.Deleting:
-				err = c.tearDown(ctx, n, d)
-			case state.Inspecting:
-				err = c.inspect(ctx, n, d)
-			case state.Adopting, state.Rescuing, state.Unrescuing:
-				err = c.simple(ctx, n)
-			case state.CleanWait, state.DeployWait, state.InspectWait:
-				before := n.Revision
-				if err = c.agentWait(ctx, n, d); err == nil {
-					if after, gerr := c.st.GetNode(ctx, nodeUUID); gerr != nil || after.Revision == before {
-						return // nothing happened: keep waiting
-					}
-				}
-			default:
-				return // resting or waiting: nothing to do
-			}
-		}
-		if errors.Is(err, errStale) {
-			c.log.Debug("node moved on while processing", "node", nodeUUID, "err", err)
-			return
-		}
-		if isLeaseLost(err) {
-			c.leases.drop(nodeUUID)
-			c.log.Warn("node lease lost while working; another controller carries on", "node", nodeUUID, "err", err)
-			return
-		}
-		if err != nil {
-			c.log.Error("processing node failed", "node", nodeUUID, "state", n.ProvisionState, "err", err)
-			return
-		}
+// advance does the next piece of the node's work, for the runtime that
+// holds its lease. again says the node moved on (the runtime then loads
+// it again and goes on); a node that rests or waits with nothing to do
+// gives false.
+func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bool, err error) {
+	if n.TargetPowerState != nil {
+		return true, c.power(ctx, n, d)
 	}
-	c.log.Error("node processing stopped after too many state changes", "node", nodeUUID)
+	switch state.State(n.ProvisionState) {
+	case state.Verifying:
+		err = c.verify(ctx, n, d)
+	case state.Cleaning:
+		err = c.clean(ctx, n, d)
+	case state.Deploying:
+		err = c.deploy(ctx, n, d)
+	case state.Deleting:
+		err = c.tearDown(ctx, n, d)
+	case state.Inspecting:
+		err = c.inspect(ctx, n, d)
+	case state.Adopting, state.Rescuing, state.Unrescuing:
+		err = c.simple(ctx, n)
+	case state.CleanWait, state.DeployWait, state.InspectWait:
+		before := n.Revision
+		if err = c.agentWait(ctx, n, d); err == nil {
+			if after, gerr := c.st.GetNode(ctx, n.UUID); gerr != nil || after.Revision == before {
+				return false, nil // nothing happened: keep waiting
+			}
+		}
+	default:
+		return false, nil // resting or waiting: nothing to do
+	}
+	return true, err
 }
 
-func (c *Conductor) power(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
 	err := d.SetPower(ctx, n, target)
 	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
@@ -114,7 +73,7 @@ func resultingPower(target string) string {
 	return PowerOn
 }
 
-func (c *Conductor) verify(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 	if err := d.VerifyAccess(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Verifying, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to verify management access to node %s: %v", n.UUID, err))
@@ -132,7 +91,7 @@ func (c *Conductor) verify(ctx context.Context, n *store.Node, d Driver) error {
 	return err
 }
 
-func (c *Conductor) automatedClean(n *store.Node) bool {
+func (c *engine) automatedClean(n *store.Node) bool {
 	if n.AutomatedClean != nil {
 		return *n.AutomatedClean
 	}
@@ -143,7 +102,7 @@ func (c *Conductor) automatedClean(n *store.Node) bool {
 // ordered by priority then interface. Two enabled steps of one interface
 // with the same priority have no defined order: that is a configuration
 // error, reported instead of guessing.
-func (c *Conductor) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) {
+func (c *engine) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) {
 	var out []protocol.Step
 	seen := map[string]string{} // interface/priority -> step
 	for _, s := range c.CleanStepsFor(n) {
@@ -201,7 +160,7 @@ var deployPhase = stepPhase{
 // was running (steps are idempotent). It returns done=true when every step
 // has finished, with the events still to be committed by the caller's final
 // transition.
-func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
+func (c *engine) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
 	steps, start := plan, 0
 	if stored := *ph.plan(&n.Operation); plan == nil && stored != nil {
 		steps, start = stored.Steps, stored.Index
@@ -258,7 +217,7 @@ func capital(s string) string {
 // failSteps moves the node to its failure state. stepRunning says whether a
 // step was running (then the phase's failure policy applies, and the failed
 // step stays visible in clean_step/deploy_step).
-func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
+func (c *engine) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
 	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
 		// the agent gets no further command; its token dies with the operation
 		c.tearDownAgent(m)
@@ -273,7 +232,7 @@ func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase
 	return err
 }
 
-func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) clean(ctx context.Context, n *store.Node, d Driver) error {
 	op := &n.Operation
 	manual := op.ManualClean
 	var plan []protocol.Step
@@ -308,7 +267,7 @@ func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 }
 
 // waitForRamdisk reboots the node into the agent ramdisk and waits for it.
-func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
+func (c *engine) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
 	aw, err := c.bootRamdisk(ctx, n, d, "boot", "")
 	if err != nil {
 		return c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
@@ -323,7 +282,7 @@ func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver,
 
 // finishClean ends cleaning: available, or manageable after manual cleaning
 // and for retired nodes (which must not become available).
-func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, manual bool, events ...*store.Event) error {
+func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manual bool, events ...*store.Event) error {
 	ev := state.EvDone
 	if manual || n.Retired {
 		ev = state.EvManage
@@ -350,7 +309,7 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 // deploySteps merges the driver's enabled deploy steps with the user's:
 // a user step replaces the driver step of the same name (priority 0
 // disables it) and adds new ones.
-func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
+func (c *engine) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
 	user := n.Operation.UserDeploySteps
 	byKey := map[string]protocol.Step{}
 	var order []string
@@ -388,7 +347,7 @@ func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error
 	return out, nil
 }
 
-func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	var plan []protocol.Step
 	if n.Operation.Deploy == nil {
 		var err error
@@ -414,7 +373,7 @@ func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
 }
 
 // tearDown powers the instance off and forgets it, then starts cleaning.
-func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) tearDown(ctx context.Context, n *store.Node, d Driver) error {
 	if err := d.SetPower(ctx, n, PowerOff); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Deleting, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to tear down node %s: could not power it off: %v", n.UUID, err))
@@ -436,7 +395,7 @@ func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error
 	return err
 }
 
-func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) inspect(ctx context.Context, n *store.Node, d Driver) error {
 	if usesAgentInspect(n) {
 		return c.startAgentInspection(ctx, n, d)
 	}
@@ -456,7 +415,7 @@ func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error 
 }
 
 // simple finishes operations that fake-hardware completes at once.
-func (c *Conductor) simple(ctx context.Context, n *store.Node) error {
+func (c *engine) simple(ctx context.Context, n *store.Node) error {
 	_, err := c.transition(ctx, n.UUID, state.State(n.ProvisionState), state.EvDone, func(m *store.Node) error {
 		delete(m.InstanceInfo, "rescue_password")
 		if m.ProvisionState == string(state.Active) {

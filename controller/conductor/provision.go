@@ -23,7 +23,7 @@ type ProvisionRequest struct {
 
 // Provision validates and commits a provision verb, then schedules the work.
 // When it returns nil the new state is already stored.
-func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
+func (c *engine) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
 	verb, ok := state.LookupVerb(req.Target)
 	if !ok {
 		n, err := c.st.GetNode(ctx, ident)
@@ -45,13 +45,13 @@ func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRe
 	}
 	c.log.Info("provision verb accepted", "node", n.UUID, "verb", req.Target, "state", n.ProvisionState)
 	if state.Working(state.State(n.ProvisionState)) || n.TargetPowerState != nil {
-		c.Kick(n.UUID)
+		c.kick(n.UUID)
 	}
 	return nil
 }
 
 // acceptVerb checks a verb against the node and applies it.
-func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	cur := state.State(n.ProvisionState)
 	if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
 		return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
@@ -81,7 +81,7 @@ func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequ
 }
 
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
-func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
+func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
 	switch verb.Event {
 	case state.EvManage:
 		if state.State(n.ProvisionState) == state.Enroll {
@@ -117,7 +117,7 @@ func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req Prov
 
 // prepare records what the operation needs in the same write as the state
 // change, and clears leftovers of the previous one.
-func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	op := &n.Operation
 	if state.Working(state.State(n.ProvisionState)) {
 		n.LastError = nil // a new asynchronous operation starts clean
@@ -155,7 +155,7 @@ func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest
 // applyAbort handles abort in a wait state. An abortable (or absent) current
 // step fails the operation now; a non-abortable one is marked and the node
 // fails as soon as that step finishes.
-func (c *Conductor) applyAbort(n *store.Node) error {
+func (c *engine) applyAbort(n *store.Node) error {
 	cur := state.State(n.ProvisionState)
 	step := n.CleanStep
 	if cur != state.CleanWait {
@@ -193,7 +193,7 @@ func (c *Conductor) applyAbort(n *store.Node) error {
 // powered on. For an agent node whose catalogue is not cached yet, steps
 // of the in-band interfaces (deploy, raid) are checked once the agent has
 // reported them; everything else is checked now.
-func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
+func (c *engine) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
 	requested = withNodeArgs(n, requested)
 	if !UsesAgent(n) {
 		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
@@ -237,7 +237,7 @@ func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
 // resolveSteps matches requested steps against the available ones. For
 // manual cleaning the requested order is kept and priority/abortable are
 // copied from the driver's step; arguments are checked against argsinfo.
-func (c *Conductor) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
+func (c *engine) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
 	byKey := map[string]protocol.Step{}
 	for _, s := range available {
 		byKey[s.Key()] = s
@@ -268,7 +268,7 @@ func stepToMap(s protocol.Step) map[string]any {
 }
 
 // SetPower validates and commits a power request, then schedules it.
-func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
+func (c *engine) SetPower(ctx context.Context, ident, target string) error {
 	switch target {
 	case PowerOn, PowerOff, Rebooting, SoftRebooting, SoftPowerOff:
 	default:
@@ -297,6 +297,6 @@ func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
 	if err != nil {
 		return err
 	}
-	c.Kick(n.UUID)
+	c.kick(n.UUID)
 	return nil
 }

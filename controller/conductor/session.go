@@ -1,5 +1,10 @@
 package conductor
 
+// The agent-session service: lookup, heartbeats, tokens and the commands
+// left for the agent. It reads and writes the agent side of the node's
+// operation record; what the agent's results mean for the node's state is
+// the lifecycle engine's (agentwait.go).
+
 import (
 	"context"
 	"crypto/rand"
@@ -18,6 +23,12 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
+
+// sessions serves the agents' lookups and heartbeats.
+type sessions struct {
+	*core
+	kick func(nodeUUID string) // hands work a heartbeat enabled to the runtime
+}
 
 // AgentConfig tunes the in-band side: what agents are told and how long the
 // controller waits for them.
@@ -65,7 +76,7 @@ func notFoundf(format string, a ...any) error {
 // ports, and hands out the agent token of this boot. The same boot id gets
 // the same token again (a lost reply is no dead end); a new boot id gets a
 // new token and invalidates the previous boot's.
-func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, nonce string) (*protocol.LookupResponse, error) {
+func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, nonce string) (*protocol.LookupResponse, error) {
 	ident := nodeUUID
 	if ident == "" {
 		var err error
@@ -121,7 +132,7 @@ func (c *Conductor) Lookup(ctx context.Context, macs []string, nodeUUID, bootID,
 // errUnchanged aborts a mutation that has nothing to write.
 var errUnchanged = errors.New("unchanged")
 
-func (c *Conductor) nodeByMACs(ctx context.Context, macs []string) (string, error) {
+func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error) {
 	found := map[string]bool{}
 	var valid []string
 	for _, m := range macs {
@@ -161,7 +172,7 @@ func (c *Conductor) nodeByMACs(ctx context.Context, macs []string) (string, erro
 // Heartbeat records an agent's heartbeat in one write and answers with the
 // next command. It never waits for the node's worker: work it enables is
 // handed over with Kick.
-func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
+func (c *sessions) Heartbeat(ctx context.Context, ident string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
 	resp := &protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 	kick := false
 	n, err := store.MutateNodeWith(ctx, c.st, ident, func(n *store.Node) (context.Context, []*store.Event, error) {
@@ -182,7 +193,7 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 		return nil, err
 	}
 	if kick {
-		c.Kick(n.UUID)
+		c.kick(n.UUID)
 	}
 	return resp, nil
 }
@@ -190,7 +201,7 @@ func (c *Conductor) Heartbeat(ctx context.Context, ident string, hb *protocol.He
 // heartbeat applies one heartbeat to n and fills resp. material reports a
 // change that must survive a power loss (anything but last-seen, agent
 // version and the progress of a still-running command).
-func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
+func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
 	a := &n.Operation.Agent
 	want := a.Token
 	if want == "" {
@@ -256,27 +267,14 @@ func (c *Conductor) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *proto
 
 // issueCommand leaves a command for the agent (delivered by the next
 // heartbeat) in the same write as the caller's other changes.
-func (c *Conductor) issueCommand(n *store.Node, name string, step *protocol.Step) {
+func issueCommand(n *store.Node, name string, step *protocol.Step, now time.Time) {
 	cmd := &store.AgentCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cachedFingerprint(n),
 		Node: map[string]any{"uuid": n.UUID, "properties": n.Properties, "instance_info": n.InstanceInfo,
-			"target_raid_config": n.TargetRAIDConfig}}, IssuedAt: c.now()}
+			"target_raid_config": n.TargetRAIDConfig}}, IssuedAt: now}
 	if step == nil {
 		cmd.Fingerprint = ""
 	}
 	n.Operation.Agent.Command, n.Operation.Agent.CommandStatus = cmd, nil
-}
-
-// bootRamdisk sets PXE for the next boot and reboots the node into the
-// agent ramdisk; the caller moves the node to a wait state with the await
-// record this returns.
-func (c *Conductor) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
-	if err := d.SetBootDevice(ctx, n, "pxe", false); err != nil {
-		return nil, fmt.Errorf("set boot device pxe: %w", err)
-	}
-	if err := d.SetPower(ctx, n, Rebooting); err != nil {
-		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
-	}
-	return &store.Await{Reason: reason, Since: c.now(), OldBootID: n.Operation.Agent.BootID, Step: step}, nil
 }
 
 // wipeAgent forgets the agent of an operation that ended: its token (so a
@@ -285,18 +283,6 @@ func (c *Conductor) bootRamdisk(ctx context.Context, n *store.Node, d Driver, re
 func wipeAgent(n *store.Node) {
 	a := &n.Operation.Agent
 	*a = store.AgentSession{Version: a.Version, BootTimings: a.BootTimings, Steps: a.Steps}
-}
-
-// tearDownAgent ends an agent operation that failed or was aborted, as
-// Ironic tears cleaning down: the agent's token dies (it can no longer act)
-// and the node is powered off by the worker (the power action holds the
-// reservation until done).
-func (c *Conductor) tearDownAgent(n *store.Node) {
-	wipeAgent(n)
-	if UsesAgent(n) || usesAgentInspect(n) {
-		n.TargetPowerState = strp(PowerOff)
-		n.Reservation = strp(c.cfg.Host)
-	}
 }
 
 // agentBack reports whether the agent of a new boot has heartbeated with
@@ -317,184 +303,16 @@ func cachedFingerprint(n *store.Node) string {
 	return ""
 }
 
-// agentWait advances a node waiting for its agent (clean wait, wait
-// call-back, inspect wait): the ramdisk came back, or a command finished.
-func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) error {
-	cur := state.State(n.ProvisionState)
-	a := &n.Operation.Agent
-	if aw := a.Await; aw != nil {
-		if !agentBack(n, *aw) {
-			return nil
-		}
-		return c.agentIsBack(ctx, n, d, *aw)
-	}
-	pending := a.Command
-	if pending == nil {
-		return nil
-	}
-	if a.CommandStatus == nil || a.CommandStatus.ID != pending.ID || a.CommandStatus.State == protocol.CommandRunning {
-		return nil
-	}
-	st := *a.CommandStatus
-	if pending.Name == protocol.CmdInventory && cur == state.InspectWait {
-		return c.finishInspection(ctx, n, d, st)
-	}
-	if pending.Step == nil {
-		return nil
-	}
-	key := pending.Step.Key()
-	clearCmd := func(m *store.Node) {
-		m.Operation.Agent.Command = nil
-	}
-	if st.State == protocol.CommandFailed {
-		msg := "the agent reported a failure"
-		if st.Error != nil {
-			msg = st.Error.Message
-			if st.Error.Details != "" {
-				msg += ": " + st.Error.Details
-			}
-			if st.Error.Type != "" {
-				msg = st.Error.Type + ": " + msg
-			}
-		}
-		// The agent's summary of the step's partial result (each device
-		// erased, skipped or failed and why) goes with the error into
-		// last_error and the history, where operators look first.
-		if sum := oneLine(st.Summary); sum != "" {
-			msg += "; step result: " + sum
-		}
-		// Agent text (an mdadm error, a summary) must not break the
-		// one-line last_error or history event.
-		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", clearCmd)
-	}
-	if pending.Step.RebootRequested {
-		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)
-		if err != nil {
-			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), "", clearCmd)
-		}
-		_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
-			if m.ProvisionState != string(cur) {
-				return nil, errStale
-			}
-			clearCmd(m)
-			m.Operation.Agent.Await = aw
-			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-			return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", fmt.Sprintf("step %s requested a reboot; rebooted, waiting for the agent's new boot", key))}, nil
-		})
-		return err
-	}
-	return c.completeAsync(ctx, n.UUID, key, nil, st.Summary, clearCmd)
-}
-
-// agentIsBack continues after the ramdisk (re)booted.
-func (c *Conductor) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw store.Await) error {
-	cur := state.State(n.ProvisionState)
-	ready := func(m *store.Node) error {
-		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true
-		return nil
-	}
-	switch {
-	case aw.Step != "":
-		// the reboot (into the ramdisk, or requested by a step) completes that step
-		return c.completeAsync(ctx, n.UUID, aw.Step, nil, "", func(m *store.Node) { _ = ready(m) })
-	case cur == state.InspectWait:
-		_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
-			if m.ProvisionState != string(cur) {
-				return nil, errStale
-			}
-			_ = ready(m)
-			c.issueCommand(m, protocol.CmdInventory, nil)
-			return nil, nil
-		})
-		return err
-	default:
-		_, err := c.transition(ctx, n.UUID, cur, state.EvResume, ready,
-			c.newEvent(n.UUID, "INFO", "agent", "agent ramdisk is up; continuing"))
-		if err == nil {
-			c.Kick(n.UUID)
-		}
-		return err
-	}
-}
-
-// inbandStep starts a step on the agent: the command is left for the next
-// heartbeat and the node waits.
-func (c *Conductor) inbandStep(ctx context.Context, n *store.Node, kind string, step protocol.Step) (StepStatus, error) {
-	name := protocol.CmdExecuteCleanStep
-	if kind == "deploy" {
-		name = protocol.CmdExecuteDeployStep
-	}
-	_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-		// Resuming after a restart may run this again: a command already
-		// issued for this step keeps its id, so the agent (which never
-		// re-runs an id) cannot execute the step twice. Completing a step
-		// clears its command, so a later identical step gets a new one.
-		if p := m.Operation.Agent.Command; p != nil && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
-			return nil
-		}
-		s := step
-		c.issueCommand(m, name, &s)
-		return nil
-	})
-	if err != nil {
-		return StepDone, err
-	}
-	return StepWait, nil
-}
-
-// cachedSteps returns the agent's cached steps of a kind.
-func cachedSteps(n *store.Node, kind string) []protocol.Step {
-	cache := n.Operation.Agent.Steps
-	if cache == nil {
-		return nil
-	}
-	if kind == "deploy" {
-		return cache.Deploy
-	}
-	return cache.Clean
-}
-
-// mergeSteps lists out-of-band steps and the agent's in-band steps; an
-// out-of-band step with the same interface.step shadows the in-band one
-// (that is how deploy.write_image wraps the agent's step).
-func mergeSteps(oob, inband []protocol.Step) []protocol.Step {
-	seen := map[string]bool{}
-	out := make([]protocol.Step, 0, len(oob)+len(inband))
-	for _, s := range oob {
-		seen[s.Key()] = true
-		out = append(out, s)
-	}
-	for _, s := range inband {
-		if !seen[s.Key()] {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // CachedSteps returns the node's cached agent catalogue (nil: none yet).
-func (c *Conductor) CachedSteps(n *store.Node) *store.StepCache {
+func (c *sessions) CachedSteps(n *store.Node) *store.StepCache {
 	return n.Operation.Agent.Steps
-}
-
-// CleanStepsFor lists every clean step the node offers now: the driver's
-// out-of-band steps and, for agent nodes, the cached in-band ones.
-func (c *Conductor) CleanStepsFor(n *store.Node) []protocol.Step {
-	d, ok := c.drivers[n.Driver]
-	if !ok {
-		return nil
-	}
-	if UsesAgent(n) {
-		return mergeSteps(d.CleanSteps(n), cachedSteps(n, "clean"))
-	}
-	return d.CleanSteps(n)
 }
 
 // BootNonce returns the per-boot nonce to put on the kernel command line of
 // the node's iPXE script, minting one if none is outstanding. iPXE may fetch
 // the script more than once: the same nonce is handed out until the
 // operation ends (wipeAgent), so any of those fetches boots a valid agent.
-func (c *Conductor) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
+func (c *sessions) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
 	var nonce string
 	_, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
 		if cur := n.Operation.Agent.BootNonce; cur != "" {

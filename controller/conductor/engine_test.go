@@ -294,8 +294,7 @@ func TestResumedInbandStepKeepsItsCommand(t *testing.T) {
 	n.Operation.Clean = &store.StepPlan{Steps: steps}
 	n.Operation.Agent.Booted = true
 	n.CleanStep = stepToMap(steps[0])
-	c0 := New(st, Config{}, &scriptDriver{})
-	c0.issueCommand(n, "execute_clean_step", &steps[0])
+	issueCommand(n, "execute_clean_step", &steps[0], time.Now())
 	first := n.Operation.Agent.Command
 	require.NoError(t, st.CreateNode(ctx, n))
 
