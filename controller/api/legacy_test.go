@@ -53,30 +53,6 @@ func TestLegacyNodesShowAsBefore(t *testing.T) {
 	}
 }
 
-// driveUntil makes the simulated agent look up and heartbeat until done
-// holds for the node (or fails the test after 10 s).
-func driveUntil(e *testEnv, a *simagent.Agent, node string, done func(n map[string]any) bool) map[string]any {
-	e.t.Helper()
-	var n map[string]any
-	require.Eventually(e.t, func() bool {
-		n = e.do("GET", "/v1/nodes/"+node, latest, nil).json(e.t)
-		if done(n) && e.cond.Idle() {
-			return true
-		}
-		dii, _ := n["driver_internal_info"].(map[string]any)
-		if aw, ok := dii["agent_await"].(map[string]any); ok && aw["old_boot_id"] != "" && aw["old_boot_id"] == dii["agent_boot_id"] && a.Token() != "" {
-			a.Boot()
-		}
-		if a.Token() == "" {
-			_ = a.Lookup(e.t.Context())
-		} else if _, err := a.Heartbeat(e.t.Context()); err == simagent.ErrUnauthorized {
-			a.Boot()
-		}
-		return false
-	}, 10*time.Second, 5*time.Millisecond, "node %s: condition never held", node)
-	return n
-}
-
 // Nodes that the previous release left in the middle of cleaning and
 // deploying continue at their step after the upgrade: their agents (still
 // running, with the session that release issued) are sent the step that

@@ -38,12 +38,12 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 	case state.DeployWait:
 		ph = deployPhase
 	default:
-		return conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
+		return Conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
 	}
 	wait := state.State(n.ProvisionState)
 	cur := *ph.current(n)
 	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
-		return conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
+		return Conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
 	}
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
@@ -58,7 +58,7 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 	}
 	plan := *ph.plan(&n.Operation)
 	if plan == nil {
-		return conflict("node %s has no %s steps planned", nodeUUID, ph.kind)
+		return Conflict("node %s has no %s steps planned", nodeUUID, ph.kind)
 	}
 	steps, idx := plan.Steps, plan.Index
 	abortAfter, _ := cur["abort_after"].(bool)

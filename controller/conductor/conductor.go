@@ -28,57 +28,6 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// Config tunes the conductor. Zero values get defaults in New.
-type Config struct {
-	Host    string // holder name written into node reservations
-	Workers int    // concurrent node operations
-	// AutomatedClean is the fleet default; a node's automated_clean overrides it.
-	AutomatedClean bool
-	// PriorityOverrides maps "interface.step" to a clean priority (0 disables).
-	PriorityOverrides map[string]int
-	// Wait-state timeouts; 0 disables.
-	CleanWaitTimeout   time.Duration
-	DeployWaitTimeout  time.Duration
-	InspectWaitTimeout time.Duration
-	RescueWaitTimeout  time.Duration
-	CheckInterval      time.Duration // how often wait-state timeouts are checked
-	Agent              AgentConfig
-	PowerSync          PowerSyncConfig
-	// LeaseTTL is how long a node stays owned by this controller without a
-	// renewal (renewed every LeaseTTL/4); a dead controller's nodes are
-	// taken over by the others after it. Default 20 s.
-	LeaseTTL time.Duration
-	// SoleController says no other controller can use the store (SQLite):
-	// leases left by a previous run are then cleared at start instead of
-	// waited out.
-	SoleController bool
-	Logger         *slog.Logger
-	Now            func() time.Time
-}
-
-// defaults fills the zero values of cfg.
-func (cfg *Config) defaults() {
-	if cfg.Workers <= 0 {
-		cfg.Workers = 16
-	}
-	if cfg.Host == "" {
-		cfg.Host = "anvil"
-	}
-	if cfg.CheckInterval <= 0 {
-		cfg.CheckInterval = 10 * time.Second
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 20 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	cfg.Agent.defaults()
-}
-
 // core is what the three parts share: configuration, store, hardware
 // types, log and clock.
 type core struct {

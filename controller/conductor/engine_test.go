@@ -206,12 +206,12 @@ func TestWaitTimeout(t *testing.T) {
 	e.wait(t, id, state.CleanWait)
 
 	e.c.checkTimeouts(ctx)
-	n := e.wait(t, id, state.CleanWait)
+	e.wait(t, id, state.CleanWait) // not yet
 	mu.Lock()
 	now = now.Add(31 * time.Minute)
 	mu.Unlock()
 	e.c.checkTimeouts(ctx)
-	n = e.wait(t, id, state.CleanFailed)
+	n := e.wait(t, id, state.CleanFailed)
 	assert.Contains(t, *n.LastError, "Timeout reached while cleaning the node")
 	assert.Contains(t, *n.LastError, "erase_devices_metadata")
 	assert.True(t, n.Maintenance, "a step was running")

@@ -30,7 +30,7 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 		if err != nil {
 			return err
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
@@ -54,20 +54,20 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	cur := state.State(n.ProvisionState)
 	if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
-		return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
+		return Invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
 	}
 	if !state.Allowed(cur, verb.Event) || state.Working(cur) {
 		if n.Reservation != nil {
-			return locked(n.UUID, *n.Reservation)
+			return Locked(n.UUID, *n.Reservation)
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
-	if n.Reservation != nil { // e.g. a power action is running
-		return locked(n.UUID, *n.Reservation)
+	if err := CheckUnlocked(n); err != nil { // e.g. a power action is running
+		return err
 	}
 	d, ok := c.drivers[n.Driver]
 	if !ok {
-		return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+		return Invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
 	}
 	if err := c.checkVerb(n, d, verb, req); err != nil {
 		return err
@@ -86,30 +86,30 @@ func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req Provisi
 	case state.EvManage:
 		if state.State(n.ProvisionState) == state.Enroll {
 			if err := d.Validate(n)["power"]; err != nil {
-				return invalid("Cannot manage node %s: its driver_info cannot be used to reach the BMC: %v", n.UUID, err)
+				return Invalid("Cannot manage node %s: its driver_info cannot be used to reach the BMC: %v", n.UUID, err)
 			}
 		}
 	case state.EvProvide:
 		if n.Retired {
-			return invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)
+			return Invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)
 		}
 	case state.EvClean:
 		if n.Maintenance {
-			return invalid("The cleaning operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
+			return Invalid("The cleaning operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
 		}
 		if len(req.CleanSteps) == 0 {
-			return invalid("clean_steps is required when setting target provision state to clean")
+			return Invalid("clean_steps is required when setting target provision state to clean")
 		}
 		if err := c.checkCleanSteps(n, d, req.CleanSteps); err != nil {
-			return invalid("Cannot clean node %s: %v", n.UUID, err)
+			return Invalid("Cannot clean node %s: %v", n.UUID, err)
 		}
 	case state.EvDelete, state.EvRebuild:
-		if n.Protected {
-			return &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s is protected and cannot be undeployed, rebuilt or deleted", n.UUID)}
+		if err := checkProtected(n); err != nil {
+			return err
 		}
 	case state.EvRescue:
 		if req.RescuePassword == "" {
-			return invalid("A non-empty rescue_password is required when setting target provision state to rescue")
+			return Invalid("A non-empty rescue_password is required when setting target provision state to rescue")
 		}
 	}
 	return nil
@@ -276,18 +276,18 @@ func (c *engine) SetPower(ctx context.Context, ident, target string) error {
 		if err != nil {
 			return err
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
 	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
 		if cur == state.Cleaning || cur == state.CleanWait {
-			return nil, invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
+			return nil, Invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
 		}
-		if n.Reservation != nil {
-			return nil, locked(n.UUID, *n.Reservation)
+		if err := CheckUnlocked(n); err != nil {
+			return nil, err
 		}
 		if _, ok := c.drivers[n.Driver]; !ok {
-			return nil, invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+			return nil, Invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
 		}
 		n.TargetPowerState = strp(target)
 		n.LastError = nil

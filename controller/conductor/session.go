@@ -30,32 +30,6 @@ type sessions struct {
 	kick func(nodeUUID string) // hands work a heartbeat enabled to the runtime
 }
 
-// AgentConfig tunes the in-band side: what agents are told and how long the
-// controller waits for them.
-type AgentConfig struct {
-	HeartbeatInterval time.Duration // how often an idle agent heartbeats
-	// BootTimeout: the ramdisk must call back this soon after a (re)boot.
-	BootTimeout time.Duration
-	// SilenceTimeout: a booted agent must heartbeat at least this often.
-	SilenceTimeout time.Duration
-	// StepTimeout: default limit of one in-band step run, for steps that do
-	// not declare max_seconds (0: no limit).
-	StepTimeout time.Duration
-	Erase       *protocol.ErasePolicy
-}
-
-func (a *AgentConfig) defaults() {
-	if a.HeartbeatInterval <= 0 {
-		a.HeartbeatInterval = 10 * time.Second
-	}
-	if a.BootTimeout <= 0 {
-		a.BootTimeout = 15 * time.Minute
-	}
-	if a.SilenceTimeout <= 0 {
-		a.SilenceTimeout = 5 * time.Minute
-	}
-}
-
 // UsesAgent reports whether the node's deploy interface runs in-band steps.
 func UsesAgent(n *store.Node) bool { return n.Interfaces.Deploy == "direct" }
 
@@ -65,11 +39,6 @@ func newToken() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// notFoundf is a 404 refusal with a reason.
-func notFoundf(format string, a ...any) error {
-	return &Error{Code: CodeNotFound, Msg: fmt.Sprintf(format, a...)}
 }
 
 // Lookup finds the node an agent runs on, by node UUID or by any MAC of its
@@ -87,11 +56,11 @@ func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, 
 	var token string
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		if !state.LookupAllowed(state.State(n.ProvisionState)) {
-			return nil, notFoundf("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
+			return nil, NotFound("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
 		}
 		a := &n.Operation.Agent
 		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(nonce)) != 1 {
-			return nil, &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)}
+			return nil, Forbidden("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)
 		}
 		if a.Token != "" && bootID != "" && bootID == a.BootID {
 			token = a.Token
@@ -107,7 +76,7 @@ func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, 
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, notFoundf("Node %s could not be found.", ident)
+			return nil, NotFound("Node %s could not be found.", ident)
 		}
 		return nil, err
 	}
@@ -151,11 +120,11 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 		}
 	}
 	if len(valid) == 0 {
-		return "", invalid("At least one of 'addresses' and 'node_uuid' parameters is required, with valid MAC addresses")
+		return "", Invalid("At least one of 'addresses' and 'node_uuid' parameters is required, with valid MAC addresses")
 	}
 	switch len(found) {
 	case 0:
-		return "", notFoundf("No node has a port with any of the MAC addresses %s; create a port for one of them (baremetal port create MAC --node NODE).", strings.Join(valid, ", "))
+		return "", NotFound("No node has a port with any of the MAC addresses %s; create a port for one of them (baremetal port create MAC --node NODE).", strings.Join(valid, ", "))
 	case 1:
 		for id := range found {
 			return id, nil
@@ -166,7 +135,7 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	return "", notFoundf("The MAC addresses %s belong to ports of several nodes (%s); fix the ports.", strings.Join(valid, ", "), strings.Join(ids, ", "))
+	return "", NotFound("The MAC addresses %s belong to ports of several nodes (%s); fix the ports.", strings.Join(valid, ", "), strings.Join(ids, ", "))
 }
 
 // Heartbeat records an agent's heartbeat in one write and answers with the
@@ -188,7 +157,7 @@ func (c *sessions) Heartbeat(ctx context.Context, ident string, hb *protocol.Hea
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, notFoundf("Node %s could not be found.", ident)
+			return nil, NotFound("Node %s could not be found.", ident)
 		}
 		return nil, err
 	}
@@ -205,13 +174,13 @@ func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protoc
 	a := &n.Operation.Agent
 	want := a.Token
 	if want == "" {
-		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("No agent token was issued for node %s: look the node up first.", n.UUID)}
+		return nil, false, Unauthorized("No agent token was issued for node %s: look the node up first.", n.UUID)
 	}
 	if subtle.ConstantTimeCompare([]byte(want), []byte(hb.AgentToken)) != 1 {
-		return nil, false, &Error{Code: CodeUnauthorized, Msg: "Invalid or missing agent token received."}
+		return nil, false, Unauthorized("Invalid or missing agent token received.")
 	}
 	if boot := a.BootID; boot != "" && boot != hb.BootID {
-		return nil, false, &Error{Code: CodeUnauthorized, Msg: fmt.Sprintf("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)}
+		return nil, false, Unauthorized("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)
 	}
 	now := c.now()
 	first := a.LastHeartbeat.IsZero()
