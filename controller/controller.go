@@ -34,6 +34,8 @@ type Config struct {
 	PublicURL           string        // URL clients and agents use to reach us
 	BootDir             string        // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
 	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
+	// PublicLimit bounds lookups, heartbeats and boot files per source.
+	PublicLimit api.PublicLimit
 	// Conductor is the conductor's configuration (conductor.DefaultConfig
 	// for a production controller); its store-dependent settings and
 	// logger are set here.
@@ -163,7 +165,8 @@ func Run(ctx context.Context, cfg Config) error {
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		Metrics: api.NewMetrics(apiStore)})
+		PublicLimit: cfg.PublicLimit,
+		Metrics:     api.NewMetrics(apiStore)})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller"
+	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/conductor"
 )
 
@@ -70,6 +71,9 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
 	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
+	pl := api.DefaultPublicLimit()
+	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
+	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,7 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
-		SimulateAgents: *simulate, Conductor: cc, Logger: log})
+		SimulateAgents: *simulate, Conductor: cc, PublicLimit: pl, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -80,7 +80,7 @@ func (c *engine) agentDeployStep(ctx context.Context, n *store.Node, d Driver, s
 			return StepDone, err
 		}
 		_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+			awaitBoot(m, aw)
 			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 			return nil
 		})
@@ -158,7 +158,7 @@ func (c *engine) startAgentInspection(ctx context.Context, n *store.Node, d Driv
 		return terr
 	}
 	_, err = c.transition(ctx, n.UUID, state.Inspecting, state.EvWait, func(m *store.Node) error {
-		m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+		awaitBoot(m, aw)
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 		return nil
 	})

@@ -14,6 +14,14 @@ import (
 // steps for the agent, and moving the node on when the agent is back or a
 // command finished (the session service records those facts).
 
+// awaitBoot records in m that the controller (re)booted the node into the
+// ramdisk: the agent of the new boot is awaited, gets a new token at its
+// first lookup, and no command is pending.
+func awaitBoot(m *store.Node, aw *store.Await) {
+	m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+	newBoot(&m.Operation.Agent)
+}
+
 // bootRamdisk sets PXE for the next boot and reboots the node into the
 // agent ramdisk; the caller moves the node to a wait state with the await
 // record this returns.
@@ -99,7 +107,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 				return nil, errStale
 			}
 			clearCmd(m)
-			m.Operation.Agent.Await = aw
+			awaitBoot(m, aw)
 			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 			return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", fmt.Sprintf("step %s requested a reboot; rebooted, waiting for the agent's new boot", key))}, nil
 		})

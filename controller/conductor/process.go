@@ -273,7 +273,7 @@ func (c *engine) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph
 		return c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
 	}
 	_, err = c.transition(ctx, n.UUID, ph.running, state.EvWait, func(m *store.Node) error {
-		m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+		awaitBoot(m, aw)
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
 		return nil
 	}, c.newEvent(n.UUID, "INFO", "agent", "rebooted into the agent ramdisk; waiting for it to call back"))

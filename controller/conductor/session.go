@@ -41,44 +41,71 @@ func newToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// ErrSecondClaimant marks the refusal of a lookup or heartbeat for a node
+// whose agent token this boot already went to another address or boot.
+var ErrSecondClaimant = errors.New("second agent claimant")
+
+// LookupRequest is an agent's lookup: its MACs or node UUID, its boot id,
+// the nonce from its kernel command line, and the address it came from.
+type LookupRequest struct {
+	MACs     []string
+	NodeUUID string
+	BootID   string
+	Nonce    string
+	Address  string
+}
+
 // Lookup finds the node an agent runs on, by node UUID or by any MAC of its
-// ports, and hands out the agent token of this boot. The same boot id gets
-// the same token again (a lost reply is no dead end); a new boot id gets a
-// new token and invalidates the previous boot's.
-func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, nonce string) (*protocol.LookupResponse, error) {
-	ident := nodeUUID
+// ports, and hands out the agent token of this boot: once, to the first
+// lookup after the controller booted the node into the ramdisk (or after
+// an operator reset it). The same agent asking again (same boot id and
+// address) is refused without alarm (Conflict): it holds the token.
+// Anybody else is a second claimant: refused, recorded in the node's
+// history and its claims, never given the token.
+func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.LookupResponse, error) {
+	ident := req.NodeUUID
 	if ident == "" {
 		var err error
-		if ident, err = c.nodeByMACs(ctx, macs); err != nil {
+		if ident, err = c.nodeByMACs(ctx, req.MACs); err != nil {
 			return nil, err
 		}
 	}
 	var token string
+	var claim *store.Claim
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
+		token, claim = "", nil
 		if !state.LookupAllowed(state.State(n.ProvisionState)) {
 			return nil, NotFound("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
 		}
 		a := &n.Operation.Agent
-		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(nonce)) != 1 {
+		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(req.Nonce)) != 1 {
 			return nil, Forbidden("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)
 		}
-		if a.Token != "" && bootID != "" && bootID == a.BootID {
-			token = a.Token
-			return nil, errUnchanged
+		if a.Token != "" {
+			if req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address {
+				return nil, Conflict("The agent token of node %s for boot %s was already issued to this agent; it is not issued twice. "+
+					"An agent restarted within its boot keeps its token; the controller's next reboot of the node issues a new one.", n.UUID, req.BootID)
+			}
+			claim = &store.Claim{At: c.now(), Via: "lookup", Address: req.Address, BootID: req.BootID,
+				HolderAddress: a.Address, HolderBootID: a.BootID}
+			a.AddClaim(*claim)
+			return []*store.Event{c.claimEvent(n.UUID, claim)}, nil
 		}
 		token = newToken()
-		a.Token, a.BootID = token, bootID
+		a.Token, a.BootID, a.Address = token, req.BootID, req.Address
+		a.BootNonce = "" // used: the nonce admits one lookup
 		a.LastHeartbeat, a.BootTimings = time.Time{}, nil
-		return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s looked up; token issued", bootID))}, nil
+		return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s at %s looked up; token issued", req.BootID, req.Address))}, nil
 	})
-	if errors.Is(err, errUnchanged) {
-		n, err = c.st.GetNode(ctx, ident)
-	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, NotFound("Node %s could not be found.", ident)
 		}
 		return nil, err
+	}
+	if claim != nil {
+		return nil, Wrap(CodeForbidden, ErrSecondClaimant, "The agent token of node %s for this boot was already issued; this lookup was refused and recorded. "+
+			"If the node was rebooted outside the controller, reset its agent token through the API.", n.UUID)
 	}
 	name := ""
 	if n.Name != nil {
@@ -86,7 +113,7 @@ func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, 
 	}
 	info := map[string]any{}
 	for k, v := range n.InstanceInfo {
-		if k != "rescue_password" {
+		if !secretInstanceKey(k) {
 			info[k] = v
 		}
 	}
@@ -96,6 +123,32 @@ func (c *sessions) Lookup(ctx context.Context, macs []string, nodeUUID, bootID, 
 			HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds(), AgentToken: token, AgentTokenRequired: true,
 			Erase: c.cfg.Agent.Erase},
 	}, nil
+}
+
+// secretInstanceKey: instance_info keys an unauthenticated lookup must not
+// answer (the agent gets what a step needs with the command, over the
+// token-authenticated heartbeat).
+func secretInstanceKey(k string) bool {
+	switch k {
+	case "configdrive", "image_source", "image_url", "rescue_password", "image_checksum", "image_os_hash_value":
+		return true
+	}
+	k = strings.ToLower(k)
+	return strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token")
+}
+
+// claimEvent is the history entry of a refused second claimant.
+func (c *sessions) claimEvent(nodeUUID string, cl *store.Claim) *store.Event {
+	return c.newEvent(nodeUUID, "WARNING", "agent", fmt.Sprintf(
+		"second agent claimant refused: %s from %s (boot %s) while this boot's agent token is held by %s (boot %s)",
+		cl.Via, orUnknown(cl.Address), orUnknown(cl.BootID), orUnknown(cl.HolderAddress), orUnknown(cl.HolderBootID)))
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 // errUnchanged aborts a mutation that has nothing to write.
@@ -141,12 +194,17 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 // Heartbeat records an agent's heartbeat in one write and answers with the
 // next command. It never waits for the node's worker: work it enables is
 // handed over with Kick.
-func (c *sessions) Heartbeat(ctx context.Context, ident string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
+func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
 	resp := &protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 	kick := false
+	var claim *store.Claim
 	n, err := store.MutateNodeWith(ctx, c.st, ident, func(n *store.Node) (context.Context, []*store.Event, error) {
 		*resp = protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
-		kick = false
+		kick, claim = false, nil
+		if claim = c.heartbeatClaim(n, addr, hb); claim != nil {
+			n.Operation.Agent.AddClaim(*claim)
+			return ctx, []*store.Event{c.claimEvent(n.UUID, claim)}, nil
+		}
 		events, material, err := c.heartbeat(n, hb, resp, &kick)
 		if err != nil || material {
 			return ctx, events, err
@@ -161,10 +219,28 @@ func (c *sessions) Heartbeat(ctx context.Context, ident string, hb *protocol.Hea
 		}
 		return nil, err
 	}
+	if claim != nil {
+		return nil, Wrap(CodeForbidden, ErrSecondClaimant, "The agent token of node %s was issued to another boot or address; this heartbeat was refused and recorded.", n.UUID)
+	}
 	if kick {
 		c.kick(n.UUID)
 	}
 	return resp, nil
+}
+
+// heartbeatClaim is the claim a heartbeat makes when it carries this
+// boot's token from another boot or address (a stolen token); nil for the
+// token's holder, and for a wrong token (refused by heartbeat, with no
+// write an unauthenticated caller could multiply).
+func (c *sessions) heartbeatClaim(n *store.Node, addr string, hb *protocol.Heartbeat) *store.Claim {
+	a := &n.Operation.Agent
+	if a.Token == "" || subtle.ConstantTimeCompare([]byte(a.Token), []byte(hb.AgentToken)) != 1 {
+		return nil
+	}
+	if (a.BootID == "" || a.BootID == hb.BootID) && (a.Address == "" || addr == "" || a.Address == addr) {
+		return nil
+	}
+	return &store.Claim{At: c.now(), Via: "heartbeat", Address: addr, BootID: hb.BootID, HolderAddress: a.Address, HolderBootID: a.BootID}
 }
 
 // heartbeat applies one heartbeat to n and fills resp. material reports a
@@ -251,7 +327,7 @@ func issueCommand(n *store.Node, name string, step *protocol.Step, now time.Time
 // What the agent told about itself (version, catalogue, boot timings) stays.
 func wipeAgent(n *store.Node) {
 	a := &n.Operation.Agent
-	*a = store.AgentSession{Version: a.Version, BootTimings: a.BootTimings, Steps: a.Steps}
+	*a = store.AgentSession{Version: a.Version, BootTimings: a.BootTimings, Steps: a.Steps, Claims: a.Claims}
 }
 
 // agentBack reports whether the agent of a new boot has heartbeated with
@@ -278,22 +354,49 @@ func (c *sessions) CachedSteps(n *store.Node) *store.StepCache {
 }
 
 // BootNonce returns the per-boot nonce to put on the kernel command line of
-// the node's iPXE script, minting one if none is outstanding. iPXE may fetch
-// the script more than once: the same nonce is handed out until the
-// operation ends (wipeAgent), so any of those fetches boots a valid agent.
+// the node's iPXE script: minted for the first fetch after the controller
+// booted the node, "" for every later one (a stranger fetching the script
+// learns nothing usable). The lookup that presents it consumes it.
 func (c *sessions) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
 	var nonce string
 	_, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
-		if cur := n.Operation.Agent.BootNonce; cur != "" {
-			nonce = cur
+		a := &n.Operation.Agent
+		nonce = ""
+		if a.NonceServed || a.Token != "" {
 			return errUnchanged
 		}
 		nonce = newToken()
-		n.Operation.Agent.BootNonce = nonce
+		a.BootNonce, a.NonceServed = nonce, true
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {
 		err = nil
 	}
 	return nonce, err
+}
+
+// ResetAgentToken forgets the node's agent token (and boot nonce), so the
+// next lookup gets a new one: for a node an operator rebooted outside the
+// controller. The reset is recorded in the node's history.
+func (c *sessions) ResetAgentToken(ctx context.Context, ident string) error {
+	_, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
+		a := &n.Operation.Agent
+		held := fmt.Sprintf("held by %s (boot %s)", orUnknown(a.Address), orUnknown(a.BootID))
+		if a.Token == "" {
+			held = "none issued"
+		}
+		newBoot(a)
+		return []*store.Event{c.newEvent(n.UUID, "WARNING", "agent",
+			"agent token reset through the API ("+held+"); the next lookup gets a new one")}, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("Node %s could not be found.", ident)
+	}
+	return err
+}
+
+// newBoot starts the agent session of a new boot of the node: no token is
+// issued yet and the iPXE script may carry a fresh nonce.
+func newBoot(a *store.AgentSession) {
+	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceServed = "", "", "", "", false
 }

@@ -66,7 +66,7 @@ func TestHeartbeatDurability(t *testing.T) {
 	} {
 		hb := tc.hb
 		hb.AgentToken, hb.BootID = "tok", "boot-1"
-		_, err := c.Heartbeat(ctx, n.UUID, &hb)
+		_, err := c.Heartbeat(ctx, n.UUID, "", &hb)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.volatile, st.last(), tc.name)
 	}
@@ -95,34 +95,103 @@ func newSessions(st store.Store) (*sessions, *[]string) {
 		kick: func(id string) { kicked = append(kicked, id) }}, &kicked
 }
 
-func TestLookupTokens(t *testing.T) {
+// The token goes to the first lookup of the boot; the same agent asking
+// again gets none (it holds it), anybody else is a second claimant:
+// refused and recorded, by lookup or with the token from elsewhere.
+func TestLookupTokenOncePerBoot(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
 	s, _ := newSessions(st)
 	n := sessionNode(t, st, "52:54:00:00:00:01")
+	agent := LookupRequest{MACs: []string{"52:54:00:00:00:01"}, BootID: "boot-1", Address: "10.0.0.5"}
 
-	first, err := s.Lookup(ctx, []string{"52:54:00:00:00:01"}, "", "boot-1", "")
+	first, err := s.Lookup(ctx, agent)
 	require.NoError(t, err)
 	assert.Equal(t, n.UUID, first.Node.UUID)
-	assert.NotEmpty(t, first.Config.AgentToken)
-	again, err := s.Lookup(ctx, nil, n.UUID, "boot-1", "")
-	require.NoError(t, err)
-	assert.Equal(t, first.Config.AgentToken, again.Config.AgentToken, "the same boot gets its token again")
-	got, err := st.GetNode(ctx, n.UUID)
-	require.NoError(t, err)
-	assert.Equal(t, first.Config.AgentToken, got.Operation.Agent.Token)
-	assert.Equal(t, "boot-1", got.Operation.Agent.BootID)
-
-	_, err = s.Heartbeat(ctx, n.UUID, &protocol.Heartbeat{AgentToken: "forged", BootID: "boot-1"})
+	token := first.Config.AgentToken
+	require.NotEmpty(t, token)
+	_, err = s.Lookup(ctx, agent)
 	var ce *Error
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, CodeUnauthorized, ce.Code)
-	_, err = s.Heartbeat(ctx, n.UUID, &protocol.Heartbeat{AgentToken: first.Config.AgentToken, BootID: "boot-2"})
+	assert.Equal(t, CodeConflict, ce.Code, "the agent of this boot holds its token; it is not handed out twice")
+	assert.NotErrorIs(t, err, ErrSecondClaimant)
+
+	for _, other := range []LookupRequest{
+		{NodeUUID: n.UUID, BootID: "boot-2", Address: "10.0.0.5"},
+		{MACs: agent.MACs, BootID: "boot-1", Address: "10.0.0.66"},
+		{MACs: agent.MACs, Address: "10.0.0.66"},
+	} {
+		_, err := s.Lookup(ctx, other)
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, CodeForbidden, ce.Code)
+		assert.ErrorIs(t, err, ErrSecondClaimant)
+	}
+	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: "forged", BootID: "boot-1"})
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, CodeUnauthorized, ce.Code, "a token belongs to its boot")
-	resp, err := s.Heartbeat(ctx, n.UUID, &protocol.Heartbeat{AgentToken: first.Config.AgentToken, BootID: "boot-1"})
+	assert.Equal(t, CodeUnauthorized, ce.Code)
+	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.66", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "the token used from another address")
+	resp, err := s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
 	require.NoError(t, err)
 	assert.True(t, resp.SendSteps, "no catalogue cached yet")
+
+	got, err := st.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	a := got.Operation.Agent
+	assert.Equal(t, token, a.Token, "the real agent keeps its token")
+	assert.Equal(t, "boot-1", a.BootID)
+	require.Len(t, a.Claims, 4)
+	assert.Equal(t, store.Claim{At: a.Claims[3].At, Via: "heartbeat", Address: "10.0.0.66", BootID: "boot-1",
+		HolderAddress: "10.0.0.5", HolderBootID: "boot-1"}, a.Claims[3])
+	events, err := st.ListEvents(ctx, n.UUID, 0)
+	require.NoError(t, err)
+	warnings := 0
+	for _, e := range events {
+		if e.Severity == "WARNING" {
+			warnings++
+			assert.Contains(t, e.Event, "held by 10.0.0.5 (boot boot-1)")
+		}
+	}
+	assert.Equal(t, 4, warnings, "each refused claimant is in the history with both addresses")
+
+	// An operator reset (the node was rebooted by hand) lets the next
+	// lookup have a token, and is recorded.
+	require.NoError(t, s.ResetAgentToken(ctx, n.UUID))
+	fresh, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-3", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	assert.NotEmpty(t, fresh.Config.AgentToken)
+	assert.NotEqual(t, token, fresh.Config.AgentToken)
+	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, CodeUnauthorized, ce.Code, "the old token is dead")
+}
+
+// The iPXE script carries a nonce once per controller-initiated boot; the
+// lookup that presents it uses it up.
+func TestBootNonceIsSingleUse(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := sessionNode(t, st, "52:54:00:00:00:04")
+	nonce, err := s.BootNonce(ctx, n.UUID)
+	require.NoError(t, err)
+	require.NotEmpty(t, nonce)
+	second, err := s.BootNonce(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Empty(t, second, "a second fetch of the script gets no nonce")
+
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.9"})
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, CodeForbidden, ce.Code, "no nonce")
+	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.5", Nonce: nonce})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lr.Config.AgentToken)
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "x", Address: "10.0.0.9", Nonce: nonce})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "the nonce used twice")
+	got, err := st.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Empty(t, got.Operation.Agent.BootNonce, "used up")
 }
 
 func TestLookupRefusals(t *testing.T) {
@@ -148,7 +217,7 @@ func TestLookupRefusals(t *testing.T) {
 		{"network-booted node with another nonce", nil, n.UUID, "guess", CodeForbidden},
 		{"node not expecting an agent", nil, resting.UUID, "", CodeNotFound},
 	} {
-		_, err := s.Lookup(ctx, tc.macs, tc.node, "boot", tc.nonce)
+		_, err := s.Lookup(ctx, LookupRequest{MACs: tc.macs, NodeUUID: tc.node, BootID: "boot", Nonce: tc.nonce})
 		var ce *Error
 		require.ErrorAs(t, err, &ce, tc.name)
 		assert.Equal(t, tc.code, ce.Code, tc.name)
@@ -165,7 +234,7 @@ func TestHeartbeatDeliversTheCommandAndReportsItsEnd(t *testing.T) {
 	st := openSQLite(t)
 	s, kicked := newSessions(st)
 	n := sessionNode(t, st, "52:54:00:00:00:03")
-	lr, err := s.Lookup(ctx, nil, n.UUID, "b", "")
+	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b"})
 	require.NoError(t, err)
 	step := protocol.Step{Interface: "deploy", Step: "erase_devices"}
 	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error {
@@ -175,13 +244,13 @@ func TestHeartbeatDeliversTheCommandAndReportsItsEnd(t *testing.T) {
 	})
 	require.NoError(t, err)
 	hb := &protocol.Heartbeat{AgentToken: lr.Config.AgentToken, BootID: "b", Fingerprint: "fp"}
-	resp, err := s.Heartbeat(ctx, n.UUID, hb)
+	resp, err := s.Heartbeat(ctx, n.UUID, "", hb)
 	require.NoError(t, err)
 	require.NotNil(t, resp.Command)
 	assert.Equal(t, "erase_devices", resp.Command.Step.Step)
 
 	hb.Command = &protocol.CommandStatus{ID: resp.Command.ID, Name: resp.Command.Name, State: protocol.CommandSucceeded}
-	resp, err = s.Heartbeat(ctx, n.UUID, hb)
+	resp, err = s.Heartbeat(ctx, n.UUID, "", hb)
 	require.NoError(t, err)
 	assert.Equal(t, hb.Command.ID, resp.Ack)
 	assert.Nil(t, resp.Command, "a finished command is not sent again")

@@ -53,8 +53,38 @@ type AgentSession struct {
 	// Booted: the ramdisk is up for the current operation.
 	Booted bool `json:"booted,omitempty"`
 	// BootNonce is on the kernel command line of the iPXE script served
-	// for this operation; the lookup must carry it.
+	// for this boot; the lookup must carry it, and consumes it.
 	BootNonce string `json:"boot_nonce,omitempty"`
+	// NonceServed: this boot's iPXE script was served with a nonce; later
+	// fetches of the script get none (the nonce is single-use).
+	NonceServed bool `json:"nonce_served,omitempty"`
+	// Address is where the lookup that got the token came from.
+	Address string `json:"address,omitempty"`
+	// Claims are the latest second claimants refused (MaxClaims at most);
+	// they outlive the session, as alarms for the operator.
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is a lookup or heartbeat refused because this boot's token was
+// already issued to another address or boot: a possible takeover attempt.
+type Claim struct {
+	At            time.Time `json:"at"`
+	Via           string    `json:"via"` // lookup | heartbeat
+	Address       string    `json:"address"`
+	BootID        string    `json:"boot_id"`
+	HolderAddress string    `json:"holder_address"`
+	HolderBootID  string    `json:"holder_boot_id"`
+}
+
+// MaxClaims bounds the claims a node keeps (the history keeps them all).
+const MaxClaims = 5
+
+// AddClaim records c, dropping the oldest beyond MaxClaims.
+func (a *AgentSession) AddClaim(c Claim) {
+	a.Claims = append(a.Claims, c)
+	if len(a.Claims) > MaxClaims {
+		a.Claims = append([]Claim(nil), a.Claims[len(a.Claims)-MaxClaims:]...)
+	}
 }
 
 // StepCache is the agent's step catalogue as last reported.
@@ -104,6 +134,8 @@ const (
 	keyAwait           = "agent_await"
 	keyAgentBooted     = "agent_booted"
 	keyBootNonce       = "agent_boot_nonce"
+	keyAgentAddress    = "agent_lookup_address"
+	keyClaims          = "agent_claims"
 )
 
 // TokenKey is the driver_internal_info key of the agent's secret, which the
@@ -113,7 +145,7 @@ const TokenKey = keyToken
 // operationKeys lists every key InternalInfo writes.
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
-	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce}
+	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -179,6 +211,12 @@ func (n *Node) InternalInfo() map[string]any {
 	if a.BootNonce != "" {
 		out[keyBootNonce] = a.BootNonce
 	}
+	if a.Address != "" {
+		out[keyAgentAddress] = a.Address
+	}
+	if len(a.Claims) > 0 {
+		set(keyClaims, a.Claims)
+	}
 	return out
 }
 
@@ -186,7 +224,8 @@ func (op *Operation) empty() bool {
 	a := &op.Agent
 	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
-		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == ""
+		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
+		!a.NonceServed && a.Address == "" && len(a.Claims) == 0
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
