@@ -78,6 +78,11 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			return nil, NotFound("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
 		}
 		a := &n.Operation.Agent
+		if a.Await == nil && !a.Booted {
+			// No boot of the controller's to answer for: a lookup now
+			// would get a token that the coming reboot makes worthless.
+			return nil, NotFound("Node %s does not expect an agent yet: the controller has not booted it into the ramdisk for its %s.", n.UUID, n.ProvisionState)
+		}
 		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(req.Nonce)) != 1 {
 			return nil, Forbidden("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)
 		}

@@ -81,6 +81,7 @@ func sessionNode(t *testing.T, st store.Store, mac string) *store.Node {
 	ctx := context.Background()
 	n := storetest.NewNode("")
 	n.Driver, n.ProvisionState = "script", string(state.CleanWait)
+	n.Operation.Agent.Await = &store.Await{Reason: "boot", Since: time.Now()} // the controller booted it
 	require.NoError(t, st.CreateNode(ctx, n))
 	require.NoError(t, st.CreatePort(ctx, &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: n.UUID, CreatedAt: time.Now()}))
 	return n
@@ -204,6 +205,9 @@ func TestLookupRefusals(t *testing.T) {
 	resting := storetest.NewNode("")
 	resting.Driver, resting.ProvisionState = "script", string(state.Available)
 	require.NoError(t, st.CreateNode(ctx, resting))
+	unbooted := storetest.NewNode("")
+	unbooted.Driver, unbooted.ProvisionState = "script", string(state.Cleaning)
+	require.NoError(t, st.CreateNode(ctx, unbooted))
 
 	for _, tc := range []struct {
 		name        string
@@ -216,6 +220,7 @@ func TestLookupRefusals(t *testing.T) {
 		{"network-booted node without its nonce", []string{"52:54:00:00:00:02"}, "", "", CodeForbidden},
 		{"network-booted node with another nonce", nil, n.UUID, "guess", CodeForbidden},
 		{"node not expecting an agent", nil, resting.UUID, "", CodeNotFound},
+		{"node the controller has not booted yet", nil, unbooted.UUID, "", CodeNotFound},
 	} {
 		_, err := s.Lookup(ctx, LookupRequest{MACs: tc.macs, NodeUUID: tc.node, BootID: "boot", Nonce: tc.nonce})
 		var ce *Error
@@ -239,6 +244,7 @@ func TestHeartbeatDeliversTheCommandAndReportsItsEnd(t *testing.T) {
 	step := protocol.Step{Interface: "deploy", Step: "erase_devices"}
 	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error {
 		m.Operation.Agent.Steps = &store.StepCache{Fingerprint: "fp"}
+		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true // the agent is back
 		issueCommand(m, protocol.CmdExecuteCleanStep, &step, time.Now())
 		return nil
 	})
