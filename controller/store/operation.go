@@ -301,6 +301,8 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyAwait, &a.Await)
 	take(keyAgentBooted, &a.Booted)
 	take(keyBootNonce, &a.BootNonce)
+	take(keyAgentAddress, &a.Address)
+	take(keyClaims, &a.Claims)
 	return op, rest
 }
 
