@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
 		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
-		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.gz (make image: out/image) served to PXE-booting nodes")
+		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes")
 		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 		bmcGap    = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
