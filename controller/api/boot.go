@@ -24,8 +24,9 @@ var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initr
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). Its kernel command line carries a per-boot nonce
-// (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
+// cannot authenticate). The first fetch after the controller booted the
+// node carries a single-use nonce (anvil.token=) on the kernel command
+// line, which the agent's lookup must present; later fetches carry none. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.bootNode(r)
@@ -108,15 +109,20 @@ func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
 }
 
 // agentBoot is what every boot loader passes the agent's kernel: the
-// controller's URL as the node reaches it, and the kernel command line
-// with a per-boot nonce (anvil.token=) that the agent's lookup must present.
+// controller's URL as the node reaches it, and the kernel command line.
+// The first fetch after the controller booted the node carries a
+// single-use nonce (anvil.token=), which the agent's lookup must present;
+// later fetches carry none.
 func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, error) {
 	base := s.publicBase(r, n)
 	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
 	if err != nil {
 		return "", nil, err
 	}
-	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
+	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID}
+	if nonce != "" { // only the first fetch after the controller booted the node
+		args = append(args, "anvil.token="+nonce)
+	}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {

@@ -33,15 +33,18 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
-	assert.Contains(t, again, "anvil.token="+nonce, "a re-fetch of the script gets the same nonce")
+	assert.NotContains(t, again, "anvil.token=", "the nonce is handed out once per boot: a re-fetch (or a stranger) gets none")
+	assert.Contains(t, again, "anvil.node="+id)
 
 	// Secure Boot nodes get the same kernel command line as a GRUB
-	// configuration; {node} may be a port MAC, in any usual spelling.
+	// configuration (the nonce went to the first fetch above, so none
+	// here); {node} may be a port MAC, in any usual spelling.
 	for _, ident := range []string{id, "pxe", mac1, strings.ToUpper(strings.ReplaceAll(mac1, ":", "-"))} {
 		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
 		require.Equal(t, 200, r.status, ident)
 		grub := string(r.body)
-		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce, ident)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8\n", ident)
+		assert.NotContains(t, grub, "anvil.token=", ident)
 		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
@@ -54,6 +57,8 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
 	require.Equal(t, 200, r.status, string(r.body))
+	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b2&nonce="+nonce, latest, nil)
+	assert.Equal(t, 403, r.status, "the nonce used twice: %s", r.body)
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
 	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")

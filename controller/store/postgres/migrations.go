@@ -99,7 +99,10 @@ var migrations = []string{
 		holder text COLLATE "C" PRIMARY KEY,
 		expires_at timestamptz NOT NULL
 	);`,
-	// 4: addresses the boot service's full-mode DHCP gave out; an address
+	// 4: the conductor's working state (store.Operation) in its own
+	// column; moveOperations moves it there from driver_internal_info.
+	`ALTER TABLE nodes ADD COLUMN operation bytea;`,
+	// 5: addresses the boot service's full-mode DHCP gave out; an address
 	// belongs to one MAC at a time (the unique constraint decides races
 	// between controllers).
 	`CREATE TABLE dhcp_leases (
