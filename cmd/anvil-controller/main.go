@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
 		simulate   = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
+		simStep    = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
 		checkEvery = fs.Duration("timeout-check-interval", 10e9, "how often waiting nodes are checked against their timers")
 		stepLimit  = fs.Duration("step-timeout", 12*3600e9, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
 		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
 		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
+		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate, SimulateStepTime: *simStep,
 		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log})
 }
 
