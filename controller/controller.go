@@ -55,7 +55,7 @@ type Config struct {
 	// SimulateStepTime is how long a simulated erase or image write runs
 	// (0 = 1s); the dashboard's tests slow it down to watch progress.
 	SimulateStepTime time.Duration
-	Logger         *slog.Logger
+	Logger           *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }

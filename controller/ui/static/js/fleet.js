@@ -1,7 +1,7 @@
 // The fleet page: counts per provision state, then one page of the node
 // table, paged on the server (limit and marker) and kept live by the
 // page's one event stream.
-import { el, api, watch, stateText, stateClass, progressBlock, faultString } from './lib.js';
+import { el, put, api, watch, stateText, stateClass, progressBlock, faultString } from './lib.js';
 
 const STATES = ['enroll', 'verifying', 'manageable', 'inspecting', 'inspect wait', 'inspect failed', 'cleaning',
   'clean wait', 'clean failed', 'available', 'deploying', 'wait call-back', 'deploy failed', 'active', 'deleting',
@@ -89,7 +89,7 @@ export function fleetPage(main, query) {
   const next = el('button', { type: 'button', id: 'next', onclick: () => { markers.push(nextMarker); follow(); } }, 'Next →');
   const pageInfo = el('span', { id: 'page-info' });
 
-  main.replaceChildren(
+  put(main,
     el('h1', {}, 'Fleet'),
     el('section', { 'aria-labelledby': 'counts-h', class: 'card' },
       el('h2', { id: 'counts-h' }, 'Nodes by provision state'),
@@ -103,14 +103,14 @@ export function fleetPage(main, query) {
     total.textContent = doc.total.toLocaleString();
     const states = Object.entries(doc.states).sort((a, b) => b[1] - a[1]);
     const max = Math.max(1, ...states.map(([, n]) => n));
-    bars.replaceChildren(...states.map(([s, n]) => {
+    put(bars, ...states.map(([s, n]) => {
       const fill = el('span', { class: 'fill ' + stateClass(s) });
       fill.style.width = `${(100 * n / max).toFixed(1)}%`;
       return el('li', {}, el('a', { href: hashFor({ ...f, state: s }), class: 'bar-row', 'data-state': s },
         el('span', { class: 'bar-label', text: s }), el('span', { class: 'bar' }, fill),
         el('span', { class: 'bar-count', text: n.toLocaleString() })));
     }));
-    if (!states.length) bars.replaceChildren(el('li', { class: 'dim' }, 'No nodes enrolled yet.'));
+    if (!states.length) put(bars, el('li', { class: 'dim' }, 'No nodes enrolled yet.'));
   }
 
   function renderRows(doc) {
@@ -119,14 +119,14 @@ export function fleetPage(main, query) {
     prev.disabled = markers.length <= 1;
     const first = (markers.length - 1) * Number(f.limit) + 1;
     pageInfo.textContent = doc.nodes.length ? `page ${markers.length} · nodes ${first}–${first + doc.nodes.length - 1}` : 'no nodes match';
-    tbody.replaceChildren(...doc.nodes.map((n) => el('tr', { 'data-uuid': n.uuid },
+    put(tbody, ...doc.nodes.map((n) => el('tr', { 'data-uuid': n.uuid },
       el('td', { 'data-label': 'Name' }, el('a', { href: '#/node/' + n.uuid, class: 'node-link' }, n.name || n.uuid),
         n.retired ? el('span', { class: 'tag' }, 'retired') : null),
       el('td', { 'data-label': 'State' }, el('span', { class: 'state ' + stateClass(n.provision_state), text: stateText(n) })),
       el('td', { 'data-label': 'Power', text: n.power_state || '–' }),
       el('td', { 'data-label': 'Maintenance', title: n.maintenance_reason || '' }, n.maintenance ? el('span', { class: 'tag warn' }, 'maintenance') : 'no'),
-      el('td', { 'data-label': 'Step' }, n.step ? progressBlock(n.step) : '–'),
-      el('td', { 'data-label': 'Last error', class: 'last-error', title: n.last_error || '' }, n.last_error || '–'),
+      el('td', { 'data-label': 'Step', class: n.step ? '' : 'empty' }, n.step ? progressBlock(n.step) : '–'),
+      el('td', { 'data-label': 'Last error', class: n.last_error ? 'last-error' : 'empty', title: n.last_error || '' }, n.last_error || '–'),
       el('td', { 'data-label': 'Owner / class' }, [n.owner, n.resource_class].filter(Boolean).join(' / ') || '–'))));
   }
 

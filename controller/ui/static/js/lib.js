@@ -14,11 +14,16 @@ export function el(tag, attrs = {}, ...children) {
     else if (k === 'value' || k === 'checked' || k === 'disabled') e[k] = v;
     else e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     e.append(c instanceof Node ? c : String(c));
   }
   return e;
+}
+
+// put replaces an element's children, skipping null, undefined and false.
+export function put(parent, ...children) {
+  parent.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
 // csrfToken is the page's CSRF cookie, echoed in a header on every

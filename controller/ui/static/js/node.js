@@ -1,7 +1,7 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps), the last cleaning's results
 // per device, and the event history.
-import { el, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
+import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -55,7 +55,7 @@ export function nodePage(main, ident) {
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
-  main.replaceChildren(
+  put(main,
     el('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, el('a', { href: '#/' }, 'Fleet'), ' › ', el('span', { id: 'crumb', text: ident })),
     title, status, lastError,
     section('progress-h', 'Running step', progress),
@@ -121,7 +121,7 @@ export function nodePage(main, ident) {
       { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
     b.push(button('reboot', () => act('reboot', () => power('rebooting'),
       { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
-    actions.replaceChildren(...b);
+    put(actions, ...b);
   }
 
   async function reasonAction(label, title, text, fn) {
@@ -185,7 +185,7 @@ export function nodePage(main, ident) {
       if ((await confirmAction(`Clean ${node.name || node.uuid}?`, `Runs ${names} now. Erase steps destroy the data on the node's disks.`, 'Start cleaning')) === null) return;
       try {
         await provision('clean', { clean_steps: chosen });
-        formArea.replaceChildren(el('p', { class: 'note', id: 'clean-started' }, `Cleaning started: ${names}`));
+        put(formArea, el('p', { class: 'note', id: 'clean-started' }, `Cleaning started: ${names}`));
       } catch (ex) {
         err.textContent = ex.message;
         err.hidden = false;
@@ -195,8 +195,8 @@ export function nodePage(main, ident) {
     rows.length ? rows : el('p', { class: 'dim' }, 'No clean steps are known yet: the agent reports them when it first runs (inspect or provide the node).'),
     err,
     el('div', { class: 'buttons' }, el('button', { type: 'submit', class: 'danger', id: 'clean-submit' }, 'Start cleaning…'),
-      el('button', { type: 'button', class: 'secondary', onclick: () => formArea.replaceChildren() }, 'Cancel')));
-    formArea.replaceChildren(form);
+      el('button', { type: 'button', class: 'secondary', onclick: () => put(formArea) }, 'Cancel')));
+    put(formArea, form);
     form.querySelector('input')?.focus();
   }
 
@@ -215,7 +215,7 @@ export function nodePage(main, ident) {
         if (sum.value.trim()) patch.push({ op: 'add', path: '/instance_info/image_checksum', value: sum.value.trim() });
         await api('PATCH', `/v1/nodes/${node.uuid}`, patch);
         await provision('active');
-        formArea.replaceChildren(el('p', { class: 'note' }, 'Deploy started.'));
+        put(formArea, el('p', { class: 'note' }, 'Deploy started.'));
       } catch (ex) {
         err.textContent = ex.message;
         err.hidden = false;
@@ -226,8 +226,8 @@ export function nodePage(main, ident) {
     el('label', { class: 'arg' }, el('span', {}, 'Checksum'), sum),
     err,
     el('div', { class: 'buttons' }, el('button', { type: 'submit', class: 'danger' }, 'Deploy…'),
-      el('button', { type: 'button', class: 'secondary', onclick: () => formArea.replaceChildren() }, 'Cancel')));
-    formArea.replaceChildren(form);
+      el('button', { type: 'button', class: 'secondary', onclick: () => put(formArea) }, 'Cancel')));
+    put(formArea, form);
     src.focus();
   }
 
@@ -235,9 +235,9 @@ export function nodePage(main, ident) {
     node = n;
     const name = n.name || n.uuid;
     document.title = `${name} · anvil`;
-    title.replaceChildren(name, ' ', el('small', { class: 'dim', text: n.uuid }));
+    put(title, name, ' ', el('small', { class: 'dim', text: n.uuid }));
     document.getElementById('crumb').textContent = name;
-    status.replaceChildren(
+    put(status,
       el('span', { class: 'state ' + stateClass(n.provision_state), id: 'provision-state', text: stateText(n) }),
       el('span', { class: 'tag', id: 'power-state', text: 'power: ' + (n.power_state || 'unknown') }),
       n.maintenance ? el('span', { class: 'tag warn', text: 'maintenance' + (n.maintenance_reason ? ': ' + n.maintenance_reason : '') }) : null,
@@ -245,19 +245,19 @@ export function nodePage(main, ident) {
       n.reservation ? el('span', { class: 'tag dim', text: 'locked by ' + n.reservation }) : null);
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
-    progress.replaceChildren(step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
+    put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
     const actionsKey = [n.provision_state, n.maintenance, n.retired].join('|');
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
       renderActions(n);
     }
-    props.replaceChildren(dl([['driver', n.driver], ['resource class', n.resource_class], ['owner', n.owner],
+    put(props, dl([['driver', n.driver], ['resource class', n.resource_class], ['owner', n.owner],
       ['lessee', n.lessee], ['description', n.description], ['conductor group', n.conductor_group],
       ['boot / deploy / inspect', [n.boot_interface, n.deploy_interface, n.inspect_interface].filter(Boolean).join(' / ')],
       ['traits', (n.traits || []).join(', ')], ['created', when(n.created_at)], ['updated', when(n.updated_at)],
       ['provision updated', when(n.provision_updated_at)], ...Object.entries(n.properties || {})]));
     // driver_info and instance_info come from the API with secrets masked.
-    bmc.replaceChildren(dl(Object.entries(n.driver_info || {})),
+    put(bmc, dl(Object.entries(n.driver_info || {})),
       el('h3', {}, 'instance_info'), dl(Object.entries(n.instance_info || {})));
 
     const cache = (n.driver_internal_info || {}).agent_step_cache;
@@ -278,14 +278,14 @@ export function nodePage(main, ident) {
       const body = await api('GET', `/v1/nodes/${n.uuid}/cleaning/steps`);
       cleanSteps = body.steps || [];
       const argList = (a) => Object.keys(a || {}).sort().join(', ') || '–';
-      steps.replaceChildren(
+      put(steps,
         body.fingerprint ? el('p', { class: 'dim' }, `from ${body.agent_version}, cached ${when(body.cached_at)}`) : null,
         body.message ? el('p', { class: 'dim', text: body.message }) : null,
         table('Clean steps', ['step', 'priority', 'arguments'], cleanSteps.map((s) => [`${s.interface}.${s.step}`, String(s.priority), argList(s.args)]), 'clean-steps'),
         table('Deploy steps', ['step', 'priority', 'arguments'], ((cache && cache.deploy) || []).map((s) =>
           [`${s.interface}.${s.step}`, String(s.priority), argList(s.argsinfo)]), 'deploy-steps'));
     } catch (err) {
-      steps.replaceChildren(el('p', { class: 'error', text: err.message }));
+      put(steps, el('p', { class: 'error', text: err.message }));
     }
   }
 
@@ -294,11 +294,11 @@ export function nodePage(main, ident) {
     try {
       inv = (await api('GET', `/v1/nodes/${n.uuid}/inventory`)).inventory;
     } catch (err) {
-      inventory.replaceChildren(el('p', { class: 'dim' }, err.status === 404 ? 'Not inspected yet.' : err.message));
+      put(inventory, el('p', { class: 'dim' }, err.status === 404 ? 'Not inspected yet.' : err.message));
       return;
     }
     const warnings = inv.warnings || (inv.extra && inv.extra.warnings) || [];
-    inventory.replaceChildren(
+    put(inventory,
       warnings.length ? el('ul', { class: 'warnings', role: 'list' }, warnings.map((w) => el('li', { class: 'error', text: String(w) }))) : null,
       dl([['vendor', [inv.system_vendor?.manufacturer, inv.system_vendor?.product_name].filter(Boolean).join(' ')],
         ['serial', inv.system_vendor?.serial_number],
@@ -317,7 +317,7 @@ export function nodePage(main, ident) {
   // results of the last cleaning from its step events.
   function renderHistory(events) {
     const list = [...events].reverse();
-    history.replaceChildren(table('Events, newest first', ['time', 'severity', 'type', 'event'],
+    put(history, table('Events, newest first', ['time', 'severity', 'type', 'event'],
       list.slice(0, 100).map((e) => [when(e.created_at), e.severity, e.event_type, e.event]), 'events'));
     let start = -1;
     for (let i = events.length - 1; i >= 0; i--) {
@@ -334,7 +334,7 @@ export function nodePage(main, ident) {
         for (const d of devices) results.push([m[1], m[2], d]);
       }
     }
-    lastClean.replaceChildren(table('Per device', ['step', 'outcome', 'result'], results, 'clean-results'));
+    put(lastClean, table('Per device', ['step', 'outcome', 'result'], results, 'clean-results'));
   }
 
   function follow(uuid) {
