@@ -149,10 +149,10 @@ func TestFleetPagesSortsAndFiltersThroughTheAPI(t *testing.T) {
 	assert.NotContains(t, row, "driver_info", "a row carries only what the table shows")
 
 	for q, want := range map[string]string{
-		"bogus=1":                   "Unknown argument(s): bogus",
-		"provision_state=sleeping":  `Invalid provision_state "sleeping"`,
+		"bogus=1":                    "Unknown argument(s): bogus",
+		"provision_state=sleeping":   `Invalid provision_state "sleeping"`,
 		"marker=" + uuid.NewString(): "could not be found",
-		"sort_key=driver_info":      "invalid field for sorting",
+		"sort_key=driver_info":       "invalid field for sorting",
 	} {
 		code, m := e.get(t, "/ui/api/fleet?"+q)
 		assert.Equal(t, 400, code, q)
