@@ -141,7 +141,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	htpasswd := filepath.Join(dir, "htpasswd")
 	require.NoError(t, os.WriteFile(htpasswd, []byte(uiUser+":"+string(hash)+"\n"), 0o600))
 	p := startController(t, "--database", "sqlite://"+filepath.Join(dir, "anvil.db"), "--auth", "http_basic", "--htpasswd", htpasswd,
-		"--simulate-agents", "--simulate-step-time", "3s", "--heartbeat-interval", "200ms")
+		"--simulate-agents", "--simulate-step-time", "2s", "--heartbeat-interval", "200ms")
 	c := browserAuth{p.URL}
 
 	// A small fleet: one node with a simulated agent, walked to manageable
@@ -258,6 +258,37 @@ func TestDashboardInBrowser(t *testing.T) {
 		step(t, ctx, "desktop again", 5*time.Second, chromedp.EmulateViewport(1280, 900))
 	})
 
+	t.Run("lifecycle from the page", func(t *testing.T) {
+		state := func(want string) chromedp.Action[chromedp.Void] {
+			return until(`document.getElementById('provision-state').textContent === '` + want + `'`)
+		}
+		step(t, ctx, "retire with a reason", 10*time.Second,
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="retire…"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm-reason`)),
+			setValue(`#confirm-reason`, "end of life"), chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+			until(`document.getElementById('node-status').innerText.includes('retired: end of life')`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="unretire"]`)),
+			until(`!document.getElementById('node-status').innerText.includes('retired')`))
+		step(t, ctx, "provide", 40*time.Second, chromedp.Click(chromedp.CSS(`#actions button[data-action="provide"]`)), state("available"))
+		step(t, ctx, "deploy with image URL and checksum", 40*time.Second,
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="deploy…"]`)), chromedp.WaitVisible(chromedp.CSS(`#deploy-form`)),
+			setValue(`#image-source`, "http://127.0.0.1:9/images/ubuntu.raw"),
+			setValue(`#image-checksum`, "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"),
+			chromedp.Click(chromedp.CSS(`#deploy-form button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), state("active"))
+		assert.Contains(t, jsonBody(t, c, "/v1/nodes/rack1-node01?fields=instance_info"), "http://127.0.0.1:9/images/ubuntu.raw")
+		step(t, ctx, "undeploy", 40*time.Second, chromedp.Click(chromedp.CSS(`#actions button[data-action="undeploy"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#confirm`)), chromedp.Click(chromedp.CSS(`#confirm-ok`)), state("available"))
+		step(t, ctx, "power on, then off after confirming", 15*time.Second,
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="power on"]`)),
+			until(`document.getElementById('power-state').textContent === 'power: power on'`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="power off"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-cancel`)), chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)))
+		assert.Equal(t, "power on", jsonField(t, c, "/v1/nodes/rack1-node01", "power_state"), "cancelled: nothing done")
+		step(t, ctx, "power off", 15*time.Second,
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="power off"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('power-state').textContent === 'power: power off'`))
+	})
+
 	t.Run("maintenance from the page", func(t *testing.T) {
 		step(t, ctx, "maintenance on with a reason", 10*time.Second,
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="maintenance on…"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm-reason`)),
@@ -316,6 +347,13 @@ func jsonField(t *testing.T, c browserAuth, path, field string) string {
 	require.NoError(t, json.Unmarshal([]byte(body), &m))
 	s, _ := m[field].(string)
 	return s
+}
+
+func jsonBody(t *testing.T, c browserAuth, path string) string {
+	t.Helper()
+	code, body := c.do(t, "GET", path, "")
+	require.Equal(t, 200, code, body)
+	return body
 }
 
 func waitState(t *testing.T, c browserAuth, node, want string) {

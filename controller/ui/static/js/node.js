@@ -250,6 +250,8 @@ export function nodePage(main, ident) {
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
       renderActions(n);
+      if (!formArea.querySelector('form')) put(formArea); // notes of the previous state
+      actionNote.textContent = '';
     }
     put(props, dl([['driver', n.driver], ['resource class', n.resource_class], ['owner', n.owner],
       ['lessee', n.lessee], ['description', n.description], ['conductor group', n.conductor_group],
