@@ -228,7 +228,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			setValue(`fieldset[data-step="deploy.erase_devices"] input[data-extra]`, ``),
 			setValue(`fieldset[data-step="deploy.erase_devices"] input[data-arg="verify_samples"]`, `16`),
 			chromedp.Click(chromedp.CSS(`#clean-submit`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
-			chromedp.Click(chromedp.CSS(`#confirm-ok`)), chromedp.WaitVisible(chromedp.CSS(`#clean-started`)))
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('provision-state').textContent !== 'manageable'`))
 		seen := map[float64]bool{}
 		shot := false
 		deadline := time.Now().Add(40 * time.Second)

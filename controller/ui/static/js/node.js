@@ -116,8 +116,8 @@ export function nodePage(main, ident) {
       : button('retire…', () => reasonAction('retire', `Retire ${name}?`, 'A retired node is never provided again; cleaning leaves it manageable.',
         (reason) => api('PATCH', `/v1/nodes/${n.uuid}`, [{ op: 'replace', path: '/retired', value: true },
           { op: 'replace', path: '/retired_reason', value: reason || null }]))));
-    b.push(button('power on', () => act('power on', () => power('power on'))));
-    b.push(button('power off', () => act('power off', () => power('power off'),
+    if (n.power_state !== 'power on') b.push(button('power on', () => act('power on', () => power('power on'))));
+    if (n.power_state !== 'power off') b.push(button('power off', () => act('power off', () => power('power off'),
       { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
     b.push(button('reboot', () => act('reboot', () => power('rebooting'),
       { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
@@ -246,7 +246,7 @@ export function nodePage(main, ident) {
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
     put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
-    const actionsKey = [n.provision_state, n.maintenance, n.retired].join('|');
+    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state].join('|');
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
       renderActions(n);
