@@ -262,6 +262,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		state := func(want string) chromedp.Action[chromedp.Void] {
 			return until(`document.getElementById('provision-state').textContent === '` + want + `'`)
 		}
+		step(t, ctx, "abort a running clean", 30*time.Second,
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="clean…"]`)), chromedp.WaitVisible(chromedp.CSS(`#clean-form`)),
+			chromedp.Click(chromedp.CSS(`#clean-form input[data-step="deploy.erase_devices"]`)),
+			chromedp.Click(chromedp.CSS(`#clean-submit`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)), chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+			chromedp.WaitVisible(chromedp.CSS(`#step-progress`)),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="abort"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), state("clean failed"),
+			until(`document.getElementById('last-error').textContent.length > 0`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="manage"]`)), state("manageable"))
 		step(t, ctx, "retire with a reason", 10*time.Second,
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="retire…"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm-reason`)),
 			setValue(`#confirm-reason`, "end of life"), chromedp.Click(chromedp.CSS(`#confirm-ok`)),
