@@ -18,15 +18,35 @@ const (
 	keepAlive        = 15 * time.Second
 )
 
-// watchable says which resources a page may follow: node reads and the
-// dashboard's own read endpoints (never the stream itself).
+// watchable says which resources a page may follow: cheap reads of nodes
+// and the dashboard's own read endpoints (never the stream itself, nor a
+// read that talks to a BMC, like validate).
 func watchable(path string) bool {
 	p, _, _ := strings.Cut(path, "?")
-	if strings.Contains(p, "..") || strings.Contains(p, "//") {
+	if !strings.HasPrefix(p, "/") {
 		return false
 	}
-	return p == "/v1/nodes" || strings.HasPrefix(p, "/v1/nodes/") || p == "/ui/api/counts" || p == "/ui/api/fleet" ||
-		strings.HasPrefix(p, "/ui/api/nodes/")
+	seg := strings.Split(p[1:], "/")
+	for _, s := range seg {
+		if s == "" || s == "." || s == ".." {
+			return false
+		}
+	}
+	switch {
+	case len(seg) == 2 && seg[0] == "v1" && seg[1] == "nodes":
+		return true
+	case len(seg) == 3 && seg[0] == "v1" && seg[1] == "nodes":
+		return true // a node, or /v1/nodes/detail
+	case len(seg) == 4 && seg[0] == "v1" && seg[1] == "nodes":
+		return seg[3] == "history" || seg[3] == "inventory"
+	case len(seg) == 5 && seg[0] == "v1" && seg[1] == "nodes":
+		return seg[3] == "cleaning" && seg[4] == "steps"
+	case len(seg) == 3 && seg[0] == "ui" && seg[1] == "api":
+		return seg[2] == "counts" || seg[2] == "fleet"
+	case len(seg) == 4 && seg[0] == "ui" && seg[1] == "api":
+		return seg[2] == "nodes"
+	}
+	return false
 }
 
 // watch is the page's one live connection (server-sent events): it reads
@@ -43,7 +63,7 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, p := range paths {
 		if !watchable(p) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("cannot watch %q: only /v1/nodes... and /ui/api/counts or /ui/api/fleet", p))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("cannot watch %q: only node reads (/v1/nodes[/NODE[/history|/inventory|/cleaning/steps]]) and /ui/api/counts, /ui/api/fleet, /ui/api/nodes/NODE", p))
 			return
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -62,16 +61,12 @@ func New(cfg Config) *Handler {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	sub, err := fs.Sub(staticFiles, "static")
-	if err != nil {
-		panic(err) // the embedded tree is fixed at build time
-	}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
 	m.HandleFunc("GET /ui/{$}", h.index)
-	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(sub)))
+	m.Handle("GET /ui/static/", http.StripPrefix("/ui/", http.FileServerFS(staticFiles)))
 	m.HandleFunc("GET /ui/api/counts", h.countsHandler)
 	m.HandleFunc("GET /ui/api/fleet", h.fleet)
 	m.HandleFunc("GET /ui/api/nodes/{node}", h.node)

@@ -250,6 +250,10 @@ func TestWatchRefuses(t *testing.T) {
 		"path=/v1/nodes/../ports",
 		"path=//evil.example/v1/nodes",
 		"path=/ui/api/counts&interval_ms=soon",
+		"path=/v1/nodes/n1/validate",
+		"path=/v1/nodes/n1/states",
+		"path=/v1/nodes//history",
+		"path=/ui/api/nodes/n1/x",
 		"path=/ui/api/counts&path=/ui/api/counts&path=/ui/api/counts&path=/ui/api/counts&path=/ui/api/counts",
 	} {
 		code, m := e.get(t, "/ui/api/watch?"+q)
@@ -316,4 +320,16 @@ func TestDashboardNeedsTheAPIsCredentials(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, 200, res.StatusCode, "and reads the API as the same user")
+}
+
+func TestWatchable(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/nodes": true, "/v1/nodes?limit=5": true, "/v1/nodes/detail": true, "/v1/nodes/n1": true,
+		"/v1/nodes/n1/history": true, "/v1/nodes/n1/inventory": true, "/v1/nodes/n1/cleaning/steps": true,
+		"/ui/api/counts": true, "/ui/api/fleet?limit=50": true, "/ui/api/nodes/n1": true,
+		"/v1/nodes/n1/validate": false, "/v1/nodes/n1/states": false, "/v1/ports": false, "/ui/api/watch": false,
+		"/v1/nodes/../ports": false, "/v1/nodes/./n1": false, "//v1/nodes": false, "v1/nodes": false, "/": false, "": false,
+	} {
+		assert.Equal(t, want, watchable(path), path)
+	}
 }
