@@ -25,7 +25,8 @@ import (
 
 // The dashboard's browser test: a real controller (--simulate-agents, HTTP
 // basic auth) and Debian's chromium, headless, driven over the DevTools
-// protocol. Screenshots land in docs/ui/ (README.md shows them).
+// protocol. Screenshots land in out/ui/, or with ANVIL_UPDATE_SCREENSHOTS=1
+// in docs/ui/, which README.md shows.
 
 const (
 	uiUser = "operator"
@@ -126,7 +127,12 @@ func screenshot(t *testing.T, ctx context.Context, name string, full bool) {
 	}
 	png, err := chromedp.Run(ctx, shot)
 	require.NoError(t, err)
-	dir := filepath.Join("..", "..", "docs", "ui")
+	// out/ui (ignored by git) every run; docs/ui, which README.md shows,
+	// when asked to refresh them.
+	dir := filepath.Join("..", "..", "out", "ui")
+	if os.Getenv("ANVIL_UPDATE_SCREENSHOTS") != "" {
+		dir = filepath.Join("..", "..", "docs", "ui")
+	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 }
