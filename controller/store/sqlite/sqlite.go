@@ -568,6 +568,10 @@ func nodeWhere(f store.NodeFilter) ([]string, []any) {
 		where = append(where, "instr(COALESCE(description, ''), ?) > 0")
 		args = append(args, *f.DescriptionContains)
 	}
+	if f.NameContains != nil {
+		where = append(where, "instr(lower(COALESCE(name, '')), lower(?)) > 0")
+		args = append(args, *f.NameContains)
+	}
 	return where, args
 }
 

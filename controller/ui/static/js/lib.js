@@ -77,8 +77,14 @@ export function watch(paths, intervalMs, onUpdate) {
   es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
   es.onerror = () => { live.textContent = 'reconnecting…'; live.className = 'live off'; };
   es.onmessage = (ev) => {
-    const m = JSON.parse(ev.data);
-    onUpdate(m.i, m.status, m.body);
+    try {
+      const m = JSON.parse(ev.data);
+      onUpdate(m.i, m.status, m.body);
+    } catch (err) { // say so rather than show a stale page
+      live.textContent = 'page error: ' + err.message;
+      live.className = 'live off';
+      throw err;
+    }
   };
   return () => es.close();
 }
