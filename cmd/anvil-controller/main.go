@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		insecure   = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 		publicURL  = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 		host       = fs.String("host", hostname, "name written into node reservations")
-		bootDir    = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.gz (make image: out/image) served to PXE-booting nodes")
+		bootDir    = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes")
 		workers    = fs.Int("workers", 16, "concurrent node operations")
 		autoClean  = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
 		cleanWait  = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")

@@ -42,6 +42,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status, string(r.body))
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
+	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
 
 	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
 		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
@@ -57,6 +58,10 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, f.status)
 	assert.Equal(t, "kernel-bytes", string(f.body))
 	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	// make image writes a zstd initramfs when the kernel can unpack it.
+	require.NoError(t, os.Remove(filepath.Join(dir, "initramfs.cpio.gz")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd-initramfs"), 0o644))
+	assert.Equal(t, "zstd-initramfs", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
 
