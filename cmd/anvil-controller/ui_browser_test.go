@@ -161,6 +161,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		code, body = c.do(t, "POST", "/v1/ports", `{"address":"52:54:00:a0:00:01","node_uuid":"`+uuid+`"}`)
 	}
 	require.Equal(t, 201, code, body)
+	// rack1-node10 is cleaned while the fleet's screenshot is taken
+	code, body = c.do(t, "POST", "/v1/nodes", `{"driver":"fake-hardware","name":"rack1-node10","deploy_interface":"direct","resource_class":"baremetal-large"}`)
+	require.Equal(t, 201, code, body)
+	uuid10 := jsonField(t, c, "/v1/nodes/rack1-node10", "uuid")
+	code, body = c.do(t, "POST", "/v1/ports", `{"address":"52:54:00:a0:00:10","node_uuid":"`+uuid10+`"}`)
+	require.Equal(t, 201, code, body)
+	require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/rack1-node10/states/provision", `{"target":"manage"}`)))
 	for i := 2; i <= 9; i++ {
 		code, body := c.do(t, "POST", "/v1/nodes", fmt.Sprintf(`{"driver":"fake-hardware","name":"rack1-node%02d","resource_class":"baremetal-small"}`, i))
 		require.Equal(t, 201, code, body)
@@ -176,6 +183,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/rack1-node01/states/provision", `{"target":"inspect"}`)))
 	waitState(t, c, "rack1-node01", "manageable")
 	waitState(t, c, "rack1-node04", "available")
+	waitState(t, c, "rack1-node10", "manageable")
 	uuid := jsonField(t, c, "/v1/nodes/rack1-node01", "uuid")
 
 	ctx := startBrowser(t)
@@ -185,10 +193,15 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`#bars a[data-state="manageable"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#node-rows tr[data-uuid="`+uuid+`"]`)))
 		counts := eval[map[string]string](t, ctx, `Object.fromEntries([...document.querySelectorAll('#bars a')].map(a => [a.dataset.state, a.querySelector('.bar-count').textContent]))`)
-		assert.Equal(t, map[string]string{"manageable": "3", "enroll": "5", "available": "1"}, counts, "a bar per state with the API's counts")
-		assert.Equal(t, "9", eval[string](t, ctx, `document.getElementById('total').textContent`))
-		assert.Equal(t, 9, eval[int](t, ctx, `document.querySelectorAll('#node-rows tr').length`))
+		assert.Equal(t, map[string]string{"manageable": "4", "enroll": "5", "available": "1"}, counts, "a bar per state with the API's counts")
+		assert.Equal(t, "10", eval[string](t, ctx, `document.getElementById('total').textContent`))
+		assert.Equal(t, 10, eval[int](t, ctx, `document.querySelectorAll('#node-rows tr').length`))
 		assert.Contains(t, eval[string](t, ctx, `document.querySelector('#node-rows tr[data-uuid="`+uuid+`"]').innerText`), "team-a / baremetal-large")
+
+		// a node being cleaned shows its step and progress in its row, live
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/rack1-node10/states/provision", `{"target":"provide"}`)))
+		step(t, ctx, "progress in the fleet", 30*time.Second,
+			until(`(document.querySelector('#node-rows tr[data-uuid="`+uuid10+`"] progress')?.value || 0) > 20`))
 		screenshot(t, ctx, "fleet.png", true)
 
 		// filter by state through the bar, then page through the server
