@@ -153,8 +153,26 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 		return err
 	}
 	b, _ := json.MarshalIndent(raw, "", "  ")
-	_, err := fmt.Fprintln(out, string(b))
-	return err
+	if _, err := fmt.Fprintln(out, string(b)); err != nil {
+		return err
+	}
+	return claimWarnings(raw, out)
+}
+
+// claimWarnings repeats, after the node, the second agent claimants the
+// controller refused (possible takeover attempts): an operator must not
+// miss them in the JSON.
+func claimWarnings(node map[string]any, out io.Writer) error {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	claims, _ := dii["agent_claims"].([]any)
+	for _, c := range claims {
+		m, _ := c.(map[string]any)
+		if _, err := fmt.Fprintf(out, "WARNING: second agent claimant refused at %v: %v from %v (boot %v) while the token was held by %v (boot %v)\n",
+			m["at"], m["via"], m["address"], m["boot_id"], m["holder_address"], m["holder_boot_id"]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func steps(ctx context.Context, c *client.Client, node string, out io.Writer) error {

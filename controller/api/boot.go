@@ -19,8 +19,9 @@ var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initr
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). Its kernel command line carries a per-boot nonce
-// (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
+// cannot authenticate). The first fetch after the controller booted the
+// node carries a single-use nonce (anvil.token=) on the kernel command
+// line, which the agent's lookup must present; later fetches carry none. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if s.bootDir == "" {
@@ -44,7 +45,10 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
+	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID}
+	if nonce != "" { // only the first fetch after the controller booted the node
+		args = append(args, "anvil.token="+nonce)
+	}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {

@@ -112,6 +112,16 @@ func args(names ...string) map[string]protocol.ArgInfo {
 	return m
 }
 
+// Resume makes this agent the one of a running boot that looked up before
+// (the process restarted in the ramdisk with its token, or the test holds
+// a session a previous controller issued): no command is running.
+func (a *Agent) Resume(node, bootID, token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.node, a.bootID, a.token, a.current, a.sentSteps = node, bootID, token, nil, true
+	a.fingerprint = fingerprint(a.Clean, a.Deploy)
+}
+
 // Boot simulates a (re)boot: a new boot id, no token, no command.
 func (a *Agent) Boot() {
 	a.mu.Lock()

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"LeaseRace":         testLeaseRace,
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
+		"Operation":         testOperation,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
