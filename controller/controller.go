@@ -24,6 +24,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/ui"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
@@ -48,7 +49,10 @@ type Config struct {
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
-	Logger         *slog.Logger
+	// SimulateStepTime is how long a simulated erase or image write runs
+	// (0 = 1s); the dashboard's tests slow it down to watch progress.
+	SimulateStepTime time.Duration
+	Logger           *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -129,6 +133,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if auth != nil {
+		// bcrypt costs tens of milliseconds per request; the dashboard
+		// makes a few requests a second.
+		if auth, err = newCachedAuth(auth, time.Minute); err != nil {
+			return err
+		}
+	}
 	cc := cfg.Conductor.WithDefaults()
 	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
 	// The conductor's workers, its BMC pool and its loops get a database
@@ -155,7 +166,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var listenURL string
 	var sim *simulatedHardware
 	if cfg.SimulateAgents {
-		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL })
+		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL }, cfg.SimulateStepTime)
 		defer sim.shutdown()
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
@@ -188,7 +199,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	dash := ui.New(ui.Config{API: srv, Counts: apiStore, Auth: auth, Logger: log.With("component", "ui")})
+	root := http.NewServeMux()
+	root.Handle("/ui", dash)
+	root.Handle("/ui/", dash)
+	root.Handle("/", ui.Protect(srv)) // browsers must show the dashboard's CSRF token to change anything
+	hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs.RegisterOnShutdown(dash.Close)
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
 		"host", cond.Host(), "lease_holder", cond.Holder())
 	if cfg.Ready != nil {

@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes")
 		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
+		simStep   = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
 		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 		bmcGap    = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
@@ -107,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
-		SimulateAgents: *simulate, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log})
+		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -19,7 +19,8 @@ import (
 
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
-	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project"}
+	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
+	"name_contains"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -80,7 +81,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 		f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
 			Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 			ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
-			DescriptionContains: q.str("description_contains"), Shard: q.str("shard")}
+			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains")}
 		if ps := q.str("provision_state"); ps != nil {
 			if !state.Valid(state.State(*ps)) {
 				return badRequest("Invalid provision_state %q", *ps)

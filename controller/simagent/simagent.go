@@ -26,6 +26,8 @@ import (
 type Outcome struct {
 	Fail    string        // non-empty: the step fails with this message
 	Runs    int           // heartbeats the step stays RUNNING before finishing
+	Bytes   uint64        // with Runs: progress also in bytes of Device
+	Device  string        // the device the progress is about
 	Result  any           // result to report (with Fail: the partial result)
 	Summary string        // its one-line summary
 	Release chan struct{} // if set, the step runs until this is closed
@@ -269,8 +271,14 @@ func (a *Agent) advance() {
 		}
 	}
 	if a.runsLeft > 0 {
+		// evenly over the runs, never 100 before the step is done
+		done := out.Runs - a.runsLeft + 1
 		a.runsLeft--
-		cur.Progress.Percent = min(cur.Progress.Percent+25, 90)
+		cur.Progress.Percent = float64(100*done) / float64(out.Runs+1)
+		if out.Bytes > 0 {
+			cur.Progress.BytesTotal, cur.Progress.Device = out.Bytes, out.Device
+			cur.Progress.BytesDone = out.Bytes * uint64(done) / uint64(out.Runs+1)
+		}
 		return
 	}
 	if out.Fail != "" {

@@ -123,6 +123,7 @@ type NodeFilter struct {
 	ChassisUUID         *string
 	InstanceUUID        *string
 	DescriptionContains *string
+	NameContains        *string // case-insensitive substring of the name (anvil's extension)
 	Shard               *string
 	Reserved            *bool
 }

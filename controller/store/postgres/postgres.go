@@ -473,6 +473,9 @@ func nodeWhere(f store.NodeFilter, args *params) []string {
 		// strpos, not LIKE: the text is a plain substring, % and _ included.
 		where = append(where, "strpos(COALESCE(description, ''), "+args.add(*f.DescriptionContains)+") > 0")
 	}
+	if f.NameContains != nil {
+		where = append(where, "strpos(lower(COALESCE(name, '')), lower("+args.add(*f.NameContains)+")) > 0")
+	}
 	return where
 }
 

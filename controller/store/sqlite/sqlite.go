@@ -581,6 +581,10 @@ func nodeWhere(f store.NodeFilter) ([]string, []any) {
 		where = append(where, "instr(COALESCE(description, ''), ?) > 0")
 		args = append(args, *f.DescriptionContains)
 	}
+	if f.NameContains != nil {
+		where = append(where, "instr(lower(COALESCE(name, '')), lower(?)) > 0")
+		args = append(args, *f.NameContains)
+	}
 	return where, args
 }
 
@@ -612,12 +616,18 @@ func listPage[T any](ctx context.Context, s *Store, table, cols string, where []
 		where = append(where, fmt.Sprintf("(%s %s ? OR (%s = ? AND id %s ?))", expr, cmp, expr, cmp))
 		args = append(args, mv, mv, mid)
 	}
-	q := `SELECT ` + cols + ` FROM ` + table
+	cond := ""
 	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	q += fmt.Sprintf(" ORDER BY %s %s, id %s", expr, dir, dir)
-	if p.Limit > 0 {
+	order := fmt.Sprintf(" ORDER BY %s %s, id %s", expr, dir, dir)
+	q := `SELECT ` + cols + ` FROM ` + table + cond + order
+	if p.Limit > 0 && key != "id" {
+		// Pick the page's ids first, then read only their rows: sorting
+		// by anything but id otherwise sorts every matching row with its
+		// document (10,000 nodes by name: 90 ms instead of a few).
+		q = fmt.Sprintf(`SELECT %s FROM %s WHERE id IN (SELECT id FROM %s%s%s LIMIT %d)%s`, cols, table, table, cond, order, p.Limit, order)
+	} else if p.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", p.Limit)
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
