@@ -76,6 +76,10 @@ type stepCache struct {
 type pendingCommand struct {
 	protocol.Command
 	IssuedAt time.Time `json:"issued_at"`
+	// Guards is the step an inventory command checks the disks for
+	// (diskguard.go), issued as GuardedCommand when the check passes.
+	Guards         *protocol.Step `json:"guards,omitempty"`
+	GuardedCommand string         `json:"guarded_command,omitempty"`
 }
 
 // await records that the node was (re)booted into the ramdisk and what to do
@@ -403,6 +407,9 @@ func (c *Conductor) agentWait(ctx context.Context, n *store.Node, d Driver) erro
 	if pending.Name == protocol.CmdInventory && cur == state.InspectWait {
 		return c.finishInspection(ctx, n, d, st)
 	}
+	if pending.Name == protocol.CmdInventory && pending.Guards != nil {
+		return c.diskCheckDone(ctx, n, pending, st)
+	}
 	if pending.Step == nil {
 		return nil
 	}
@@ -494,6 +501,10 @@ func (c *Conductor) inbandStep(ctx context.Context, n *store.Node, kind string, 
 		// issued for this step keeps its id, so the agent (which never
 		// re-runs an id) cannot execute the step twice. Completing a step
 		// clears its command, so a later identical step gets a new one.
+		if guardedStep(kind, step) {
+			c.issueGuardedStep(m, name, step)
+			return nil
+		}
 		if p, ok := getDII[pendingCommand](m, diiCommand); ok && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
 			return nil
 		}
