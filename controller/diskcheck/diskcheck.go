@@ -179,18 +179,20 @@ func Expect(inspected *protocol.Inventory, deployed []protocol.Disk, props map[s
 }
 
 // Erasable reports whether a reported disk is real storage that cleaning
-// is responsible for: not virtual media, an optical drive, or a device the
-// kernel makes up (loop, ram, zram, md, dm, nbd).
+// is responsible for: not virtual media, an optical drive, an empty device,
+// or one the kernel makes up (ram, zram, md, dm, nbd). Attached loop
+// devices count: an agent run outside the ramdisk with a device allow-list
+// (tests, development) has loop devices for disks.
 func Erasable(d protocol.Disk) bool {
-	if d.VirtualMedia || d.Optical {
+	if d.VirtualMedia || d.Optical || d.Size == 0 {
 		return false
 	}
 	switch d.Controller {
-	case "loop", "md", "ram", "zram", "dm", "nbd":
+	case "md", "ram", "zram", "dm", "nbd":
 		return false
 	}
 	name := strings.TrimPrefix(d.Name, "/dev/")
-	for _, p := range []string{"loop", "ram", "zram", "md", "dm-", "nbd"} {
+	for _, p := range []string{"ram", "zram", "md", "dm-", "nbd"} {
 		if strings.HasPrefix(name, p) {
 			return false
 		}
