@@ -110,26 +110,28 @@ func FirmwareMissing(r io.Reader) []string {
 // kernelLog reads what the kernel log holds now from root/dev/kmsg without
 // waiting for new records (a fixture root holds a plain file there).
 // /dev/kmsg returns one record per read and EAGAIN at the end; EPIPE means
-// records were overwritten while reading and reading goes on.
+// records were overwritten while reading and reading goes on. Raw system
+// calls, not os.File: Go would park a non-blocking read of a character
+// device in its poller until the next kernel message.
 func kernelLog(root string) []byte {
-	f, err := os.OpenFile(filepath.Join(root, "dev", "kmsg"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	fd, err := syscall.Open(filepath.Join(root, "dev", "kmsg"), syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	var buf bytes.Buffer
 	rec := make([]byte, 8192)
 	for buf.Len() < 8<<20 {
-		n, err := f.Read(rec)
+		n, err := syscall.Read(fd, rec)
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || n <= 0 {
+			break
+		}
 		buf.Write(rec[:n])
-		if n > 0 && rec[n-1] != '\n' {
+		if rec[n-1] != '\n' {
 			buf.WriteByte('\n')
-		}
-		if err != nil && !errors.Is(err, syscall.EPIPE) {
-			break
-		}
-		if n == 0 && err == nil {
-			break
 		}
 	}
 	return buf.Bytes()

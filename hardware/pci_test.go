@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,4 +112,20 @@ func mustAbs(t *testing.T, p string) string {
 	a, err := filepath.Abs(p)
 	require.NoError(t, err)
 	return a
+}
+
+// The real /dev/kmsg never ends: reading it must stop at the last record
+// instead of waiting for the next one (an inventory that hung here kept
+// every erase step from starting).
+func TestKernelLogOfTheRunningKernelReturns(t *testing.T) {
+	if _, err := os.Stat("/dev/kmsg"); err != nil {
+		t.Skip("no /dev/kmsg here")
+	}
+	done := make(chan struct{})
+	go func() { kernelLog("/"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("reading /dev/kmsg blocked")
+	}
 }
