@@ -174,3 +174,25 @@ type BootInfo struct {
 	CurrentBootMode string `json:"current_boot_mode"` // bios | uefi
 	PXEInterface    string `json:"pxe_interface,omitempty"`
 }
+
+// DriverWarnings says, one line each, which NICs and storage controllers
+// of an inventory have no driver and which firmware files were missing:
+// why a disk is absent from cleaning or a port never came up.
+func DriverWarnings(inv Inventory) []string {
+	var out []string
+	for _, class := range []string{PCIClassStorage, PCIClassNetwork} {
+		for _, d := range Unbound(inv.PCI, class) {
+			w := d.Describe() + " has no driver"
+			if len(d.Modules) > 0 {
+				w += fmt.Sprintf(" (the ramdisk's kernel has %v for it, which did not bind)", d.Modules)
+			} else {
+				w += " (the ramdisk has no module for it)"
+			}
+			out = append(out, w)
+		}
+	}
+	for _, f := range inv.FirmwareMissing {
+		out = append(out, "firmware "+f+" was not found by the kernel")
+	}
+	return out
+}

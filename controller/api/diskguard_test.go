@@ -54,6 +54,13 @@ func TestCleaningFailsClosedWhenInspectedDisksAreMissing(t *testing.T) {
 	assert.Contains(t, historyText(e, "fc1"), "disk check before deploy.erase_devices_metadata: expected 2 disks (serial QM00001 (QEMU HARDDISK, 64.0 MiB), serial QM00002 (QEMU HARDDISK, 64.0 MiB)), seen 0",
 		"the history records expected and seen")
 
+	// inspection stored the PCI list; a driverless controller warns there
+	a.Inventory.PCI = []protocol.PCIDevice{guardAHCI, {Address: "0000:00:02.0", Vendor: "8086", Device: "10d3", Class: "020000"}}
+	a.Inventory.FirmwareMissing = []string{"rtl_nic/rtl8168h-2.fw"}
+	inv := e.do("GET", "/v1/nodes/fc1/inventory", latest, nil).json(t)
+	assert.Len(t, inv["inventory"].(map[string]any)["pci"], 1)
+	assert.NotContains(t, inv["plugin_data"], "warnings", "the inspected controller had its driver")
+
 	// the driver is back: the same node cleans, and the record says so
 	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/fc1", latest, []map[string]any{{"op": "replace", "path": "/maintenance", "value": false}}).status)
 	require.Equal(t, 202, e.provision("fc1", "manage", nil).status)
@@ -106,6 +113,25 @@ func TestCleaningFailsWhenTheAgentCannotReportDisks(t *testing.T) {
 
 // Deploy: the disk a serial hint names is missing, so nothing is written
 // anywhere else.
+func TestInventoryWarnsOfDevicesWithoutDriver(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	e.agentNode("fc5", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Inventory.PCI = []protocol.PCIDevice{guardAHCI, {Address: "0000:00:02.0", Vendor: "8086", Device: "10d3", Class: "020000"},
+		{Address: "0000:00:03.0", Vendor: "1af4", Device: "1041", Class: "020000", Driver: "virtio-pci"}}
+	a.Inventory.FirmwareMissing = []string{"rtl_nic/rtl8168h-2.fw"}
+	require.Equal(t, 202, e.provision("fc5", "inspect", nil).status)
+	e.drive(a, "fc5", "manageable", nil)
+	inv := e.do("GET", "/v1/nodes/fc5/inventory", latest, nil).json(t)
+	assert.Len(t, inv["inventory"].(map[string]any)["pci"], 3, "the controller keeps the PCI list")
+	assert.Equal(t, []any{"rtl_nic/rtl8168h-2.fw"}, inv["inventory"].(map[string]any)["firmware_missing"])
+	assert.Equal(t, []any{
+		"SATA controller 0000:00:1f.2 (8086:2922) has no driver (the ramdisk's kernel has [ahci] for it, which did not bind)",
+		"network controller 0000:00:02.0 (8086:10d3) has no driver (the ramdisk has no module for it)",
+		"firmware rtl_nic/rtl8168h-2.fw was not found by the kernel",
+	}, inv["plugin_data"].(map[string]any)["warnings"])
+}
+
 func TestDeployFailsWhenTheHintedDiskIsMissing(t *testing.T) {
 	e := newEnvWith(t, agentConfig(), ":memory:")
 	e.agentNode("fc4", map[string]any{"instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
