@@ -22,36 +22,32 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/ui"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen               string // address to listen on
-	Database             string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                 string // noauth | http_basic
-	HTPasswd             string // htpasswd file for http_basic
-	AllowInsecureNoAuth  bool   // allow noauth on a non-loopback address
-	PublicURL            string // URL clients and agents use to reach us
-	BootDir              string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
-	Host                 string // name written into node reservations
-	Workers              int
-	AutomatedClean       bool
-	CleanWaitTimeout     time.Duration
-	DeployWaitTimeout    time.Duration
-	HeartbeatInterval    time.Duration
-	AgentBootTimeout     time.Duration
-	AgentSilenceTimeout  time.Duration
-	StepTimeout          time.Duration
-	TimeoutCheckInterval time.Duration
-	BMCMinInterval       time.Duration // minimum spacing of commands to one BMC
-	PriorityOverrides    map[string]int
-	PowerSyncInterval    time.Duration // 0 disables
-	PowerSyncEnforce     bool
-	LeaseTTL             time.Duration // node lease period (several controllers on PostgreSQL)
+	Listen              string        // address to listen on
+	Database            string        // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth                string        // noauth | http_basic
+	HTPasswd            string        // htpasswd file for http_basic
+	AllowInsecureNoAuth bool          // allow noauth on a non-loopback address
+	PublicURL           string        // URL clients and agents use to reach us
+	BootDir             string        // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
+	// PublicLimit bounds lookups, heartbeats and boot files per source.
+	PublicLimit api.PublicLimit
+	// Conductor is the conductor's configuration (conductor.DefaultConfig
+	// for a production controller); its store-dependent settings and
+	// logger are set here.
+	Conductor conductor.Config
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
-	Logger         *slog.Logger
+	// SimulateStepTime is how long a simulated erase or image write runs
+	// (0 = 1s); the dashboard's tests slow it down to watch progress.
+	SimulateStepTime time.Duration
+	Logger           *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -132,15 +128,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	workers := cfg.Workers
-	if workers <= 0 {
-		workers = 16
+	if auth != nil {
+		// bcrypt costs tens of milliseconds per request; the dashboard
+		// makes a few requests a second.
+		if auth, err = newCachedAuth(auth, time.Minute); err != nil {
+			return err
+		}
 	}
+	cc := cfg.Conductor.WithDefaults()
+	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
 	// The conductor's workers, its BMC pool and its loops get a database
 	// pool of their own; API requests get another, so a busy fleet never
 	// makes an operator's list or show wait for a connection. (SQLite has
 	// one writer whatever we do, and reads on their own connections.)
-	st, err := OpenStore(ctx, withPoolSize(cfg.Database, workers+12))
+	st, err := OpenStore(ctx, withPoolSize(cfg.Database, cc.Workers+12))
 	if err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// history; a failure to record is logged, never fatal.
 	note := func(ctx context.Context, nodeUUID, severity, msg string) {
 		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
-			EventType: "bmc", Event: msg, Conductor: cfg.Host}
+			EventType: "bmc", Event: msg, Conductor: cc.Host}
 		if err := st.AppendEvent(ctx, e); err != nil {
 			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
 		}
@@ -166,28 +167,30 @@ func Run(ctx context.Context, cfg Config) error {
 	var listenURL string
 	var sim *simulatedHardware
 	if cfg.SimulateAgents {
-		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL })
+		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL }, cfg.SimulateStepTime)
 		defer sim.shutdown()
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, CheckInterval: cfg.TimeoutCheckInterval,
-		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
-		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
-		LeaseTTL: cfg.LeaseTTL, SoleController: strings.HasPrefix(cfg.Database, "sqlite://"),
-		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
-			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
+	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		Metrics: api.NewMetrics(apiStore)})
+		PublicLimit: cfg.PublicLimit,
+		Metrics:     api.NewMetrics(apiStore)})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listenURL = "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	dash := ui.New(ui.Config{API: srv, Counts: apiStore, Auth: auth, Logger: log.With("component", "ui")})
+	root := http.NewServeMux()
+	root.Handle("/ui", dash)
+	root.Handle("/ui/", dash)
+	root.Handle("/", ui.Protect(srv)) // browsers must show the dashboard's CSRF token to change anything
+	hs := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs.RegisterOnShutdown(dash.Close)
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
 		"host", cond.Host(), "lease_holder", cond.Holder())
 	if cfg.Ready != nil {

@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +56,9 @@ type Config struct {
 	AgentPackage string
 	// Rebuild ignores cached bases (the downloads stay cached).
 	Rebuild bool
-	// Compression of the initramfs: Gzip (default) or Zstd.
+	// Compression of the initramfs: Gzip or Zstd; empty (the default)
+	// picks zstd when the kernel can unpack it (CONFIG_RD_ZSTD), else
+	// gzip. zstd is smaller and unpacks faster at boot.
 	Compression Compression
 }
 
@@ -73,7 +74,6 @@ func DefaultConfig(repo string) Config {
 		Mdadm:         true,
 		CACerts:       true,
 		AgentPackage:  "./cmd/anvil-agent",
-		Compression:   Gzip,
 	}
 }
 
@@ -94,82 +94,19 @@ const InitramfsBudget = 20 << 20
 // InitramfsName is the initramfs file name in OutDir.
 func InitramfsName(c Compression) string { return "initramfs.cpio" + c.Ext() }
 
+// FindInitramfs returns the initramfs in dir, whichever compression it has.
+func FindInitramfs(dir string) (string, error) {
+	for _, c := range []Compression{Zstd, Gzip} {
+		p := filepath.Join(dir, InitramfsName(c))
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no %s or %s in %s: build the agent ramdisk with `make image`", InitramfsName(Zstd), InitramfsName(Gzip), dir)
+}
+
 // AgentPath is where the overlay puts the agent; /bin/uinit links to it.
 const AgentPath = "bin/anvil-agent"
-
-// Manifest describes a built image.
-type Manifest struct {
-	Kernel struct {
-		Package      string `json:"package"`
-		ImagePackage string `json:"image_package"`
-		Version      string `json:"version"`
-		Release      string `json:"release"`
-		File         File   `json:"file"`
-	} `json:"kernel"`
-	Uroot struct {
-		Version  string   `json:"version"`
-		Commands []string `json:"commands"`
-	} `json:"u_root"`
-	Go    string `json:"go"`
-	Agent struct {
-		Revision string `json:"revision"`
-		Dirty    bool   `json:"dirty"`
-		Binary   File   `json:"binary"`
-	} `json:"agent"`
-	Modules struct {
-		// Load are loaded at boot; the rest by modalias (coldplug).
-		Load    []string    `json:"load"`
-		Builtin []string    `json:"builtin,omitempty"`
-		Missing []string    `json:"missing,omitempty"`
-		Files   int         `json:"files"`
-		Bytes   int64       `json:"bytes"`
-		Aliases int         `json:"aliases"`
-		Classes []ClassInfo `json:"classes"`
-		// List is every included module file (lib/modules/<release>/...).
-		List []string `json:"list"`
-	} `json:"modules"`
-	Firmware struct {
-		Dir     string `json:"dir,omitempty"`
-		Present int    `json:"present"`
-		Absent  int    `json:"absent"`
-		Bytes   int64  `json:"bytes"`
-		// Lacking are included modules with at least one absent file.
-		Lacking []string   `json:"modules_lacking_firmware,omitempty"`
-		Files   []Firmware `json:"files"`
-	} `json:"firmware"`
-	Mdadm       *Extra      `json:"mdadm,omitempty"`
-	CACerts     *CACerts    `json:"ca_certificates,omitempty"`
-	Compression Compression `json:"compression"`
-	Base        Part        `json:"base"`
-	Overlay     Part        `json:"overlay"`
-	Initramfs   File        `json:"initramfs"`
-	// UncompressedBytes is base + overlay cpio size.
-	UncompressedBytes int64 `json:"uncompressed_bytes"`
-	// Timings of this build, not part of the image identity.
-	Timings map[string]string `json:"timings"`
-}
-
-// Extra is a program added from Debian packages with what it loads.
-type Extra struct {
-	Packages []Package `json:"packages"`
-	Files    []string  `json:"files"`
-	Bytes    int64     `json:"bytes"`
-}
-
-// File is an output file's name, size and SHA-256.
-type File struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
-}
-
-// Part is one of the concatenated archives.
-type Part struct {
-	File
-	Key               string `json:"cache_key,omitempty"`
-	UncompressedBytes int64  `json:"uncompressed_bytes"`
-	Cached            bool   `json:"cached"`
-}
 
 // Build builds (or reuses) the base, builds the agent overlay and
 // assembles out/: vmlinuz, initramfs.cpio.gz and manifest.json.
@@ -207,6 +144,9 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	}
 	if cfg.Compression == "" {
 		cfg.Compression = Gzip
+		if kcfg[Zstd.KernelConfig()] == "y" {
+			cfg.Compression = Zstd
+		}
 	}
 	if opt := cfg.Compression.KernelConfig(); kcfg[opt] != "y" {
 		return nil, fmt.Errorf("kernel %s cannot unpack a %s initramfs (%s=%q)", k.Release, cfg.Compression, opt, kcfg[opt])
@@ -310,24 +250,21 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 		return nil, err
 	}
 	m.Compression = cfg.Compression
+	// One initramfs in OutDir: a stale one of the other compression would
+	// be served or booted instead.
+	for _, c := range []Compression{Gzip, Zstd} {
+		if c != cfg.Compression {
+			if err := os.Remove(filepath.Join(cfg.OutDir, InitramfsName(c))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("image: %w", err)
+			}
+		}
+	}
 	m.UncompressedBytes = m.Base.UncompressedBytes + m.Overlay.UncompressedBytes
 	m.Timings["total"] = since(started)
 	if err := m.Write(filepath.Join(cfg.OutDir, "manifest.json")); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// Write writes the manifest as indented JSON.
-func (m *Manifest) Write(file string) error {
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	return writeAtomic(file, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
 }
 
 // BuildOverlay writes the archive holding just the agent binary at
@@ -338,6 +275,7 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	if err := ov.AddFile(AgentPath, agentBin, 0o755); err != nil {
 		return Part{}, err
 	}
+	AddKmodLinks(ov, "/"+AgentPath)
 	raw, err := ov.WriteCompressedFile(file, c)
 	if err != nil {
 		return Part{}, err
@@ -348,6 +286,20 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	}
 	f.Path = filepath.Base(file)
 	return Part{File: f, UncompressedBytes: raw}, nil
+}
+
+// KernelAliasFile (in lib/modules/<release>/) is the kernel's complete
+// modules.alias; modules.alias next to it covers only the image's modules.
+const KernelAliasFile = "modules.alias.kernel"
+
+// AddKmodLinks links the names under which the agent binary loads kernel
+// modules to target (the agent): /sbin/modprobe, which the kernel runs to
+// load a module on demand (RAID personalities, 8021q, crypto), and
+// /bin/coldplug (load drivers for the hardware found; for the shell and
+// test scripts that replace the agent).
+func AddKmodLinks(a *Archive, target string) {
+	a.AddSymlink("sbin/modprobe", target)
+	a.AddSymlink("bin/coldplug", target)
 }
 
 // Assemble concatenates parts into file (the kernel unpacks concatenated
@@ -409,8 +361,8 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 			fwKey += fmt.Sprintf("%s=%d,", f.File, f.Bytes)
 		}
 	}
-	modKey := sha256Hex(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.LoadConf()...))
-	baseKey := cacheKey("base-v3", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
+	modKey := sha256Hex(append(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.Softdep...), mods.LoadConf()...))
+	baseKey := cacheKey("base-v4", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
 	baseFile := filepath.Join(in.CacheDir, res.Path)
@@ -503,6 +455,16 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	}
 	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
 	a.AddBytes(modRoot+"/modules.alias", mods.Alias, 0o644)
+	a.AddBytes(modRoot+"/modules.softdep", mods.Softdep, 0o644)
+	// The kernel's complete alias list, modules not in the image included:
+	// with it the agent can name the module a driverless device would
+	// need ("add it with -modules +name"), which the image's own
+	// modules.alias cannot. ~1.3 MB, ~100 KB compressed.
+	if all := filepath.Join(k.ModulesDir(), "modules.alias"); fileExists(all) {
+		if err := a.AddFile(modRoot+"/"+KernelAliasFile, all, 0o644); err != nil {
+			return res, err
+		}
+	}
 	fwSeen := map[string]bool{}
 	for _, f := range in.Firmware {
 		if f.Present && !fwSeen[f.File] {
@@ -592,6 +554,11 @@ func hashFile(file string) (File, error) {
 func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

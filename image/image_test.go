@@ -305,3 +305,44 @@ mdadm
 		t.Errorf("parseDepends() = %v, want %v", gotDeps, wantDeps)
 	}
 }
+
+// A module whose dependency has a soft dependency on an alias
+// (raid456 -> libcrc32c -> "crc32c"): the image gets the modules behind
+// the alias, and modules-load.d loads them first, since u-root's init
+// knows no softdeps.
+func TestResolveModulesSoftdeps(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"modules.dep": "kernel/lib/libcrc32c.ko:\nkernel/drivers/md/raid456.ko: kernel/lib/libcrc32c.ko\n" +
+			"kernel/crypto/crc32c_generic.ko:\nkernel/arch/x86/crypto/crc32c-intel.ko:\nkernel/fs/unused.ko:\n",
+		"modules.softdep": "# Soft dependencies extracted from modules themselves.\nsoftdep libcrc32c pre: crc32c\nsoftdep unused pre: nothing\n",
+		"modules.alias":   "alias crc32c crc32c_generic\nalias crypto-crc32c crc32c_generic\nalias crc32c crc32c_intel\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ko := range []string{"kernel/lib/libcrc32c.ko", "kernel/drivers/md/raid456.ko", "kernel/crypto/crc32c_generic.ko", "kernel/arch/x86/crypto/crc32c-intel.ko", "kernel/fs/unused.ko"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, ko)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ko), []byte("ko"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := ResolveModules(dir, "6.1.0-test", ModuleSelection{Classes: []ModuleClass{{Name: "md", Include: []string{"drivers/md/"}, Load: []string{"raid456"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"kernel/arch/x86/crypto/crc32c-intel.ko", "kernel/crypto/crc32c_generic.ko", "kernel/drivers/md/raid456.ko", "kernel/lib/libcrc32c.ko"}
+	if !reflect.DeepEqual(set.Files, want) {
+		t.Errorf("Files = %v, want %v", set.Files, want)
+	}
+	if want := []string{"crc32c_generic", "crc32c_intel", "raid456"}; !reflect.DeepEqual(set.Load, want) {
+		t.Errorf("Load = %v, want %v", set.Load, want)
+	}
+	if want := "softdep libcrc32c pre: crc32c\n"; string(set.Softdep) != want {
+		t.Errorf("Softdep = %q, want %q", set.Softdep, want)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/anvil-metal/anvil/hardware/kmod"
 )
 
 // ModuleClass is a group of kernel modules a provisioning ramdisk needs,
@@ -22,9 +24,10 @@ type ModuleClass struct {
 	Doc     string
 	Include []string
 	Exclude []string
-	// Load are loaded at boot whatever the hardware (md personalities have
-	// no device to be matched by); everything else is loaded by the
-	// agent's coldplug when a device's modalias asks for it.
+	// Load are loaded at boot by u-root's init whatever the hardware. The
+	// default classes need none: devices' drivers are loaded by the
+	// agent's coldplug, and what the kernel asks for (RAID personalities,
+	// 8021q, crypto) by /sbin/modprobe, which is the agent.
 	Load []string
 }
 
@@ -97,7 +100,6 @@ func DefaultClasses() []ModuleClass {
 			Name:    "md",
 			Doc:     "software RAID (md raid0/1/10/456, linear) and device mapper",
 			Include: []string{"drivers/md/md-mod", "drivers/md/raid*", "drivers/md/linear", "drivers/md/dm-mod"},
-			Load:    []string{"md_mod", "raid0", "raid1", "raid10", "raid456", "dm_mod"},
 		},
 		{
 			Name: "usb",
@@ -151,6 +153,8 @@ type ModuleSet struct {
 	Dep []byte
 	// Alias is the modules.alias for Files (the agent's coldplug reads it).
 	Alias []byte
+	// Softdep is the modules.softdep for Files.
+	Softdep []byte
 	// Classes describes what each class brought in.
 	Classes []ClassInfo
 	// dir is the kernel's lib/modules/<release>.
@@ -295,6 +299,28 @@ func ResolveModules(modulesDir, release string, sel ModuleSelection) (ModuleSet,
 		}
 		set.Classes = append(set.Classes, info)
 	}
+	soft, err := resolveSoftdeps(modulesDir, byName, deps, files)
+	if err != nil {
+		return set, err
+	}
+	set.Softdep = soft.file
+	// u-root's init knows no soft dependencies: what an always-loaded
+	// module needs first goes before it in modules-load.d.
+	var load []string
+	inLoad := map[string]bool{}
+	for _, n := range set.Load {
+		for _, pre := range soft.pre[n] {
+			if !inLoad[pre] {
+				inLoad[pre] = true
+				load = append(load, pre)
+			}
+		}
+		if !inLoad[n] {
+			inLoad[n] = true
+			load = append(load, n)
+		}
+	}
+	set.Load = load
 	for p := range files {
 		set.Files = append(set.Files, p)
 	}
@@ -318,6 +344,95 @@ func ResolveModules(modulesDir, release string, sel ModuleSelection) (ModuleSet,
 		return set, err
 	}
 	return set, nil
+}
+
+// softdeps is what resolveSoftdeps found.
+type softdeps struct {
+	file []byte              // modules.softdep lines of included modules
+	pre  map[string][]string // module -> resolved pre modules of it and its dependencies
+}
+
+// resolveSoftdeps adds to files the modules that included modules (or
+// their dependencies) name in modules.softdep, with their own
+// dependencies, until nothing new comes in. Entries may be aliases
+// ("crc32c"): they resolve through the kernel's full modules.alias.
+func resolveSoftdeps(modulesDir string, byName map[string]string, deps map[string][]string, files map[string]bool) (softdeps, error) {
+	out := softdeps{pre: map[string][]string{}}
+	f, err := os.Open(filepath.Join(modulesDir, "modules.softdep"))
+	if os.IsNotExist(err) {
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("modules.softdep: %w", err)
+	}
+	defer f.Close()
+	sd, err := kmod.ParseSoftdeps(f)
+	if err != nil {
+		return out, err
+	}
+	aliases := &kmod.AliasTable{}
+	if af, err := os.Open(filepath.Join(modulesDir, "modules.alias")); err == nil {
+		aliases, err = kmod.ParseAliases(af)
+		af.Close()
+		if err != nil {
+			return out, err
+		}
+	}
+	known := func(n string) bool { _, ok := byName[n]; return ok }
+	resolve := func(list []string) []string {
+		var mods []string
+		for _, s := range list {
+			mods = append(mods, kmod.Resolve(s, known, aliases)...)
+		}
+		return mods
+	}
+	for changed := true; changed; {
+		changed = false
+		for p := range files {
+			d := sd[normalizeModule(p)]
+			for _, m := range resolve(append(append([]string(nil), d.Pre...), d.Post...)) {
+				mp, ok := byName[m]
+				if !ok || files[mp] {
+					continue
+				}
+				files[mp] = true
+				for _, dep := range deps[mp] {
+					files[dep] = true
+				}
+				changed = true
+			}
+		}
+	}
+	var names []string
+	for p := range files {
+		n := normalizeModule(p)
+		names = append(names, n)
+		var pre []string
+		for _, q := range append([]string{p}, deps[p]...) {
+			pre = append(pre, resolve(sd[normalizeModule(q)].Pre)...)
+		}
+		if len(pre) > 0 {
+			out.pre[n] = pre
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		d, ok := sd[n]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&b, "softdep %s", n)
+		if len(d.Pre) > 0 {
+			fmt.Fprintf(&b, " pre: %s", strings.Join(d.Pre, " "))
+		}
+		if len(d.Post) > 0 {
+			fmt.Fprintf(&b, " post: %s", strings.Join(d.Post, " "))
+		}
+		b.WriteString("\n")
+	}
+	out.file = []byte(b.String())
+	return out, nil
 }
 
 // filterAliases keeps the lines of modules.alias whose module is in

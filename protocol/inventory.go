@@ -5,14 +5,14 @@ import "fmt"
 // Inventory is the hardware the agent found, in key names close to IPA's so
 // that GET /v1/nodes/{id}/inventory reads like Ironic's.
 type Inventory struct {
-	CPU          CPU            `json:"cpu"`
-	Memory       Memory         `json:"memory"`
-	Disks        []Disk         `json:"disks"`
-	Interfaces   []NIC          `json:"interfaces"`
-	RAIDArrays   []RAIDArray    `json:"raid_arrays,omitempty"`
-	SystemVendor SystemVendor   `json:"system_vendor"`
-	Boot         BootInfo       `json:"boot"`
-	Hostname     string         `json:"hostname,omitempty"`
+	CPU          CPU          `json:"cpu"`
+	Memory       Memory       `json:"memory"`
+	Disks        []Disk       `json:"disks"`
+	Interfaces   []NIC        `json:"interfaces"`
+	RAIDArrays   []RAIDArray  `json:"raid_arrays,omitempty"`
+	SystemVendor SystemVendor `json:"system_vendor"`
+	Boot         BootInfo     `json:"boot"`
+	Hostname     string       `json:"hostname,omitempty"`
 	// PCI lists every PCI function the ramdisk found, with the driver
 	// bound to it or none: a storage controller without a driver hides
 	// its disks from cleaning. nil (absent) means an agent that does not

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	firmware := fs.String("firmware", "", "linux-firmware style directory: firmware files the included modules ask for are copied from it")
 	noMdadm := fs.Bool("no-mdadm", false, "leave Debian's mdadm (and libc, libudev) out")
 	rebuild := fs.Bool("rebuild", false, "rebuild the u-root busybox and the base even if cached")
-	compress := fs.String("compress", "gzip", "initramfs compression: gzip or zstd (the kernel must have CONFIG_RD_ZSTD)")
+	compress := fs.String("compress", "", "initramfs compression: gzip or zstd (default: zstd if the kernel has CONFIG_RD_ZSTD, else gzip)")
 	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
 	if err := fs.Parse(args); err != nil {
@@ -84,6 +84,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 	fmt.Fprintf(stdout, "kernel     %s (%s %s)  %s\n", m.Kernel.File.Path, m.Kernel.ImagePackage, m.Kernel.Version, mib(m.Kernel.File.Bytes))
+	switch m.Kernel.Package {
+	case image.DefaultKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's generic kernel: drivers for real servers' NICs and storage controllers (-kernel-package %s for VM-only fleets)\n", image.CloudKernelPackage)
+	case image.CloudKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's cloud kernel: virtio/NVMe VMs only, no e1000e/igb/ixgbe/ahci/megaraid_sas (default: %s)\n", image.DefaultKernelPackage)
+	}
 	fmt.Fprintf(stdout, "initramfs  %s  %s %s, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), m.Compression, mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
 	fmt.Fprintf(stdout, "  base     %s (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
 		mib(m.Base.Bytes), m.Base.Cached, m.Uroot.Version, len(m.Uroot.Commands), m.Modules.Files, mib(m.Modules.Bytes))
@@ -91,7 +97,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, c := range m.Modules.Classes {
 		fmt.Fprintf(stdout, "    class %-9s %4d modules, %4d files with dependencies, %s\n", c.Name, c.Modules, c.Files, mib(c.Bytes))
 	}
-	fmt.Fprintf(stdout, "    at boot  %s; the rest by modalias (%d aliases)\n", strings.Join(m.Modules.Load, " "), m.Modules.Aliases)
+	atBoot := "nothing by name"
+	if len(m.Modules.Load) > 0 {
+		atBoot = strings.Join(m.Modules.Load, " ")
+	}
+	fmt.Fprintf(stdout, "    at boot  %s; drivers by modalias (%d aliases), the rest on demand (/sbin/modprobe)\n", atBoot, m.Modules.Aliases)
 	if len(m.Modules.Missing) > 0 {
 		fmt.Fprintf(stdout, "  modules not in %s: %s\n", m.Kernel.Release, strings.Join(m.Modules.Missing, " "))
 	}

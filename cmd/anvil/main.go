@@ -156,6 +156,9 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	if _, err := fmt.Fprintln(out, string(b)); err != nil {
 		return err
 	}
+	if err := claimWarnings(raw, out); err != nil {
+		return err
+	}
 	var inv struct {
 		PluginData struct {
 			Warnings []string `json:"warnings"`
@@ -165,6 +168,22 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	_ = c.Do(ctx, "GET", "/v1/nodes/"+node+"/inventory", nil, &inv)
 	for _, w := range append(diskCheckWarnings(raw), inv.PluginData.Warnings...) {
 		if _, err := fmt.Fprintln(out, "WARNING:", w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimWarnings repeats, after the node, the second agent claimants the
+// controller refused (possible takeover attempts): an operator must not
+// miss them in the JSON.
+func claimWarnings(node map[string]any, out io.Writer) error {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	claims, _ := dii["agent_claims"].([]any)
+	for _, c := range claims {
+		m, _ := c.(map[string]any)
+		if _, err := fmt.Fprintf(out, "WARNING: second agent claimant refused at %v: %v from %v (boot %v) while the token was held by %v (boot %v)\n",
+			m["at"], m["via"], m["address"], m["boot_id"], m["holder_address"], m["holder_boot_id"]); err != nil {
 			return err
 		}
 	}

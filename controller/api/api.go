@@ -32,6 +32,7 @@ type Server struct {
 	auth      Authenticator
 	metrics   *Metrics
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	limiter   *limiter
 	router    *mux.Router
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
@@ -47,12 +48,15 @@ type Config struct {
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
 	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// PublicLimit bounds the unauthenticated endpoints per source; the zero
+	// value is no limit (DefaultPublicLimit is a production controller's).
+	PublicLimit PublicLimit
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, bootDir: cfg.BootDir}
+		auth: cfg.Auth, metrics: cfg.Metrics, bootDir: cfg.BootDir, limiter: newLimiter(cfg.PublicLimit, time.Now)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -127,12 +131,15 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
-	// with the per-boot token, not with operator credentials
-	r.Handle("/lookup", s.wrap(s.lookup)).Methods(http.MethodGet)
-	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
-	r.Handle("/boot/files/{file}", s.wrap(s.bootFile)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/boot/{node}/ipxe", s.wrap(s.bootScript)).Methods(http.MethodGet)
+	// with the per-boot token, not with operator credentials; each source
+	// address gets a bounded rate of them
+	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
+	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
+	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

@@ -12,13 +12,16 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// bootFiles are the files a node fetches over HTTP after iPXE, by name.
-var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.cpio.gz"}
+// bootFiles are the files a node fetches over HTTP after iPXE, by name:
+// the first of the candidates that exists (make image writes a zstd
+// initramfs when the kernel can unpack it, else gzip).
+var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initramfs.cpio.zst", "initramfs.cpio.gz"}}
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). Its kernel command line carries a per-boot nonce
-// (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
+// cannot authenticate). The first fetch after the controller booted the
+// node carries a single-use nonce (anvil.token=) on the kernel command
+// line, which the agent's lookup must present; later fetches carry none. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if s.bootDir == "" {
@@ -42,10 +45,18 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
+	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID}
+	if nonce != "" { // only the first fetch after the controller booted the node
+		args = append(args, "anvil.token="+nonce)
+	}
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {
+		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
+		// console prints on one port only, and on a machine without a
+		// second UART a console there waits for it at every character
+		// (under QEMU the kernel printed nothing for minutes). The agent
+		// copies the kernel log and its own to ttyS1 when it exists.
 		args = append(args, "console=tty0", "console=ttyS0,115200n8")
 	}
 	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
@@ -66,14 +77,20 @@ func (s *Server) publicBase(r *http.Request, n *store.Node) string {
 
 // bootFile serves the kernel and initramfs from --boot-dir.
 func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
-	name, ok := bootFiles[muxVar(r, "file")]
+	names, ok := bootFiles[muxVar(r, "file")]
 	if !ok || s.bootDir == "" {
 		return notFound("Boot file", muxVar(r, "file"))
 	}
-	path := filepath.Join(s.bootDir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return notFound("Boot file", name)
+	var f *os.File
+	var name string
+	for _, name = range names {
+		var err error
+		if f, err = os.Open(filepath.Join(s.bootDir, name)); err == nil {
+			break
+		}
+	}
+	if f == nil {
+		return notFound("Boot file", muxVar(r, "file"))
 	}
 	defer f.Close()
 	st, err := f.Stat()

@@ -31,7 +31,8 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
-	assert.Contains(t, again, "anvil.token="+nonce, "a re-fetch of the script gets the same nonce")
+	assert.NotContains(t, again, "anvil.token=", "the nonce is handed out once per boot: a re-fetch (or a stranger) gets none")
+	assert.Contains(t, again, "anvil.node="+id)
 
 	// while the nonce is outstanding, lookup needs it
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
@@ -40,8 +41,11 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
 	require.Equal(t, 200, r.status, string(r.body))
+	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b2&nonce="+nonce, latest, nil)
+	assert.Equal(t, 403, r.status, "the nonce used twice: %s", r.body)
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
+	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
 
 	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
 		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
@@ -57,6 +61,10 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, f.status)
 	assert.Equal(t, "kernel-bytes", string(f.body))
 	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	// make image writes a zstd initramfs when the kernel can unpack it.
+	require.NoError(t, os.Remove(filepath.Join(dir, "initramfs.cpio.gz")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd-initramfs"), 0o644))
+	assert.Equal(t, "zstd-initramfs", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
 

@@ -55,8 +55,8 @@ func guardedStep(kind string, step protocol.Step) bool {
 // issueGuardedStep leaves the inventory command that precedes a guarded
 // step; the step follows when the check passes (diskCheckDone). Resuming
 // after a restart keeps a check or step already issued.
-func (c *Conductor) issueGuardedStep(m *store.Node, name string, step protocol.Step) {
-	if p, ok := getDII[pendingCommand](m, diiCommand); ok {
+func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step) {
+	if p := m.Operation.Agent.Command; p != nil {
 		if p.Name == protocol.CmdInventory && p.Guards != nil && p.Guards.Key() == step.Key() {
 			return
 		}
@@ -64,20 +64,18 @@ func (c *Conductor) issueGuardedStep(m *store.Node, name string, step protocol.S
 			return
 		}
 	}
-	c.issueCommand(m, protocol.CmdInventory, nil)
-	p, _ := getDII[pendingCommand](m, diiCommand)
+	issueCommand(m, protocol.CmdInventory, nil, c.now())
 	s := step
-	p.Guards, p.GuardedCommand = &s, name
-	setDII(m, diiCommand, p)
+	m.Operation.Agent.Command.Guards, m.Operation.Agent.Command.GuardedCommand = &s, name
 }
 
 // diskCheckDone compares the inventory the agent reported before a guarded
 // step with the node's expected disks: the step is issued, or fails.
-func (c *Conductor) diskCheckDone(ctx context.Context, n *store.Node, pending pendingCommand, st protocol.CommandStatus) error {
+func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
 	step := *pending.Guards
 	key := step.Key()
 	cur := state.State(n.ProvisionState)
-	clearCmd := func(m *store.Node) { delete(m.DriverInternalInfo, diiCommand) }
+	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
 	fail := func(err error) error {
 		return c.completeAsync(ctx, n.UUID, key, err, "", clearCmd)
 	}
@@ -133,7 +131,7 @@ func (c *Conductor) diskCheckDone(ctx context.Context, n *store.Node, pending pe
 			}
 			setDII(m, diiDeployedDisks, disks)
 		}
-		c.issueCommand(m, pending.GuardedCommand, &step)
+		issueCommand(m, pending.GuardedCommand, &step, c.now())
 		return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", summary)}, nil
 	})
 	return err
@@ -161,7 +159,7 @@ func deployCheck(r diskcheck.Result) (bool, string) {
 // expectedDisks gathers what the node should have: its stored inspection
 // inventory (none when never inspected), the disks it had when deployed,
 // and its properties.
-func (c *Conductor) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
+func (c *engine) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
 	var inspected *protocol.Inventory
 	raw, err := c.st.GetInventory(ctx, n.UUID)
 	switch {
@@ -177,4 +175,30 @@ func (c *Conductor) expectedDisks(ctx context.Context, n *store.Node) (diskcheck
 	}
 	deployed, _ := getDII[[]protocol.Disk](n, diiDeployedDisks)
 	return diskcheck.Expect(inspected, deployed, n.Properties)
+}
+
+// getDII and setDII keep the guard's records in the node's own
+// driver_internal_info as JSON values (they outlive an operation, unlike
+// the operation record).
+func getDII[T any](n *store.Node, key string) (T, bool) {
+	var v T
+	raw, ok := n.DriverInternalInfo[key]
+	if !ok || raw == nil {
+		return v, false
+	}
+	b, err := json.Marshal(raw)
+	if err != nil || json.Unmarshal(b, &v) != nil {
+		return v, false
+	}
+	return v, true
+}
+
+func setDII(n *store.Node, key string, v any) {
+	var m any
+	b, _ := json.Marshal(v)
+	_ = json.Unmarshal(b, &m)
+	if n.DriverInternalInfo == nil {
+		n.DriverInternalInfo = map[string]any{}
+	}
+	n.DriverInternalInfo[key] = m
 }

@@ -26,6 +26,8 @@ import (
 type Outcome struct {
 	Fail    string        // non-empty: the step fails with this message
 	Runs    int           // heartbeats the step stays RUNNING before finishing
+	Bytes   uint64        // with Runs: progress also in bytes of Device
+	Device  string        // the device the progress is about
 	Result  any           // result to report (with Fail: the partial result)
 	Summary string        // its one-line summary
 	Release chan struct{} // if set, the step runs until this is closed
@@ -109,6 +111,16 @@ func args(names ...string) map[string]protocol.ArgInfo {
 		m[name] = protocol.ArgInfo{Description: "simulated: " + name, Required: required}
 	}
 	return m
+}
+
+// Resume makes this agent the one of a running boot that looked up before
+// (the process restarted in the ramdisk with its token, or the test holds
+// a session a previous controller issued): no command is running.
+func (a *Agent) Resume(node, bootID, token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.node, a.bootID, a.token, a.current, a.sentSteps = node, bootID, token, nil, true
+	a.fingerprint = fingerprint(a.Clean, a.Deploy)
 }
 
 // Boot simulates a (re)boot: a new boot id, no token, no command.
@@ -272,8 +284,14 @@ func (a *Agent) advance() {
 		}
 	}
 	if a.runsLeft > 0 {
+		// evenly over the runs, never 100 before the step is done
+		done := out.Runs - a.runsLeft + 1
 		a.runsLeft--
-		cur.Progress.Percent = min(cur.Progress.Percent+25, 90)
+		cur.Progress.Percent = float64(100*done) / float64(out.Runs+1)
+		if out.Bytes > 0 {
+			cur.Progress.BytesTotal, cur.Progress.Device = out.Bytes, out.Device
+			cur.Progress.BytesDone = out.Bytes * uint64(done) / uint64(out.Runs+1)
+		}
 		return
 	}
 	if out.Fail != "" {

@@ -122,3 +122,22 @@ func BenchmarkMatch(b *testing.B) {
 		tab.Match("usb:v13FDp3940d0150dc00dsc00dp00ic08isc06ip50in00")
 	}
 }
+
+func TestParseSoftdeps(t *testing.T) {
+	sd, err := ParseSoftdeps(strings.NewReader("# comment\nsoftdep libcrc32c pre: crc32c\nsoftdep ipmi_msghandler post: ipmi_devintf\nsoftdep cifs gcm\nsoftdep a-b pre: x y post: z\n"))
+	require.NoError(t, err)
+	assert.Equal(t, Softdeps{
+		"libcrc32c":       {Pre: []string{"crc32c"}},
+		"ipmi_msghandler": {Post: []string{"ipmi_devintf"}},
+		"cifs":            {Pre: []string{"gcm"}},
+		"a_b":             {Pre: []string{"x", "y"}, Post: []string{"z"}},
+	}, sd)
+	_, err = ParseSoftdeps(strings.NewReader("alias x y\n"))
+	assert.Error(t, err)
+
+	tab, err := ParseAliases(strings.NewReader("alias crc32c crc32c_generic\nalias crc32c crc32c_intel\n"))
+	require.NoError(t, err)
+	known := func(n string) bool { return n == "libcrc32c" }
+	assert.Equal(t, []string{"crc32c_generic", "crc32c_intel"}, Resolve("crc32c", known, tab), "an alias names every module behind it")
+	assert.Equal(t, []string{"libcrc32c"}, Resolve("libcrc32c", known, tab))
+}

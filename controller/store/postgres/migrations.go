@@ -99,4 +99,7 @@ var migrations = []string{
 		holder text COLLATE "C" PRIMARY KEY,
 		expires_at timestamptz NOT NULL
 	);`,
+	// 4: the conductor's working state (store.Operation) in its own
+	// column; moveOperations moves it there from driver_internal_info.
+	`ALTER TABLE nodes ADD COLUMN operation bytea;`,
 }

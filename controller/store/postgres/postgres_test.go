@@ -40,6 +40,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.NewDatabase(t)) })
 	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
+	t.Run("LegacyMigration", func(t *testing.T) { testLegacyMigration(t, srv.NewDatabase(t)) })
 	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's

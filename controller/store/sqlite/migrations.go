@@ -70,4 +70,7 @@ var migrations = []string{
 		holder TEXT PRIMARY KEY,
 		expires_at INTEGER NOT NULL
 	);`,
+	// 4: the conductor's working state (store.Operation) in its own
+	// column; convert moves it there from driver_internal_info.
+	`ALTER TABLE nodes ADD COLUMN operation BLOB;`,
 }
