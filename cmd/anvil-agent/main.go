@@ -232,10 +232,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		Controller: client,
 		Hardware:   hardwareFor(root, guard, log),
 		Network:    network(o, powers, log),
-		Inventory:  func(ctx context.Context) (protocol.Inventory, error) { return hardware.Inventory(ctx, root) },
-		Logs:       agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
-		Log:        log,
-		Version:    agent.Version,
+		Inventory: func(ctx context.Context) (protocol.Inventory, error) {
+			inv, err := hardware.Inventory(ctx, root)
+			return guard.ScopeInventory(inv), err
+		},
+		Logs:    agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
+		Log:     log,
+		Version: agent.Version,
 	}
 	if powers {
 		a.Power = agent.SystemPower{}

@@ -156,7 +156,22 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	if _, err := fmt.Fprintln(out, string(b)); err != nil {
 		return err
 	}
-	return claimWarnings(raw, out)
+	if err := claimWarnings(raw, out); err != nil {
+		return err
+	}
+	var inv struct {
+		PluginData struct {
+			Warnings []string `json:"warnings"`
+		} `json:"plugin_data"`
+	}
+	// no inventory (never inspected, older API) is no error here
+	_ = c.Do(ctx, "GET", "/v1/nodes/"+node+"/inventory", nil, &inv)
+	for _, w := range append(diskCheckWarnings(raw), inv.PluginData.Warnings...) {
+		if _, err := fmt.Fprintln(out, "WARNING:", w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // claimWarnings repeats, after the node, the second agent claimants the
@@ -173,6 +188,39 @@ func claimWarnings(node map[string]any, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// diskCheckWarnings reads the last disk check (driver_internal_info.disk_check)
+// and names each missing disk and each storage controller without a driver.
+func diskCheckWarnings(node map[string]any) []string {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	check, _ := dii["disk_check"].(map[string]any)
+	if check == nil || check["ok"] == true {
+		return nil
+	}
+	var out []string
+	missing, _ := check["missing"].([]any)
+	for _, m := range missing {
+		d, _ := m.(map[string]any)
+		var parts []string
+		for _, k := range []string{"serial", "wwn", "model", "size", "from"} {
+			switch v := d[k].(type) {
+			case nil, string:
+				if v != nil && v != "" {
+					parts = append(parts, k+" "+v.(string))
+				}
+			case float64:
+				parts = append(parts, fmt.Sprintf("%s %.0f bytes", k, v))
+			default:
+				parts = append(parts, fmt.Sprintf("%s %v", k, v))
+			}
+		}
+		out = append(out, fmt.Sprintf("disk check before %v: disk missing: %s", check["step"], strings.Join(parts, ", ")))
+	}
+	if check["no_disks"] == true {
+		out = append(out, fmt.Sprintf("disk check before %v: no disks found", check["step"]))
+	}
+	return out
 }
 
 func steps(ctx context.Context, c *client.Client, node string, out io.Writer) error {

@@ -176,7 +176,14 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"inventory": json.RawMessage(raw), "plugin_data": map[string]any{}})
+	plugin := map[string]any{}
+	var inv protocol.Inventory
+	if json.Unmarshal(raw, &inv) == nil {
+		if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
+			plugin["warnings"] = warn
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"inventory": json.RawMessage(raw), "plugin_data": plugin})
 	return nil
 }
 

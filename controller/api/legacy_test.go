@@ -76,6 +76,6 @@ func TestLegacyNodesResumeAtTheirStep(t *testing.T) {
 		a := simagent.New(e.srv.URL)
 		a.Resume(n.UUID, n.Operation.Agent.BootID, n.Operation.Agent.Token)
 		e.drive(a, tc.node, tc.want, nil)
-		assert.Equal(t, tc.ran, a.Ran(), tc.node)
+		assert.Equal(t, tc.ran, a.Steps(), tc.node)
 	}
 }

@@ -33,12 +33,12 @@ func TestTakeoverLookupIsRefusedAndRecorded(t *testing.T) {
 	a := simagent.New(e.srv.URL, mac1)
 	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Release: release}
 	require.Equal(t, 202, e.provision("victim", "provide", nil).status)
-	runAgentUntil(t, a, func() bool { return len(a.Ran()) == 2 })
+	runAgentUntil(t, a, func() bool { return len(a.Steps()) == 2 })
 	e.replayTakeover(t) // while erase_devices runs
 	close(release)
 
 	n := e.drive(a, "victim", "available", nil)
-	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Ran(), "the real agent did the cleaning")
+	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "the real agent did the cleaning")
 	assert.Contains(t, historyText(e, "victim"), "second agent claimant refused: lookup from 127.0.0.1 (boot stranger-boot) while this boot's agent token is held by 127.0.0.1 (boot ")
 	claims := n["driver_internal_info"].(map[string]any)["agent_claims"].([]any)
 	require.Len(t, claims, 1, "shown on the node")
@@ -67,7 +67,7 @@ func TestStolenThenRotatedTokenIsRefused(t *testing.T) {
 	a := simagent.New(e.srv.URL, mac1)
 	a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Release: release}
 	require.Equal(t, 202, e.provision("rot", "provide", nil).status)
-	runAgentUntil(t, a, func() bool { return len(a.Ran()) == 1 })
+	runAgentUntil(t, a, func() bool { return len(a.Steps()) == 1 })
 	stolen := a.Token()
 
 	require.Equal(t, http.StatusNoContent, e.do("DELETE", "/v1/nodes/rot/agent_token", latest, nil).status)

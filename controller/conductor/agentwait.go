@@ -69,6 +69,9 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 	if pending.Name == protocol.CmdInventory && cur == state.InspectWait {
 		return c.finishInspection(ctx, n, d, st)
 	}
+	if pending.Name == protocol.CmdInventory && pending.Guards != nil {
+		return c.diskCheckDone(ctx, n, *pending, st)
+	}
 	if pending.Step == nil {
 		return nil
 	}
@@ -159,6 +162,10 @@ func (c *engine) inbandStep(ctx context.Context, n *store.Node, kind string, ste
 		// issued for this step keeps its id, so the agent (which never
 		// re-runs an id) cannot execute the step twice. Completing a step
 		// clears its command, so a later identical step gets a new one.
+		if guardedStep(kind, step) {
+			c.issueGuardedStep(m, name, step)
+			return nil
+		}
 		if p := m.Operation.Agent.Command; p != nil && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
 			return nil
 		}

@@ -79,7 +79,8 @@ func New(api string, macs ...string) *Agent {
 		},
 		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},
 			Memory: protocol.Memory{Total: 8 << 30, PhysicalMB: 8192},
-			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}}},
+			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}},
+			PCI:    []protocol.PCIDevice{{Address: "0000:00:04.0", Vendor: "1b36", Device: "0010", Class: "010802", Driver: "nvme"}}},
 	}
 	for _, m := range macs {
 		a.Inventory.Interfaces = append(a.Inventory.Interfaces, protocol.NIC{Name: "eth" + fmt.Sprint(len(a.Inventory.Interfaces)), MACAddress: m, HasCarrier: true})
@@ -150,6 +151,18 @@ func (a *Agent) Ran() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.ran...)
+}
+
+// Steps lists the steps the agent executed, leaving out other commands
+// (the inventory the controller asks for before each erase step).
+func (a *Agent) Steps() []string {
+	var out []string
+	for _, r := range a.Ran() {
+		if strings.Contains(r, ".") {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Lookup finds the node and gets this boot's token.

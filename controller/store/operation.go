@@ -102,6 +102,11 @@ type StepCache struct {
 type AgentCommand struct {
 	protocol.Command
 	IssuedAt time.Time `json:"issued_at"`
+	// Guards is the step an inventory command checks the disks for
+	// (controller/conductor/diskguard.go), issued as GuardedCommand when
+	// the check passes; never sent to the agent.
+	Guards         *protocol.Step `json:"guards,omitempty"`
+	GuardedCommand string         `json:"guarded_command,omitempty"`
 }
 
 // Await records that the node was (re)booted into the ramdisk and what to
