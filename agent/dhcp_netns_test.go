@@ -34,14 +34,25 @@ func TestDHCPv4ClientInNetworkNamespace(t *testing.T) {
 		dhcpInNamespace(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create namespaces")
-	}
 	before, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
 		t.Skipf("no /etc/resolv.conf to shadow: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDHCPv4ClientInNetworkNamespace$", "-test.v", "-test.count=1")
+	runInNamespace(t, "TestDHCPv4ClientInNetworkNamespace")
+	after, err := os.ReadFile("/etc/resolv.conf")
+	require.NoError(t, err)
+	assert.Equal(t, string(before), string(after), "the host's resolv.conf is untouched")
+}
+
+// runInNamespace re-executes the test binary for test name alone in fresh
+// network and mount namespaces (netnsChild set) and requires that it passed,
+// so the host's interfaces and files are never touched. It needs root.
+func runInNamespace(t *testing.T, name string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), netnsChild+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
@@ -50,10 +61,7 @@ func TestDHCPv4ClientInNetworkNamespace(t *testing.T) {
 	}
 	require.NoError(t, err, string(out))
 	t.Logf("namespace child:\n%s", out)
-	assert.Contains(t, string(out), "--- PASS: TestDHCPv4ClientInNetworkNamespace")
-	after, err := os.ReadFile("/etc/resolv.conf")
-	require.NoError(t, err)
-	assert.Equal(t, string(before), string(after), "the host's resolv.conf is untouched")
+	assert.Contains(t, string(out), "--- PASS: "+name)
 }
 
 // serveDHCP answers DHCPv4 on iface (inside the test's namespace) with

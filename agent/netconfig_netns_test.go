@@ -2,12 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,19 +27,7 @@ func TestNetworkRealServerInNamespace(t *testing.T) {
 		realServerNetwork(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create namespaces")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestNetworkRealServerInNamespace$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), netnsChild+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	if errors.Is(err, syscall.EPERM) {
-		t.Skipf("cannot create namespaces here: %v", err)
-	}
-	require.NoError(t, err, string(out))
-	t.Logf("namespace child:\n%s", out)
-	assert.Contains(t, string(out), "--- PASS: TestNetworkRealServerInNamespace")
+	runInNamespace(t, "TestNetworkRealServerInNamespace")
 }
 
 func vethPair(t *testing.T, name, peer string, peerUp bool) (netlink.Link, netlink.Link) {
