@@ -291,15 +291,31 @@ export function nodePage(main, ident) {
     }
   }
 
+  function diskCheckWarnings(check) {
+    if (!check || check.ok) return [];
+    const out = (check.missing || []).map((d) =>
+      `disk check before ${check.step}: missing disk ${[d.serial || d.wwn || d.name, d.model, d.size ? bytes(d.size) : ''].filter(Boolean).join(', ')}`);
+    if (check.no_disks) out.push(`disk check before ${check.step}: no disks found`);
+    for (const c of check.storage_without_driver || []) {
+      out.push(`disk check before ${check.step}: storage controller ${c.address || ''} ${c.vendor || ''}:${c.device || ''} has no driver`);
+    }
+    return out;
+  }
+
   async function loadInventory(n) {
-    let inv;
+    let inv, plugin;
     try {
-      inv = (await api('GET', `/v1/nodes/${n.uuid}/inventory`)).inventory;
+      const body = await api('GET', `/v1/nodes/${n.uuid}/inventory`);
+      inv = body.inventory;
+      plugin = body.plugin_data || {};
     } catch (err) {
       put(inventory, el('p', { class: 'dim' }, err.status === 404 ? 'Not inspected yet.' : err.message));
       return;
     }
-    const warnings = inv.warnings || (inv.extra && inv.extra.warnings) || [];
+    // Devices without a driver and missing firmware (the API works them
+    // out from the ramdisk's pci list), then what the last disk check
+    // before an erase found missing: why a disk was not cleaned.
+    const warnings = [...(plugin.warnings || []), ...diskCheckWarnings((n.driver_internal_info || {}).disk_check)];
     put(inventory,
       warnings.length ? el('ul', { class: 'warnings', role: 'list' }, warnings.map((w) => el('li', { class: 'error', text: String(w) }))) : null,
       dl([['vendor', [inv.system_vendor?.manufacturer, inv.system_vendor?.product_name].filter(Boolean).join(' ')],
