@@ -28,6 +28,17 @@ type BootConfig struct {
 	DevicesSet bool
 	// Node is the node UUID, when the boot config knows it (anvil.node=).
 	Node string
+	// Static is a fixed address for networks without DHCP: anvil.ip=, or
+	// Ironic's ip= form (anvil.ip= wins).
+	Static *StaticIP
+	// VLAN is anvil.vlan=ID[,device].
+	VLAN *VLAN
+	// BootIF is the MAC the node booted from (BOOTIF=01-aa-bb-...), the
+	// interface a static address goes on when ip= names none.
+	BootIF string
+	// Problems are parameters that did not parse; the agent logs them and
+	// carries on with DHCP.
+	Problems []string
 }
 
 // ParseCmdline reads /proc/cmdline-style text. Unknown parameters are
@@ -35,6 +46,7 @@ type BootConfig struct {
 // everything after "--", which belongs to init.
 func ParseCmdline(s string) BootConfig {
 	var c BootConfig
+	kernelIP := false // c.Static came from ip=, so anvil.ip= may replace it
 	for _, arg := range splitCmdline(s) {
 		if arg == "--" {
 			break
@@ -62,6 +74,31 @@ func ParseCmdline(s string) BootConfig {
 			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":
 			c.Node = val
+		case "ip":
+			if c.Static == nil || kernelIP {
+				st, err := parseKernelIP(val)
+				if err != nil {
+					c.Problems = append(c.Problems, err.Error())
+				} else if st != nil {
+					c.Static, kernelIP = st, true
+				}
+			}
+		case "anvil.ip":
+			st, err := parseAnvilIP(val)
+			if err != nil {
+				c.Problems = append(c.Problems, err.Error())
+			} else {
+				c.Static, kernelIP = st, false
+			}
+		case "anvil.vlan":
+			v, err := parseVLAN(val)
+			if err != nil {
+				c.Problems = append(c.Problems, err.Error())
+			} else {
+				c.VLAN = v
+			}
+		case "BOOTIF":
+			c.BootIF = parseBootIF(val)
 		}
 	}
 	return c

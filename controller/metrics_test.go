@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/anvil-metal/anvil/controller/conductor"
 )
 
 // freeAddr is a loopback address nobody listens on (a moment ago).
@@ -43,8 +45,8 @@ func TestMetricsListen(t *testing.T) {
 	require.NoError(t, err)
 	htpasswd := filepath.Join(t.TempDir(), "htpasswd")
 	require.NoError(t, os.WriteFile(htpasswd, []byte("admin:"+string(hash)+"\n"), 0o600))
-	base := Config{Database: "sqlite://:memory:", Auth: "http_basic", HTPasswd: htpasswd, Host: "t",
-		Logger: slog.New(slog.DiscardHandler), PowerSyncInterval: 0, TimeoutCheckInterval: time.Hour}
+	base := Config{Database: "sqlite://:memory:", Auth: "http_basic", HTPasswd: htpasswd,
+		Logger: slog.New(slog.DiscardHandler), Conductor: conductor.Config{Host: "t", CheckInterval: time.Hour}}
 
 	start := func(cfg Config) string {
 		ctx, cancel := context.WithCancel(t.Context())

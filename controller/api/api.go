@@ -33,6 +33,7 @@ type Server struct {
 	metrics   *Metrics
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	limiter   *limiter
 	router    *mux.Router
 	// traitNames are the trait names Ironic accepts.
 	traitNames traitNames
@@ -49,17 +50,20 @@ type Config struct {
 	PublicURL string
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
+	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// PublicLimit bounds the unauthenticated endpoints per source; the zero
+	// value is no limit (DefaultPublicLimit is a production controller's).
+	PublicLimit PublicLimit
 	// MetricsRoute says how the API serves /metrics: behind its auth
 	// (default), to anyone, or not (served on a listener of its own).
 	MetricsRoute MetricsRoute
-	BootDir      string // directory with vmlinuz and initramfs.cpio.gz
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir,
-		traitNames: newTraitNames()}
+		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -193,12 +197,16 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
-	// with the per-boot token, not with operator credentials
-	r.Handle("/lookup", s.wrap(s.lookup)).Methods(http.MethodGet)
-	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
-	r.Handle("/boot/files/{file}", s.wrap(s.bootFile)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/boot/{node}/ipxe", s.wrap(s.bootScript)).Methods(http.MethodGet)
+	// with the per-boot token, not with operator credentials; each source
+	// address gets a bounded rate of them
+	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
+	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
+	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
+	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

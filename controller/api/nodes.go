@@ -19,7 +19,8 @@ import (
 
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
-	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project"}
+	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
+	"name_contains"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -89,7 +90,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 		f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
 			Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 			ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
-			DescriptionContains: q.str("description_contains"), Shard: q.str("shard")}
+			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains")}
 		if ps := q.str("provision_state"); ps != nil {
 			if !state.Valid(state.State(*ps)) {
 				return badRequest("Invalid provision_state %q", *ps)
@@ -355,9 +356,9 @@ func (s *Server) defaultInterfaces(n *store.Node) {
 func nodeWriteError(n *store.Node, err error) error {
 	switch {
 	case errors.Is(err, store.ErrDuplicateName):
-		return errf(http.StatusConflict, "A node with name %s already exists.", deref(n.Name))
+		return conductor.Wrap(conductor.CodeConflict, err, "A node with name %s already exists.", deref(n.Name))
 	case errors.Is(err, store.ErrDuplicateUUID):
-		return errf(http.StatusConflict, "A node with UUID %s already exists.", n.UUID)
+		return conductor.Wrap(conductor.CodeConflict, err, "A node with UUID %s already exists.", n.UUID)
 	}
 	return err
 }
@@ -413,11 +414,8 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 // applyNodePatch applies ops to n and enforces Ironic's update rules.
 func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) error {
 	st := state.State(n.ProvisionState)
-	if n.TargetProvisionState != nil && !state.UpdateAllowed(st) {
-		return errf(http.StatusConflict, "Node %s can not be updated while a state transition is in progress.", n.UUID)
-	}
-	if n.Reservation != nil {
-		return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+	if err := conductor.CheckUpdatable(n); err != nil {
+		return err
 	}
 	before, err := patchDoc(n, version(r.Context()))
 	if err != nil {
@@ -451,13 +449,13 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 			switch st {
 			case state.Enroll, state.Inspecting, state.InspectWait, state.Manageable, state.Available:
 			default:
-				return errf(http.StatusConflict, "Node %s: %s can only be changed in enroll, inspecting, manageable or available states, or in maintenance (now %s)", n.UUID, k, st)
+				return conductor.Conflict("Node %s: %s can only be changed in enroll, inspecting, manageable or available states, or in maintenance (now %s)", n.UUID, k, st)
 			}
 		}
 	}
 	if changed["retired"] {
 		if n.Retired && st == state.Available {
-			return errf(http.StatusConflict, "Node %s can not have 'retired' set in provision state 'available'", n.UUID)
+			return conductor.Conflict("Node %s can not have 'retired' set in provision state 'available'", n.UUID)
 		}
 		if !n.Retired {
 			n.RetiredReason = nil
@@ -471,7 +469,7 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 	}
 	if changed["protected"] {
 		if n.Protected && st != state.Active && st != state.Rescue {
-			return errf(http.StatusConflict, "Node %s can only be made protected in provision states 'active' or 'rescue', not %q", n.UUID, st)
+			return conductor.Conflict("Node %s can only be made protected in provision states 'active' or 'rescue', not %q", n.UUID, st)
 		}
 		if !n.Protected {
 			n.ProtectedReason = nil
@@ -481,7 +479,7 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 		return badRequest("Node %s: protected_reason can only be set when the node is protected", n.UUID)
 	}
 	if changed["instance_uuid"] && old.InstanceUUID != nil && n.InstanceUUID != nil {
-		return errf(http.StatusConflict, "Node %s is associated with instance %s.", n.UUID, *old.InstanceUUID)
+		return conductor.Conflict("Node %s is associated with instance %s.", n.UUID, *old.InstanceUUID)
 	}
 	return nil
 }
@@ -494,7 +492,9 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = store.DeleteNodeIf(r.Context(), s.st, ident, deletable)
+	// The checks hold at the revision deleted: a verb racing this DELETE
+	// either lands first and is refused here, or finds the node gone.
+	err = store.DeleteNodeIf(r.Context(), s.st, ident, conductor.CheckDeletable)
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound("Node", ident)
 	}
@@ -502,26 +502,6 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// deletable holds Ironic's refusals of a node deletion (the conductor's
-// destroy_node), checked at the revision that is deleted.
-func deletable(n *store.Node) error {
-	if n.Reservation != nil {
-		return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
-	}
-	if n.Protected {
-		return errf(http.StatusForbidden, "Node %s is protected and cannot be undeployed, rebuilt or deleted", n.UUID)
-	}
-	if !n.Maintenance {
-		if !state.DeleteAllowed(state.State(n.ProvisionState)) {
-			return errf(http.StatusConflict, "Can not delete node %q while it is in provision state %q. Valid provision states to perform deletion are: ('manageable', 'enroll', 'adopt failed', 'available'), or set the node into maintenance mode", n.UUID, n.ProvisionState)
-		}
-		if n.InstanceUUID != nil {
-			return errf(http.StatusConflict, "Node %s is associated with instance %s.", n.UUID, *n.InstanceUUID)
-		}
-	}
 	return nil
 }
 

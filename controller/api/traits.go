@@ -6,6 +6,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -33,8 +34,8 @@ func (s *Server) setTraits(r *http.Request, edit func(set map[string]bool) error
 		return err
 	}
 	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
-		if m.Reservation != nil {
-			return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", m.UUID, *m.Reservation)
+		if err := conductor.CheckUnlocked(m); err != nil {
+			return err
 		}
 		set := map[string]bool{}
 		for _, t := range m.Traits {

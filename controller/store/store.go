@@ -72,6 +72,10 @@ type Node struct {
 	BootMode             *string        `json:"boot_mode"`
 	SecureBoot           *bool          `json:"secure_boot"`
 	Shard                *string        `json:"shard"`
+
+	// Operation is the conductor's working state, stored beside the
+	// node's document (see Operation).
+	Operation Operation `json:"-"`
 }
 
 // Interfaces are the per-node driver interface names (1.31+).
@@ -119,6 +123,7 @@ type NodeFilter struct {
 	ChassisUUID         *string
 	InstanceUUID        *string
 	DescriptionContains *string
+	NameContains        *string // case-insensitive substring of the name (anvil's extension)
 	Shard               *string
 	Reserved            *bool
 }

@@ -27,6 +27,9 @@ func TestPostgres(t *testing.T) {
 	t.Run("Suite", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
 	})
+	t.Run("DHCPLeases", func(t *testing.T) {
+		storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
+	})
 	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.NewDatabase(t)) })
 	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.NewDatabase(t)) })
 	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.NewDatabase(t)) })
@@ -40,6 +43,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.NewDatabase(t)) })
 	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
+	t.Run("LegacyMigration", func(t *testing.T) { testLegacyMigration(t, srv.NewDatabase(t)) })
 	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"LeaseRace":         testLeaseRace,
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
+		"Operation":         testOperation,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -171,17 +172,19 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		f    store.NodeFilter
 		want []string
 	}{
-		"all":            {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
-		"state":          {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
-		"maintenance":    {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
-		"retired":        {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},
-		"not retired":    {store.NodeFilter{Retired: boolp(false)}, []string{"a", "b", "d"}},
-		"associated":     {store.NodeFilter{Associated: boolp(true)}, []string{"b", "d"}},
-		"unassociated":   {store.NodeFilter{Associated: boolp(false)}, []string{"a", "c"}},
-		"resource class": {store.NodeFilter{ResourceClass: strp("silver")}, []string{"c", "d"}},
-		"combined":       {store.NodeFilter{ResourceClass: strp("gold"), Maintenance: boolp(false)}, []string{"a"}},
-		"description":    {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
-		"driver none":    {store.NodeFilter{Driver: strp("ipmi")}, nil},
+		"all":             {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
+		"state":           {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
+		"maintenance":     {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
+		"retired":         {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},
+		"not retired":     {store.NodeFilter{Retired: boolp(false)}, []string{"a", "b", "d"}},
+		"associated":      {store.NodeFilter{Associated: boolp(true)}, []string{"b", "d"}},
+		"unassociated":    {store.NodeFilter{Associated: boolp(false)}, []string{"a", "c"}},
+		"resource class":  {store.NodeFilter{ResourceClass: strp("silver")}, []string{"c", "d"}},
+		"combined":        {store.NodeFilter{ResourceClass: strp("gold"), Maintenance: boolp(false)}, []string{"a"}},
+		"description":     {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
+		"name contains":   {store.NodeFilter{NameContains: strp("C")}, []string{"c"}},
+		"name, literal %": {store.NodeFilter{NameContains: strp("%")}, nil},
+		"driver none":     {store.NodeFilter{Driver: strp("ipmi")}, nil},
 	}
 	for name, tc := range tests {
 		assert.Equal(t, tc.want, names(tc.f), name)
