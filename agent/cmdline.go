@@ -34,6 +34,17 @@ type BootConfig struct {
 	IPA IPAArgs
 
 	anvilAPI bool // anvil.api= was given: anvil's own arguments, not IPA mode
+	// Static is a fixed address for networks without DHCP: anvil.ip=, or
+	// Ironic's ip= form (anvil.ip= wins).
+	Static *StaticIP
+	// VLAN is anvil.vlan=ID[,device].
+	VLAN *VLAN
+	// BootIF is the MAC the node booted from (BOOTIF=01-aa-bb-...), the
+	// interface a static address goes on when ip= names none.
+	BootIF string
+	// Problems are parameters that did not parse; the agent logs them and
+	// carries on with DHCP.
+	Problems []string
 }
 
 // IPAArgs are the kernel arguments Ironic writes for ironic-python-agent.
@@ -46,7 +57,6 @@ type IPAArgs struct {
 	ListenPort      string // ipa-listen-port
 	Insecure        bool   // ipa-insecure: do not verify Ironic's TLS certificate
 	GlobalRequestID string // ipa-global-request-id
-	BootIF          string // BOOTIF (PXELINUX "01-aa-bb-..." or a plain MAC)
 	LookupTimeout   string // ipa-lookup-timeout (seconds)
 	Debug           bool   // ipa-debug
 }
@@ -60,6 +70,7 @@ func (c BootConfig) IPAMode() bool { return c.IPA.APIURL != "" && !c.anvilAPI }
 // everything after "--", which belongs to init.
 func ParseCmdline(s string) BootConfig {
 	var c BootConfig
+	kernelIP := false // c.Static came from ip=, so anvil.ip= may replace it
 	for _, arg := range splitCmdline(s) {
 		if arg == "--" {
 			break
@@ -86,8 +97,6 @@ func ParseCmdline(s string) BootConfig {
 			c.IPA.Insecure = !hasVal || truthy(val)
 		case "ipa-global-request-id":
 			c.IPA.GlobalRequestID = val
-		case "BOOTIF":
-			c.IPA.BootIF = val
 		case "ipa-lookup-timeout":
 			c.IPA.LookupTimeout = val
 		case "ipa-debug":
@@ -106,6 +115,31 @@ func ParseCmdline(s string) BootConfig {
 			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":
 			c.Node = val
+		case "ip":
+			if c.Static == nil || kernelIP {
+				st, err := parseKernelIP(val)
+				if err != nil {
+					c.Problems = append(c.Problems, err.Error())
+				} else if st != nil {
+					c.Static, kernelIP = st, true
+				}
+			}
+		case "anvil.ip":
+			st, err := parseAnvilIP(val)
+			if err != nil {
+				c.Problems = append(c.Problems, err.Error())
+			} else {
+				c.Static, kernelIP = st, false
+			}
+		case "anvil.vlan":
+			v, err := parseVLAN(val)
+			if err != nil {
+				c.Problems = append(c.Problems, err.Error())
+			} else {
+				c.VLAN = v
+			}
+		case "BOOTIF":
+			c.BootIF = parseBootIF(val)
 		}
 	}
 	return c

@@ -34,14 +34,25 @@ func TestDHCPv4ClientInNetworkNamespace(t *testing.T) {
 		dhcpInNamespace(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create namespaces")
-	}
 	before, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
 		t.Skipf("no /etc/resolv.conf to shadow: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDHCPv4ClientInNetworkNamespace$", "-test.v", "-test.count=1")
+	runInNamespace(t, "TestDHCPv4ClientInNetworkNamespace")
+	after, err := os.ReadFile("/etc/resolv.conf")
+	require.NoError(t, err)
+	assert.Equal(t, string(before), string(after), "the host's resolv.conf is untouched")
+}
+
+// runInNamespace re-executes the test binary for test name alone in fresh
+// network and mount namespaces (netnsChild set) and requires that it passed,
+// so the host's interfaces and files are never touched. It needs root.
+func runInNamespace(t *testing.T, name string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), netnsChild+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
@@ -50,29 +61,14 @@ func TestDHCPv4ClientInNetworkNamespace(t *testing.T) {
 	}
 	require.NoError(t, err, string(out))
 	t.Logf("namespace child:\n%s", out)
-	assert.Contains(t, string(out), "--- PASS: TestDHCPv4ClientInNetworkNamespace")
-	after, err := os.ReadFile("/etc/resolv.conf")
-	require.NoError(t, err)
-	assert.Equal(t, string(before), string(after), "the host's resolv.conf is untouched")
+	assert.Contains(t, string(out), "--- PASS: "+name)
 }
 
-func dhcpInNamespace(t *testing.T) {
-	// Private mounts first, so the bind mount below stays in this
-	// namespace; only then may anything write /etc/resolv.conf.
-	require.NoError(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
-	resolv := filepath.Join(t.TempDir(), "resolv.conf")
-	require.NoError(t, os.WriteFile(resolv, nil, 0o644))
-	require.NoError(t, unix.Mount(resolv, "/etc/resolv.conf", "", unix.MS_BIND, ""))
-	defer unix.Unmount("/etc/resolv.conf", 0)
-
-	require.NoError(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "srv0"}, PeerName: "cli0"}))
-	srv, err := netlink.LinkByName("srv0")
-	require.NoError(t, err)
-	serverIP := net.IPv4(192, 168, 77, 1).To4()
-	require.NoError(t, netlink.AddrAdd(srv, &netlink.Addr{IPNet: &net.IPNet{IP: serverIP, Mask: net.CIDRMask(24, 32)}}))
-	require.NoError(t, netlink.LinkSetUp(srv))
-
-	leased := net.IPv4(192, 168, 77, 10).To4()
+// serveDHCP answers DHCPv4 on iface (inside the test's namespace) with
+// one fixed lease, the server as router and 192.168.77.53 as DNS, and
+// counts the requests it acknowledged.
+func serveDHCP(t *testing.T, iface string, serverIP, leased net.IP, leaseSeconds uint32) *atomic.Int32 {
+	t.Helper()
 	var requests atomic.Int32
 	handler := func(conn net.PacketConn, _ net.Addr, m *dhcpv4.DHCPv4) {
 		var typ dhcpv4.MessageType
@@ -92,7 +88,7 @@ func dhcpInNamespace(t *testing.T) {
 			dhcpv4.WithNetmask(net.CIDRMask(24, 32)),
 			dhcpv4.WithRouter(serverIP),
 			dhcpv4.WithDNS(net.IPv4(192, 168, 77, 53)),
-			dhcpv4.WithLeaseTime(4), // short: the client must renew within the test
+			dhcpv4.WithLeaseTime(leaseSeconds),
 			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP)),
 		)
 		if err != nil {
@@ -103,10 +99,31 @@ func dhcpInNamespace(t *testing.T) {
 			t.Errorf("send reply: %v", err)
 		}
 	}
-	server, err := server4.NewServer("srv0", &net.UDPAddr{IP: net.IPv4zero, Port: dhcpv4.ServerPort}, handler)
+	server, err := server4.NewServer(iface, &net.UDPAddr{IP: net.IPv4zero, Port: dhcpv4.ServerPort}, handler)
 	require.NoError(t, err)
 	go func() { _ = server.Serve() }()
-	defer server.Close()
+	t.Cleanup(func() { server.Close() })
+	return &requests
+}
+
+func dhcpInNamespace(t *testing.T) {
+	// Private mounts first, so the bind mount below stays in this
+	// namespace; only then may anything write /etc/resolv.conf.
+	require.NoError(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	require.NoError(t, os.WriteFile(resolv, nil, 0o644))
+	require.NoError(t, unix.Mount(resolv, "/etc/resolv.conf", "", unix.MS_BIND, ""))
+	defer unix.Unmount("/etc/resolv.conf", 0)
+
+	require.NoError(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "srv0"}, PeerName: "cli0"}))
+	srv, err := netlink.LinkByName("srv0")
+	require.NoError(t, err)
+	serverIP := net.IPv4(192, 168, 77, 1).To4()
+	require.NoError(t, netlink.AddrAdd(srv, &netlink.Addr{IPNet: &net.IPNet{IP: serverIP, Mask: net.CIDRMask(24, 32)}}))
+	require.NoError(t, netlink.LinkSetUp(srv))
+
+	leased := net.IPv4(192, 168, 77, 10).To4()
+	requests := serveDHCP(t, "srv0", serverIP, leased, 4) // short lease: the client must renew within the test
 
 	// A sysfs of this network namespace, so SysfsLinks sees srv0 and cli0.
 	require.NoError(t, unix.Mount("sysfs", "/sys", "sysfs", 0, ""))

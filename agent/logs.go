@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,4 +164,133 @@ func formatKmsg(rec []byte) string {
 		}
 	}
 	return msg + "\n"
+}
+
+// Consoles is where, besides /dev/console, the agent's output goes.
+type Consoles struct {
+	// Log are enabled kernel consoles other than /dev/console (VGA's
+	// tty0, a second serial console): the kernel prints there already,
+	// the agent adds its log.
+	Log []string
+	// Mirror are serial ports a BMC's serial-over-LAN may show (ttyS0,
+	// ttyS1) that exist but are no kernel console: the agent copies the
+	// kernel's messages (from /dev/kmsg, from the start of the boot) and
+	// its log there. Linux's 8250 driver prints kernel messages on only
+	// one serial port, however many console= name.
+	Mirror []string
+}
+
+// FindConsoles reads /proc/consoles (procConsoles: its contents) and, for
+// ttyS0 and ttyS1, <sysRoot>/sys/class/tty/ttySN/type (0: no UART
+// behind the port, as for ttyS1 on a machine with one serial port; a
+// kernel console there would wait ~10 ms per character for a UART that
+// never answers, which is why the boot command line names only ttyS0).
+func FindConsoles(procConsoles, sysRoot string) Consoles {
+	var c Consoles
+	kernel := map[string]bool{}
+	for _, line := range strings.Split(procConsoles, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || name == "" || strings.ContainsAny(name, "/.") {
+			continue
+		}
+		open, end := strings.Index(rest, "("), strings.Index(rest, ")")
+		if open < 0 || end < open {
+			continue
+		}
+		flags := rest[open+1 : end]
+		if !strings.Contains(flags, "E") { // E: enabled
+			continue
+		}
+		kernel[name] = true
+		if !strings.Contains(flags, "C") { // C: /dev/console
+			c.Log = append(c.Log, name)
+		}
+	}
+	for _, port := range []string{"ttyS0", "ttyS1"} {
+		typ, err := os.ReadFile(filepath.Join(sysRoot, "sys", "class", "tty", port, "type"))
+		if err != nil || kernel[port] {
+			continue
+		}
+		if t := strings.TrimSpace(string(typ)); t != "" && t != "0" {
+			c.Mirror = append(c.Mirror, port)
+		}
+	}
+	return c
+}
+
+// kmsgLine formats one /dev/kmsg record ("6,339,5140900,-;text\n
+// continuation...") the way the kernel prints it on a console:
+// "[    5.140900] text". ok is false for records it cannot read.
+func kmsgLine(record string) (string, bool) {
+	prefix, msg, ok := strings.Cut(record, ";")
+	if !ok {
+		return "", false
+	}
+	f := strings.Split(prefix, ",")
+	if len(f) < 3 {
+		return "", false
+	}
+	us, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return "", false
+	}
+	msg, _, _ = strings.Cut(msg, "\n") // continuation lines are dictionary key=value pairs
+	return fmt.Sprintf("[%5d.%06d] %s\n", us/1e6, us%1e6, msg), true
+}
+
+// CopyKmsg copies the kernel log from kmsg (/dev/kmsg: the records since
+// boot, then new ones as they come) to w, formatted as on a console, until
+// ctx ends or kmsg fails.
+func CopyKmsg(ctx context.Context, kmsg string, w io.Writer) error {
+	f, err := os.Open(kmsg)
+	if err != nil {
+		return fmt.Errorf("kernel log: %w", err)
+	}
+	go func() { <-ctx.Done(); f.Close() }()
+	buf := make([]byte, 8192) // one record per read; the kernel caps them below this
+	for {
+		n, err := f.Read(buf)
+		if errors.Is(err, syscall.EPIPE) {
+			continue // records overwritten before we read them
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("kernel log: %w", err)
+		}
+		if line, ok := kmsgLine(string(buf[:n])); ok {
+			if _, err := io.WriteString(w, line); err != nil {
+				return fmt.Errorf("kernel log: %w", err)
+			}
+		}
+	}
+}
+
+// AsyncWriter writes to W from its own goroutine, so a console that
+// stalls (a UART nobody drains, a flow-controlled port) cannot block the
+// agent; what does not fit in the queue is dropped.
+type AsyncWriter struct {
+	ch chan []byte
+}
+
+// NewAsyncWriter starts the goroutine writing to w; queue bounds the
+// number of pending writes.
+func NewAsyncWriter(w io.Writer, queue int) *AsyncWriter {
+	a := &AsyncWriter{ch: make(chan []byte, queue)}
+	go func() {
+		for b := range a.ch {
+			_, _ = w.Write(b)
+		}
+	}()
+	return a
+}
+
+// Write implements io.Writer; it never blocks and never fails.
+func (a *AsyncWriter) Write(p []byte) (int, error) {
+	select {
+	case a.ch <- append([]byte(nil), p...):
+	default:
+	}
+	return len(p), nil
 }

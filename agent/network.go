@@ -49,7 +49,14 @@ type Interfaces struct {
 	DHCP DHCP
 	// Hints restrict the interfaces used (anvil.interface=); empty means all.
 	Hints []string
-	Log   *slog.Logger
+	// Setup, Static and VLAN: a fixed address instead of DHCP, and/or a
+	// VLAN interface on top of the physical ones. Setup is nil outside
+	// the ramdisk, like DHCP.
+	Setup  LinkSetup
+	Static *StaticIP
+	VLAN   *VLAN
+	BootIF string // MAC; where Static goes when it names no device
+	Log    *slog.Logger
 }
 
 var _ Network = (*Interfaces)(nil)
@@ -79,6 +86,14 @@ func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
 			need = append(need, l.Name)
 		}
 	}
+	if n.Setup != nil && (n.Static != nil || n.VLAN != nil) {
+		// Every MAC is still reported: the lookup needs them, whichever
+		// interface carries the traffic.
+		if err := n.configure(ctx, log, use); err != nil {
+			return nil, err
+		}
+		return macs, nil
+	}
 	if n.DHCP != nil && len(need) > 0 {
 		got, err := n.DHCP.Configure(ctx, need)
 		log.InfoContext(ctx, "DHCPv4", "interfaces", need, "leased", got, "err", err)
@@ -91,6 +106,83 @@ func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
 		}
 	}
 	return macs, nil
+}
+
+// configure applies Static and/or VLAN: the VLAN interface goes on the
+// named device, else on every interface (DHCP) or on the one the static
+// address goes to; the static address goes on the named device, else on
+// BOOTIF's, else on the first interface that gets a carrier.
+func (n *Interfaces) configure(ctx context.Context, log *slog.Logger, use []Link) error {
+	byDevice := func(dev string) (string, error) {
+		for _, l := range use {
+			if l.Name == dev || strings.EqualFold(l.MAC, dev) {
+				return l.Name, nil
+			}
+		}
+		return "", fmt.Errorf("no interface %q among %d", dev, len(use))
+	}
+	names := make([]string, 0, len(use))
+	for _, l := range use {
+		names = append(names, l.Name)
+	}
+	if n.Static == nil { // VLAN + DHCP
+		parents := names
+		if n.VLAN.Device != "" {
+			p, err := byDevice(n.VLAN.Device)
+			if err != nil {
+				return fmt.Errorf("anvil.vlan: %w", err)
+			}
+			parents = []string{p}
+		}
+		var vlans []string
+		for _, p := range parents {
+			v, err := n.Setup.AddVLAN(p, n.VLAN.ID)
+			if err != nil {
+				log.WarnContext(ctx, "VLAN interface not created", "parent", p, "vlan", n.VLAN.ID, "err", err)
+				continue
+			}
+			vlans = append(vlans, v)
+		}
+		if len(vlans) == 0 {
+			return fmt.Errorf("VLAN %d: no interface could carry it", n.VLAN.ID)
+		}
+		if n.DHCP == nil {
+			return nil
+		}
+		got, err := n.DHCP.Configure(ctx, vlans)
+		log.InfoContext(ctx, "DHCPv4 on VLAN", "vlan", n.VLAN.ID, "interfaces", vlans, "leased", got, "err", err)
+		if err != nil {
+			return fmt.Errorf("DHCPv4 on VLAN %d (%v): %w", n.VLAN.ID, vlans, err)
+		}
+		return nil
+	}
+	dev := n.Static.Device
+	if dev == "" && n.VLAN != nil {
+		dev = n.VLAN.Device
+	}
+	if dev == "" {
+		dev = n.BootIF
+	}
+	var name string
+	var err error
+	if dev != "" {
+		name, err = byDevice(dev)
+	} else {
+		name, err = n.Setup.FirstCarrier(ctx, names)
+	}
+	if err != nil {
+		return fmt.Errorf("static address %s: %w", n.Static.Address, err)
+	}
+	if n.VLAN != nil {
+		if name, err = n.Setup.AddVLAN(name, n.VLAN.ID); err != nil {
+			return err
+		}
+	}
+	if err := n.Setup.Static(ctx, name, *n.Static); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "static address configured", "interface", name, "address", n.Static.Address.String(), "gateway", n.Static.Gateway.String())
+	return nil
 }
 
 // pick chooses the interfaces to report: the hinted ones if any, else the
@@ -200,8 +292,9 @@ type DHCPv4Client struct {
 
 var _ DHCP = (*DHCPv4Client)(nil)
 
-// Configure implements DHCP. Each lease is renewed in the background at
-// half its time until ctx ends.
+// Configure implements DHCP: it returns the first interface that got a
+// lease. Each lease is renewed in the background at half its time until
+// ctx ends.
 func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string, error) {
 	linkUp, timeout, retries := d.LinkUpTimeout, d.Timeout, d.Retries
 	if linkUp <= 0 {
@@ -217,41 +310,50 @@ func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// IfUp waits for operstate up, which needs a carrier: a NIC with no
-	// cable is skipped instead of burning DHCP timeouts. In parallel, so
-	// four unplugged ports cost one timeout, not four.
-	type up struct {
-		link netlink.Link
+	// Every interface on its own, all at once: IfUp waits for operstate
+	// up, which needs a carrier, so an uncabled port only costs its own
+	// goroutine, and DHCP starts on each port the moment it has a link.
+	// The first lease wins: Configure returns with it while the other
+	// ports keep trying in the background (and keep their leases too),
+	// so a node with four NICs and only the second cabled comes up as
+	// fast as one with a single NIC.
+	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
+	type result struct {
+		name string
 		err  error
 	}
-	ups := make([]up, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
+	results := make(chan result, len(names))
+	for _, name := range names {
 		go func() {
-			defer wg.Done()
 			l, err := dhclient.IfUp(name, linkUp)
-			ups[i] = up{l, err}
+			if err != nil {
+				log.InfoContext(ctx, "interface has no link; skipping", "interface", name, "err", err)
+				results <- result{name, fmt.Errorf("%s: no link: %w", name, err)}
+				return
+			}
+			results <- result{name, d.lease(ctx, log, l, cfg, linkUp)}
 		}()
 	}
-	wg.Wait()
-	var links []netlink.Link
 	var errs []error
-	for i, u := range ups {
-		if u.err != nil {
-			errs = append(errs, u.err)
-			log.InfoContext(ctx, "interface has no link; skipping", "interface", names[i], "err", u.err)
-			continue
+	for range names {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r := <-results:
+			if r.err == nil {
+				return []string{r.name}, nil
+			}
+			errs = append(errs, r.err)
 		}
-		links = append(links, u.link)
 	}
-	if len(links) == 0 {
-		return nil, fmt.Errorf("no interface came up: %w", errors.Join(errs...))
-	}
-	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
-	var got []string
-	for r := range dhclient.SendRequests(ctx, links, true, false, cfg, linkUp) {
-		name := r.Interface.Attrs().Name
+	return nil, errors.Join(errs...)
+}
+
+// lease runs DHCPv4 on one link, configures the lease and keeps it.
+func (d *DHCPv4Client) lease(ctx context.Context, log *slog.Logger, link netlink.Link, cfg dhclient.Config, linkUp time.Duration) error {
+	name := link.Attrs().Name
+	var errs []error
+	for r := range dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkUp) {
 		if r.Err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, r.Err))
 			continue
@@ -262,13 +364,13 @@ func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string,
 		}
 		lease := leaseTime(r.Lease)
 		log.InfoContext(ctx, "DHCPv4 lease configured", "interface", name, "lease", r.Lease.String(), "lease_time", lease.String())
-		got = append(got, name)
 		d.keep(ctx, log, r.Interface, lease, cfg, linkUp)
+		return nil
 	}
-	if len(got) == 0 {
-		return nil, errors.Join(errs...)
+	if len(errs) == 0 {
+		return fmt.Errorf("%s: no DHCPv4 answer", name)
 	}
-	return got, nil
+	return errors.Join(errs...)
 }
 
 // leaseTime is the lease's duration; 0 when it has none or is infinite.

@@ -28,7 +28,7 @@ func TestParseCmdline(t *testing.T) {
 		{"ipxe-full.txt", BootConfig{API: "http://10.0.0.1:6385", anvilAPI: true, Token: "Zk3u9Qm2xv",
 			Node: "fe5d8075-6b0d-4b5e-9d1c-4b7c1b2d9e01", Interfaces: []string{"eno1", "eno2"}}},
 		{"minimal-debug.txt", BootConfig{API: "https://controller.example.net:6385/", anvilAPI: true, Debug: true}},
-		{"ipa-compat.txt", BootConfig{API: "http://192.168.122.1:6385", IPA: IPAArgs{APIURL: "http://192.168.122.1:6385", Insecure: true, BootIF: "01-52-54-00-12-34-56"}}},
+		{"ipa-compat.txt", BootConfig{API: "http://192.168.122.1:6385", BootIF: "52:54:00:12:34:56", IPA: IPAArgs{APIURL: "http://192.168.122.1:6385", Insecure: true}}},
 		{"devices-quoted.txt", BootConfig{API: "http://10.0.0.1:6385", anvilAPI: true, Devices: []string{"/dev/loop3", "/dev/loop4"}, DevicesSet: true,
 			Interfaces: []string{"eth0", "eth1"}}},
 		{"none.txt", BootConfig{}},

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,40 +19,48 @@ import (
 
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/ui"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen               string // address to listen on
-	Database             string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                 string // noauth | http_basic
-	HTPasswd             string // htpasswd file for http_basic
-	AllowInsecureNoAuth  bool   // allow noauth on a non-loopback address
-	PublicURL            string // URL clients and agents use to reach us
-	BootDir              string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
-	Host                 string // name written into node reservations
-	Workers              int
-	AutomatedClean       bool
-	CleanWaitTimeout     time.Duration
-	DeployWaitTimeout    time.Duration
-	HeartbeatInterval    time.Duration
-	AgentBootTimeout     time.Duration
-	AgentSilenceTimeout  time.Duration
-	StepTimeout          time.Duration
-	TimeoutCheckInterval time.Duration
-	BMCMinInterval       time.Duration // minimum spacing of commands to one BMC
-	PriorityOverrides    map[string]int
-	PowerSyncInterval    time.Duration // 0 disables
-	PowerSyncEnforce     bool
-	LeaseTTL             time.Duration // node lease period (several controllers on PostgreSQL)
+	Listen              string        // address to listen on
+	Database            string        // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth                string        // noauth | http_basic
+	HTPasswd            string        // htpasswd file for http_basic
+	AllowInsecureNoAuth bool          // allow noauth on a non-loopback address
+	PublicURL           string        // URL clients and agents use to reach us
+	BootDir             string        // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
+	// Boot is the network-boot service (DHCP, TFTP); off unless set.
+	// BootDir, the public URL and the API port are filled in by Run.
+	Boot boot.Config
+	// PublicLimit bounds lookups, heartbeats and boot files per source.
+	PublicLimit api.PublicLimit
+	// Conductor is the conductor's configuration (conductor.DefaultConfig
+	// for a production controller); its store-dependent settings and
+	// logger are set here.
+	Conductor conductor.Config
 	// SimulateAgents runs a simulated agent for every fake-hardware node
 	// with the direct deploy interface (a development mode).
 	SimulateAgents bool
-	Logger         *slog.Logger
+	// SimulateStepTime is how long a simulated erase or image write runs
+	// (0 = 1s); the dashboard's tests slow it down to watch progress.
+	SimulateStepTime time.Duration
+	// HTTP bounds clients' connections (timeouts, unauthenticated
+	// connections per source); nil means api.DefaultHTTPLimits.
+	HTTP *api.HTTPLimits
+	// MetricsListen serves /metrics on an address of its own, without
+	// auth, instead of on the API behind its auth; MetricsPublic serves it
+	// on the API to anyone.
+	MetricsListen string
+	MetricsPublic bool
+	Logger        *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -132,15 +141,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	workers := cfg.Workers
-	if workers <= 0 {
-		workers = 16
+	metricsRoute := api.MetricsAuthed
+	switch {
+	case cfg.MetricsListen != "" && cfg.MetricsPublic:
+		return errors.New("--metrics-listen and --metrics-public exclude each other: metrics go to their own address or to the API's")
+	case cfg.MetricsListen != "":
+		metricsRoute = api.MetricsElsewhere
+	case cfg.MetricsPublic:
+		metricsRoute = api.MetricsPublic
 	}
+	limits := api.DefaultHTTPLimits()
+	if cfg.HTTP != nil {
+		limits = *cfg.HTTP
+	}
+	if auth != nil {
+		// bcrypt costs tens of milliseconds per request; the dashboard
+		// makes a few requests a second.
+		if auth, err = newCachedAuth(auth, time.Minute); err != nil {
+			return err
+		}
+	}
+	cc := cfg.Conductor.WithDefaults()
+	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
 	// The conductor's workers, its BMC pool and its loops get a database
 	// pool of their own; API requests get another, so a busy fleet never
 	// makes an operator's list or show wait for a connection. (SQLite has
 	// one writer whatever we do, and reads on their own connections.)
-	st, err := OpenStore(ctx, withPoolSize(cfg.Database, workers+12))
+	st, err := OpenStore(ctx, withPoolSize(cfg.Database, cc.Workers+12))
 	if err != nil {
 		return err
 	}
@@ -154,42 +181,68 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval})
 	// note records what the BMC did (which provider answered) in the node's
-	// history; a failure to record is logged, never fatal.
-	note := func(ctx context.Context, nodeUUID, severity, msg string) {
-		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
-			EventType: "bmc", Event: msg, Conductor: cfg.Host}
-		if err := st.AppendEvent(ctx, e); err != nil {
-			log.Warn("recording BMC event failed", "node", nodeUUID, "err", err)
-		}
-	}
+	// history.
+	note := recorder(st, log, cc.Host, "bmc")
 	var fake conductor.Driver = conductor.FakeDriver{}
 	var listenURL string
 	var sim *simulatedHardware
 	if cfg.SimulateAgents {
-		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL })
+		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL }, cfg.SimulateStepTime)
 		defer sim.shutdown()
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	cond := conductor.New(st, conductor.Config{Host: cfg.Host, PriorityOverrides: cfg.PriorityOverrides, CheckInterval: cfg.TimeoutCheckInterval,
-		PowerSync: conductor.PowerSyncConfig{Interval: cfg.PowerSyncInterval, Enforce: cfg.PowerSyncEnforce}, Workers: cfg.Workers, AutomatedClean: cfg.AutomatedClean,
-		CleanWaitTimeout: cfg.CleanWaitTimeout, DeployWaitTimeout: cfg.DeployWaitTimeout, Logger: log,
-		LeaseTTL: cfg.LeaseTTL, SoleController: strings.HasPrefix(cfg.Database, "sqlite://"),
-		Agent: conductor.AgentConfig{HeartbeatInterval: cfg.HeartbeatInterval, BootTimeout: cfg.AgentBootTimeout,
-			SilenceTimeout: cfg.AgentSilenceTimeout, StepTimeout: cfg.StepTimeout}},
+	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
+	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		Metrics: api.NewMetrics(apiStore)})
+		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listenURL = "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	var bootSvc *boot.Service
+	if cfg.Boot.Enabled() {
+		bc := cfg.Boot
+		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, cfg.PublicURL, ln.Addr().(*net.TCPAddr).Port
+		bc.APIURL = selfURL(ln.Addr().(*net.TCPAddr))
+		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cc.Host, "boot")
+		bs, ok := st.(boot.Store)
+		if !ok {
+			ln.Close()
+			return fmt.Errorf("the boot service needs a database that keeps DHCP leases; %T does not", st)
+		}
+		if bootSvc, err = boot.New(bc, bs); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	dash := ui.New(ui.Config{API: srv, Counts: apiStore, Auth: auth, Logger: log.With("component", "ui")})
+	root := http.NewServeMux()
+	root.Handle("/ui", dash)
+	root.Handle("/ui/", dash)
+	root.Handle("/", ui.Protect(srv)) // browsers must show the dashboard's CSRF token to change anything
+	hs := api.NewHTTPServer(root, limits, log)
+	hs.RegisterOnShutdown(dash.Close)
+	servers := []*http.Server{hs}
+	listeners := []net.Listener{api.Listen(ln, limits, log)}
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		servers = append(servers, api.NewHTTPServer(mux, limits, log))
+		listeners = append(listeners, mln)
+		log.Info("serving metrics", "addr", mln.Addr().String())
+	}
 	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
-		"host", cond.Host(), "lease_holder", cond.Holder())
+		"host", cond.Host(), "lease_holder", cond.Holder(), "metrics", metricsRoute.String())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}
@@ -197,23 +250,70 @@ func Run(ctx context.Context, cfg Config) error {
 	condCtx, stopCond := context.WithCancel(context.WithoutCancel(ctx))
 	condDone := make(chan error, 1)
 	go func() { condDone <- cond.Run(condCtx) }()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { serveErr <- s.Serve(listeners[i]) }()
+	}
+	// bootDone stays nil (never ready) without a boot service; with one it
+	// delivers Run's result once, and waitBoot collects it at shutdown.
+	var bootDone chan error
+	waitBoot := func() {}
+	if bootSvc != nil {
+		bootDone = make(chan error, 1)
+		go func() { bootDone <- bootSvc.Run(condCtx) }()
+		waitBoot = func() { <-bootDone }
+	}
 
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
+		for _, s := range servers {
+			s.Close()
+		}
 		stopCond()
 		<-condDone
+		waitBoot()
 		return fmt.Errorf("http server: %w", err)
+	case err := <-bootDone:
+		for _, s := range servers {
+			s.Close()
+		}
+		stopCond()
+		<-condDone
+		return fmt.Errorf("boot service stopped: %w", err)
 	}
 	log.Info("shutting down: draining requests and workers")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for _, s := range servers[1:] {
+		_ = s.Shutdown(shutCtx)
+	}
 	err = hs.Shutdown(shutCtx)
 	stopCond()
 	<-condDone
+	waitBoot()
 	return err
+}
+
+// selfURL is how this process reaches its own listener.
+func selfURL(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
+}
+
+// recorder returns a function that writes a line of eventType into a
+// node's history; a failure to record is logged, never fatal.
+func recorder(st store.History, log *slog.Logger, host, eventType string) func(ctx context.Context, nodeUUID, severity, msg string) {
+	return func(ctx context.Context, nodeUUID, severity, msg string) {
+		e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
+			EventType: eventType, Event: msg, Conductor: host}
+		if err := st.AppendEvent(ctx, e); err != nil {
+			log.Warn("recording a history event failed", "node", nodeUUID, "type", eventType, "err", err)
+		}
+	}
 }
 
 // redactURL hides the password of a database URL for logs and errors.

@@ -30,10 +30,19 @@ type simulatedHardware struct {
 	ctx    context.Context
 }
 
-func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger, url func() string) *simulatedHardware {
-	return &simulatedHardware{st: st, log: log, url: url, interval: 200 * time.Millisecond, stepRuns: 5,
+func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger, url func() string, stepTime time.Duration) *simulatedHardware {
+	const interval = 200 * time.Millisecond
+	if stepTime <= 0 {
+		stepTime = time.Second
+	}
+	return &simulatedHardware{st: st, log: log, url: url, interval: interval, stepRuns: max(1, int(stepTime/interval)),
 		agents: map[string]context.CancelFunc{}, ctx: ctx}
 }
+
+// simulatedDisks are what the simulated erase steps report, per device, as
+// the real agent does.
+const simulatedDisks = "/dev/sda erased by overwrite, verified (simulated, 64.0 GiB); " +
+	"/dev/nvme0n1 erased by nvme_format_crypto_erase, verified (simulated, 960.2 GB)"
 
 // SetPower boots or stops the node's simulated agent.
 func (s *simulatedHardware) SetPower(ctx context.Context, n *store.Node, target string) error {
@@ -70,9 +79,11 @@ func (s *simulatedHardware) boot(ctx context.Context, n *store.Node) {
 	}
 	s.stop(n.UUID) // a reboot replaces the running agent
 	a := simagent.New(s.url(), macs...)
-	for _, st := range append(append([]string{}, "deploy.erase_devices_metadata", "deploy.erase_devices"), "deploy.write_image") {
-		a.Outcomes[st] = simagent.Outcome{Runs: s.stepRuns}
-	}
+	a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Runs: s.stepRuns,
+		Summary: "/dev/sda: signatures removed: gpt (simulated); /dev/nvme0n1: signatures removed: gpt (simulated)"}
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Runs: s.stepRuns, Bytes: 64 << 30, Device: "/dev/sda", Summary: simulatedDisks}
+	a.Outcomes["deploy.write_image"] = simagent.Outcome{Runs: s.stepRuns, Bytes: 2 << 30, Device: "/dev/sda",
+		Summary: "image written to /dev/sda (simulated)"}
 	actx, cancel := context.WithCancel(s.ctx)
 	s.mu.Lock()
 	s.agents[n.UUID] = cancel

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // ErrProtected is matched (errors.Is) by every refusal of the Guard.
@@ -298,4 +300,25 @@ func (g *Guard) OpenForWrite(path string, flag int) (*os.File, error) {
 		return nil, &ProtectedError{Path: path, Resolved: r, Reason: "device changed between check and open"}
 	}
 	return f, nil
+}
+
+// ScopeInventory narrows an inventory to the machine the agent may act on.
+// In the ramdisk that is the whole machine. Outside it, with an allow-list
+// (tests, development), the node is the listed devices: other disks belong
+// to the host and are left out, and so is the host's PCI bus (an empty
+// list, not nil: the agent looked), so the controller's disk check compares
+// what the node is, not what the host running the agent has.
+func (g *Guard) ScopeInventory(inv protocol.Inventory) protocol.Inventory {
+	if g == nil || g.env.InRamdisk || g.allow == nil {
+		return inv
+	}
+	disks := inv.Disks[:0:0]
+	for _, d := range inv.Disks {
+		if g.Allows(d.Name) {
+			disks = append(disks, d)
+		}
+	}
+	inv.Disks = disks
+	inv.PCI = []protocol.PCIDevice{}
+	return inv
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-metal/anvil/hardware/internal/testdev"
 	"github.com/anvil-metal/anvil/hardware/partition"
+	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -194,4 +195,25 @@ func TestGuardAllowsPartitionsOfListedDisks(t *testing.T) {
 	assert.Equal(t, a, partitionOf(a+"p1"))
 	assert.Empty(t, partitionOf(a))
 	assert.Empty(t, partitionOf("/tmp/x"))
+}
+
+func TestGuardScopesTheInventoryOutsideTheRamdisk(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "disk-a.img")
+	require.NoError(t, os.WriteFile(mine, []byte("x"), 0o600))
+	inv := protocol.Inventory{
+		Disks: []protocol.Disk{{Name: mine, Size: 1}, {Name: "/dev/sda", Size: 1 << 40}},
+		PCI:   []protocol.PCIDevice{{Address: "0000:00:17.0", Class: "010601"}},
+	}
+	outside := Environment{Evidence: "test: not a ramdisk"}
+
+	scoped := NewGuard(outside, []string{mine}).ScopeInventory(inv)
+	require.Len(t, scoped.Disks, 1, "the host's disks are not the node's")
+	assert.Equal(t, mine, scoped.Disks[0].Name)
+	assert.NotNil(t, scoped.PCI)
+	assert.Empty(t, scoped.PCI, "nor is the host's PCI bus")
+	assert.Len(t, inv.Disks, 2, "the caller's inventory is not changed")
+
+	assert.Equal(t, inv, NewGuard(Environment{InRamdisk: true, Evidence: "test"}, []string{mine}).ScopeInventory(inv), "the ramdisk reports the whole machine")
+	assert.Equal(t, inv, NewGuard(outside, nil).ScopeInventory(inv), "no allow-list: nothing to scope to")
 }

@@ -1,6 +1,7 @@
 package hardware
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -81,6 +82,12 @@ func Inventory(ctx context.Context, root string) (protocol.Inventory, error) {
 		}
 		inv.Disks = append(inv.Disks, d.ToProtocol())
 	}
+	pci, err := PCIDevices(root, kernelAliases(root))
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	inv.PCI = pci
+	inv.FirmwareMissing = FirmwareMissing(bytes.NewReader(kernelLog(root)))
 	inv.SystemVendor = protocol.SystemVendor{
 		Manufacturer: readString(filepath.Join(root, "sys", "class", "dmi", "id", "sys_vendor")),
 		ProductName:  readString(filepath.Join(root, "sys", "class", "dmi", "id", "product_name")),

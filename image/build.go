@@ -11,10 +11,10 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,8 +37,13 @@ type Config struct {
 	CacheDir string
 	// KernelPackage is the Debian kernel metapackage.
 	KernelPackage string
-	// Modules are loaded at boot (with their dependencies).
-	Modules []string
+	// Modules selects the kernel modules in the image (with their
+	// dependencies): classes plus or minus single modules.
+	Modules ModuleSelection
+	// FirmwareDir is a linux-firmware style tree; the firmware files that
+	// included modules ask for are copied from it into lib/firmware.
+	// Empty: no firmware (the manifest lists what is missing).
+	FirmwareDir string
 	// Commands are the u-root commands in the busybox.
 	Commands []string
 	// Mdadm adds Debian's mdadm (+ libudev, libc) as /sbin/mdadm.
@@ -51,8 +56,13 @@ type Config struct {
 	AgentPackage string
 	// Rebuild ignores cached bases (the downloads stay cached).
 	Rebuild bool
-	// Compression of the initramfs: Gzip (default) or Zstd.
+	// Compression of the initramfs: Gzip or Zstd; empty (the default)
+	// picks zstd when the kernel can unpack it (CONFIG_RD_ZSTD), else
+	// gzip. zstd is smaller and unpacks faster at boot.
 	Compression Compression
+	// Netboot lists first-stage boot binaries copied into OutDir for the
+	// controller's boot service (NetbootFiles; nil: none).
+	Netboot []NetbootFile
 }
 
 // DefaultConfig is the standard image for a checkout at repo.
@@ -61,81 +71,46 @@ func DefaultConfig(repo string) Config {
 		RepoDir:       repo,
 		OutDir:        filepath.Join(repo, "out", "image"),
 		CacheDir:      filepath.Join(repo, "out", "image-cache"),
-		KernelPackage: "linux-image-cloud-amd64",
-		Modules:       DefaultModules(),
+		KernelPackage: DefaultKernelPackage,
+		Modules:       ModuleSelection{Classes: DefaultClasses()},
 		Commands:      DefaultCommands(),
 		Mdadm:         true,
 		CACerts:       true,
 		AgentPackage:  "./cmd/anvil-agent",
-		Compression:   Gzip,
+		Netboot:       NetbootFiles(),
 	}
 }
+
+// DefaultKernelPackage is Debian's generic kernel: it has a driver for
+// every common server NIC and storage controller. The cloud kernel
+// (CloudKernelPackage) boots faster but has none of them (no e1000e, igb,
+// ixgbe, i40e, ahci, megaraid_sas, mpt3sas): it suits VM-only fleets.
+const (
+	DefaultKernelPackage = "linux-image-amd64"
+	CloudKernelPackage   = "linux-image-cloud-amd64"
+)
+
+// InitramfsBudget is the most the compressed initramfs may weigh (#14):
+// it travels over TFTP/HTTP to every node at every boot, and unpacks into
+// RAM.
+const InitramfsBudget = 20 << 20
 
 // InitramfsName is the initramfs file name in OutDir.
 func InitramfsName(c Compression) string { return "initramfs.cpio" + c.Ext() }
 
+// FindInitramfs returns the initramfs in dir, whichever compression it has.
+func FindInitramfs(dir string) (string, error) {
+	for _, c := range []Compression{Zstd, Gzip} {
+		p := filepath.Join(dir, InitramfsName(c))
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no %s or %s in %s: build the agent ramdisk with `make image`", InitramfsName(Zstd), InitramfsName(Gzip), dir)
+}
+
 // AgentPath is where the overlay puts the agent; /bin/uinit links to it.
 const AgentPath = "bin/anvil-agent"
-
-// Manifest describes a built image.
-type Manifest struct {
-	Kernel struct {
-		Package      string `json:"package"`
-		ImagePackage string `json:"image_package"`
-		Version      string `json:"version"`
-		Release      string `json:"release"`
-		File         File   `json:"file"`
-	} `json:"kernel"`
-	Uroot struct {
-		Version  string   `json:"version"`
-		Commands []string `json:"commands"`
-	} `json:"u_root"`
-	Go    string `json:"go"`
-	Agent struct {
-		Revision string `json:"revision"`
-		Dirty    bool   `json:"dirty"`
-		Binary   File   `json:"binary"`
-	} `json:"agent"`
-	Modules struct {
-		Load    []string `json:"load"`
-		Builtin []string `json:"builtin,omitempty"`
-		Missing []string `json:"missing,omitempty"`
-		Files   int      `json:"files"`
-		Bytes   int64    `json:"bytes"`
-	} `json:"modules"`
-	Mdadm       *Extra      `json:"mdadm,omitempty"`
-	CACerts     *CACerts    `json:"ca_certificates,omitempty"`
-	Compression Compression `json:"compression"`
-	Base        Part        `json:"base"`
-	Overlay     Part        `json:"overlay"`
-	Initramfs   File        `json:"initramfs"`
-	// UncompressedBytes is base + overlay cpio size.
-	UncompressedBytes int64 `json:"uncompressed_bytes"`
-	// Timings of this build, not part of the image identity.
-	Timings map[string]string `json:"timings"`
-}
-
-// Extra is a program added from Debian packages with what it loads.
-type Extra struct {
-	Packages []Package `json:"packages"`
-	Files    []string  `json:"files"`
-	Bytes    int64     `json:"bytes"`
-}
-
-// File is an output file's name, size and SHA-256.
-type File struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
-}
-
-// Part is one of the concatenated archives.
-type Part struct {
-	File
-	Key               string `json:"cache_key,omitempty"`
-	UncompressedBytes int64  `json:"uncompressed_bytes"`
-	Cached            bool   `json:"cached"`
-}
 
 // Build builds (or reuses) the base, builds the agent overlay and
 // assembles out/: vmlinuz, initramfs.cpio.gz and manifest.json.
@@ -173,6 +148,9 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	}
 	if cfg.Compression == "" {
 		cfg.Compression = Gzip
+		if kcfg[Zstd.KernelConfig()] == "y" {
+			cfg.Compression = Zstd
+		}
 	}
 	if opt := cfg.Compression.KernelConfig(); kcfg[opt] != "y" {
 		return nil, fmt.Errorf("kernel %s cannot unpack a %s initramfs (%s=%q)", k.Release, cfg.Compression, opt, kcfg[opt])
@@ -180,6 +158,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	m.Kernel.Package, m.Kernel.ImagePackage = k.Meta.Name, k.Image.Name
 	m.Kernel.Version, m.Kernel.Release = k.Image.Version, k.Release
 	m.Timings["kernel"] = since(t)
+	t = time.Now()
 
 	mods, err := ResolveModules(k.ModulesDir(), k.Release, cfg.Modules)
 	if err != nil {
@@ -189,10 +168,21 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 		log.Warn("modules not in this kernel", "release", k.Release, "missing", mods.Missing)
 	}
 	m.Modules.Load, m.Modules.Builtin, m.Modules.Missing = mods.Load, mods.Builtin, mods.Missing
-	m.Modules.Files = len(mods.Files)
+	m.Modules.Files, m.Modules.Classes, m.Modules.List = len(mods.Files), mods.Classes, mods.Files
+	m.Modules.Aliases = bytes.Count(mods.Alias, []byte("\n"))
 	if m.Modules.Bytes, err = mods.Size(); err != nil {
 		return nil, err
 	}
+	fw, err := ModuleFirmware(k.ModulesDir(), mods.Files, cfg.FirmwareDir)
+	if err != nil {
+		return nil, fmt.Errorf("firmware: %w", err)
+	}
+	m.Firmware.Dir, m.Firmware.Files = cfg.FirmwareDir, fw
+	m.Firmware.Present, m.Firmware.Absent, m.Firmware.Lacking = FirmwareSummary(fw)
+	for _, f := range fw {
+		m.Firmware.Bytes += f.Bytes
+	}
+	m.Timings["modules"] = since(t)
 
 	var mdadm []Package
 	if cfg.Mdadm {
@@ -221,7 +211,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	t = time.Now()
 	base, err := BuildBase(ctx, log, BaseInputs{
 		RepoDir: cfg.RepoDir, CacheDir: cfg.CacheDir, Commands: cfg.Commands, UrootVersion: urootVersion,
-		Kernel: k, Modules: mods, Mdadm: mdadm, CACerts: ca, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
+		Kernel: k, Modules: mods, Firmware: fw, Mdadm: mdadm, CACerts: ca, Compression: cfg.Compression, Rebuild: cfg.Rebuild,
 	})
 	if err != nil {
 		return nil, err
@@ -263,25 +253,31 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	if m.Kernel.File, err = Assemble(filepath.Join(cfg.OutDir, "vmlinuz"), k.Vmlinuz); err != nil {
 		return nil, err
 	}
+	if len(cfg.Netboot) > 0 {
+		t = time.Now()
+		pkgs, files, err := fetchNetboot(ctx, deb, cfg.OutDir, cfg.Netboot)
+		if err != nil {
+			return nil, err
+		}
+		m.Netboot = &Netboot{Packages: pkgs, Files: files}
+		m.Timings["netboot"] = since(t)
+	}
 	m.Compression = cfg.Compression
+	// One initramfs in OutDir: a stale one of the other compression would
+	// be served or booted instead.
+	for _, c := range []Compression{Gzip, Zstd} {
+		if c != cfg.Compression {
+			if err := os.Remove(filepath.Join(cfg.OutDir, InitramfsName(c))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("image: %w", err)
+			}
+		}
+	}
 	m.UncompressedBytes = m.Base.UncompressedBytes + m.Overlay.UncompressedBytes
 	m.Timings["total"] = since(started)
 	if err := m.Write(filepath.Join(cfg.OutDir, "manifest.json")); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// Write writes the manifest as indented JSON.
-func (m *Manifest) Write(file string) error {
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	return writeAtomic(file, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
 }
 
 // BuildOverlay writes the archive holding just the agent binary at
@@ -292,6 +288,7 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	if err := ov.AddFile(AgentPath, agentBin, 0o755); err != nil {
 		return Part{}, err
 	}
+	AddKmodLinks(ov, "/"+AgentPath)
 	raw, err := ov.WriteCompressedFile(file, c)
 	if err != nil {
 		return Part{}, err
@@ -302,6 +299,20 @@ func BuildOverlay(agentBin, file string, c Compression) (Part, error) {
 	}
 	f.Path = filepath.Base(file)
 	return Part{File: f, UncompressedBytes: raw}, nil
+}
+
+// KernelAliasFile (in lib/modules/<release>/) is the kernel's complete
+// modules.alias; modules.alias next to it covers only the image's modules.
+const KernelAliasFile = "modules.alias.kernel"
+
+// AddKmodLinks links the names under which the agent binary loads kernel
+// modules to target (the agent): /sbin/modprobe, which the kernel runs to
+// load a module on demand (RAID personalities, 8021q, crypto), and
+// /bin/coldplug (load drivers for the hardware found; for the shell and
+// test scripts that replace the agent).
+func AddKmodLinks(a *Archive, target string) {
+	a.AddSymlink("sbin/modprobe", target)
+	a.AddSymlink("bin/coldplug", target)
 }
 
 // Assemble concatenates parts into file (the kernel unpacks concatenated
@@ -326,8 +337,9 @@ type BaseInputs struct {
 	UrootVersion string
 	Kernel       Kernel
 	Modules      ModuleSet
-	Mdadm        []Package // mdadm and its lib packages; nil leaves it out
-	CACerts      *Package  // unpacked ca-certificates; nil leaves the bundle out
+	Firmware     []Firmware // the present ones go to lib/firmware
+	Mdadm        []Package  // mdadm and its lib packages; nil leaves it out
+	CACerts      *Package   // unpacked ca-certificates; nil leaves the bundle out
 	Compression  Compression
 	Rebuild      bool // ignore cached u-root and base archives
 }
@@ -356,7 +368,14 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 	if in.CACerts != nil {
 		caKey = in.CACerts.Name + "=" + in.CACerts.Version
 	}
-	baseKey := cacheKey("base-v2", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, strings.Join(mods.Load, ","), mdKey, caKey)
+	fwKey := ""
+	for _, f := range in.Firmware {
+		if f.Present {
+			fwKey += fmt.Sprintf("%s=%d,", f.File, f.Bytes)
+		}
+	}
+	modKey := sha256Hex(append(append(append(append([]byte(nil), mods.Dep...), mods.Alias...), mods.Softdep...), mods.LoadConf()...))
+	baseKey := cacheKey("base-v4", string(in.Compression), urootKey, k.Image.Name, k.Image.Version, modKey, fwKey, mdKey, caKey)
 	res.Key = baseKey
 	res.Path = "base-" + baseKey + ".cpio" + in.Compression.Ext()
 	baseFile := filepath.Join(in.CacheDir, res.Path)
@@ -448,6 +467,26 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 		}
 	}
 	a.AddBytes(modRoot+"/modules.dep", mods.Dep, 0o644)
+	a.AddBytes(modRoot+"/modules.alias", mods.Alias, 0o644)
+	a.AddBytes(modRoot+"/modules.softdep", mods.Softdep, 0o644)
+	// The kernel's complete alias list, modules not in the image included:
+	// with it the agent can name the module a driverless device would
+	// need ("add it with -modules +name"), which the image's own
+	// modules.alias cannot. ~1.3 MB, ~100 KB compressed.
+	if all := filepath.Join(k.ModulesDir(), "modules.alias"); fileExists(all) {
+		if err := a.AddFile(modRoot+"/"+KernelAliasFile, all, 0o644); err != nil {
+			return res, err
+		}
+	}
+	fwSeen := map[string]bool{}
+	for _, f := range in.Firmware {
+		if f.Present && !fwSeen[f.File] {
+			fwSeen[f.File] = true
+			if err := a.AddFile("lib/firmware/"+f.File, f.source, 0o644); err != nil {
+				return res, err
+			}
+		}
+	}
 	for _, f := range []string{"modules.builtin", "modules.builtin.modinfo"} {
 		if err := a.AddFile(modRoot+"/"+f, filepath.Join(k.ModulesDir(), f), 0o644); err != nil {
 			return res, err
@@ -528,6 +567,11 @@ func hashFile(file string) (File, error) {
 func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

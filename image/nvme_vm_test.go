@@ -101,8 +101,11 @@ func runVMErase(t *testing.T, mode, mac string, serials []string) (erase.Result,
 	if err := BuildAgent(context.Background(), cfg.RepoDir, "./image/internal/vmerase", bin); err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bbin/gosh\n/bin/vmerase " + mode + "\nshutdown halt\n"
+	// The script stands in for the agent, so it loads the drivers itself
+	// (coldplug is the agent binary under another name).
+	script := "#!/bbin/gosh\n/bin/coldplug\n/bin/vmerase " + mode + "\nshutdown halt\n"
 	ov := NewArchive()
+	addKmodTools(t, ov, cfg)
 	ov.AddBytes(AgentPath, []byte(script), 0o755)
 	if err := ov.AddFile("bin/vmerase", bin, 0o755); err != nil {
 		t.Fatal(err)

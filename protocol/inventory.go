@@ -1,17 +1,103 @@
 package protocol
 
+import "fmt"
+
 // Inventory is the hardware the agent found, in key names close to IPA's so
 // that GET /v1/nodes/{id}/inventory reads like Ironic's.
 type Inventory struct {
-	CPU          CPU            `json:"cpu"`
-	Memory       Memory         `json:"memory"`
-	Disks        []Disk         `json:"disks"`
-	Interfaces   []NIC          `json:"interfaces"`
-	RAIDArrays   []RAIDArray    `json:"raid_arrays,omitempty"`
-	SystemVendor SystemVendor   `json:"system_vendor"`
-	Boot         BootInfo       `json:"boot"`
-	Hostname     string         `json:"hostname,omitempty"`
-	Extra        map[string]any `json:"extra,omitempty"`
+	CPU          CPU          `json:"cpu"`
+	Memory       Memory       `json:"memory"`
+	Disks        []Disk       `json:"disks"`
+	Interfaces   []NIC        `json:"interfaces"`
+	RAIDArrays   []RAIDArray  `json:"raid_arrays,omitempty"`
+	SystemVendor SystemVendor `json:"system_vendor"`
+	Boot         BootInfo     `json:"boot"`
+	Hostname     string       `json:"hostname,omitempty"`
+	// PCI lists every PCI function the ramdisk found, with the driver
+	// bound to it or none: a storage controller without a driver hides
+	// its disks from cleaning. nil (absent) means an agent that does not
+	// report PCI devices; this agent always sends a list.
+	PCI []PCIDevice `json:"pci"`
+	// FirmwareMissing names the firmware files the kernel asked for and
+	// could not load (from the kernel log).
+	FirmwareMissing []string       `json:"firmware_missing,omitempty"`
+	Extra           map[string]any `json:"extra,omitempty"`
+}
+
+// PCIDevice is one PCI function as the ramdisk's kernel sees it.
+type PCIDevice struct {
+	Address string `json:"address"` // 0000:00:1f.2
+	Vendor  string `json:"vendor"`  // 8086 (hex, no 0x)
+	Device  string `json:"device"`  // 2922
+	Class   string `json:"class"`   // 010601: base class 01 (mass storage), subclass 06 (SATA), prog-if 01 (AHCI)
+	// Driver is the bound driver's name; empty when none is bound.
+	Driver string `json:"driver"`
+	// Modules the ramdisk's kernel has for this device (its modalias
+	// matched against modules.alias), reported for unbound devices: a
+	// module named here that is not bound failed to load or was kept from
+	// loading; none named means the image lacks a driver.
+	Modules []string `json:"modules,omitempty"`
+}
+
+// PCI base classes the controller watches.
+const (
+	PCIClassStorage = "01"
+	PCIClassNetwork = "02"
+)
+
+// BaseClass is the first byte of Class ("01" for mass storage).
+func (p PCIDevice) BaseClass() string {
+	if len(p.Class) < 2 {
+		return ""
+	}
+	return p.Class[:2]
+}
+
+// VendorDevice is "vendor:device", as lspci -n prints it.
+func (p PCIDevice) VendorDevice() string { return p.Vendor + ":" + p.Device }
+
+// KindName says in words what a device of this class is.
+func (p PCIDevice) KindName() string {
+	if len(p.Class) >= 4 {
+		switch p.Class[:4] {
+		case "0100":
+			return "SCSI controller"
+		case "0101":
+			return "IDE controller"
+		case "0104":
+			return "RAID controller"
+		case "0106":
+			return "SATA controller"
+		case "0107":
+			return "SAS controller"
+		case "0108":
+			return "NVMe controller"
+		}
+	}
+	switch p.BaseClass() {
+	case PCIClassStorage:
+		return "storage controller"
+	case PCIClassNetwork:
+		return "network controller"
+	}
+	return "PCI device"
+}
+
+// Describe names the device for people: "SATA controller 0000:00:1f.2
+// (8086:2922)".
+func (p PCIDevice) Describe() string {
+	return fmt.Sprintf("%s %s (%s)", p.KindName(), p.Address, p.VendorDevice())
+}
+
+// Unbound lists the devices of a base class without a driver.
+func Unbound(devs []PCIDevice, baseClass string) []PCIDevice {
+	var out []PCIDevice
+	for _, d := range devs {
+		if d.BaseClass() == baseClass && d.Driver == "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // CPU summarises the processors.
@@ -87,4 +173,26 @@ type SystemVendor struct {
 type BootInfo struct {
 	CurrentBootMode string `json:"current_boot_mode"` // bios | uefi
 	PXEInterface    string `json:"pxe_interface,omitempty"`
+}
+
+// DriverWarnings says, one line each, which NICs and storage controllers
+// of an inventory have no driver and which firmware files were missing:
+// why a disk is absent from cleaning or a port never came up.
+func DriverWarnings(inv Inventory) []string {
+	var out []string
+	for _, class := range []string{PCIClassStorage, PCIClassNetwork} {
+		for _, d := range Unbound(inv.PCI, class) {
+			w := d.Describe() + " has no driver"
+			if len(d.Modules) > 0 {
+				w += fmt.Sprintf(" (the ramdisk's kernel has %v for it, which did not bind)", d.Modules)
+			} else {
+				w += " (the ramdisk has no module for it)"
+			}
+			out = append(out, w)
+		}
+	}
+	for _, f := range inv.FirmwareMissing {
+		out = append(out, "firmware "+f+" was not found by the kernel")
+	}
+	return out
 }

@@ -20,7 +20,7 @@ import (
 func ipaConfig(o options) (ipa.Config, error) {
 	a := o.ipaArgs
 	cfg := ipa.Config{API: a.APIURL, AdvertiseHost: a.AdvertiseHost, Insecure: a.Insecure,
-		GlobalRequestID: a.GlobalRequestID, BootIF: a.BootIF, NodeUUID: o.node}
+		GlobalRequestID: a.GlobalRequestID, BootIF: o.bootIF, NodeUUID: o.node}
 	if a.AdvertisePort != "" {
 		p, err := strconv.Atoi(a.AdvertisePort)
 		if err != nil || p < 1 || p > 65535 {

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,12 +28,21 @@ import (
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
+	"github.com/anvil-metal/anvil/hardware/kmod"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The image links /sbin/modprobe and /bin/coldplug to this binary.
+	switch filepath.Base(os.Args[0]) {
+	case "modprobe":
+		os.Exit(modprobe(os.Args[1:], os.Stderr))
+	case "coldplug":
+		coldplug(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)), false)
+		return
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
@@ -64,6 +74,12 @@ type options struct {
 	// no --api): speak ironic-python-agent's protocol (agent/ipa).
 	ipa     bool
 	ipaArgs agent.IPAArgs
+	// From the kernel command line only: a static address, a VLAN, the
+	// boot interface, and parameters that did not parse.
+	static      *agent.StaticIP
+	vlan        *agent.VLAN
+	bootIF      string
+	netProblems []string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -114,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
+	o.static, o.vlan, o.bootIF, o.netProblems = boot.Static, boot.VLAN, boot.BootIF, boot.Problems
 	return o, nil
 }
 
@@ -172,6 +189,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if o.logFile == "" && powers {
 		o.logFile = "/var/log/anvil-agent.log"
 	}
+	if powers {
+		stderr = withConsoles(ctx, stderr)
+	}
 	log, closeLog := newLogger(o, env, stderr)
 	defer closeLog()
 	log.Info("anvil-agent", "version", agent.Version, "in_ramdisk", env.InRamdisk, "ramdisk_powers", powers,
@@ -179,6 +199,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if env.InRamdisk && !powers {
 		log.Warn("ramdisk detected but not trusted: destructive steps only on the device allow-list, no power actions, no network configuration, no RAID assembly",
 			"reason", why)
+	}
+
+	if powers {
+		// Before the network: the NIC drivers are among what it loads.
+		coldplug(ctx, log, true)
 	}
 
 	guard := deviceGuard(o, env, powers, why)
@@ -216,10 +241,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		Controller: client,
 		Hardware:   hardwareFor(root, guard, log),
 		Network:    network(o, powers, log),
-		Inventory:  func(ctx context.Context) (protocol.Inventory, error) { return hardware.Inventory(ctx, root) },
-		Logs:       agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
-		Log:        log,
-		Version:    agent.Version,
+		Inventory: func(ctx context.Context) (protocol.Inventory, error) {
+			inv, err := hardware.Inventory(ctx, root)
+			return guard.ScopeInventory(inv), err
+		},
+		Logs:    agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
+		Log:     log,
+		Version: agent.Version,
 	}
 	if powers {
 		a.Power = agent.SystemPower{}
@@ -235,6 +263,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	a.BootID = agent.NewBootID()
 	runForever(ctx, a.Run, log)
 	log.Info("shutting down")
+	return 0
+}
+
+// coldplug loads the kernel modules the machine's devices ask for (by
+// modalias), then (watch) keeps watching for devices that appear late. Nothing
+// here stops the boot: without a module tree or with unknown hardware the
+// agent carries on with what the kernel already drives.
+func coldplug(ctx context.Context, log *slog.Logger, watch bool) {
+	c, err := kmod.ForRunningKernel(log)
+	if err != nil {
+		log.Warn("coldplug: no module loading by modalias", "err", err)
+		return
+	}
+	res := c.Run(ctx)
+	log.Info("coldplug done", "took", res.Took.Round(time.Millisecond).String(), "rounds", res.Rounds,
+		"devices", res.Devices, "loaded", res.Loaded, "failed", res.Failed, "unmatched", len(res.Unmatched))
+	if len(res.Unmatched) > 0 {
+		log.Debug("coldplug: devices no included module claims", "modaliases", res.Unmatched)
+	}
+	if watch {
+		go c.Watch(ctx, 5*time.Second)
+	}
+}
+
+// modprobe is the kernel's module loader in the ramdisk (see kmod.Modprobe):
+// exit status 1 on failure, quiet with -q like kmod's.
+func modprobe(args []string, stderr io.Writer) int {
+	if err := kmod.Modprobe(args); err != nil {
+		if !slices.Contains(args, "-q") {
+			fmt.Fprintln(stderr, "modprobe:", err)
+		}
+		return 1
+	}
 	return 0
 }
 
@@ -291,15 +352,61 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
 }
 
+// withConsoles adds the other consoles to w (which reaches only
+// /dev/console): the agent's log goes to the other kernel consoles (VGA),
+// and the kernel log plus the agent's to serial ports that exist but carry
+// no kernel console (ttyS1 when the kernel prints on ttyS0), so a BMC's
+// serial-over-LAN shows the boot on either port. Every extra console is
+// written asynchronously: a stalled port never blocks the agent.
+func withConsoles(ctx context.Context, w io.Writer) io.Writer {
+	raw, err := os.ReadFile("/proc/consoles")
+	if err != nil {
+		return w
+	}
+	c := agent.FindConsoles(string(raw), "/")
+	ws := []io.Writer{w}
+	open := func(name string) *os.File {
+		f, err := os.OpenFile("/dev/"+name, os.O_WRONLY|syscall.O_NOCTTY, 0)
+		if err != nil {
+			fmt.Fprintln(w, "anvil-agent: console", name, err)
+			return nil
+		}
+		return f // open for the life of the process
+	}
+	for _, name := range c.Log {
+		if f := open(name); f != nil {
+			ws = append(ws, agent.NewAsyncWriter(f, 1024))
+		}
+	}
+	for _, name := range c.Mirror {
+		f := open(name)
+		if f == nil {
+			continue
+		}
+		ws = append(ws, agent.NewAsyncWriter(f, 1024))
+		go func() { // may block on the port: its own goroutine, nothing waits for it
+			if err := agent.CopyKmsg(ctx, "/dev/kmsg", f); err != nil {
+				fmt.Fprintln(w, "anvil-agent: kernel log to", name, err)
+			}
+		}()
+	}
+	return io.MultiWriter(ws...)
+}
+
 // network finds the MACs to look up with; DHCP only with ramdisk powers, so
 // a workstation's network is never reconfigured.
 func network(o options, powers bool, log *slog.Logger) agent.Network {
 	if len(o.macs) > 0 {
 		return agent.StaticMACs(o.macs)
 	}
-	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log}
+	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log,
+		Static: o.static, VLAN: o.vlan, BootIF: o.bootIF}
 	if powers {
 		n.DHCP = &agent.DHCPv4Client{Log: log}
+		n.Setup = agent.NetlinkSetup{}
+	}
+	for _, p := range o.netProblems {
+		log.Warn("kernel command line parameter ignored", "problem", p)
 	}
 	return n
 }

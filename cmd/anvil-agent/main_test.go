@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/agent"
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
@@ -357,6 +359,9 @@ func TestParseFlags(t *testing.T) {
 		{"bare anvil.devices: deny all", "anvil.api=http://a:1 anvil.devices\n", nil, options{api: "http://a:1", devicesSet: true}},
 		{"a later empty anvil.devices= wins", "anvil.devices=/dev/loop3 anvil.devices=", nil, options{devicesSet: true}},
 		{"another parameter's value is not the key", "anvil.api=http://a:1 x=anvil.devices\n", nil, options{api: "http://a:1"}},
+		{"static address, VLAN and BOOTIF for the network setup", "anvil.api=http://a:1 anvil.ip=10.0.0.5/24,10.0.0.1 anvil.vlan=42 BOOTIF=01-52-54-00-aa-bb-cc anvil.vlan=x", nil,
+			options{api: "http://a:1", static: &agent.StaticIP{Address: netip.MustParsePrefix("10.0.0.5/24"), Gateway: netip.MustParseAddr("10.0.0.1")},
+				vlan: &agent.VLAN{ID: 42}, bootIF: "52:54:00:aa:bb:cc", netProblems: []string{"anvil.vlan=x: VLAN ID must be 1-4094"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

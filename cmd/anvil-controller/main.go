@@ -23,6 +23,9 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller"
+	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/boot"
+	"github.com/anvil-metal/anvil/controller/conductor"
 )
 
 func main() {
@@ -39,33 +42,55 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
 	hostname, _ := os.Hostname()
 	var (
-		listen     = fs.String("listen", "127.0.0.1:6385", "address to listen on")
-		database   = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH, sqlite://:memory: (throwaway) or postgres://USER:PASSWORD@HOST/DB (several controllers sharing a fleet)")
-		auth       = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
-		htpasswd   = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
-		insecure   = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
-		publicURL  = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
-		host       = fs.String("host", hostname, "name written into node reservations")
-		bootDir    = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.gz (make image: out/image) served to PXE-booting nodes")
-		workers    = fs.Int("workers", 16, "concurrent node operations")
-		autoClean  = fs.Bool("automated-clean", true, "run automated cleaning on provide and undeploy")
-		cleanWait  = fs.Duration("clean-wait-timeout", 1800e9, "fail nodes waiting in clean wait longer than this (0 disables)")
-		deplWait   = fs.Duration("deploy-wait-timeout", 1800e9, "fail nodes waiting in wait call-back longer than this (0 disables)")
-		hbEvery    = fs.Duration("heartbeat-interval", 10e9, "how often idle agents heartbeat")
-		agentBoot  = fs.Duration("agent-boot-timeout", 15*60e9, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
-		agentQuiet = fs.Duration("agent-silence-timeout", 5*60e9, "fail a node whose booted agent sends no heartbeat for this long")
-		simulate   = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
-		checkEvery = fs.Duration("timeout-check-interval", 10e9, "how often waiting nodes are checked against their timers")
-		stepLimit  = fs.Duration("step-timeout", 12*3600e9, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
-		prio       = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
-		syncEvery  = fs.Duration("power-sync-interval", 60e9, "check every managed node's power state once per interval, spread over it (0 disables)")
-		syncForce  = fs.Bool("power-sync-enforce", true, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
-		bmcGap     = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
-		leaseTTL   = fs.Duration("lease-ttl", 20e9, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
-		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat  = fs.String("log-format", "text", "text or json")
-		config     = fs.String("config", "", "config file of 'flag-name: value' lines")
+		listen    = fs.String("listen", "127.0.0.1:6385", "address to listen on")
+		database  = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH, sqlite://:memory: (throwaway) or postgres://USER:PASSWORD@HOST/DB (several controllers sharing a fleet)")
+		auth      = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
+		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
+		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
+		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
+		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes")
+		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
+		simStep   = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
+		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
+		bmcGap    = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat = fs.String("log-format", "text", "text or json")
+		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
 	)
+	// The conductor's settings, their defaults from the conductor's one place.
+	cc := conductor.DefaultConfig()
+	cc.Host = hostname
+	fs.StringVar(&cc.Host, "host", cc.Host, "name written into node reservations")
+	fs.IntVar(&cc.Workers, "workers", cc.Workers, "concurrent node operations")
+	fs.BoolVar(&cc.AutomatedClean, "automated-clean", cc.AutomatedClean, "run automated cleaning on provide and undeploy")
+	fs.DurationVar(&cc.CleanWaitTimeout, "clean-wait-timeout", cc.CleanWaitTimeout, "fail nodes waiting in clean wait longer than this (0 disables)")
+	fs.DurationVar(&cc.DeployWaitTimeout, "deploy-wait-timeout", cc.DeployWaitTimeout, "fail nodes waiting in wait call-back longer than this (0 disables)")
+	fs.DurationVar(&cc.Agent.HeartbeatInterval, "heartbeat-interval", cc.Agent.HeartbeatInterval, "how often idle agents heartbeat")
+	fs.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", cc.Agent.BootTimeout, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
+	fs.DurationVar(&cc.Agent.SilenceTimeout, "agent-silence-timeout", cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")
+	fs.DurationVar(&cc.CheckInterval, "timeout-check-interval", cc.CheckInterval, "how often waiting nodes are checked against their timers")
+	fs.DurationVar(&cc.Agent.StepTimeout, "step-timeout", cc.Agent.StepTimeout, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
+	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
+	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
+	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
+	// The network-boot service (DHCP, TFTP): off unless set.
+	var bc boot.Config
+	fs.StringVar(&bc.DHCP, "boot-dhcp", "off", "network boot DHCP: off, proxy (boot information beside the site's DHCP server) or full (addresses from --boot-dhcp-range too); answers only enrolled ports of nodes being booted")
+	fs.StringVar(&bc.Interface, "boot-interface", "", "provisioning network interface the boot service's DHCP (and by default TFTP) listens on")
+	fs.StringVar(&bc.Range, "boot-dhcp-range", "", "addresses full-mode DHCP hands out: FIRST-LAST, inside --boot-interface's network")
+	fs.StringVar(&bc.TFTPListen, "boot-tftp-listen", "", "TFTP address ADDR:PORT serving --boot-dir (default: port 69 on --boot-interface's address when --boot-dhcp is on)")
+	pl := api.DefaultPublicLimit()
+	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
+	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
+	// HTTP limits, their defaults from the API's one place.
+	hl := api.DefaultHTTPLimits()
+	fs.DurationVar(&hl.ReadHeaderTimeout, "http-read-header-timeout", hl.ReadHeaderTimeout, "cut off a client whose request headers take longer than this (0: no limit)")
+	fs.DurationVar(&hl.ReadTimeout, "http-read-timeout", hl.ReadTimeout, "cut off a client whose whole request, body included, takes longer than this (0: no limit)")
+	fs.DurationVar(&hl.WriteTimeout, "http-write-timeout", hl.WriteTimeout, "limit from the end of a request's headers to the end of its response; boot files get 10m (0: no limit)")
+	fs.DurationVar(&hl.IdleTimeout, "http-idle-timeout", hl.IdleTimeout, "close keep-alive connections idle this long (0: the read timeout)")
+	fs.IntVar(&hl.MaxUnauthConnsPerSource, "max-unauth-conns-per-source", hl.MaxUnauthConnsPerSource, "connections one source IP may hold open before authenticating; more are answered 503 (0: no cap)")
+	metricsAt := fs.String("metrics-listen", "", "serve /metrics without auth on this address of its own instead of on the API behind its auth")
+	metricsPub := fs.Bool("metrics-public", false, "serve /metrics on the API without auth")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,6 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	cc.PriorityOverrides = overrides
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -90,10 +116,9 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
-		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, Host: *host, Workers: *workers, AutomatedClean: *autoClean,
-		CleanWaitTimeout: *cleanWait, DeployWaitTimeout: *deplWait, HeartbeatInterval: *hbEvery,
-		AgentBootTimeout: *agentBoot, AgentSilenceTimeout: *agentQuiet, StepTimeout: *stepLimit, TimeoutCheckInterval: *checkEvery, BMCMinInterval: *bmcGap, PriorityOverrides: overrides, SimulateAgents: *simulate,
-		PowerSyncInterval: *syncEvery, PowerSyncEnforce: *syncForce, LeaseTTL: *leaseTTL, Logger: log})
+		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
+		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log,
+		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -152,8 +152,11 @@ func walk(ctx context.Context, c *client.Client, out io.Writer, dn demoNode) err
 			return err
 		}
 		for _, e := range events[seen:] {
-			if rest, ok := strings.CutSuffix(e.Event, " finished"); ok && strings.Contains(rest, " step ") {
-				ph.steps = append(ph.steps, rest[strings.LastIndex(rest, " ")+1:])
+			// "clean step deploy.erase_devices finished[: what the agent did]"
+			if kind, rest, ok := strings.Cut(e.Event, " step "); ok && (kind == "clean" || kind == "deploy") {
+				if step, after, ok := strings.Cut(rest, " finished"); ok && (after == "" || strings.HasPrefix(after, ":")) {
+					ph.steps = append(ph.steps, step)
+				}
 			}
 		}
 		seen = len(events)

@@ -75,7 +75,11 @@ func runVM(ctx context.Context, out io.Writer, controllerBin, imageDir, dir stri
 	if err := ensureQEMU(out); err != nil {
 		return err
 	}
-	kernel, initrd := filepath.Join(imageDir, "vmlinuz"), filepath.Join(imageDir, "initramfs.cpio.gz")
+	kernel := filepath.Join(imageDir, "vmlinuz")
+	initrd, err := image.FindInitramfs(imageDir)
+	if err != nil {
+		return err
+	}
 	for _, f := range []string{kernel, initrd} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%s is missing: build the agent ramdisk with `make image`", f)

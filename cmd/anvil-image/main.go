@@ -1,7 +1,8 @@
 // Command anvil-image builds the agent ramdisk: out/image/vmlinuz,
 // out/image/initramfs.cpio.gz and out/image/manifest.json (see image/).
 //
-//	anvil-image [-repo .] [-out out/image] [-cache out/image-cache] [-rebuild] [-no-mdadm] [-compress gzip|zstd]
+//	anvil-image [-repo .] [-out out/image] [-cache out/image-cache] [-kernel-package linux-image-amd64]
+//	            [-classes -usb,...] [-modules +name,-name,...] [-firmware DIR] [-rebuild] [-no-mdadm] [-compress gzip|zstd]
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -34,11 +36,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("repo", ".", "anvil checkout (Go module with cmd/anvil-agent)")
 	out := fs.String("out", "", "output directory (default <repo>/out/image)")
 	cache := fs.String("cache", "", "download and base cache (default <repo>/out/image-cache)")
-	kernel := fs.String("kernel-package", "linux-image-cloud-amd64", "Debian kernel metapackage")
-	modules := fs.String("modules", strings.Join(image.DefaultModules(), ","), "kernel modules to load at boot (with dependencies)")
+	kernel := fs.String("kernel-package", image.DefaultKernelPackage, "Debian kernel metapackage ("+image.CloudKernelPackage+": smaller and faster to boot, but no driver for real servers' NICs and disk controllers)")
+	classes := fs.String("classes", "", "module classes: a list replaces the default ("+strings.Join(image.ClassNames(image.DefaultClasses()), ",")+"); -name entries remove one from it")
+	modules := fs.String("modules", "", "single modules: +name adds one (with dependencies), -name leaves one out")
+	firmware := fs.String("firmware", "", "linux-firmware style directory: firmware files the included modules ask for are copied from it")
 	noMdadm := fs.Bool("no-mdadm", false, "leave Debian's mdadm (and libc, libudev) out")
 	rebuild := fs.Bool("rebuild", false, "rebuild the u-root busybox and the base even if cached")
-	compress := fs.String("compress", "gzip", "initramfs compression: gzip or zstd (the kernel must have CONFIG_RD_ZSTD)")
+	compress := fs.String("compress", "", "initramfs compression: gzip or zstd (default: zstd if the kernel has CONFIG_RD_ZSTD, else gzip)")
 	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
 	if err := fs.Parse(args); err != nil {
@@ -63,10 +67,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.KernelPackage, cfg.Mdadm, cfg.Rebuild = *kernel, !*noMdadm, *rebuild
 	cfg.Compression = image.Compression(*compress)
-	cfg.Modules = nil
-	for _, m := range strings.Split(*modules, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			cfg.Modules = append(cfg.Modules, m)
+	if cfg.Modules, err = parseSelection(*classes, *modules); err != nil {
+		return err
+	}
+	if *firmware != "" {
+		if cfg.FirmwareDir, err = filepath.Abs(*firmware); err != nil {
+			return err
+		}
+		if st, err := os.Stat(cfg.FirmwareDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("-firmware %s: not a directory", *firmware)
 		}
 	}
 	m, err := image.Build(ctx, log, cfg)
@@ -75,13 +84,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 	fmt.Fprintf(stdout, "kernel     %s (%s %s)  %s\n", m.Kernel.File.Path, m.Kernel.ImagePackage, m.Kernel.Version, mib(m.Kernel.File.Bytes))
+	switch m.Kernel.Package {
+	case image.DefaultKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's generic kernel: drivers for real servers' NICs and storage controllers (-kernel-package %s for VM-only fleets)\n", image.CloudKernelPackage)
+	case image.CloudKernelPackage:
+		fmt.Fprintf(stdout, "           Debian's cloud kernel: virtio/NVMe VMs only, no e1000e/igb/ixgbe/ahci/megaraid_sas (default: %s)\n", image.DefaultKernelPackage)
+	}
 	fmt.Fprintf(stdout, "initramfs  %s  %s %s, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), m.Compression, mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
 	fmt.Fprintf(stdout, "  base     %s (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
 		mib(m.Base.Bytes), m.Base.Cached, m.Uroot.Version, len(m.Uroot.Commands), m.Modules.Files, mib(m.Modules.Bytes))
 	fmt.Fprintf(stdout, "  agent    %s  %s@%s dirty=%v\n", mib(m.Overlay.Bytes), "anvil-agent", short(m.Agent.Revision), m.Agent.Dirty)
+	for _, c := range m.Modules.Classes {
+		fmt.Fprintf(stdout, "    class %-9s %4d modules, %4d files with dependencies, %s\n", c.Name, c.Modules, c.Files, mib(c.Bytes))
+	}
+	atBoot := "nothing by name"
+	if len(m.Modules.Load) > 0 {
+		atBoot = strings.Join(m.Modules.Load, " ")
+	}
+	fmt.Fprintf(stdout, "    at boot  %s; drivers by modalias (%d aliases), the rest on demand (/sbin/modprobe)\n", atBoot, m.Modules.Aliases)
 	if len(m.Modules.Missing) > 0 {
 		fmt.Fprintf(stdout, "  modules not in %s: %s\n", m.Kernel.Release, strings.Join(m.Modules.Missing, " "))
 	}
+	fmt.Fprintf(stdout, "  firmware %d of %d files asked for by included modules present (%s)", m.Firmware.Present, m.Firmware.Present+m.Firmware.Absent, mib(m.Firmware.Bytes))
+	if len(m.Firmware.Lacking) > 0 {
+		fmt.Fprintf(stdout, "; modules lacking firmware (add with -firmware DIR): %s", strings.Join(m.Firmware.Lacking, " "))
+	}
+	fmt.Fprintln(stdout)
+	budget := "within"
+	if m.Initramfs.Bytes > image.InitramfsBudget {
+		budget = "OVER"
+	}
+	fmt.Fprintf(stdout, "budget     initramfs %s compressed: %s the %s budget\n", mib(m.Initramfs.Bytes), budget, mib(image.InitramfsBudget))
 	fmt.Fprintf(stdout, "manifest   %s  (build %s)\n", filepath.Join(cfg.OutDir, "manifest.json"), m.Timings["total"])
 	if *checkRepro {
 		return checkReproducible(ctx, log, cfg, m, stdout)
@@ -117,6 +150,58 @@ func checkReproducible(ctx context.Context, log *slog.Logger, cfg image.Config, 
 	}
 	fmt.Fprintf(stdout, "reproducible: a from-scratch rebuild gave the same initramfs (sha256 %s)\n", m.Initramfs.SHA256)
 	return nil
+}
+
+// parseSelection reads -classes and -modules.
+func parseSelection(classes, modules string) (image.ModuleSelection, error) {
+	var sel image.ModuleSelection
+	all := image.DefaultClasses()
+	byName := map[string]image.ModuleClass{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	var named, removed []string
+	for _, c := range splitList(classes) {
+		if n, ok := strings.CutPrefix(c, "-"); ok {
+			removed = append(removed, n)
+		} else {
+			named = append(named, strings.TrimPrefix(c, "+"))
+		}
+	}
+	for _, n := range append(append([]string(nil), named...), removed...) {
+		if _, ok := byName[n]; !ok {
+			return sel, fmt.Errorf("-classes: no class %q (have %s)", n, strings.Join(image.ClassNames(all), ", "))
+		}
+	}
+	if len(named) == 0 {
+		named = image.ClassNames(all)
+	}
+	for _, n := range named {
+		if !slices.Contains(removed, n) {
+			sel.Classes = append(sel.Classes, byName[n])
+		}
+	}
+	for _, m := range splitList(modules) {
+		switch {
+		case strings.HasPrefix(m, "-"):
+			sel.Remove = append(sel.Remove, m[1:])
+		case strings.HasPrefix(m, "+"):
+			sel.Add = append(sel.Add, m[1:])
+		default:
+			return sel, fmt.Errorf("-modules: %q: write +%s to add it or -%s to leave it out", m, m, m)
+		}
+	}
+	return sel, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func short(rev string) string {

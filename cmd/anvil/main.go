@@ -153,8 +153,74 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 		return err
 	}
 	b, _ := json.MarshalIndent(raw, "", "  ")
-	_, err := fmt.Fprintln(out, string(b))
-	return err
+	if _, err := fmt.Fprintln(out, string(b)); err != nil {
+		return err
+	}
+	if err := claimWarnings(raw, out); err != nil {
+		return err
+	}
+	var inv struct {
+		PluginData struct {
+			Warnings []string `json:"warnings"`
+		} `json:"plugin_data"`
+	}
+	// no inventory (never inspected, older API) is no error here
+	_ = c.Do(ctx, "GET", "/v1/nodes/"+node+"/inventory", nil, &inv)
+	for _, w := range append(diskCheckWarnings(raw), inv.PluginData.Warnings...) {
+		if _, err := fmt.Fprintln(out, "WARNING:", w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimWarnings repeats, after the node, the second agent claimants the
+// controller refused (possible takeover attempts): an operator must not
+// miss them in the JSON.
+func claimWarnings(node map[string]any, out io.Writer) error {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	claims, _ := dii["agent_claims"].([]any)
+	for _, c := range claims {
+		m, _ := c.(map[string]any)
+		if _, err := fmt.Fprintf(out, "WARNING: second agent claimant refused at %v: %v from %v (boot %v) while the token was held by %v (boot %v)\n",
+			m["at"], m["via"], m["address"], m["boot_id"], m["holder_address"], m["holder_boot_id"]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diskCheckWarnings reads the last disk check (driver_internal_info.disk_check)
+// and names each missing disk and each storage controller without a driver.
+func diskCheckWarnings(node map[string]any) []string {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	check, _ := dii["disk_check"].(map[string]any)
+	if check == nil || check["ok"] == true {
+		return nil
+	}
+	var out []string
+	missing, _ := check["missing"].([]any)
+	for _, m := range missing {
+		d, _ := m.(map[string]any)
+		var parts []string
+		for _, k := range []string{"serial", "wwn", "model", "size", "from"} {
+			switch v := d[k].(type) {
+			case nil, string:
+				if v != nil && v != "" {
+					parts = append(parts, k+" "+v.(string))
+				}
+			case float64:
+				parts = append(parts, fmt.Sprintf("%s %.0f bytes", k, v))
+			default:
+				parts = append(parts, fmt.Sprintf("%s %v", k, v))
+			}
+		}
+		out = append(out, fmt.Sprintf("disk check before %v: disk missing: %s", check["step"], strings.Join(parts, ", ")))
+	}
+	if check["no_disks"] == true {
+		out = append(out, fmt.Sprintf("disk check before %v: no disks found", check["step"]))
+	}
+	return out
 }
 
 func steps(ctx context.Context, c *client.Client, node string, out io.Writer) error {

@@ -69,3 +69,28 @@ func TestCLIAgainstRealAPI(t *testing.T) {
 }
 
 func newClient(url string) *client.Client { return client.New(url, nil) }
+
+func TestDiskCheckWarnings(t *testing.T) {
+	node := map[string]any{"driver_internal_info": map[string]any{"disk_check": map[string]any{
+		"step": "deploy.erase_devices", "ok": false, "no_disks": true,
+		"missing": []any{map[string]any{"serial": "QM00001", "model": "QEMU HARDDISK", "size": float64(67108864), "from": []any{"inspection"}}}}}}
+	assert.Equal(t, []string{
+		"disk check before deploy.erase_devices: disk missing: serial QM00001, model QEMU HARDDISK, size 67108864 bytes, from [inspection]",
+		"disk check before deploy.erase_devices: no disks found",
+	}, diskCheckWarnings(node))
+	ok := map[string]any{"driver_internal_info": map[string]any{"disk_check": map[string]any{"ok": true}}}
+	assert.Empty(t, diskCheckWarnings(ok))
+	assert.Empty(t, diskCheckWarnings(map[string]any{}))
+}
+
+func TestShowWarnsOfSecondClaimants(t *testing.T) {
+	var out bytes.Buffer
+	node := map[string]any{"driver_internal_info": map[string]any{"agent_claims": []any{map[string]any{
+		"at": "2026-01-01T00:00:00Z", "via": "lookup", "address": "10.0.0.66", "boot_id": "evil",
+		"holder_address": "10.0.0.5", "holder_boot_id": "b1"}}}}
+	require.NoError(t, claimWarnings(node, &out))
+	assert.Equal(t, "WARNING: second agent claimant refused at 2026-01-01T00:00:00Z: lookup from 10.0.0.66 (boot evil) while the token was held by 10.0.0.5 (boot b1)\n", out.String())
+	out.Reset()
+	require.NoError(t, claimWarnings(map[string]any{}, &out))
+	assert.Empty(t, out.String())
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -33,8 +34,10 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) error {
 	if len(macs) == 0 && nodeUUID == "" {
 		return badRequest("At least one of 'addresses' and 'node_uuid' parameters is required")
 	}
-	resp, err := s.cond.Lookup(r.Context(), macs, nodeUUID, q.v.Get(protocol.LookupBootID), q.v.Get(protocol.LookupNonce))
+	resp, err := s.cond.Lookup(r.Context(), conductor.LookupRequest{MACs: macs, NodeUUID: nodeUUID,
+		BootID: q.v.Get(protocol.LookupBootID), Nonce: q.v.Get(protocol.LookupNonce), Address: sourceAddr(r)})
 	if err != nil {
+		s.countClaim(err, "lookup")
 		return err
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -53,20 +56,57 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	hb, err := protocol.DecodeHeartbeat(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return bodyError(mbe)
+		if errors.As(err, &mbe) || isTimeout(err) {
+			return bodyError(err)
 		}
 		if strings.Contains(err.Error(), "unknown field") {
 			return badRequest("%v (this controller speaks the anvil pull protocol %s; an ironic-python-agent heartbeat is not accepted)", err, protocol.Version)
 		}
 		return badRequest("%v", err)
 	}
-	resp, err := s.cond.Heartbeat(r.Context(), muxVar(r, "node"), hb)
+	resp, err := s.cond.Heartbeat(r.Context(), muxVar(r, "node"), sourceAddr(r), hb)
+	if err != nil {
+		s.countClaim(err, "heartbeat")
+		return err
+	}
+	markAuthenticated(r.Context()) // the agent proved itself with its token
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// resetAgentToken serves DELETE /v1/nodes/{node}/agent_token: the node's
+// agent token (and boot nonce) is forgotten, so the next lookup gets a new
+// one, e.g. after the node was rebooted by hand into the ramdisk. The
+// reset is in the node's history.
+func (s *Server) resetAgentToken(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	n, err := s.loadNode(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, resp)
+	if err := s.cond.ResetAgentToken(r.Context(), n.UUID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// countClaim counts a refused second agent claimant.
+func (s *Server) countClaim(err error, via string) {
+	if s.metrics != nil && errors.Is(err, conductor.ErrSecondClaimant) {
+		s.metrics.claims.WithLabelValues(via).Inc()
+	}
+}
+
+// sourceAddr is the address a request came from (no port).
+func sourceAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // cleaningSteps serves GET /v1/nodes/{id}/cleaning/steps (proposed in
@@ -89,8 +129,8 @@ func (s *Server) cleaningSteps(w http.ResponseWriter, r *http.Request) error {
 	}
 	body := map[string]any{}
 	if conductor.UsesAgent(n) {
-		cache, ok := s.cond.CachedSteps(n)
-		if !ok {
+		cache := s.cond.CachedSteps(n)
+		if cache == nil {
 			w.Header().Set("Retry-Request-After", "-1")
 			writeJSON(w, http.StatusAccepted, map[string]any{"message": "The node's agent has not reported its clean steps yet. " +
 				"They are cached when the agent first heartbeats (during cleaning, inspection or deployment); retry later."})
@@ -137,7 +177,14 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"inventory": json.RawMessage(raw), "plugin_data": map[string]any{}})
+	plugin := map[string]any{}
+	var inv protocol.Inventory
+	if json.Unmarshal(raw, &inv) == nil {
+		if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
+			plugin["warnings"] = warn
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"inventory": json.RawMessage(raw), "plugin_data": plugin})
 	return nil
 }
 

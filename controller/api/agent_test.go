@@ -109,7 +109,8 @@ func TestAgentAutomatedCleaning(t *testing.T) {
 			token, boot = a.Token(), b
 		}
 	})
-	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Ran(), "priority order")
+	assert.Equal(t, []string{"inventory", "deploy.erase_devices_metadata", "inventory", "deploy.erase_devices"}, a.Ran(),
+		"priority order, each erase step after the agent reported what it sees")
 	assert.Equal(t, "power off", n["power_state"])
 	dii = n["driver_internal_info"].(map[string]any)
 	assert.NotContains(t, dii, "agent_secret_token")
@@ -216,7 +217,7 @@ func TestAgentAbort(t *testing.T) {
 		require.Equal(t, 202, e.provision("ab1", "provide", nil).status)
 		aborted := false
 		n := e.drive(a, "ab1", "clean failed", func(n map[string]any) {
-			if !aborted && len(a.Ran()) > 0 && n["provision_state"] == "clean wait" {
+			if !aborted && len(a.Steps()) > 0 && n["provision_state"] == "clean wait" {
 				require.Equal(t, 202, e.provision("ab1", "abort", nil).status)
 				aborted = true
 			}
@@ -238,7 +239,7 @@ func TestAgentAbort(t *testing.T) {
 		require.Equal(t, 202, e.provision("ab2", "provide", nil).status)
 		aborted := false
 		n := e.drive(a, "ab2", "clean failed", func(n map[string]any) {
-			if !aborted && len(a.Ran()) > 0 && n["provision_state"] == "clean wait" {
+			if !aborted && len(a.Steps()) > 0 && n["provision_state"] == "clean wait" {
 				require.Equal(t, 202, e.provision("ab2", "abort", nil).status)
 				got := e.do("GET", "/v1/nodes/ab2", latest, nil).json(t)
 				assert.Equal(t, "clean wait", got["provision_state"], "a non-abortable step keeps running")
@@ -248,7 +249,7 @@ func TestAgentAbort(t *testing.T) {
 			}
 		})
 		assert.Contains(t, n["last_error"], "aborted during or after the completion of step")
-		assert.Equal(t, []string{"deploy.erase_devices_metadata"}, a.Ran(), "the next step never started")
+		assert.Equal(t, []string{"deploy.erase_devices_metadata"}, a.Steps(), "the next step never started")
 	})
 }
 
@@ -370,7 +371,7 @@ func TestAgentRebootRequestedStep(t *testing.T) {
 	})
 	assert.True(t, rebooted, "the controller rebooted the node after the step")
 	assert.NotEmpty(t, firstBoot)
-	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Ran(), "cleaning went on after the reboot")
+	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "cleaning went on after the reboot")
 	assert.Contains(t, historyText(e, "rb"), "requested a reboot")
 }
 
@@ -393,7 +394,7 @@ func TestAgentTimeouts(t *testing.T) {
 		a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Release: make(chan struct{})}
 		require.Equal(t, 202, e.provision("quiet", "provide", nil).status)
 		e.drive(a, "quiet", "clean wait", func(map[string]any) {
-			if len(a.Ran()) > 0 {
+			if len(a.Steps()) > 0 {
 				// the agent got its command; from now on it never heartbeats
 				n := e.waitState("quiet", "clean failed")
 				assert.Contains(t, n["last_error"], "the agent went silent during step deploy.erase_devices_metadata")
@@ -450,10 +451,12 @@ func TestAgentEndpointsRefuseBadInput(t *testing.T) {
 	require.NoError(t, a.Lookup(context.Background()))
 	r := e.do("POST", "/v1/heartbeat/"+id, latest, map[string]any{"agent_token": "forged", "agent_version": "1", "boot_id": "b", "fingerprint": "f"})
 	assert.Equal(t, 401, r.status)
-	// the same boot looking up again gets the same token (no dead end)
+	// the token is issued once: the same boot looking up again gets none
 	tok := a.Token()
-	require.NoError(t, a.Lookup(context.Background()))
+	require.Error(t, a.Lookup(context.Background()))
 	assert.Equal(t, tok, a.Token())
+	r = e.do("GET", "/v1/lookup?addresses="+mac1, latest, nil)
+	assert.Equal(t, 403, r.status, "another claimant")
 }
 
 // TestAgentCleaningSurvivesControllerRestart stops the controller while the
@@ -471,10 +474,10 @@ func TestAgentCleaningSurvivesControllerRestart(t *testing.T) {
 	require.Eventually(t, func() bool {
 		if a.Token() == "" {
 			_ = a.Lookup(ctx)
-		} else {
-			_, _ = a.Heartbeat(ctx)
+		} else if _, err := a.Heartbeat(ctx); errors.Is(err, simagent.ErrUnauthorized) {
+			a.Boot() // looked up before the controller rebooted the node: the new boot looks up again
 		}
-		return len(a.Ran()) == 1
+		return len(a.Steps()) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the agent never got its first step")
 	e.stop() // the controller dies mid-step
 
@@ -483,5 +486,5 @@ func TestAgentCleaningSurvivesControllerRestart(t *testing.T) {
 	close(release)
 	n := e2.drive(a, "rs", "available", nil)
 	assert.Equal(t, "power off", n["power_state"])
-	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Ran(), "no step ran twice")
+	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "no step ran twice")
 }

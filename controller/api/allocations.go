@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -57,6 +58,11 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	if b.ResourceClass == nil || *b.ResourceClass == "" {
 		return badRequest("Missing mandatory field: resource_class")
 	}
+	for _, t := range b.Traits {
+		if err := s.traitNames.check("allocation", t); err != nil {
+			return err
+		}
+	}
 	a := &store.Allocation{UUID: uuid.NewString(), Name: b.Name, State: "allocating", ResourceClass: *b.ResourceClass,
 		Traits: b.Traits, Extra: b.Extra, Owner: b.Owner, CreatedAt: time.Now().UTC()}
 	if b.UUID != nil {
@@ -82,7 +88,7 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	}
 	if err := s.st.CreateAllocation(ctx, a); err != nil {
 		if errors.Is(err, store.ErrDuplicateName) {
-			return errf(http.StatusConflict, "An allocation with name %s already exists.", deref(a.Name))
+			return conductor.Wrap(conductor.CodeConflict, err, "An allocation with name %s already exists.", deref(a.Name))
 		}
 		return err
 	}
@@ -237,7 +243,7 @@ func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error 
 		_, err := store.MutateNode(r.Context(), s.st, *a.NodeUUID, func(n *store.Node) error {
 			switch state.State(n.ProvisionState) {
 			case state.Active, state.Deploying, state.DeployWait:
-				return errf(http.StatusConflict, "Cannot remove allocation %s: node %s is %s; undeploy it first", a.UUID, n.UUID, n.ProvisionState)
+				return conductor.Conflict("Cannot remove allocation %s: node %s is %s; undeploy it first", a.UUID, n.UUID, n.ProvisionState)
 			}
 			if n.AllocationUUID != nil && *n.AllocationUUID == a.UUID {
 				n.AllocationUUID, n.InstanceUUID = nil, nil

@@ -31,8 +31,12 @@ type Server struct {
 	publicURL string // base URL for links; "" = derived from each request
 	auth      Authenticator
 	metrics   *Metrics
+	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	limiter   *limiter
 	router    *mux.Router
+	// traitNames are the trait names Ironic accepts.
+	traitNames traitNames
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
 	bufs sync.Pool
@@ -47,12 +51,19 @@ type Config struct {
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
 	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// PublicLimit bounds the unauthenticated endpoints per source; the zero
+	// value is no limit (DefaultPublicLimit is a production controller's).
+	PublicLimit PublicLimit
+	// MetricsRoute says how the API serves /metrics: behind its auth
+	// (default), to anyone, or not (served on a listener of its own).
+	MetricsRoute MetricsRoute
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, bootDir: cfg.BootDir}
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir,
+		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -60,8 +71,28 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. The query string is read as Ironic
+// reads it (webobQuery) and handed on re-encoded, so every handler, and
+// every "next" link, sees the same parameters. AllowQuerySemicolons only
+// tells net/http that ';' is handled here (it would log each such request).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	http.AllowQuerySemicolons(http.HandlerFunc(s.serve)).ServeHTTP(w, r)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawQuery != "" {
+		v, err := webobQuery(r.URL.RawQuery)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		r2, u := *r, *r.URL
+		u.RawQuery = v.Encode()
+		r2.URL = &u
+		r = &r2
+	}
+	s.router.ServeHTTP(w, r)
+}
 
 // handler adapts handlers that return errors.
 type handler func(w http.ResponseWriter, r *http.Request) error
@@ -80,7 +111,13 @@ func (s *Server) routes() *mux.Router {
 	root.Use(s.requestMiddleware)
 	root.Handle("/", s.wrap(s.getRoot)).Methods(http.MethodGet)
 	if s.metrics != nil {
-		root.Handle("/metrics", s.metrics.Handler()).Methods(http.MethodGet)
+		switch s.metricsAt {
+		case MetricsAuthed:
+			root.Handle("/metrics", s.requireAuth(s.metrics.Handler())).Methods(http.MethodGet)
+		case MetricsPublic:
+			root.Handle("/metrics", s.metrics.Handler()).Methods(http.MethodGet)
+		case MetricsElsewhere:
+		}
 	}
 	// Ironic routes requests without the /v1 prefix to v1 as well.
 	for _, prefix := range []string{"/v1", ""} {
@@ -88,13 +125,46 @@ func (s *Server) routes() *mux.Router {
 		sub.Use(s.versionMiddleware)
 		s.v1Routes(sub, prefix == "/v1")
 	}
-	root.NotFoundHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
+	// gorilla/mux reports a method mismatch only when no other route
+	// matches, and the unprefixed copy of the v1 routes always does; so an
+	// unmatched request is a 405 when the path takes another method.
+	notFound := s.wrap(func(http.ResponseWriter, *http.Request) error {
 		return errf(http.StatusNotFound, "The resource could not be found.")
 	})
-	root.MethodNotAllowedHandler = s.wrap(func(http.ResponseWriter, *http.Request) error {
-		return errf(http.StatusMethodNotAllowed, "The method is not allowed for this resource.")
+	root.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(root, r); len(allow) > 0 {
+			methodNotAllowed(w, r, allow)
+			return
+		}
+		notFound.ServeHTTP(w, r)
 	})
 	return root
+}
+
+// allowedMethods lists the methods root routes for r's path.
+func allowedMethods(root *mux.Router, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if root.Match(probe, &match) && match.MatchErr == nil && match.Route != nil {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// methodNotAllowed answers 405 as Ironic (pecan) does, in webob's error
+// shape (code, title, description), with the Allow header pecan adds.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow []string) {
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error_message": mustJSON(map[string]any{
+		"code": http.StatusMethodNotAllowed, "title": "Method Not Allowed",
+		"description": fmt.Sprintf("The method %s is not allowed for this resource.", r.Method)})})
 }
 
 func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
@@ -127,12 +197,16 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
-	// with the per-boot token, not with operator credentials
-	r.Handle("/lookup", s.wrap(s.lookup)).Methods(http.MethodGet)
-	r.Handle("/heartbeat/{node}", s.wrap(s.heartbeat)).Methods(http.MethodPost)
-	r.Handle("/boot/files/{file}", s.wrap(s.bootFile)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/boot/{node}/ipxe", s.wrap(s.bootScript)).Methods(http.MethodGet)
+	// with the per-boot token, not with operator credentials; each source
+	// address gets a bounded rate of them
+	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
+	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
+	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
+	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {
@@ -173,6 +247,9 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // requestMiddleware assigns a request id, bounds the body, forces JSON
 // responses, and logs and measures each request.
@@ -292,6 +369,9 @@ func bodyError(err error) error {
 	var mbe *http.MaxBytesError
 	if asMaxBytes(err, &mbe) {
 		return errf(http.StatusRequestEntityTooLarge, "Request body is larger than %d bytes", mbe.Limit)
+	}
+	if isTimeout(err) {
+		return errf(http.StatusRequestTimeout, "The request body did not arrive in time; the connection is closed.")
 	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "json: unknown field ") {

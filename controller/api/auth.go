@@ -72,15 +72,13 @@ func (h *HTPasswd) Authenticate(r *http.Request) bool {
 var dummyHash = []byte("$2a$10$7EqJtq98hPqEX7fNZaFWoOhi5BWX4Z5P0PTMYpwMPlUK5QWbSRKDa")
 
 func (s *Server) requireAuth(next http.Handler) http.Handler {
-	if s.auth == nil {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.auth.Authenticate(r) {
+		if s.auth != nil && !s.auth.Authenticate(r) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="anvil"`)
 			s.writeError(w, r, errf(http.StatusUnauthorized, "Authentication required"))
 			return
 		}
+		markAuthenticated(r.Context())
 		next.ServeHTTP(w, r)
 	})
 }

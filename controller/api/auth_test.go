@@ -1,6 +1,7 @@
 package api
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,5 +55,47 @@ func TestHTPasswd(t *testing.T) {
 	for name, content := range bad {
 		_, err := ParseHTPasswd(strings.NewReader(content))
 		assert.Error(t, err, name)
+	}
+}
+
+// TestMetricsNeedAuth: under http_basic, /metrics (node counts by state,
+// per-route statistics) needs the API's credentials unless it is declared
+// public; when it is served on a listener of its own, the API has none.
+func TestMetricsNeedAuth(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	h, err := ParseHTPasswd(strings.NewReader("admin:" + string(hash) + "\n"))
+	require.NoError(t, err)
+	tests := map[string]struct {
+		route           MetricsRoute
+		without, withPw int
+	}{
+		"default: behind auth": {MetricsAuthed, 401, 200},
+		"--metrics-public":     {MetricsPublic, 200, 200},
+		"--metrics-listen":     {MetricsElsewhere, 404, 404},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.Auth, c.MetricsRoute = h, tc.route })
+			for _, creds := range []bool{false, true} {
+				req, err := http.NewRequest("GET", e.srv.URL+"/metrics", nil)
+				require.NoError(t, err)
+				want := tc.without
+				if creds {
+					req.SetBasicAuth("admin", "s3cret")
+					want = tc.withPw
+				}
+				res, err := e.srv.Client().Do(req)
+				require.NoError(t, err)
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				assert.Equal(t, want, res.StatusCode, "credentials %v: %s", creds, body)
+				if res.StatusCode == 200 {
+					assert.Contains(t, string(body), "go_goroutines")
+				} else {
+					assert.NotContains(t, string(body), "go_goroutines")
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,23 +13,23 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// bootFiles are the files a node fetches over HTTP after iPXE, by name.
-var bootFiles = map[string]string{"vmlinuz": "vmlinuz", "initramfs": "initramfs.cpio.gz"}
+// bootFiles are the files a node fetches over HTTP, by name: the first of
+// the candidates that exists (make image writes a zstd initramfs when the
+// kernel can unpack it, else gzip). Besides kernel and initramfs, the
+// first-stage binaries for UEFI HTTP boot (the boot service's DHCP points
+// such firmware here).
+var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initramfs.cpio.zst", "initramfs.cpio.gz"},
+	"ipxe.efi": {"ipxe.efi"}, "snponly.efi": {"snponly.efi"}, "undionly.kpxe": {"undionly.kpxe"},
+	"shimx64.efi": {"shimx64.efi"}, "grubx64.efi": {"grubx64.efi"}}
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). Its kernel command line carries a per-boot nonce
-// (anvil.token=) that the agent's lookup must present. Nodes that expect no agent get a script that exits
+// cannot authenticate). The first fetch after the controller booted the
+// node carries a single-use nonce (anvil.token=) on the kernel command
+// line, which the agent's lookup must present; later fetches carry none. Nodes that expect no agent get a script that exits
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
-	if s.bootDir == "" {
-		return errf(http.StatusNotFound, "This controller serves no boot files: start it with --boot-dir pointing at a built image (make image).")
-	}
-	ident := muxVar(r, "node")
-	n, err := s.st.GetNode(r.Context(), ident)
-	if errors.Is(err, store.ErrNotFound) {
-		return notFound("Node", ident)
-	}
+	n, err := s.bootNode(r)
 	if err != nil {
 		return err
 	}
@@ -37,22 +38,102 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 		fmt.Fprintf(w, "#!ipxe\necho anvil: node %s is %s and expects no agent; booting the next device\nexit 0\n", n.UUID, n.ProvisionState)
 		return nil
 	}
-	base := s.publicBase(r, n)
-	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+	base, args, err := s.agentBoot(r, n)
 	if err != nil {
 		return err
 	}
-	args := []string{"initrd=initramfs", "anvil.api=" + base, "anvil.node=" + n.UUID, "anvil.token=" + nonce}
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
-		args = append(args, extra)
-	} else {
-		args = append(args, "console=tty0", "console=ttyS0,115200n8")
-	}
+	args = append([]string{"initrd=initramfs"}, args...)
 	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
 	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
 	fmt.Fprintf(w, "boot\n")
 	return nil
+}
+
+// bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
+// boots the agent ramdisk on a UEFI Secure Boot node (signed shim → signed
+// network GRUB → the signed kernel). Debian's signed network GRUB has no
+// HTTP client, so kernel and initramfs come from the TFTP server GRUB was
+// loaded from (the boot service, which serves --boot-dir and relays this
+// configuration). Like the iPXE script it is public and carries the
+// per-boot nonce. {node} may also be one of the node's port MACs: GRUB
+// knows only ${net_default_mac}.
+func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.bootNode(r)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !state.LookupAllowed(state.State(n.ProvisionState)) {
+		fmt.Fprintf(w, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
+		return nil
+	}
+	_, args, err := s.agentBoot(r, n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
+	initrd, name := s.openBootFile("initramfs")
+	if initrd == nil {
+		return notFound("Boot file", "initramfs")
+	}
+	initrd.Close()
+	fmt.Fprintf(w, "linux /vmlinuz %s\n", strings.Join(args, " "))
+	fmt.Fprintf(w, "initrd /%s\n", name)
+	fmt.Fprintf(w, "boot\n")
+	return nil
+}
+
+// bootNode finds the node of a boot request by UUID, name or port MAC.
+func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
+	if s.bootDir == "" {
+		return nil, errf(http.StatusNotFound, "This controller serves no boot files: start it with --boot-dir pointing at a built image (make image).")
+	}
+	ident := muxVar(r, "node")
+	if hw, err := net.ParseMAC(ident); err == nil && len(hw) == 6 {
+		mac := hw.String()
+		ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		if len(ports) == 0 {
+			return nil, notFound("Node", ident)
+		}
+		ident = ports[0].NodeUUID
+	}
+	n, err := s.st.GetNode(r.Context(), ident)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound("Node", ident)
+	}
+	return n, err
+}
+
+// agentBoot is what every boot loader passes the agent's kernel: the
+// controller's URL as the node reaches it, and the kernel command line.
+// The first fetch after the controller booted the node carries a
+// single-use nonce (anvil.token=), which the agent's lookup must present;
+// later fetches carry none.
+func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, error) {
+	base := s.publicBase(r, n)
+	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+	if err != nil {
+		return "", nil, err
+	}
+	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID}
+	if nonce != "" { // only the first fetch after the controller booted the node
+		args = append(args, "anvil.token="+nonce)
+	}
+	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
+		args = append(args, extra)
+	} else {
+		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
+		// console prints on one port only, and on a machine without a
+		// second UART a console there waits for it at every character
+		// (under QEMU the kernel printed nothing for minutes). The agent
+		// copies the kernel log and its own to ttyS1 when it exists.
+		args = append(args, "console=tty0", "console=ttyS0,115200n8")
+	}
+	return base, args, nil
 }
 
 // publicBase is the URL nodes use to reach the controller: a per-node
@@ -64,16 +145,11 @@ func (s *Server) publicBase(r *http.Request, n *store.Node) string {
 	return s.baseURL(r)
 }
 
-// bootFile serves the kernel and initramfs from --boot-dir.
+// bootFile serves the files of bootFiles from --boot-dir.
 func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
-	name, ok := bootFiles[muxVar(r, "file")]
-	if !ok || s.bootDir == "" {
+	f, name := s.openBootFile(muxVar(r, "file"))
+	if f == nil {
 		return notFound("Boot file", muxVar(r, "file"))
-	}
-	path := filepath.Join(s.bootDir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return notFound("Boot file", name)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -81,6 +157,21 @@ func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	extendWrite(w, bootFileWriteTimeout)
 	http.ServeContent(w, r, name, st.ModTime(), f)
 	return nil
+}
+
+// openBootFile opens the first existing candidate of bootFiles[key] in
+// --boot-dir (nil if none).
+func (s *Server) openBootFile(key string) (*os.File, string) {
+	if s.bootDir == "" {
+		return nil, ""
+	}
+	for _, name := range bootFiles[key] {
+		if f, err := os.Open(filepath.Join(s.bootDir, name)); err == nil {
+			return f, name
+		}
+	}
+	return nil, ""
 }

@@ -15,6 +15,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel-bytes"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("initramfs-bytes"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ipxe.efi"), []byte("ipxe-efi-bytes"), 0o644))
 	e := newEnvWith(t, agentConfig(), ":memory:", func(c *Config) { c.BootDir = dir; c.PublicURL = "http://10.0.2.100:6385" })
 	id := e.agentNode("pxe", nil)
 
@@ -22,6 +23,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.True(t, strings.HasPrefix(string(r.body), "#!ipxe\n"))
 	assert.Contains(t, string(r.body), "exit 0", "a manageable node expects no agent: boot the next device")
+	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe/grub", "", nil).body), "expects no agent; booting the next device'\nexit\n")
 
 	require.Equal(t, 202, e.provision("pxe", "provide", nil).status)
 	e.waitState("pxe", "clean wait")
@@ -31,7 +33,22 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
-	assert.Contains(t, again, "anvil.token="+nonce, "a re-fetch of the script gets the same nonce")
+	assert.NotContains(t, again, "anvil.token=", "the nonce is handed out once per boot: a re-fetch (or a stranger) gets none")
+	assert.Contains(t, again, "anvil.node="+id)
+
+	// Secure Boot nodes get the same kernel command line as a GRUB
+	// configuration (the nonce went to the first fetch above, so none
+	// here); {node} may be a port MAC, in any usual spelling.
+	for _, ident := range []string{id, "pxe", mac1, strings.ToUpper(strings.ReplaceAll(mac1, ":", "-"))} {
+		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
+		require.Equal(t, 200, r.status, ident)
+		grub := string(r.body)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8\n", ident)
+		assert.NotContains(t, grub, "anvil.token=", ident)
+		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
+	}
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
+	assert.Contains(t, string(e.do("GET", "/v1/boot/"+mac1+"/ipxe", "", nil).body), "anvil.node="+id, "iPXE's ${net0/mac} works as {node} too")
 
 	// while the nonce is outstanding, lookup needs it
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
@@ -40,8 +57,11 @@ func TestBootScriptAndFiles(t *testing.T) {
 	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
 	require.Equal(t, 200, r.status, string(r.body))
+	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b2&nonce="+nonce, latest, nil)
+	assert.Equal(t, 403, r.status, "the nonce used twice: %s", r.body)
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
+	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
 
 	n2 := e.createNode("pxe2", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
 		"anvil_public_url": "http://192.0.2.1:6385/", "kernel_append_params": "console=ttyS1 anvil.debug"}})
@@ -57,6 +77,13 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, f.status)
 	assert.Equal(t, "kernel-bytes", string(f.body))
 	assert.Equal(t, "initramfs-bytes", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	assert.Equal(t, "ipxe-efi-bytes", string(e.do("GET", "/v1/boot/files/ipxe.efi", "", nil).body), "UEFI HTTP boot's first stage")
+	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/snponly.efi", "", nil).status, "not in the boot directory")
+	// make image writes a zstd initramfs when the kernel can unpack it.
+	require.NoError(t, os.Remove(filepath.Join(dir, "initramfs.cpio.gz")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd-initramfs"), 0o644))
+	assert.Equal(t, "zstd-initramfs", string(e.do("GET", "/v1/boot/files/initramfs", "", nil).body))
+	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe2/grub", "", nil).body), "initrd /initramfs.cpio.zst\n", "GRUB loads the one that is there")
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/files/..%2f..%2fetc%2fpasswd", "", nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/nope/ipxe", "", nil).status)
 

@@ -37,6 +37,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ae):
 		status, msg = ae.status, ae.msg
+		if status == http.StatusRequestTimeout {
+			s.log.Warn("slow client cut off: request body not received within the read timeout", "request_id", requestID(r.Context()),
+				"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		}
 	case errors.As(err, &ce):
 		msg = ce.Msg
 		switch ce.Code {

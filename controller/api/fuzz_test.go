@@ -1,9 +1,15 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzPatch feeds arbitrary JSON patch documents to the decoder and applier:
@@ -70,4 +76,102 @@ func assertClientError(t *testing.T, err error) {
 	if !ok || ae.status < 400 || ae.status >= 500 {
 		t.Fatalf("want a 4xx apiError, got %T %v", err, err)
 	}
+}
+
+// FuzzWebobQuery: any query string is either refused with a client error
+// or parsed into valid UTF-8 names and values whose re-encoding parses
+// back, by Go and by us, to the same parameters.
+func FuzzWebobQuery(f *testing.F) {
+	for _, seed := range []string{"limit=-5;", "a=1;b=2&c", ";;&", "x=%zz&y=%2B+z", "k=%ff", "=v", "a=b=c", "%"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := webobQuery(raw)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		enc := v.Encode()
+		back, err := url.ParseQuery(enc)
+		if err != nil {
+			t.Fatalf("re-encoded %q does not parse: %v", enc, err)
+		}
+		again, err := webobQuery(enc)
+		if err != nil {
+			t.Fatalf("re-encoded %q refused: %v", enc, err)
+		}
+		for k, vals := range v {
+			if !reflect.DeepEqual(back[k], vals) || !reflect.DeepEqual(again[k], vals) {
+				t.Fatalf("%q: %q became %q / %q", raw, vals, back[k], again[k])
+			}
+		}
+	})
+}
+
+// agentFuzzEnv is a controller with one node in clean wait whose agent has
+// looked up (so heartbeats reach the token check), for the agent endpoint
+// fuzzers; it returns the env and the node's UUID.
+func agentFuzzEnv(f *testing.F) (*testEnv, string) {
+	e := newEnvWith(f, agentConfig(), ":memory:")
+	id := e.agentNode("fz", nil)
+	require.Equal(f, 202, e.provision("fz", "provide", nil).status)
+	e.waitState("fz", "clean wait")
+	return e, id
+}
+
+// FuzzLookupQuery sends arbitrary lookup queries from a stranger: every
+// answer is a client error or a refusal (the agent's token was issued or
+// the nonce is missing), never a 5xx and never a token.
+func FuzzLookupQuery(f *testing.F) {
+	for _, seed := range []string{"addresses=" + mac1 + "&boot_id=b", "node_uuid=x", "addresses=,,,", "addresses=zz:zz",
+		"boot_id=&nonce=", "addresses=" + mac1 + "&nonce=%00", "%zz", "addresses=" + strings.Repeat(mac1+",", 50)} {
+		f.Add(seed)
+	}
+	e, _ := agentFuzzEnv(f)
+	first := e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=owner", latest, nil)
+	require.Equal(f, 200, first.status, string(first.body))
+	f.Fuzz(func(t *testing.T, raw string) {
+		r := strangerRequest(e, "GET", "/v1/lookup", raw, nil)
+		if r.status >= 500 || r.status < 400 {
+			t.Fatalf("lookup?%s: HTTP %d: %s", raw, r.status, r.body)
+		}
+		if strings.Contains(string(r.body), "agent_token") {
+			t.Fatalf("lookup?%s answered a token: %s", raw, r.body)
+		}
+	})
+}
+
+// FuzzHeartbeatBody posts arbitrary heartbeat bodies: a client error or a
+// refusal, never a 5xx, never a command for an unauthenticated caller.
+func FuzzHeartbeatBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"agent_token":"x","agent_version":"1","boot_id":"b","fingerprint":"f"}`,
+		`{"agent_token":"x","command":{"id":"c","state":"SUCCEEDED","result":{"a":1}}}`,
+		`{"agent_token":"x","steps":{"fingerprint":"f","clean":[{"interface":"deploy","step":"s","priority":1e308}]}}`,
+		`{"agent_token":"x","boot_timings":[{"phase":"kernel","seconds":-1}]}`,
+		`{"callback_url":"http://x:9999"}`, `{"agent_token":`, `[]`, `null`, ``, "\x00",
+	} {
+		f.Add([]byte(seed))
+	}
+	e, id := agentFuzzEnv(f)
+	require.Equal(f, 200, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=owner", latest, nil).status)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := strangerRequest(e, "POST", "/v1/heartbeat/"+id, "", body)
+		if r.status >= 500 || r.status < 400 {
+			t.Fatalf("heartbeat %q: HTTP %d: %s", body, r.status, r.body)
+		}
+	})
+}
+
+// strangerRequest serves one request from another machine straight
+// through the handler (any query bytes, which an HTTP client would refuse
+// to send, reach the parsers).
+func strangerRequest(e *testEnv, method, path, rawQuery string, body []byte) resp {
+	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	req.URL.RawQuery = rawQuery
+	req.RemoteAddr = "192.0.2.66:40000"
+	req.Header.Set(versionHeader, latest)
+	rec := httptest.NewRecorder()
+	e.srv.Config.Handler.ServeHTTP(rec, req)
+	return resp{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }

@@ -18,20 +18,23 @@ import (
 )
 
 type testEnv struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *httptest.Server
 	cond *conductor.Conductor
 	st   *sqlite.Store
 	stop func() // stops server, conductor and store (idempotent)
+	// user and pass, if set, are sent as HTTP basic credentials by do
+	// (the agent endpoints never need them).
+	user, pass string
 }
 
-func newEnv(t *testing.T, opts ...func(*Config)) *testEnv {
+func newEnv(t testing.TB, opts ...func(*Config)) *testEnv {
 	return newEnvWith(t, conductor.Config{CheckInterval: time.Hour}, ":memory:", opts...)
 }
 
 // newEnvWith builds an API over a conductor configured by cc and a store at
 // path; it stops both when the test ends.
-func newEnvWith(t *testing.T, cc conductor.Config, path string, opts ...func(*Config)) *testEnv {
+func newEnvWith(t testing.TB, cc conductor.Config, path string, opts ...func(*Config)) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := sqlite.Open(ctx, path)
@@ -64,7 +67,7 @@ type resp struct {
 	body   []byte
 }
 
-func (r resp) json(t *testing.T) map[string]any {
+func (r resp) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(r.body, &m), "body: %s", r.body)
@@ -72,7 +75,7 @@ func (r resp) json(t *testing.T) map[string]any {
 }
 
 // fault decodes Ironic's nested error body and returns faultstring.
-func (r resp) fault(t *testing.T) string {
+func (r resp) fault(t testing.TB) string {
 	t.Helper()
 	outer := r.json(t)
 	msg, ok := outer["error_message"].(string)
@@ -104,6 +107,9 @@ func (e *testEnv) do(method, path, ver string, body any) resp {
 		req.Header.Set(versionHeader, ver)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if e.user != "" {
+		req.SetBasicAuth(e.user, e.pass)
+	}
 	res, err := e.srv.Client().Do(req)
 	require.NoError(e.t, err)
 	defer res.Body.Close()

@@ -13,11 +13,34 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
+// MetricsRoute is how the API serves /metrics. Node counts by state and
+// per-route statistics are the operator's business, so by default they
+// need the API's credentials.
+type MetricsRoute int
+
+const (
+	MetricsAuthed    MetricsRoute = iota // behind the API's auth
+	MetricsPublic                        // to anyone (--metrics-public)
+	MetricsElsewhere                     // not on the API: on a listener of its own (--metrics-listen)
+)
+
+func (m MetricsRoute) String() string {
+	switch m {
+	case MetricsPublic:
+		return "public"
+	case MetricsElsewhere:
+		return "own listener"
+	}
+	return "behind auth"
+}
+
 // Metrics are the controller's Prometheus metrics, on a registry of their
 // own (no global registry: tests can build several servers).
 type Metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.HistogramVec
+	claims   *prometheus.CounterVec
+	limited  *prometheus.CounterVec
 }
 
 // NewMetrics registers request latency and a nodes-by-state gauge that
@@ -28,8 +51,16 @@ func NewMetrics(st store.Nodes) *Metrics {
 		Name:    "anvil_api_request_duration_seconds",
 		Help:    "Latency of API requests by method, route and status.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"method", "route", "code"})}
-	reg.MustRegister(m.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}, []string{"method", "route", "code"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_agent_second_claimants_total",
+			Help: "Lookups and heartbeats refused because the node's agent token of this boot went to another address or boot (possible takeover attempts).",
+		}, []string{"via"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_public_requests_limited_total",
+			Help: "Requests to the unauthenticated agent and boot endpoints refused by the per-source rate limit.",
+		}, []string{"route"})}
+	reg.MustRegister(m.requests, m.claims, m.limited, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&nodeStates{st: st, desc: prometheus.NewDesc("anvil_nodes", "Nodes by provision state.", []string{"provision_state"}, nil)})
 	return m
 }

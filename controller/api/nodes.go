@@ -19,16 +19,26 @@ import (
 
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
-	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project"}
+	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
+	"name_contains"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
 	"conductor_group": 46, "conductor": 49, "owner": 50, "description_contains": 51, "lessee": 65, "shard": 82, "project": 50}
 
-func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
+// nodeIdent is the node named in the path: a UUID, or from 1.5 a name.
+func nodeIdent(r *http.Request) (string, error) {
 	ident := mux.Vars(r)["node"]
 	if _, err := uuid.Parse(ident); err != nil && version(r.Context()) < 5 {
-		return nil, notFound("Node", ident) // names are identifiers only from 1.5
+		return "", notFound("Node", ident)
+	}
+	return ident, nil
+}
+
+func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
+	ident, err := nodeIdent(r)
+	if err != nil {
+		return nil, err
 	}
 	n, err := s.st.GetNode(r.Context(), ident)
 	if errors.Is(err, store.ErrNotFound) {
@@ -80,7 +90,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 		f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
 			Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 			ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
-			DescriptionContains: q.str("description_contains"), Shard: q.str("shard")}
+			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains")}
 		if ps := q.str("provision_state"); ps != nil {
 			if !state.Valid(state.State(*ps)) {
 				return badRequest("Invalid provision_state %q", *ps)
@@ -346,9 +356,9 @@ func (s *Server) defaultInterfaces(n *store.Node) {
 func nodeWriteError(n *store.Node, err error) error {
 	switch {
 	case errors.Is(err, store.ErrDuplicateName):
-		return errf(http.StatusConflict, "A node with name %s already exists.", deref(n.Name))
+		return conductor.Wrap(conductor.CodeConflict, err, "A node with name %s already exists.", deref(n.Name))
 	case errors.Is(err, store.ErrDuplicateUUID):
-		return errf(http.StatusConflict, "A node with UUID %s already exists.", n.UUID)
+		return conductor.Wrap(conductor.CodeConflict, err, "A node with UUID %s already exists.", n.UUID)
 	}
 	return err
 }
@@ -404,11 +414,8 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 // applyNodePatch applies ops to n and enforces Ironic's update rules.
 func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) error {
 	st := state.State(n.ProvisionState)
-	if n.TargetProvisionState != nil && !state.UpdateAllowed(st) {
-		return errf(http.StatusConflict, "Node %s can not be updated while a state transition is in progress.", n.UUID)
-	}
-	if n.Reservation != nil {
-		return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+	if err := conductor.CheckUpdatable(n); err != nil {
+		return err
 	}
 	before, err := patchDoc(n, version(r.Context()))
 	if err != nil {
@@ -442,13 +449,13 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 			switch st {
 			case state.Enroll, state.Inspecting, state.InspectWait, state.Manageable, state.Available:
 			default:
-				return errf(http.StatusConflict, "Node %s: %s can only be changed in enroll, inspecting, manageable or available states, or in maintenance (now %s)", n.UUID, k, st)
+				return conductor.Conflict("Node %s: %s can only be changed in enroll, inspecting, manageable or available states, or in maintenance (now %s)", n.UUID, k, st)
 			}
 		}
 	}
 	if changed["retired"] {
 		if n.Retired && st == state.Available {
-			return errf(http.StatusConflict, "Node %s can not have 'retired' set in provision state 'available'", n.UUID)
+			return conductor.Conflict("Node %s can not have 'retired' set in provision state 'available'", n.UUID)
 		}
 		if !n.Retired {
 			n.RetiredReason = nil
@@ -462,7 +469,7 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 	}
 	if changed["protected"] {
 		if n.Protected && st != state.Active && st != state.Rescue {
-			return errf(http.StatusConflict, "Node %s can only be made protected in provision states 'active' or 'rescue', not %q", n.UUID, st)
+			return conductor.Conflict("Node %s can only be made protected in provision states 'active' or 'rescue', not %q", n.UUID, st)
 		}
 		if !n.Protected {
 			n.ProtectedReason = nil
@@ -472,7 +479,7 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 		return badRequest("Node %s: protected_reason can only be set when the node is protected", n.UUID)
 	}
 	if changed["instance_uuid"] && old.InstanceUUID != nil && n.InstanceUUID != nil {
-		return errf(http.StatusConflict, "Node %s is associated with instance %s.", n.UUID, *old.InstanceUUID)
+		return conductor.Conflict("Node %s is associated with instance %s.", n.UUID, *old.InstanceUUID)
 	}
 	return nil
 }
@@ -481,25 +488,17 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	n, err := s.loadNode(r)
+	ident, err := nodeIdent(r)
 	if err != nil {
 		return err
 	}
-	if n.Reservation != nil {
-		return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", n.UUID, *n.Reservation)
+	// The checks hold at the revision deleted: a verb racing this DELETE
+	// either lands first and is refused here, or finds the node gone.
+	err = store.DeleteNodeIf(r.Context(), s.st, ident, conductor.CheckDeletable)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound("Node", ident)
 	}
-	if n.Protected {
-		return errf(http.StatusForbidden, "Node %s is protected and cannot be undeployed, rebuilt or deleted", n.UUID)
-	}
-	if !n.Maintenance {
-		if !state.DeleteAllowed(state.State(n.ProvisionState)) {
-			return errf(http.StatusConflict, "Can not delete node %q while it is in provision state %q. Valid provision states to perform deletion are: ('manageable', 'enroll', 'adopt failed', 'available'), or set the node into maintenance mode", n.UUID, n.ProvisionState)
-		}
-		if n.InstanceUUID != nil {
-			return errf(http.StatusConflict, "Node %s is associated with instance %s.", n.UUID, *n.InstanceUUID)
-		}
-	}
-	if err := s.st.DeleteNode(r.Context(), n.UUID); err != nil {
+	if err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -730,9 +729,31 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = p.limit
 	}
-	events, err := s.st.ListEvents(r.Context(), n.UUID, limit)
+	marker := q.v.Get("marker")
+	if marker != "" {
+		// Ironic validates the marker as a UUID (args.uuid) before it
+		// looks for the record.
+		u, err := uuid.Parse(marker)
+		if err != nil {
+			return badRequest("Expected UUID for marker: %s", marker)
+		}
+		marker = u.String()
+	}
+	fetch := limit
+	if marker != "" {
+		fetch = 0 // the page starts after the marker, wherever it is
+	}
+	events, err := s.st.ListEvents(r.Context(), n.UUID, fetch)
 	if err != nil {
 		return err
+	}
+	if marker != "" {
+		if events, err = eventsAfter(events, marker); err != nil {
+			return err
+		}
+		if limit > 0 && len(events) > limit {
+			events = events[:limit]
+		}
 	}
 	out := make([]map[string]any, 0, len(events))
 	for _, e := range events {
@@ -742,6 +763,16 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"history": out})
 	return nil
+}
+
+// eventsAfter is the part of a node's history after the event marker.
+func eventsAfter(events []*store.Event, marker string) ([]*store.Event, error) {
+	for i, e := range events {
+		if e.UUID == marker {
+			return events[i+1:], nil
+		}
+	}
+	return nil, errf(http.StatusNotFound, "Node history record %s could not be found.", marker)
 }
 
 var raidLevels = map[string]bool{"0": true, "1": true, "2": true, "5": true, "6": true, "1+0": true, "5+0": true, "6+0": true}

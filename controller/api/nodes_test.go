@@ -210,7 +210,7 @@ func TestPatchNode(t *testing.T) {
 		"replace missing":       {[]map[string]any{op("replace", "/extra/nope", 1)}, 400, "non-existent"},
 		"not patchable":         {[]map[string]any{op("replace", "/provision_state", "active")}, 400, "Cannot patch /provision_state"},
 		"move op":               {[]map[string]any{op("move", "/extra/a", nil)}, 400, "Schema error for patch"},
-		"bad path":              {[]map[string]any{op("add", "properties", 1)}, 400, "invalid path"},
+		"bad path":              {[]map[string]any{op("add", "properties", 1)}, 400, "does not match"},
 		"missing value":         {[]map[string]any{op("add", "/extra/x", nil)}, 400, "needs a value"},
 		"bad bool":              {[]map[string]any{op("replace", "/maintenance", "perhaps")}, 400, "not a boolean"},
 		"reason without retire": {[]map[string]any{op("add", "/retired_reason", "x")}, 400, "only be set when the node is retired"},

@@ -40,7 +40,7 @@ var nodeFields = []nodeField{
 	{"name", 5, func(n *store.Node) any { return sp(n.Name) }},
 	{"driver", 1, func(n *store.Node) any { return n.Driver }},
 	{"driver_info", 1, func(n *store.Node) any { return maskSecrets(n.DriverInfo) }},
-	{"driver_internal_info", 3, func(n *store.Node) any { return maskInternal(n.DriverInternalInfo) }},
+	{"driver_internal_info", 3, func(n *store.Node) any { return maskInternal(n.InternalInfo()) }},
 	{"properties", 1, func(n *store.Node) any { return n.Properties }},
 	{"instance_info", 1, func(n *store.Node) any { return maskInstanceInfo(n.InstanceInfo) }},
 	{"extra", 1, func(n *store.Node) any { return n.Extra }},
@@ -229,12 +229,12 @@ func maskSecrets(m map[string]any) map[string]any {
 }
 
 func maskInternal(m map[string]any) map[string]any {
-	if m["agent_secret_token"] == nil {
+	if m[store.TokenKey] == nil {
 		return m
 	}
 	out := make(map[string]any, len(m))
 	for k, v := range m {
-		if k == "agent_secret_token" && v != nil {
+		if k == store.TokenKey && v != nil {
 			v = masked
 		}
 		out[k] = v

@@ -17,7 +17,14 @@ type patchOp struct {
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
-var patchPathRE = regexp.MustCompile(`^(/[\w-]+)+$`)
+// ironicPatchPath is the path pattern of Ironic's patch schema
+// (ironic/common/args.py). Keys with '.', ':', '~' or '/' escapes do not
+// match it, so Ironic 21.4 refuses /extra/foo.bar with 400, and so do we.
+// patchPathRE is the same pattern as Python reads it: \w is any Unicode
+// letter or digit or '_', and '$' also matches before a final newline.
+const ironicPatchPath = `^(/[\w-]+)+$`
+
+var patchPathRE = regexp.MustCompile(`^(/[\p{L}\p{N}_-]+)+\n?$`)
 
 // readPatch reads and checks a request's JSON patch body.
 func readPatch(r *http.Request) ([]patchOp, error) {
@@ -63,7 +70,7 @@ func decodePatch(body []byte) ([]patchOp, error) {
 			return nil, badRequest("Schema error for patch: operation %d: op %q is not one of add, replace, remove", i, op.Op)
 		}
 		if !patchPathRE.MatchString(op.Path) {
-			return nil, badRequest("Schema error for patch: operation %d: invalid path %q", i, op.Path)
+			return nil, badRequest("Schema error for patch: %s does not match %s", pyRepr(op.Path), pyRepr(ironicPatchPath))
 		}
 		ops = append(ops, op)
 	}

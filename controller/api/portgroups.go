@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -153,9 +154,9 @@ func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
 	if err := s.st.CreatePortgroup(ctx, pg); err != nil {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):
-			return errf(http.StatusConflict, "A portgroup with name %s already exists.", deref(pg.Name))
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
 		case errors.Is(err, store.ErrDuplicateAddr):
-			return errf(http.StatusConflict, "A portgroup with MAC address %s already exists.", deref(pg.Address))
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
 		}
 		return err
 	}
@@ -196,7 +197,7 @@ func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, p := range ports {
 		if p.PortgroupUUID != nil && *p.PortgroupUUID == pg.UUID {
-			return errf(http.StatusConflict, "Portgroup %s still has ports (%s); remove them from it first.", pg.UUID, p.UUID)
+			return conductor.Conflict("Portgroup %s still has ports (%s); remove them from it first.", pg.UUID, p.UUID)
 		}
 	}
 	if err := s.st.DeletePortgroup(r.Context(), pg.UUID); err != nil {
@@ -264,9 +265,9 @@ func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
 	if err := s.st.UpdatePortgroup(r.Context(), pg); err != nil {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):
-			return errf(http.StatusConflict, "A portgroup with name %s already exists.", deref(pg.Name))
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
 		case errors.Is(err, store.ErrDuplicateAddr):
-			return errf(http.StatusConflict, "A portgroup with MAC address %s already exists.", deref(pg.Address))
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
 		}
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -235,10 +236,10 @@ func (s *Server) setPortFields(r *http.Request, p *store.Port, m map[string]any)
 
 func portWriteError(p *store.Port, err error) error {
 	if errors.Is(err, store.ErrDuplicateAddr) {
-		return errf(http.StatusConflict, "A port with MAC address %s already exists.", p.Address)
+		return conductor.Wrap(conductor.CodeConflict, err, "A port with MAC address %s already exists.", p.Address)
 	}
 	if errors.Is(err, store.ErrDuplicateUUID) {
-		return errf(http.StatusConflict, "A port with UUID %s already exists.", p.UUID)
+		return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 const maxLimit = 1000
@@ -144,4 +145,61 @@ func fieldsArg(q query) []string {
 		}
 	}
 	return out
+}
+
+// webobQuery parses a query string as Ironic's WebOb 1.8 does
+// (webob.compat.parse_qsl_text): '+' is a space, pairs are separated by '&'
+// and by ';', empty pairs are skipped, a pair without '=' has the empty
+// value, and a '%' that starts no valid escape stays as it is. Go's own
+// parser drops such pairs, and every pair after a ';', without a word, so
+// "?limit=-5;" would silently lose its limit. Names and values must be
+// UTF-8 (WebOb fails to decode them otherwise).
+func webobQuery(raw string) (url.Values, error) {
+	v := url.Values{}
+	for _, amp := range strings.Split(strings.ReplaceAll(raw, "+", " "), "&") {
+		for _, pair := range strings.Split(amp, ";") {
+			if pair == "" {
+				continue
+			}
+			k, val, _ := strings.Cut(pair, "=")
+			k, val = unquoteLenient(k), unquoteLenient(val)
+			if !utf8.ValidString(k) || !utf8.ValidString(val) {
+				return nil, badRequest("Invalid query string: parameter %q is not UTF-8", strings.ToValidUTF8(k, "\uFFFD"))
+			}
+			v[k] = append(v[k], val)
+		}
+	}
+	return v, nil
+}
+
+// unquoteLenient decodes %XX escapes like Python's unquote_to_bytes: an
+// invalid escape is kept literally.
+func unquoteLenient(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }

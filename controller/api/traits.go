@@ -6,17 +6,11 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
 const maxTraits = 50
-
-func validTrait(t string) error {
-	if t == "" || len(t) > 255 {
-		return badRequest("Invalid trait %q: traits are 1 to 255 characters", t)
-	}
-	return nil
-}
 
 func (s *Server) getTraits(w http.ResponseWriter, r *http.Request) error {
 	if err := atLeast(r.Context(), 37); err != nil {
@@ -40,8 +34,8 @@ func (s *Server) setTraits(r *http.Request, edit func(set map[string]bool) error
 		return err
 	}
 	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
-		if m.Reservation != nil {
-			return errf(http.StatusConflict, "Node %s is locked by host %s, please retry after the current operation is completed.", m.UUID, *m.Reservation)
+		if err := conductor.CheckUnlocked(m); err != nil {
+			return err
 		}
 		set := map[string]bool{}
 		for _, t := range m.Traits {
@@ -74,7 +68,7 @@ func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("Missing argument: traits")
 	}
 	for _, t := range *b.Traits {
-		if err := validTrait(t); err != nil {
+		if err := s.traitNames.check("body", t); err != nil {
 			return err
 		}
 	}
@@ -94,7 +88,7 @@ func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) putTrait(w http.ResponseWriter, r *http.Request) error {
 	t := mux.Vars(r)["trait"]
-	if err := validTrait(t); err != nil {
+	if err := s.traitNames.check("trait", t); err != nil {
 		return err
 	}
 	if err := s.setTraits(r, func(set map[string]bool) error { set[t] = true; return nil }); err != nil {

@@ -22,6 +22,7 @@ const (
 	ctxVersion ctxKey = iota
 	ctxRequestID
 	ctxBase
+	ctxConn // the request's *guardedConn, if its listener counts connections
 )
 
 // version returns the negotiated minor version of the request.

@@ -25,7 +25,7 @@ var agentDeploySteps = []protocol.Step{
 }
 
 // availableDeploySteps lists every deploy step the node offers.
-func (c *Conductor) availableDeploySteps(n *store.Node, d Driver) []protocol.Step {
+func (c *engine) availableDeploySteps(n *store.Node, d Driver) []protocol.Step {
 	if UsesAgent(n) {
 		return mergeSteps(agentDeploySteps, cachedSteps(n, "deploy"))
 	}
@@ -52,7 +52,7 @@ func isDriverStep(steps []protocol.Step, key string) bool {
 
 // executeStep runs one step where it belongs: the driver (out of band), the
 // direct deploy interface, or the agent (in band).
-func (c *Conductor) executeStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
+func (c *engine) executeStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
 	if !UsesAgent(n) {
 		return d.ExecuteStep(ctx, n, kind, step)
 	}
@@ -69,10 +69,10 @@ func (c *Conductor) executeStep(ctx context.Context, n *store.Node, d Driver, ki
 	return c.inbandStep(ctx, n, kind, step)
 }
 
-func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver, step protocol.Step) (StepStatus, error) {
+func (c *engine) agentDeployStep(ctx context.Context, n *store.Node, d Driver, step protocol.Step) (StepStatus, error) {
 	switch step.Step {
 	case "deploy":
-		if aw, ok := getDII[await](n, diiAwait); ok && aw.Step == step.Key() {
+		if aw := n.Operation.Agent.Await; aw != nil && aw.Step == step.Key() {
 			return StepWait, nil // already rebooted for this step (resumed after a restart)
 		}
 		aw, err := c.bootRamdisk(ctx, n, d, "boot", step.Key())
@@ -80,9 +80,8 @@ func (c *Conductor) agentDeployStep(ctx context.Context, n *store.Node, d Driver
 			return StepDone, err
 		}
 		_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-			setDII(m, diiAwait, aw)
+			awaitBoot(m, aw)
 			m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-			delete(m.DriverInternalInfo, diiCommand)
 			return nil
 		})
 		return StepWait, err
@@ -149,7 +148,7 @@ func imageArgs(n *store.Node, override map[string]any) (map[string]any, error) {
 }
 
 // startAgentInspection boots the ramdisk for inspection.
-func (c *Conductor) startAgentInspection(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) startAgentInspection(ctx context.Context, n *store.Node, d Driver) error {
 	aw, err := c.bootRamdisk(ctx, n, d, "boot", "")
 	if err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
@@ -159,9 +158,8 @@ func (c *Conductor) startAgentInspection(ctx context.Context, n *store.Node, d D
 		return terr
 	}
 	_, err = c.transition(ctx, n.UUID, state.Inspecting, state.EvWait, func(m *store.Node) error {
-		setDII(m, diiAwait, aw)
+		awaitBoot(m, aw)
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	})
 	return err
@@ -169,7 +167,7 @@ func (c *Conductor) startAgentInspection(ctx context.Context, n *store.Node, d D
 
 // finishInspection stores the inventory the agent reported, fills the node's
 // properties, creates ports for NICs that have none, and powers off.
-func (c *Conductor) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
+func (c *engine) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
 	fail := func(msg string) error {
 		_ = d.SetPower(ctx, n, PowerOff)
 		_, err := c.transition(ctx, n.UUID, state.InspectWait, state.EvFail, func(m *store.Node) error {
@@ -240,7 +238,7 @@ func inventoryProperties(inv protocol.Inventory) map[string]any {
 }
 
 // createPorts adds a port for every NIC whose MAC has none yet.
-func (c *Conductor) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC) (int, error) {
+func (c *engine) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC) (int, error) {
 	created := 0
 	for _, nic := range nics {
 		hw, err := net.ParseMAC(nic.MACAddress)

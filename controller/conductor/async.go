@@ -16,14 +16,14 @@ import (
 // (abort requested while it could not be interrupted) fails the operation
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
-func (c *Conductor) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
+func (c *engine) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
 	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil)
 }
 
 // completeAsync is CompleteAsyncStep applying mut in the same write. A
 // summary of what the step did (the agent's) goes into its "finished"
 // history event.
-func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
+func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
@@ -38,12 +38,12 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	case state.DeployWait:
 		ph = deployPhase
 	default:
-		return conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
+		return Conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
 	}
 	wait := state.State(n.ProvisionState)
 	cur := *ph.current(n)
 	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
-		return conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
+		return Conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
 	}
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
@@ -56,11 +56,11 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 		}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
 		return err
 	}
-	steps, err := stepsFromJSON(n.DriverInternalInfo[ph.stepsKey])
-	if err != nil {
-		return err
+	plan := *ph.plan(&n.Operation)
+	if plan == nil {
+		return Conflict("node %s has no %s steps planned", nodeUUID, ph.kind)
 	}
-	idx := index(n.DriverInternalInfo, ph.indexKey)
+	steps, idx := plan.Steps, plan.Index
 	abortAfter, _ := cur["abort_after"].(bool)
 	msg := fmt.Sprintf("%s step %s finished", ph.kind, stepKey)
 	if summary = oneLine(summary); summary != "" {
@@ -80,13 +80,15 @@ func (c *Conductor) completeAsync(ctx context.Context, nodeUUID, stepKey string,
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
 		mut(m)
-		m.DriverInternalInfo[ph.indexKey] = idx + 1
+		if p := *ph.plan(&m.Operation); p != nil {
+			p.Index = idx + 1
+		}
 		return nil
 	}, finished)
 	if err != nil {
 		return err
 	}
-	c.Kick(nodeUUID)
+	c.kick(nodeUUID)
 	return nil
 }
 

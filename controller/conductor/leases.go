@@ -111,7 +111,7 @@ func newHolder(host string) string {
 // restart recovery is the takeover scan once at start.
 
 // fenced marks ctx for writes under this controller's lease.
-func (c *Conductor) fenced(ctx context.Context) context.Context {
+func (c *runtime) fenced(ctx context.Context) context.Context {
 	if c.cfg.SoleController {
 		return ctx
 	}
@@ -119,10 +119,10 @@ func (c *Conductor) fenced(ctx context.Context) context.Context {
 }
 
 // Holder is this controller's name in node leases.
-func (c *Conductor) Holder() string { return c.holder }
+func (c *runtime) Holder() string { return c.holder }
 
 // leaseMargin is how much lease time must be left to start work.
-func (c *Conductor) leaseMargin() time.Duration { return c.cfg.LeaseTTL / 2 }
+func (c *runtime) leaseMargin() time.Duration { return c.cfg.LeaseTTL / 2 }
 
 // leaseWaitStates are the waiting states whose nodes are owned (an agent
 // heartbeats, a timer runs) although no reservation is set: the ones
@@ -143,7 +143,7 @@ func needsWork(n *store.Node) bool {
 // it. When another controller holds it, that one is asked to process the
 // node instead (the request arrived here, the work lands there). Taking
 // over a dead controller's expired lease is recorded in the node's history.
-func (c *Conductor) lease(ctx context.Context, n *store.Node) bool {
+func (c *runtime) lease(ctx context.Context, n *store.Node) bool {
 	ok, _ := c.acquire(ctx, n)
 	return ok
 }
@@ -151,7 +151,7 @@ func (c *Conductor) lease(ctx context.Context, n *store.Node) bool {
 // acquire is lease, also saying whether the lease was newly taken (not
 // already held here) from nobody (fresh) or from a holder whose lease
 // expired (tookOver).
-func (c *Conductor) acquire(ctx context.Context, n *store.Node) (ok, fresh bool) {
+func (c *runtime) acquire(ctx context.Context, n *store.Node) (ok, fresh bool) {
 	now := c.cfg.Now()
 	if c.leases.valid(n.UUID, now, c.leaseMargin()) {
 		return true, false
@@ -190,7 +190,7 @@ func (c *Conductor) acquire(ctx context.Context, n *store.Node) (ok, fresh bool)
 }
 
 // release gives up the node's lease once it rests.
-func (c *Conductor) release(ctx context.Context, nodeUUID string) {
+func (c *runtime) release(ctx context.Context, nodeUUID string) {
 	if !c.leases.drop(nodeUUID) || c.cfg.SoleController {
 		return
 	}
@@ -202,7 +202,7 @@ func (c *Conductor) release(ctx context.Context, nodeUUID string) {
 // runLeases renews this controller's leases and takes over unleased work
 // every LeaseTTL/4, until ctx ends; then it releases every lease so others
 // (or this controller restarted) can carry on at once.
-func (c *Conductor) runLeases(ctx context.Context) {
+func (c *runtime) runLeases(ctx context.Context) {
 	tick := c.cfg.LeaseTTL / 4
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -221,7 +221,7 @@ func (c *Conductor) runLeases(ctx context.Context) {
 	}
 }
 
-func (c *Conductor) renewLeases(ctx context.Context) {
+func (c *runtime) renewLeases(ctx context.Context) {
 	start := c.cfg.Now()
 	if err := c.st.RegisterController(ctx, c.holder, c.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
 		c.log.Error("registering as a live controller failed", "err", err)
@@ -241,7 +241,7 @@ func (c *Conductor) renewLeases(ctx context.Context) {
 // takeOver adopts nodes that need a controller but have none: after a
 // restart, those this controller was working on; after another
 // controller's death, its nodes.
-func (c *Conductor) takeOver(ctx context.Context) {
+func (c *runtime) takeOver(ctx context.Context) {
 	nodes, err := c.st.UnleasedWork(ctx, leaseWaitStates, 500)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -273,7 +273,7 @@ func (c *Conductor) takeOver(ctx context.Context) {
 // listen kicks the nodes other controllers hand to this one, reconnecting
 // with a pause after failures; after a reconnection every held node is
 // kicked once, for the notifications missed meanwhile.
-func (c *Conductor) listen(ctx context.Context) {
+func (c *runtime) listen(ctx context.Context) {
 	if c.notifier == nil {
 		return
 	}
@@ -295,7 +295,7 @@ func (c *Conductor) listen(ctx context.Context) {
 }
 
 // releaseAll ends this controller's leases at shutdown.
-func (c *Conductor) releaseAll() {
+func (c *runtime) releaseAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.st.ReleaseLeases(ctx, c.holder); err != nil {

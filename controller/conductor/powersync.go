@@ -14,25 +14,6 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// PowerSyncConfig tunes the periodic power-state check.
-type PowerSyncConfig struct {
-	// Interval within which every managed node is checked once; 0 disables.
-	Interval time.Duration
-	// Ticks per interval: the fleet is read in this many keyset pages, so a
-	// tick never reads the whole table.
-	Ticks int
-	// MaxFailures in a row put the node in maintenance with fault "power
-	// failure" (Ironic's power_state_sync_max_retries, 3).
-	MaxFailures int
-	// Enforce sets the recorded state back on a resting node outside
-	// maintenance when the BMC reports another one (Ironic's
-	// force_power_state_during_sync).
-	Enforce bool
-	// Workers bounds concurrent BMC reads (default 8): slow BMCs must not
-	// stretch a tick, and many must not be polled at once.
-	Workers int
-}
-
 // powerSync walks the fleet page by page and keeps per-node failure state
 // for backoff. Its state lives only in memory: after a restart the walk
 // starts over, which costs one extra round of reads.
@@ -43,19 +24,10 @@ type powerSync struct {
 	next     map[string]time.Time // backoff: not before
 }
 
-func (c *Conductor) runPowerSync(ctx context.Context) {
+func (c *runtime) runPowerSync(ctx context.Context) {
 	cfg := c.cfg.PowerSync
 	if cfg.Interval <= 0 {
 		return
-	}
-	if cfg.Ticks <= 0 {
-		cfg.Ticks = 60
-	}
-	if cfg.MaxFailures <= 0 {
-		cfg.MaxFailures = 3
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 8
 	}
 	ps := &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}
 	tick := cfg.Interval / time.Duration(cfg.Ticks)
@@ -78,7 +50,7 @@ func (c *Conductor) runPowerSync(ctx context.Context) {
 }
 
 // powerSyncTick checks the next page of nodes.
-func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerSyncConfig) {
+func (c *runtime) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerSyncConfig) {
 	counts, err := c.st.CountNodesByState(ctx)
 	if err != nil {
 		c.log.Warn("power sync: counting nodes failed", "err", err)
@@ -138,7 +110,7 @@ func (c *Conductor) powerSyncTick(ctx context.Context, ps *powerSync, cfg PowerS
 // all controllers read, so each BMC is polled once per interval whatever
 // the number of controllers. A controller missing from the list (its
 // registration failed) polls every node rather than leave some unpolled.
-func (c *Conductor) syncShare(ctx context.Context) func(node string) bool {
+func (c *runtime) syncShare(ctx context.Context) func(node string) bool {
 	live, err := c.st.LiveControllers(ctx)
 	idx := slices.Index(live, c.holder)
 	if err != nil || idx < 0 || len(live) < 2 {
@@ -151,7 +123,7 @@ func (c *Conductor) syncShare(ctx context.Context) func(node string) bool {
 	}
 }
 
-func (c *Conductor) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
+func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
 	st := state.State(n.ProvisionState)
 	if st == state.Enroll || n.Reservation != nil || n.TargetPowerState != nil {
 		return // not verified yet, or work on it is running

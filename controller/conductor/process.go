@@ -2,7 +2,6 @@ package conductor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
@@ -10,81 +9,41 @@ import (
 	"github.com/anvil-metal/anvil/protocol"
 )
 
-// maxHops bounds state changes per processing round, so a bug in a phase can
-// never spin a worker forever.
-const maxHops = 64
-
-// process advances one node as far as it can go without waiting.
-func (c *Conductor) process(ctx context.Context, nodeUUID string) {
-	for hop := 0; hop < maxHops; hop++ {
-		if ctx.Err() != nil {
-			return
-		}
-		n, err := c.st.GetNode(ctx, nodeUUID)
-		if err != nil {
-			if !errors.Is(err, store.ErrNotFound) {
-				c.log.Error("loading node failed", "node", nodeUUID, "err", err)
-			}
-			return
-		}
-		if !needsWork(n) {
-			c.release(ctx, nodeUUID)
-			return // resting: nothing to do
-		}
-		d, ok := c.drivers[n.Driver]
-		if !ok {
-			c.log.Error("node uses a hardware type this controller does not enable", "node", nodeUUID, "driver", n.Driver)
-			return
-		}
-		if !c.lease(ctx, n) {
-			return // another controller works on it
-		}
-		ctx := c.fenced(ctx)
-		if n.TargetPowerState != nil {
-			err = c.power(ctx, n, d)
-		} else {
-			switch state.State(n.ProvisionState) {
-			case state.Verifying:
-				err = c.verify(ctx, n, d)
-			case state.Cleaning:
-				err = c.clean(ctx, n, d)
-			case state.Deploying:
-				err = c.deploy(ctx, n, d)
-			case state.Deleting:
-				err = c.tearDown(ctx, n, d)
-			case state.Inspecting:
-				err = c.inspect(ctx, n, d)
-			case state.Adopting, state.Rescuing, state.Unrescuing:
-				err = c.simple(ctx, n)
-			case state.CleanWait, state.DeployWait, state.InspectWait:
-				before := n.Revision
-				if err = c.agentWait(ctx, n, d); err == nil {
-					if after, gerr := c.st.GetNode(ctx, nodeUUID); gerr != nil || after.Revision == before {
-						return // nothing happened: keep waiting
-					}
-				}
-			default:
-				return // resting or waiting: nothing to do
-			}
-		}
-		if errors.Is(err, errStale) {
-			c.log.Debug("node moved on while processing", "node", nodeUUID, "err", err)
-			return
-		}
-		if isLeaseLost(err) {
-			c.leases.drop(nodeUUID)
-			c.log.Warn("node lease lost while working; another controller carries on", "node", nodeUUID, "err", err)
-			return
-		}
-		if err != nil {
-			c.log.Error("processing node failed", "node", nodeUUID, "state", n.ProvisionState, "err", err)
-			return
-		}
+// advance does the next piece of the node's work, for the runtime that
+// holds its lease. again says the node moved on (the runtime then loads
+// it again and goes on); a node that rests or waits with nothing to do
+// gives false.
+func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bool, err error) {
+	if n.TargetPowerState != nil {
+		return true, c.power(ctx, n, d)
 	}
-	c.log.Error("node processing stopped after too many state changes", "node", nodeUUID)
+	switch state.State(n.ProvisionState) {
+	case state.Verifying:
+		err = c.verify(ctx, n, d)
+	case state.Cleaning:
+		err = c.clean(ctx, n, d)
+	case state.Deploying:
+		err = c.deploy(ctx, n, d)
+	case state.Deleting:
+		err = c.tearDown(ctx, n, d)
+	case state.Inspecting:
+		err = c.inspect(ctx, n, d)
+	case state.Adopting, state.Rescuing, state.Unrescuing:
+		err = c.simple(ctx, n)
+	case state.CleanWait, state.DeployWait, state.InspectWait:
+		before := n.Revision
+		if err = c.agentWait(ctx, n, d); err == nil {
+			if after, gerr := c.st.GetNode(ctx, n.UUID); gerr != nil || after.Revision == before {
+				return false, nil // nothing happened: keep waiting
+			}
+		}
+	default:
+		return false, nil // resting or waiting: nothing to do
+	}
+	return true, err
 }
 
-func (c *Conductor) power(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
 	err := d.SetPower(ctx, n, target)
 	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
@@ -114,7 +73,7 @@ func resultingPower(target string) string {
 	return PowerOn
 }
 
-func (c *Conductor) verify(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 	if err := d.VerifyAccess(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Verifying, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to verify management access to node %s: %v", n.UUID, err))
@@ -132,7 +91,7 @@ func (c *Conductor) verify(ctx context.Context, n *store.Node, d Driver) error {
 	return err
 }
 
-func (c *Conductor) automatedClean(n *store.Node) bool {
+func (c *engine) automatedClean(n *store.Node) bool {
 	if n.AutomatedClean != nil {
 		return *n.AutomatedClean
 	}
@@ -143,7 +102,7 @@ func (c *Conductor) automatedClean(n *store.Node) bool {
 // ordered by priority then interface. Two enabled steps of one interface
 // with the same priority have no defined order: that is a configuration
 // error, reported instead of guessing.
-func (c *Conductor) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) {
+func (c *engine) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) {
 	var out []protocol.Step
 	seen := map[string]string{} // interface/priority -> step
 	for _, s := range c.CleanStepsFor(n) {
@@ -171,14 +130,13 @@ func (c *Conductor) automatedCleanSteps(n *store.Node) ([]protocol.Step, error) 
 type stepPhase struct {
 	kind      string // clean | deploy
 	running   state.State
-	stepsKey  string
-	indexKey  string
+	plan      func(op *store.Operation) **store.StepPlan
 	current   func(n *store.Node) *map[string]any
 	onFailure func(n *store.Node, msg string)
 }
 
 var cleanPhase = stepPhase{
-	kind: "clean", running: state.Cleaning, stepsKey: diiCleanSteps, indexKey: diiCleanStepIndex,
+	kind: "clean", running: state.Cleaning, plan: func(op *store.Operation) **store.StepPlan { return &op.Clean },
 	current: func(n *store.Node) *map[string]any { return &n.CleanStep },
 	onFailure: func(n *store.Node, msg string) {
 		// A step that failed while running puts the node in maintenance
@@ -190,19 +148,9 @@ var cleanPhase = stepPhase{
 }
 
 var deployPhase = stepPhase{
-	kind: "deploy", running: state.Deploying, stepsKey: diiDeploySteps, indexKey: diiDeployStepIndex,
+	kind: "deploy", running: state.Deploying, plan: func(op *store.Operation) **store.StepPlan { return &op.Deploy },
 	current:   func(n *store.Node) *map[string]any { return &n.DeployStep },
 	onFailure: func(*store.Node, string) {},
-}
-
-func index(dii map[string]any, key string) int {
-	switch v := dii[key].(type) {
-	case float64:
-		return int(v)
-	case int:
-		return v
-	}
-	return 0
 }
 
 // runSteps executes the step list from the persisted index. plan, when
@@ -212,19 +160,16 @@ func index(dii map[string]any, key string) int {
 // was running (steps are idempotent). It returns done=true when every step
 // has finished, with the events still to be committed by the caller's final
 // transition.
-func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
-	steps := plan
-	if steps == nil {
-		var err error
-		if steps, err = stepsFromJSON(n.DriverInternalInfo[ph.stepsKey]); err != nil {
-			return false, nil, c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Cannot %s node %s: %v", ph.kind, n.UUID, err), false)
-		}
+func (c *engine) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
+	steps, start := plan, 0
+	if stored := *ph.plan(&n.Operation); plan == nil && stored != nil {
+		steps, start = stored.Steps, stored.Index
 	}
 	var pending []*store.Event
-	for idx := index(n.DriverInternalInfo, ph.indexKey); idx < len(steps); idx++ {
+	for idx := start; idx < len(steps); idx++ {
 		step := steps[idx]
 		verb := "started"
-		if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil && p.Step.Key() == step.Key() {
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == step.Key() {
 			// Its command was issued before a restart and is reused (the
 			// agent never runs an id twice): the step goes on, it does
 			// not start again.
@@ -236,11 +181,12 @@ func (c *Conductor) runSteps(ctx context.Context, n *store.Node, d Driver, ph st
 			if state.State(m.ProvisionState) != ph.running {
 				return nil, fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
 			}
-			if plan != nil {
-				m.DriverInternalInfo[ph.stepsKey] = stepsToJSON(plan)
+			stored := ph.plan(&m.Operation)
+			if plan != nil || *stored == nil {
+				*stored = &store.StepPlan{Steps: steps}
 			}
 			*ph.current(m) = stepToMap(step)
-			m.DriverInternalInfo[ph.indexKey] = idx
+			(*stored).Index = idx
 			return append(pending, started), nil
 		})
 		if err != nil {
@@ -271,7 +217,7 @@ func capital(s string) string {
 // failSteps moves the node to its failure state. stepRunning says whether a
 // step was running (then the phase's failure policy applies, and the failed
 // step stays visible in clean_step/deploy_step).
-func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
+func (c *engine) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
 	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
 		// the agent gets no further command; its token dies with the operation
 		c.tearDownAgent(m)
@@ -286,24 +232,21 @@ func (c *Conductor) failSteps(ctx context.Context, nodeUUID string, ph stepPhase
 	return err
 }
 
-func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
-	dii := n.DriverInternalInfo
-	manual, _ := dii[diiManualClean].(bool)
+func (c *engine) clean(ctx context.Context, n *store.Node, d Driver) error {
+	op := &n.Operation
+	manual := op.ManualClean
 	var plan []protocol.Step
-	if _, planned := dii[diiCleanSteps]; !planned {
+	if op.Clean == nil {
 		if !manual && !c.automatedClean(n) {
 			return c.finishClean(ctx, n, d, manual, c.newEvent(n.UUID, "INFO", "cleaning", "automated cleaning is disabled; skipping"))
 		}
-		if UsesAgent(n) && dii[diiAgentBooted] != true {
+		if UsesAgent(n) && !op.Agent.Booted {
 			// In-band steps are known only once the agent runs.
 			return c.waitForRamdisk(ctx, n, d, cleanPhase)
 		}
 		if manual {
-			user, err := stepsFromJSON(dii[diiUserCleanSteps])
-			if err == nil {
-				plan, err = c.resolveSteps(c.CleanStepsFor(n), withNodeArgs(n, user), true)
-			}
-			if err != nil {
+			var err error
+			if plan, err = c.resolveSteps(c.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps), true); err != nil {
 				return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
 		} else {
@@ -324,15 +267,14 @@ func (c *Conductor) clean(ctx context.Context, n *store.Node, d Driver) error {
 }
 
 // waitForRamdisk reboots the node into the agent ramdisk and waits for it.
-func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
+func (c *engine) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
 	aw, err := c.bootRamdisk(ctx, n, d, "boot", "")
 	if err != nil {
 		return c.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
 	}
 	_, err = c.transition(ctx, n.UUID, ph.running, state.EvWait, func(m *store.Node) error {
-		setDII(m, diiAwait, aw)
+		awaitBoot(m, aw)
 		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
-		delete(m.DriverInternalInfo, diiCommand)
 		return nil
 	}, c.newEvent(n.UUID, "INFO", "agent", "rebooted into the agent ramdisk; waiting for it to call back"))
 	return err
@@ -340,12 +282,12 @@ func (c *Conductor) waitForRamdisk(ctx context.Context, n *store.Node, d Driver,
 
 // finishClean ends cleaning: available, or manageable after manual cleaning
 // and for retired nodes (which must not become available).
-func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, manual bool, events ...*store.Event) error {
+func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manual bool, events ...*store.Event) error {
 	ev := state.EvDone
 	if manual || n.Retired {
 		ev = state.EvManage
 	}
-	agent := UsesAgent(n) && n.DriverInternalInfo[diiAgentBooted] == true
+	agent := UsesAgent(n) && n.Operation.Agent.Booted
 	if agent {
 		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
@@ -354,10 +296,7 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 	}
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
-		delete(m.DriverInternalInfo, diiCleanSteps)
-		delete(m.DriverInternalInfo, diiCleanStepIndex)
-		delete(m.DriverInternalInfo, diiManualClean)
-		delete(m.DriverInternalInfo, diiUserCleanSteps)
+		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil
 		if agent {
 			wipeAgent(m)
 			m.PowerState = strp(PowerOff)
@@ -370,18 +309,15 @@ func (c *Conductor) finishClean(ctx context.Context, n *store.Node, d Driver, ma
 // deploySteps merges the driver's enabled deploy steps with the user's:
 // a user step replaces the driver step of the same name (priority 0
 // disables it) and adds new ones.
-func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
-	user, err := stepsFromJSON(n.DriverInternalInfo[diiUserDeploySteps])
-	if err != nil {
-		return nil, err
-	}
+func (c *engine) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
+	user := n.Operation.UserDeploySteps
 	byKey := map[string]protocol.Step{}
 	var order []string
 	for _, s := range c.availableDeploySteps(n, d) {
 		byKey[s.Key()] = s
 		order = append(order, s.Key())
 	}
-	_, cached := getDII[stepCache](n, diiStepCache)
+	cached := n.Operation.Agent.Steps != nil
 	for _, u := range user {
 		s, known := byKey[u.Key()]
 		if !known && UsesAgent(n) && !cached && (u.Interface == protocol.InterfaceDeploy || u.Interface == protocol.InterfaceRAID) {
@@ -411,9 +347,9 @@ func (c *Conductor) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error
 	return out, nil
 }
 
-func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	var plan []protocol.Step
-	if _, planned := n.DriverInternalInfo[diiDeploySteps]; !planned {
+	if n.Operation.Deploy == nil {
 		var err error
 		if plan, err = c.deploySteps(n, d); err != nil {
 			return c.failSteps(ctx, n.UUID, deployPhase, fmt.Sprintf("Failed to validate the final deploy steps list for node %s: %v", n.UUID, err), false)
@@ -429,9 +365,7 @@ func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	}
 	_, err := c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
 		m.DeployStep = map[string]any{}
-		delete(m.DriverInternalInfo, diiDeploySteps)
-		delete(m.DriverInternalInfo, diiDeployStepIndex)
-		delete(m.DriverInternalInfo, diiUserDeploySteps)
+		m.Operation.Deploy, m.Operation.UserDeploySteps = nil, nil
 		m.PowerState = strp(PowerOn)
 		return nil
 	}, pending...)
@@ -439,7 +373,7 @@ func (c *Conductor) deploy(ctx context.Context, n *store.Node, d Driver) error {
 }
 
 // tearDown powers the instance off and forgets it, then starts cleaning.
-func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) tearDown(ctx context.Context, n *store.Node, d Driver) error {
 	if err := d.SetPower(ctx, n, PowerOff); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Deleting, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to tear down node %s: could not power it off: %v", n.UUID, err))
@@ -453,16 +387,15 @@ func (c *Conductor) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		m.InstanceUUID = nil
 		m.DeployStep = map[string]any{}
 		wipeAgent(m)
-		for _, k := range []string{diiDeploySteps, diiDeployStepIndex, diiUserDeploySteps, diiCleanSteps, diiCleanStepIndex, diiManualClean, diiUserCleanSteps} {
-			delete(m.DriverInternalInfo, k)
-		}
+		op := &m.Operation
+		op.Deploy, op.UserDeploySteps, op.Clean, op.ManualClean, op.UserCleanSteps = nil, nil, nil, false, nil
 		m.CleanStep = map[string]any{}
 		return nil
 	})
 	return err
 }
 
-func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error {
+func (c *engine) inspect(ctx context.Context, n *store.Node, d Driver) error {
 	if usesAgentInspect(n) {
 		return c.startAgentInspection(ctx, n, d)
 	}
@@ -482,7 +415,7 @@ func (c *Conductor) inspect(ctx context.Context, n *store.Node, d Driver) error 
 }
 
 // simple finishes operations that fake-hardware completes at once.
-func (c *Conductor) simple(ctx context.Context, n *store.Node) error {
+func (c *engine) simple(ctx context.Context, n *store.Node) error {
 	_, err := c.transition(ctx, n.UUID, state.State(n.ProvisionState), state.EvDone, func(m *store.Node) error {
 		delete(m.InstanceInfo, "rescue_password")
 		if m.ProvisionState == string(state.Active) {

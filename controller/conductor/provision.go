@@ -21,27 +21,16 @@ type ProvisionRequest struct {
 	DisableRamdisk bool
 }
 
-// Keys of driver_internal_info used by the step engine (Ironic's names).
-const (
-	diiCleanSteps      = "clean_steps"
-	diiCleanStepIndex  = "clean_step_index"
-	diiManualClean     = "cleaning_manual"
-	diiDeploySteps     = "deploy_steps"
-	diiDeployStepIndex = "deploy_step_index"
-	diiUserDeploySteps = "user_deploy_steps"
-	diiUserCleanSteps  = "user_clean_steps"
-)
-
 // Provision validates and commits a provision verb, then schedules the work.
 // When it returns nil the new state is already stored.
-func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
+func (c *engine) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
 	verb, ok := state.LookupVerb(req.Target)
 	if !ok {
 		n, err := c.st.GetNode(ctx, ident)
 		if err != nil {
 			return err
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
@@ -56,29 +45,29 @@ func (c *Conductor) Provision(ctx context.Context, ident string, req ProvisionRe
 	}
 	c.log.Info("provision verb accepted", "node", n.UUID, "verb", req.Target, "state", n.ProvisionState)
 	if state.Working(state.State(n.ProvisionState)) || n.TargetPowerState != nil {
-		c.Kick(n.UUID)
+		c.kick(n.UUID)
 	}
 	return nil
 }
 
 // acceptVerb checks a verb against the node and applies it.
-func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	cur := state.State(n.ProvisionState)
 	if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
-		return invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
+		return Invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
 	}
 	if !state.Allowed(cur, verb.Event) || state.Working(cur) {
 		if n.Reservation != nil {
-			return locked(n.UUID, *n.Reservation)
+			return Locked(n.UUID, *n.Reservation)
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
-	if n.Reservation != nil { // e.g. a power action is running
-		return locked(n.UUID, *n.Reservation)
+	if err := CheckUnlocked(n); err != nil { // e.g. a power action is running
+		return err
 	}
 	d, ok := c.drivers[n.Driver]
 	if !ok {
-		return invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+		return Invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
 	}
 	if err := c.checkVerb(n, d, verb, req); err != nil {
 		return err
@@ -92,35 +81,35 @@ func (c *Conductor) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequ
 }
 
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
-func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
+func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
 	switch verb.Event {
 	case state.EvManage:
 		if state.State(n.ProvisionState) == state.Enroll {
 			if err := d.Validate(n)["power"]; err != nil {
-				return invalid("Cannot manage node %s: its driver_info cannot be used to reach the BMC: %v", n.UUID, err)
+				return Invalid("Cannot manage node %s: its driver_info cannot be used to reach the BMC: %v", n.UUID, err)
 			}
 		}
 	case state.EvProvide:
 		if n.Retired {
-			return invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)
+			return Invalid("The providing operation can't be performed on node %s because it is retired.", n.UUID)
 		}
 	case state.EvClean:
 		if n.Maintenance {
-			return invalid("The cleaning operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
+			return Invalid("The cleaning operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
 		}
 		if len(req.CleanSteps) == 0 {
-			return invalid("clean_steps is required when setting target provision state to clean")
+			return Invalid("clean_steps is required when setting target provision state to clean")
 		}
 		if err := c.checkCleanSteps(n, d, req.CleanSteps); err != nil {
-			return invalid("Cannot clean node %s: %v", n.UUID, err)
+			return Invalid("Cannot clean node %s: %v", n.UUID, err)
 		}
 	case state.EvDelete, state.EvRebuild:
-		if n.Protected {
-			return &Error{Code: CodeForbidden, Msg: fmt.Sprintf("Node %s is protected and cannot be undeployed, rebuilt or deleted", n.UUID)}
+		if err := checkProtected(n); err != nil {
+			return err
 		}
 	case state.EvRescue:
 		if req.RescuePassword == "" {
-			return invalid("A non-empty rescue_password is required when setting target provision state to rescue")
+			return Invalid("A non-empty rescue_password is required when setting target provision state to rescue")
 		}
 	}
 	return nil
@@ -128,40 +117,33 @@ func (c *Conductor) checkVerb(n *store.Node, d Driver, verb state.Verb, req Prov
 
 // prepare records what the operation needs in the same write as the state
 // change, and clears leftovers of the previous one.
-func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
-	dii := n.DriverInternalInfo
+func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+	op := &n.Operation
 	if state.Working(state.State(n.ProvisionState)) {
 		n.LastError = nil // a new asynchronous operation starts clean
 	}
 	switch verb.Event {
 	case state.EvProvide, state.EvClean:
-		delete(dii, diiCleanSteps)
-		delete(dii, diiCleanStepIndex)
-		delete(dii, diiManualClean)
+		op.Clean, op.ManualClean, op.UserCleanSteps, op.Agent.Booted = nil, false, nil, false
 		n.CleanStep = map[string]any{}
-		delete(dii, diiUserCleanSteps)
-		delete(dii, diiAgentBooted)
 		if verb.Event == state.EvClean {
 			// resolved against the node's steps when cleaning starts (after
 			// the agent booted, for in-band steps)
-			dii[diiUserCleanSteps] = stepsToJSON(req.CleanSteps)
-			dii[diiManualClean] = true
+			op.UserCleanSteps = append([]protocol.Step{}, req.CleanSteps...)
+			op.ManualClean = true
 			n.TargetProvisionState = strp(string(state.Manageable))
 		}
 	case state.EvDeploy, state.EvRebuild:
-		delete(dii, diiAgentBooted)
-		delete(dii, diiDeploySteps)
-		delete(dii, diiDeployStepIndex)
-		delete(dii, diiUserDeploySteps)
+		op.Deploy, op.UserDeploySteps, op.Agent.Booted = nil, nil, false
 		n.DeployStep = map[string]any{}
 		if len(req.DeploySteps) > 0 {
-			dii[diiUserDeploySteps] = stepsToJSON(req.DeploySteps)
+			op.UserDeploySteps = append([]protocol.Step{}, req.DeploySteps...)
 		}
 		if req.ConfigDrive != nil {
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
 	case state.EvInspect:
-		delete(dii, diiAgentBooted)
+		op.Agent.Booted = false
 		now := c.now()
 		n.InspectionStartedAt, n.InspectionFinishedAt = &now, nil
 	case state.EvRescue:
@@ -173,7 +155,7 @@ func (c *Conductor) prepare(n *store.Node, verb state.Verb, req ProvisionRequest
 // applyAbort handles abort in a wait state. An abortable (or absent) current
 // step fails the operation now; a non-abortable one is marked and the node
 // fails as soon as that step finishes.
-func (c *Conductor) applyAbort(n *store.Node) error {
+func (c *engine) applyAbort(n *store.Node) error {
 	cur := state.State(n.ProvisionState)
 	step := n.CleanStep
 	if cur != state.CleanWait {
@@ -211,13 +193,13 @@ func (c *Conductor) applyAbort(n *store.Node) error {
 // powered on. For an agent node whose catalogue is not cached yet, steps
 // of the in-band interfaces (deploy, raid) are checked once the agent has
 // reported them; everything else is checked now.
-func (c *Conductor) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
+func (c *engine) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
 	requested = withNodeArgs(n, requested)
 	if !UsesAgent(n) {
 		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
 		return err
 	}
-	if _, cached := getDII[stepCache](n, diiStepCache); cached {
+	if n.Operation.Agent.Steps != nil {
 		_, err := c.resolveSteps(c.CleanStepsFor(n), requested, true)
 		return err
 	}
@@ -255,7 +237,7 @@ func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
 // resolveSteps matches requested steps against the available ones. For
 // manual cleaning the requested order is kept and priority/abortable are
 // copied from the driver's step; arguments are checked against argsinfo.
-func (c *Conductor) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
+func (c *engine) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
 	byKey := map[string]protocol.Step{}
 	for _, s := range available {
 		byKey[s.Key()] = s
@@ -278,14 +260,6 @@ func (c *Conductor) resolveSteps(available, requested []protocol.Step, manual bo
 	return out, nil
 }
 
-func stepsToJSON(steps []protocol.Step) []any {
-	out := make([]any, 0, len(steps))
-	for _, s := range steps {
-		out = append(out, stepToMap(s))
-	}
-	return out
-}
-
 func stepToMap(s protocol.Step) map[string]any {
 	var m map[string]any
 	b, _ := json.Marshal(s)
@@ -293,24 +267,8 @@ func stepToMap(s protocol.Step) map[string]any {
 	return m
 }
 
-// stepsFromJSON decodes a step list stored in driver_internal_info.
-func stepsFromJSON(v any) ([]protocol.Step, error) {
-	if v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var out []protocol.Step
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("decode stored steps: %w", err)
-	}
-	return out, nil
-}
-
 // SetPower validates and commits a power request, then schedules it.
-func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
+func (c *engine) SetPower(ctx context.Context, ident, target string) error {
 	switch target {
 	case PowerOn, PowerOff, Rebooting, SoftRebooting, SoftPowerOff:
 	default:
@@ -318,18 +276,18 @@ func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
 		if err != nil {
 			return err
 		}
-		return invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
+		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", target, n.UUID, deref(n.PowerState))
 	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
 		if cur == state.Cleaning || cur == state.CleanWait {
-			return nil, invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
+			return nil, Invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
 		}
-		if n.Reservation != nil {
-			return nil, locked(n.UUID, *n.Reservation)
+		if err := CheckUnlocked(n); err != nil {
+			return nil, err
 		}
 		if _, ok := c.drivers[n.Driver]; !ok {
-			return nil, invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
+			return nil, Invalid("Node %s uses hardware type %q, which this controller does not enable.", n.UUID, n.Driver)
 		}
 		n.TargetPowerState = strp(target)
 		n.LastError = nil
@@ -339,6 +297,6 @@ func (c *Conductor) SetPower(ctx context.Context, ident, target string) error {
 	if err != nil {
 		return err
 	}
-	c.Kick(n.UUID)
+	c.kick(n.UUID)
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // checkTimeouts fails nodes that waited too long for their agent. It reads
 // only nodes in wait states (an indexed filter), never the whole table.
-func (c *Conductor) checkTimeouts(ctx context.Context) {
+func (c *engine) checkTimeouts(ctx context.Context) {
 	waits := []struct {
 		st      state.State
 		timeout time.Duration
@@ -48,12 +48,12 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 			if n.ProvisionUpdatedAt == nil || n.ProvisionUpdatedAt.After(deadline) {
 				continue
 			}
-			if !c.lease(ctx, n) {
+			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
 			}
 			msg := w.msg(n)
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(c.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(c.leases.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				if w.st == state.CleanWait && stepRunning {
 					cleanPhase.onFailure(m, msg)
@@ -65,7 +65,7 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 				continue
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
-			c.Kick(n.UUID) // at rest now: its lease is released
+			c.kick(n.UUID) // at rest now: its lease is released
 		}
 	}
 }
@@ -73,7 +73,7 @@ func (c *Conductor) checkTimeouts(ctx context.Context) {
 // checkAgentTimers fails waiting nodes whose ramdisk never called back after
 // a (re)boot, or whose agent went silent, each with its own message naming
 // the phase, so an operator knows where to look.
-func (c *Conductor) checkAgentTimers(ctx context.Context) {
+func (c *engine) checkAgentTimers(ctx context.Context) {
 	no := false
 	now := c.now()
 	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.InspectWait} {
@@ -88,11 +88,11 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 			if msg == "" {
 				continue
 			}
-			if !c.lease(ctx, n) {
+			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
 			}
 			stepRunning := len(n.CleanStep) > 0
-			_, err := c.transition(c.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
+			_, err := c.transition(c.leases.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				c.tearDownAgent(m)
 				if st == state.CleanWait && stepRunning {
@@ -105,14 +105,15 @@ func (c *Conductor) checkAgentTimers(ctx context.Context) {
 				continue
 			}
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
-			c.Kick(n.UUID)
+			c.kick(n.UUID)
 		}
 	}
 }
 
-func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
+func (c *engine) agentTimerExpired(n *store.Node, now time.Time) string {
 	step := currentStepKey(n)
-	if p, ok := getDII[pendingCommand](n, diiCommand); ok && p.Step != nil {
+	a := &n.Operation.Agent
+	if p := a.Command; p != nil && p.Step != nil {
 		limit := c.cfg.Agent.StepTimeout
 		if p.Step.MaxSeconds > 0 {
 			limit = time.Duration(p.Step.MaxSeconds) * time.Second
@@ -122,8 +123,8 @@ func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 				n.ProvisionState, p.Step.Key(), limit, p.IssuedAt.Format(time.RFC3339))
 		}
 	}
-	if aw, ok := getDII[await](n, diiAwait); ok {
-		if !agentBack(n, aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
+	if aw := a.Await; aw != nil {
+		if !agentBack(n, *aw) && now.Sub(aw.Since) > c.cfg.Agent.BootTimeout {
 			what := "the agent ramdisk never called back"
 			if aw.Reason == "reboot" {
 				what = "the agent did not come back after the reboot requested by step " + aw.Step
@@ -133,12 +134,8 @@ func (c *Conductor) agentTimerExpired(n *store.Node, now time.Time) string {
 		}
 		return ""
 	}
-	last, ok := n.DriverInternalInfo[diiLastHeartbeat].(string)
-	if !ok {
-		return ""
-	}
-	t, err := time.Parse(time.RFC3339Nano, last)
-	if err != nil || now.Sub(t) <= c.cfg.Agent.SilenceTimeout {
+	t := a.LastHeartbeat
+	if t.IsZero() || now.Sub(t) <= c.cfg.Agent.SilenceTimeout {
 		return ""
 	}
 	during := ""

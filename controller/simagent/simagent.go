@@ -26,6 +26,8 @@ import (
 type Outcome struct {
 	Fail    string        // non-empty: the step fails with this message
 	Runs    int           // heartbeats the step stays RUNNING before finishing
+	Bytes   uint64        // with Runs: progress also in bytes of Device
+	Device  string        // the device the progress is about
 	Result  any           // result to report (with Fail: the partial result)
 	Summary string        // its one-line summary
 	Release chan struct{} // if set, the step runs until this is closed
@@ -77,7 +79,8 @@ func New(api string, macs ...string) *Agent {
 		},
 		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},
 			Memory: protocol.Memory{Total: 8 << 30, PhysicalMB: 8192},
-			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}}},
+			Disks:  []protocol.Disk{{Name: "/dev/nvme0n1", Size: 64 << 30, Serial: "SIM-0001", Controller: "nvme"}},
+			PCI:    []protocol.PCIDevice{{Address: "0000:00:04.0", Vendor: "1b36", Device: "0010", Class: "010802", Driver: "nvme"}}},
 	}
 	for _, m := range macs {
 		a.Inventory.Interfaces = append(a.Inventory.Interfaces, protocol.NIC{Name: "eth" + fmt.Sprint(len(a.Inventory.Interfaces)), MACAddress: m, HasCarrier: true})
@@ -110,6 +113,16 @@ func args(names ...string) map[string]protocol.ArgInfo {
 	return m
 }
 
+// Resume makes this agent the one of a running boot that looked up before
+// (the process restarted in the ramdisk with its token, or the test holds
+// a session a previous controller issued): no command is running.
+func (a *Agent) Resume(node, bootID, token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.node, a.bootID, a.token, a.current, a.sentSteps = node, bootID, token, nil, true
+	a.fingerprint = fingerprint(a.Clean, a.Deploy)
+}
+
 // Boot simulates a (re)boot: a new boot id, no token, no command.
 func (a *Agent) Boot() {
 	a.mu.Lock()
@@ -138,6 +151,18 @@ func (a *Agent) Ran() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.ran...)
+}
+
+// Steps lists the steps the agent executed, leaving out other commands
+// (the inventory the controller asks for before each erase step).
+func (a *Agent) Steps() []string {
+	var out []string
+	for _, r := range a.Ran() {
+		if strings.Contains(r, ".") {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Lookup finds the node and gets this boot's token.
@@ -259,8 +284,14 @@ func (a *Agent) advance() {
 		}
 	}
 	if a.runsLeft > 0 {
+		// evenly over the runs, never 100 before the step is done
+		done := out.Runs - a.runsLeft + 1
 		a.runsLeft--
-		cur.Progress.Percent = min(cur.Progress.Percent+25, 90)
+		cur.Progress.Percent = float64(100*done) / float64(out.Runs+1)
+		if out.Bytes > 0 {
+			cur.Progress.BytesTotal, cur.Progress.Device = out.Bytes, out.Device
+			cur.Progress.BytesDone = out.Bytes * uint64(done) / uint64(out.Runs+1)
+		}
 		return
 	}
 	if out.Fail != "" {

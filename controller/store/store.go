@@ -72,6 +72,10 @@ type Node struct {
 	BootMode             *string        `json:"boot_mode"`
 	SecureBoot           *bool          `json:"secure_boot"`
 	Shard                *string        `json:"shard"`
+
+	// Operation is the conductor's working state, stored beside the
+	// node's document (see Operation).
+	Operation Operation `json:"-"`
 }
 
 // Interfaces are the per-node driver interface names (1.31+).
@@ -119,6 +123,7 @@ type NodeFilter struct {
 	ChassisUUID         *string
 	InstanceUUID        *string
 	DescriptionContains *string
+	NameContains        *string // case-insensitive substring of the name (anvil's extension)
 	Shard               *string
 	Reserved            *bool
 }
@@ -218,7 +223,10 @@ type Nodes interface {
 	// ListNodeSummaries is ListNodes for the fields of a plain node list,
 	// read from indexed columns only (the most frequent API call).
 	ListNodeSummaries(ctx context.Context, f NodeFilter, p Page) ([]*NodeSummary, error)
-	DeleteNode(ctx context.Context, uuid string) error
+	// DeleteNode removes n with its ports, portgroups, inventory, lease and
+	// history if its Revision is still current (else ErrConflict), so checks
+	// made on n hold at the moment it goes.
+	DeleteNode(ctx context.Context, n *Node) error
 	CountNodesByState(ctx context.Context) (map[string]int, error)
 }
 
@@ -385,6 +393,33 @@ func MutateNodeEvents(ctx context.Context, s Nodes, ident string, fn func(n *Nod
 		events, err := fn(n)
 		return ctx, events, err
 	})
+}
+
+// DeleteNodeIf reads the node, lets check refuse, and deletes it at the
+// revision check saw, re-reading when another writer got there first: the
+// checks hold at the moment the node goes, so a write racing the delete
+// (a provision verb, a reservation) either lands first and is seen by check
+// or finds the node gone.
+func DeleteNodeIf(ctx context.Context, s Nodes, ident string, check func(n *Node) error) error {
+	for attempt := 0; ; attempt++ {
+		n, err := s.GetNode(ctx, ident)
+		if err != nil {
+			return err
+		}
+		if err := check(n); err != nil {
+			return err
+		}
+		err = s.DeleteNode(ctx, n)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt >= 50 {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // MutateNodeWith is MutateNodeEvents where fn also returns the context of

@@ -58,7 +58,11 @@ func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (S
 			}
 			uuids = append(uuids, n.UUID)
 			sum.Nodes++
-			return d.item(n)
+			// The document keeps the format of version 1: the operation
+			// inside driver_internal_info, under Ironic's keys.
+			doc := *n
+			doc.DriverInternalInfo = n.InternalInfo()
+			return d.item(&doc)
 		})
 	if err != nil {
 		return sum, fmt.Errorf("export nodes: %w", err)

@@ -367,9 +367,15 @@ func exists(set map[string]bool, field, key string) error {
 	return nil
 }
 
+// node checks a node and takes its operation out of driver_internal_info,
+// where the document keeps it, into its own record.
 func (d *decoder) node(n *store.Node) error {
-	return errors.Join(unique(d.nodes, "uuid", n.UUID), uniqueOpt(d.nodeNames, "name", n.Name),
+	err := errors.Join(unique(d.nodes, "uuid", n.UUID), uniqueOpt(d.nodeNames, "name", n.Name),
 		required("driver", n.Driver), required("provision_state", n.ProvisionState))
+	if err == nil {
+		n.AdoptLegacyOperation()
+	}
+	return err
 }
 
 // resource records the UUID of a portgroup, port or allocation.

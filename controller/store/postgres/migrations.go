@@ -99,4 +99,15 @@ var migrations = []string{
 		holder text COLLATE "C" PRIMARY KEY,
 		expires_at timestamptz NOT NULL
 	);`,
+	// 4: the conductor's working state (store.Operation) in its own
+	// column; moveOperations moves it there from driver_internal_info.
+	`ALTER TABLE nodes ADD COLUMN operation bytea;`,
+	// 5: addresses the boot service's full-mode DHCP gave out; an address
+	// belongs to one MAC at a time (the unique constraint decides races
+	// between controllers).
+	`CREATE TABLE dhcp_leases (
+		mac text COLLATE "C" PRIMARY KEY,
+		ip text COLLATE "C" NOT NULL CONSTRAINT dhcp_leases_ip_key UNIQUE,
+		expires_at timestamptz NOT NULL
+	);`,
 }

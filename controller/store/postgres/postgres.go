@@ -135,6 +135,11 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 	if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
 		return false, fmt.Errorf("postgres: migration %d: %w", v, err)
 	}
+	if v == operationMigration {
+		if err := moveOperations(ctx, tx); err != nil {
+			return false, fmt.Errorf("postgres: migration %d: %w", v, err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, time.Now().UTC()); err != nil {
 		return false, fmt.Errorf("postgres: record migration %d: %w", v, err)
 	}
@@ -195,7 +200,7 @@ func (p *params) add(v any) string {
 
 const nodeCols = `uuid, name, revision, driver, provision_state, power_state, maintenance, retired,
 	instance_uuid, resource_class, fault, owner, lessee, conductor_group, chassis_uuid, description, shard,
-	reservation, created_at, updated_at, provision_updated_at, data`
+	reservation, created_at, updated_at, provision_updated_at, data, operation`
 
 // encodeNode is the node document, with the SQLite store's codec so both
 // backends hold the same JSON.
@@ -207,6 +212,15 @@ func encodeNode(n *store.Node) ([]byte, error) {
 	return data, nil
 }
 
+// encodeOperation is the node's operation column (NULL when idle).
+func encodeOperation(n *store.Node) ([]byte, error) {
+	op, err := store.EncodeOperation(&n.Operation)
+	if err != nil {
+		return nil, fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
+	}
+	return op, nil
+}
+
 // CreateNode inserts n and sets its ID and Revision.
 func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 	n.Normalize()
@@ -215,26 +229,33 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 	if err != nil {
 		return err
 	}
+	op, err := encodeOperation(n)
+	if err != nil {
+		return err
+	}
 	err = s.pool.QueryRow(ctx, `INSERT INTO nodes (`+nodeCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 		RETURNING id`,
 		n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 		n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
-		n.Description, n.Shard, n.Reservation, n.CreatedAt, n.UpdatedAt, n.ProvisionUpdatedAt, data).Scan(&n.ID)
+		n.Description, n.Shard, n.Reservation, n.CreatedAt, n.UpdatedAt, n.ProvisionUpdatedAt, data, op).Scan(&n.ID)
 	return mapErr(err, "create node "+n.UUID)
 }
 
 func scanNode(row pgx.Row) (*store.Node, error) {
 	var (
-		id, rev int64
-		data    []byte
+		id, rev  int64
+		data, op []byte
 	)
-	if err := row.Scan(&id, &rev, &data); err != nil {
+	if err := row.Scan(&id, &rev, &data, &op); err != nil {
 		return nil, err
 	}
 	n := &store.Node{}
 	if err := json.Unmarshal(data, n); err != nil {
 		return nil, fmt.Errorf("decode node %d: %w", id, err)
+	}
+	if err := store.DecodeOperation(op, &n.Operation); err != nil {
+		return nil, fmt.Errorf("decode operation of node %d: %w", id, err)
 	}
 	n.ID, n.Revision = id, rev
 	n.Normalize()
@@ -243,7 +264,7 @@ func scanNode(row pgx.Row) (*store.Node, error) {
 
 // GetNode finds a node by UUID, then by name.
 func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) {
-	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT id, revision, data FROM nodes
+	n, err := scanNode(s.pool.QueryRow(ctx, `SELECT id, revision, data, operation FROM nodes
 		WHERE uuid = $1 OR name = $1 ORDER BY uuid = $1 DESC LIMIT 1`, ident))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("node %s: %w", ident, store.ErrNotFound)
@@ -265,23 +286,24 @@ const updateNodeSQL = updateNodeHead + `
 		RETURNING id` + updateNodeTail
 
 // updateNodeFencedSQL is updateNodeSQL for a writer holding the node's
-// lease ($27): it matches only while that lease is live.
+// lease ($28): it matches only while that lease is live.
 const updateNodeFencedSQL = updateNodeHead + `
-		AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = $1 AND holder = $27 AND expires_at > now())
+		AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = $1 AND holder = $28 AND expires_at > now())
 		RETURNING id` + updateNodeTail
 
 const updateNodeHead = `WITH u AS (
 		UPDATE nodes SET name = $2, revision = $3, driver = $4, provision_state = $5, power_state = $6,
 			maintenance = $7, retired = $8, instance_uuid = $9, resource_class = $10, fault = $11, owner = $12,
 			lessee = $13, conductor_group = $14, chassis_uuid = $15, description = $16, shard = $17,
-			reservation = $18, updated_at = $19, provision_updated_at = $20, data = $21
-		WHERE uuid = $1 AND revision = $22`
+			reservation = $18, updated_at = $19, provision_updated_at = $20, data = $21,
+			operation = $22
+		WHERE uuid = $1 AND revision = $23`
 
 const updateNodeTail = `
 	), ev AS (
 		INSERT INTO events (uuid, node_uuid, created_at, data)
 		SELECT e.uuid, e.node_uuid, e.created_at, e.data
-		FROM u, unnest($23::text[], $24::text[], $25::timestamptz[], $26::bytea[])
+		FROM u, unnest($24::text[], $25::text[], $26::timestamptz[], $27::bytea[])
 			WITH ORDINALITY AS e (uuid, node_uuid, created_at, data, ord)
 		ORDER BY e.ord
 	)
@@ -307,6 +329,10 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	if err != nil {
 		return err
 	}
+	op, err := encodeOperation(n)
+	if err != nil {
+		return err
+	}
 	evUUIDs := make([]string, len(events))
 	evNodes := make([]string, len(events))
 	evTimes := make([]time.Time, len(events))
@@ -321,7 +347,7 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	q, args := updateNodeSQL, []any{
 		n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 		n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
-		n.Description, n.Shard, n.Reservation, n.UpdatedAt, n.ProvisionUpdatedAt, data, old,
+		n.Description, n.Shard, n.Reservation, n.UpdatedAt, n.ProvisionUpdatedAt, data, op, old,
 		evUUIDs, evNodes, evTimes, evData}
 	holder := store.LeaseHolder(ctx)
 	if holder != "" {
@@ -363,11 +389,14 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 }
 
 // DeleteNode removes the node with its ports, portgroups, inventory and
-// history, in one statement (so one transaction).
-func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
+// history, in one statement (so one transaction), if nobody changed it since
+// n was read. At READ COMMITTED a writer that got there first makes the
+// revision condition fail when the DELETE re-checks the row it waited for.
+func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
+	uuid := n.UUID
 	var deleted int
 	err := s.pool.QueryRow(ctx, `WITH d AS (
-			DELETE FROM nodes WHERE uuid = $1 RETURNING uuid
+			DELETE FROM nodes WHERE uuid = $1 AND revision = $2 RETURNING uuid
 		), r AS (
 			DELETE FROM resources WHERE node_uuid IN (SELECT uuid FROM d) AND kind IN ('port', 'portgroup', 'inventory')
 		), e AS (
@@ -375,14 +404,25 @@ func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
 		), l AS (
 			DELETE FROM node_leases WHERE node_uuid IN (SELECT uuid FROM d)
 		)
-		SELECT count(*) FROM d`, uuid).Scan(&deleted)
+		SELECT count(*) FROM d`, uuid, n.Revision).Scan(&deleted)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected) {
+		return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
+	}
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
-	if deleted == 0 {
+	if deleted == 1 {
+		return nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nodes WHERE uuid = $1)`, uuid).Scan(&exists); err != nil {
+		return fmt.Errorf("delete node %s: %w", uuid, err)
+	}
+	if !exists {
 		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
 	}
-	return nil
+	return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
 }
 
 // sortExpr maps API sort keys to SQL expressions. COALESCE keeps keyset
@@ -404,7 +444,7 @@ func sortExpr(key string) (string, bool) {
 func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
 	var args params
 	where := nodeWhere(f, &args)
-	return listPage(ctx, s, "nodes", "id, revision, data", where, args, p, scanNode)
+	return listPage(ctx, s, "nodes", "id, revision, data, operation", where, args, p, scanNode)
 }
 
 // nodeWhere turns a filter into SQL conditions on indexed columns.
@@ -446,6 +486,9 @@ func nodeWhere(f store.NodeFilter, args *params) []string {
 	if f.DescriptionContains != nil {
 		// strpos, not LIKE: the text is a plain substring, % and _ included.
 		where = append(where, "strpos(COALESCE(description, ''), "+args.add(*f.DescriptionContains)+") > 0")
+	}
+	if f.NameContains != nil {
+		where = append(where, "strpos(lower(COALESCE(name, '')), lower("+args.add(*f.NameContains)+")) > 0")
 	}
 	return where
 }

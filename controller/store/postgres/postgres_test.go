@@ -27,6 +27,9 @@ func TestPostgres(t *testing.T) {
 	t.Run("Suite", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
 	})
+	t.Run("DHCPLeases", func(t *testing.T) {
+		storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
+	})
 	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.NewDatabase(t)) })
 	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.NewDatabase(t)) })
 	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.NewDatabase(t)) })
@@ -40,6 +43,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("ConcurrentMigrations", func(t *testing.T) { testConcurrentMigrations(t, srv.NewDatabase(t)) })
 	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
+	t.Run("LegacyMigration", func(t *testing.T) { testLegacyMigration(t, srv.NewDatabase(t)) })
 	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's
@@ -129,7 +133,8 @@ func testTwoControllers(t *testing.T, url string) {
 	assert.ErrorIs(t, b.CreatePort(ctx, &store.Port{UUID: uuid.NewString(), Address: p.Address, NodeUUID: n.UUID}),
 		store.ErrDuplicateAddr)
 
-	require.NoError(t, b.DeleteNode(ctx, n.UUID))
+	assert.ErrorIs(t, b.DeleteNode(ctx, onB), store.ErrConflict, "b's copy predates a's write")
+	require.NoError(t, b.DeleteNode(ctx, got))
 	_, err = a.GetNode(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound)
 	assert.ErrorIs(t, a.UpdateNode(ctx, got), store.ErrNotFound, "updating a node the other controller deleted")

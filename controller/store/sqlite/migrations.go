@@ -70,4 +70,14 @@ var migrations = []string{
 		holder TEXT PRIMARY KEY,
 		expires_at INTEGER NOT NULL
 	);`,
+	// 4: the conductor's working state (store.Operation) in its own
+	// column; convert moves it there from driver_internal_info.
+	`ALTER TABLE nodes ADD COLUMN operation BLOB;`,
+	// 5: addresses the boot service's full-mode DHCP gave out (expiry in
+	// Unix nanoseconds); an address belongs to one MAC at a time.
+	`CREATE TABLE dhcp_leases (
+		mac TEXT PRIMARY KEY,
+		ip TEXT NOT NULL UNIQUE,
+		expires_at INTEGER NOT NULL
+	);`,
 }

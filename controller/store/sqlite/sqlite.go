@@ -100,7 +100,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // start prepares the hot statements and starts the group committer.
 func (s *Store) start(ctx context.Context) error {
 	var err error
-	if s.getNode, err = s.r.PrepareContext(ctx, `SELECT id, revision, data FROM nodes WHERE uuid = ?1 OR name = ?1 ORDER BY uuid = ?1 DESC LIMIT 1`); err != nil {
+	if s.getNode, err = s.r.PrepareContext(ctx, `SELECT id, revision, data, operation FROM nodes WHERE uuid = ?1 OR name = ?1 ORDER BY uuid = ?1 DESC LIMIT 1`); err != nil {
 		s.closeDBs()
 		return fmt.Errorf("sqlite: prepare: %w", err)
 	}
@@ -183,6 +183,12 @@ func (s *Store) migrate(ctx context.Context) error {
 			tx.Rollback()
 			return fmt.Errorf("sqlite: migration %d: %w", v, err)
 		}
+		if v == operationMigration {
+			if err := moveOperations(ctx, tx); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("sqlite: migration %d: %w", v, err)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`,
 			v, time.Now().UTC().Format(timeFormat)); err != nil {
 			tx.Rollback()
@@ -230,17 +236,21 @@ func mapErr(err error, what string) error {
 
 const nodeCols = `uuid, name, revision, driver, provision_state, power_state, maintenance, retired,
 	instance_uuid, resource_class, fault, owner, lessee, conductor_group, chassis_uuid, description, shard,
-	reservation, created_at, updated_at, provision_updated_at, data`
+	reservation, created_at, updated_at, provision_updated_at, data, operation`
 
 func nodeArgs(n *store.Node) ([]any, error) {
 	data, err := json.Marshal(n)
 	if err != nil {
 		return nil, fmt.Errorf("encode node %s: %w", n.UUID, err)
 	}
+	op, err := store.EncodeOperation(&n.Operation)
+	if err != nil {
+		return nil, fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
+	}
 	return []any{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState,
 		boolInt(n.Maintenance), boolInt(n.Retired), n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner,
 		n.Lessee, n.ConductorGroup, n.ChassisUUID, n.Description, n.Shard, n.Reservation,
-		fmtTime(&n.CreatedAt), fmtTime(n.UpdatedAt), fmtTime(n.ProvisionUpdatedAt), data}, nil
+		fmtTime(&n.CreatedAt), fmtTime(n.UpdatedAt), fmtTime(n.ProvisionUpdatedAt), data, op}, nil
 }
 
 // CreateNode inserts n and sets its ID and Revision.
@@ -251,7 +261,7 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
+	res, err := s.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, args...)
 	if err != nil {
 		return mapErr(err, "create node "+n.UUID)
 	}
@@ -261,15 +271,18 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 
 func scanNode(sc interface{ Scan(...any) error }) (*store.Node, error) {
 	var (
-		id, rev int64
-		data    []byte
+		id, rev  int64
+		data, op []byte
 	)
-	if err := sc.Scan(&id, &rev, &data); err != nil {
+	if err := sc.Scan(&id, &rev, &data, &op); err != nil {
 		return nil, err
 	}
 	n := &store.Node{}
 	if err := json.Unmarshal(data, n); err != nil {
 		return nil, fmt.Errorf("decode node %d: %w", id, err)
+	}
+	if err := store.DecodeOperation(op, &n.Operation); err != nil {
+		return nil, fmt.Errorf("decode operation of node %d: %w", id, err)
 	}
 	n.ID, n.Revision = id, rev
 	n.Normalize()
@@ -396,18 +409,18 @@ func (s *Store) commitBatch(batch []*updateReq) {
 const updateNodeSQL = `UPDATE nodes SET name=?2, revision=?3, driver=?4, provision_state=?5,
 		power_state=?6, maintenance=?7, retired=?8, instance_uuid=?9, resource_class=?10, fault=?11, owner=?12,
 		lessee=?13, conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, reservation=?18,
-		updated_at=?20, provision_updated_at=?21, data=?22 WHERE uuid=?1 AND revision=?23`
+		updated_at=?20, provision_updated_at=?21, data=?22, operation=?23 WHERE uuid=?1 AND revision=?24`
 
 // updateNodeNarrowSQL is updateNodeSQL for an update that changes no
 // indexed column: those are conditions, not assignments.
 const updateNodeNarrowSQL = `UPDATE nodes SET revision=?3, power_state=?6, fault=?11, owner=?12, lessee=?13,
 		conductor_group=?14, chassis_uuid=?15, description=?16, shard=?17, updated_at=?20,
-		provision_updated_at=?21, data=?22
-	WHERE uuid=?1 AND revision=?23 AND name IS ?2 AND driver=?4 AND provision_state=?5 AND maintenance=?7
+		provision_updated_at=?21, data=?22, operation=?23
+	WHERE uuid=?1 AND revision=?24 AND name IS ?2 AND driver=?4 AND provision_state=?5 AND maintenance=?7
 		AND retired=?8 AND instance_uuid IS ?9 AND resource_class IS ?10 AND reservation IS ?18`
 
 // leaseFence restricts updateNodeSQL to a writer whose lease is live.
-const leaseFence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = ?1 AND holder = ?24 AND expires_at > ?25)`
+const leaseFence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = ?1 AND holder = ?25 AND expires_at > ?26)`
 
 // failBatch reports err to every update of a batch that could not commit.
 func failBatch(batch []*updateReq, what string, err error) {
@@ -479,19 +492,28 @@ func appendEvents(ctx context.Context, tx *sql.Tx, events []*store.Event) error 
 	return nil
 }
 
-// DeleteNode removes the node with its ports, portgroups and history.
-func (s *Store) DeleteNode(ctx context.Context, uuid string) error {
+// DeleteNode removes the node with its ports, portgroups and history if
+// nobody changed it since n was read.
+func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
+	uuid := n.UUID
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE uuid = ?`, uuid)
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE uuid = ? AND revision = ?`, uuid, n.Revision)
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", uuid, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes WHERE uuid = ?`, uuid).Scan(&exists); err != nil {
+			return fmt.Errorf("delete node %s: %w", uuid, err)
+		}
+		if exists == 0 {
+			return fmt.Errorf("node %s: %w", uuid, store.ErrNotFound)
+		}
+		return fmt.Errorf("delete node %s at revision %d: %w", uuid, n.Revision, store.ErrConflict)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM resources WHERE node_uuid = ? AND kind IN ('port','portgroup','inventory')`, uuid); err != nil {
 		return fmt.Errorf("delete ports of node %s: %w", uuid, err)
@@ -519,7 +541,7 @@ var sortExpr = map[string]string{
 // ListNodes returns nodes matching f, one keyset page at a time.
 func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
 	where, args := nodeWhere(f)
-	return s.listPage(ctx, "nodes", "id, revision, data", where, args, p, scanNode)
+	return s.listPage(ctx, "nodes", "id, revision, data, operation", where, args, p, scanNode)
 }
 
 // nodeWhere turns a filter into SQL conditions on indexed columns.
@@ -568,6 +590,10 @@ func nodeWhere(f store.NodeFilter) ([]string, []any) {
 		where = append(where, "instr(COALESCE(description, ''), ?) > 0")
 		args = append(args, *f.DescriptionContains)
 	}
+	if f.NameContains != nil {
+		where = append(where, "instr(lower(COALESCE(name, '')), lower(?)) > 0")
+		args = append(args, *f.NameContains)
+	}
 	return where, args
 }
 
@@ -599,12 +625,18 @@ func listPage[T any](ctx context.Context, s *Store, table, cols string, where []
 		where = append(where, fmt.Sprintf("(%s %s ? OR (%s = ? AND id %s ?))", expr, cmp, expr, cmp))
 		args = append(args, mv, mv, mid)
 	}
-	q := `SELECT ` + cols + ` FROM ` + table
+	cond := ""
 	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	q += fmt.Sprintf(" ORDER BY %s %s, id %s", expr, dir, dir)
-	if p.Limit > 0 {
+	order := fmt.Sprintf(" ORDER BY %s %s, id %s", expr, dir, dir)
+	q := `SELECT ` + cols + ` FROM ` + table + cond + order
+	if p.Limit > 0 && key != "id" {
+		// Pick the page's ids first, then read only their rows: sorting
+		// by anything but id otherwise sorts every matching row with its
+		// document (10,000 nodes by name: 90 ms instead of a few).
+		q = fmt.Sprintf(`SELECT %s FROM %s WHERE id IN (SELECT id FROM %s%s%s LIMIT %d)%s`, cols, table, table, cond, order, p.Limit, order)
+	} else if p.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", p.Limit)
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)

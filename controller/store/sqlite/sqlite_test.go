@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,6 +15,14 @@ import (
 
 func TestSuiteFile(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestDHCPLeases(t *testing.T) {
+	storetest.RunDHCPLeases(t, func(t *testing.T) store.Store {
 		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
 		require.NoError(t, err)
 		return s
@@ -103,4 +112,22 @@ func TestOneControllerPerFile(t *testing.T) {
 	again, err := Open(ctx, path)
 	require.NoError(t, err, "the lock goes with the store")
 	require.NoError(t, again.Close())
+}
+
+// A database written by the release before the operation record migrates
+// on open: each node's working state moves to its operation column and
+// reads back as it was.
+func TestLegacyDatabaseMigrates(t *testing.T) {
+	rows := storetest.LegacyRows(t)
+	src, err := os.ReadFile(storetest.LegacyFixture)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	require.NoError(t, os.WriteFile(path, src, 0o600))
+	s, err := Open(context.Background(), path)
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := s.SchemaVersion(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, len(migrations), v)
+	storetest.CheckLegacyMigrated(t, s, rows)
 }

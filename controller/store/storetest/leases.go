@@ -74,7 +74,7 @@ func testLeases(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.True(t, ok, "ClearLeases ends everyone's leases")
 
-	require.NoError(t, s.DeleteNode(ctx, m.UUID))
+	require.NoError(t, s.DeleteNode(ctx, m))
 	held, err = s.RenewLeases(ctx, "d", longTTL)
 	require.NoError(t, err)
 	assert.Empty(t, held, "deleting a node ends its lease")

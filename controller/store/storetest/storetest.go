@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"LeaseRace":         testLeaseRace,
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
+		"Operation":         testOperation,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -90,10 +91,13 @@ func testNodeCRUD(t *testing.T, s store.Store) {
 	assert.Equal(t, "manageable", got.ProvisionState)
 	require.NotNil(t, got.UpdatedAt)
 
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	assert.ErrorIs(t, s.DeleteNode(ctx, n), store.ErrConflict, "n was read before the update")
+	_, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err, "a refused delete leaves the node")
+	require.NoError(t, s.DeleteNode(ctx, got))
 	_, err = s.GetNode(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound)
-	assert.ErrorIs(t, s.DeleteNode(ctx, n.UUID), store.ErrNotFound)
+	assert.ErrorIs(t, s.DeleteNode(ctx, got), store.ErrNotFound)
 }
 
 func testNodeConflict(t *testing.T, s store.Store) {
@@ -168,17 +172,19 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		f    store.NodeFilter
 		want []string
 	}{
-		"all":            {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
-		"state":          {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
-		"maintenance":    {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
-		"retired":        {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},
-		"not retired":    {store.NodeFilter{Retired: boolp(false)}, []string{"a", "b", "d"}},
-		"associated":     {store.NodeFilter{Associated: boolp(true)}, []string{"b", "d"}},
-		"unassociated":   {store.NodeFilter{Associated: boolp(false)}, []string{"a", "c"}},
-		"resource class": {store.NodeFilter{ResourceClass: strp("silver")}, []string{"c", "d"}},
-		"combined":       {store.NodeFilter{ResourceClass: strp("gold"), Maintenance: boolp(false)}, []string{"a"}},
-		"description":    {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
-		"driver none":    {store.NodeFilter{Driver: strp("ipmi")}, nil},
+		"all":             {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
+		"state":           {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
+		"maintenance":     {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
+		"retired":         {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},
+		"not retired":     {store.NodeFilter{Retired: boolp(false)}, []string{"a", "b", "d"}},
+		"associated":      {store.NodeFilter{Associated: boolp(true)}, []string{"b", "d"}},
+		"unassociated":    {store.NodeFilter{Associated: boolp(false)}, []string{"a", "c"}},
+		"resource class":  {store.NodeFilter{ResourceClass: strp("silver")}, []string{"c", "d"}},
+		"combined":        {store.NodeFilter{ResourceClass: strp("gold"), Maintenance: boolp(false)}, []string{"a"}},
+		"description":     {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
+		"name contains":   {store.NodeFilter{NameContains: strp("C")}, []string{"c"}},
+		"name, literal %": {store.NodeFilter{NameContains: strp("%")}, nil},
+		"driver none":     {store.NodeFilter{Driver: strp("ipmi")}, nil},
 	}
 	for name, tc := range tests {
 		assert.Equal(t, tc.want, names(tc.f), name)
@@ -247,7 +253,7 @@ func testPorts(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.Equal(t, pg.UUID, gotPG.UUID)
 
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	require.NoError(t, s.DeleteNode(ctx, n))
 	_, err = s.GetPort(ctx, p.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "ports go with their node")
 	_, err = s.GetPortgroup(ctx, pg.UUID)
@@ -363,7 +369,7 @@ func testInventory(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"cpu":{"count":4}}`, string(got))
 	assert.Error(t, s.PutInventory(ctx, n.UUID, []byte(`{`)))
-	require.NoError(t, s.DeleteNode(ctx, n.UUID))
+	require.NoError(t, s.DeleteNode(ctx, n))
 	_, err = s.GetInventory(ctx, n.UUID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "the inventory goes with its node")
 }

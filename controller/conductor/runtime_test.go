@@ -136,7 +136,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	n := storetest.NewNode("orphan")
 	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead")
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	n.Operation.Clean = &store.StepPlan{Steps: twoSteps(true), Index: 1}
 	require.NoError(t, st.CreateNode(ctx, n))
 	ok, _, err := st.AcquireLease(ctx, n.UUID, "dead/0001", 20*time.Millisecond)
 	require.NoError(t, err)
@@ -179,7 +179,7 @@ func TestSoleControllerLeasesInMemory(t *testing.T) {
 	n := storetest.NewNode("interrupted")
 	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("c1")
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	n.Operation.Clean = &store.StepPlan{Steps: twoSteps(true), Index: 1}
 	require.NoError(t, st.CreateNode(ctx, n))
 
 	drv := &scriptDriver{steps: twoSteps(true)}
@@ -217,4 +217,89 @@ func TestRestingWaitIsNotTakenOver(t *testing.T) {
 	events, err := st.ListEvents(ctx, n.UUID, 0)
 	require.NoError(t, err)
 	assert.Empty(t, events)
+}
+
+// advanceLog is an engine stand-in for the runtime alone: it records the
+// nodes processed and moves each through a scripted number of hops.
+type advanceLog struct {
+	mu    sync.Mutex
+	calls []string
+	hops  map[string]int // again=true this many times, then false
+	gate  chan struct{}  // if set, each call waits for it
+}
+
+func (a *advanceLog) advance(_ context.Context, n *store.Node, _ Driver) (bool, error) {
+	if a.gate != nil {
+		<-a.gate
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = append(a.calls, n.UUID)
+	if a.hops[n.UUID] > 0 {
+		a.hops[n.UUID]--
+		return true, nil
+	}
+	return false, nil
+}
+
+func (a *advanceLog) count(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := 0
+	for _, x := range a.calls {
+		if x == id {
+			c++
+		}
+	}
+	return c
+}
+
+// runRuntime runs a runtime alone over st, with adv as its engine.
+func runRuntime(t *testing.T, st store.Store, adv *advanceLog) *runtime {
+	t.Helper()
+	cfg := Config{Host: "rt", SoleController: true}
+	cfg.defaults()
+	rt := newRuntime(&core{cfg: cfg, st: st, drivers: map[string]Driver{"script": &scriptDriver{}}, log: cfg.Logger})
+	rt.advance, rt.checkTimers = adv.advance, func(context.Context) {}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = rt.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return rt
+}
+
+func TestRuntimeProcessesUntilTheEngineRests(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState, n.Reservation = "script", string(state.Cleaning), strp("previous-run")
+	require.NoError(t, st.CreateNode(ctx, n))
+	resting := storetest.NewNode("")
+	resting.Driver, resting.ProvisionState = "script", string(state.Available)
+	require.NoError(t, st.CreateNode(ctx, resting))
+
+	adv := &advanceLog{hops: map[string]int{n.UUID: 3}}
+	rt := runRuntime(t, st, adv)
+	require.Eventually(t, func() bool { return rt.Idle() && adv.count(n.UUID) == 4 }, 5*time.Second, time.Millisecond,
+		"the takeover at start finds the working node; it is advanced until the engine says it rests")
+	rt.Kick(resting.UUID)
+	require.Eventually(t, rt.Idle, 5*time.Second, time.Millisecond)
+	assert.Zero(t, adv.count(resting.UUID), "a resting node is never handed to the engine")
+}
+
+func TestRuntimeKickDuringProcessingRunsAgain(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.CleanWait)
+	require.NoError(t, st.CreateNode(ctx, n))
+	adv := &advanceLog{hops: map[string]int{}, gate: make(chan struct{})}
+	rt := runRuntime(t, st, adv)
+	adv.gate <- struct{}{} // the takeover's processing is under way
+	rt.Kick(n.UUID)        // kicked meanwhile (a heartbeat)
+	rt.Kick(n.UUID)        // twice: still one more round
+	close(adv.gate)
+	require.Eventually(t, func() bool { return rt.Idle() && adv.count(n.UUID) == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	assert.Equal(t, 2, adv.count(n.UUID), "one node, one worker at a time; kicks during a round make one more")
 }

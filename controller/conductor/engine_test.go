@@ -206,12 +206,12 @@ func TestWaitTimeout(t *testing.T) {
 	e.wait(t, id, state.CleanWait)
 
 	e.c.checkTimeouts(ctx)
-	n := e.wait(t, id, state.CleanWait)
+	e.wait(t, id, state.CleanWait) // not yet
 	mu.Lock()
 	now = now.Add(31 * time.Minute)
 	mu.Unlock()
 	e.c.checkTimeouts(ctx)
-	n = e.wait(t, id, state.CleanFailed)
+	n := e.wait(t, id, state.CleanFailed)
 	assert.Contains(t, *n.LastError, "Timeout reached while cleaning the node")
 	assert.Contains(t, *n.LastError, "erase_devices_metadata")
 	assert.True(t, n.Maintenance, "a step was running")
@@ -227,7 +227,7 @@ func TestRestartResumesAtPersistedStep(t *testing.T) {
 	n := storetest.NewNode("interrupted")
 	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead-controller")
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(twoSteps(true)), diiCleanStepIndex: 1}
+	n.Operation.Clean = &store.StepPlan{Steps: twoSteps(true), Index: 1}
 	require.NoError(t, st.CreateNode(ctx, n))
 
 	drv := &scriptDriver{steps: twoSteps(true)}
@@ -291,17 +291,17 @@ func TestResumedInbandStepKeepsItsCommand(t *testing.T) {
 	n.Interfaces.Deploy = "direct"
 	n.TargetProvisionState, n.Reservation = strp("available"), strp("dead-controller")
 	steps := twoSteps(true)
-	n.DriverInternalInfo = map[string]any{diiCleanSteps: stepsToJSON(steps), diiCleanStepIndex: 0, diiAgentBooted: true}
+	n.Operation.Clean = &store.StepPlan{Steps: steps}
+	n.Operation.Agent.Booted = true
 	n.CleanStep = stepToMap(steps[0])
-	c0 := New(st, Config{}, &scriptDriver{})
-	c0.issueCommand(n, "execute_clean_step", &steps[0])
-	first, _ := getDII[pendingCommand](n, diiCommand)
+	issueCommand(n, "execute_clean_step", &steps[0], time.Now())
+	first := n.Operation.Agent.Command
 	require.NoError(t, st.CreateNode(ctx, n))
 
 	e := start(t, &scriptDriver{}, Config{}, st)
 	got := e.wait(t, n.UUID, state.CleanWait)
-	again, ok := getDII[pendingCommand](got, diiCommand)
-	require.True(t, ok)
+	again := got.Operation.Agent.Command
+	require.NotNil(t, again)
 	assert.Equal(t, first.ID, again.ID, "the resumed step reuses the command already issued")
 	events, err := st.ListEvents(ctx, n.UUID, 0)
 	require.NoError(t, err)

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBootFlagErrors: the --boot-* flags reach the boot service, and a
+// wrong setting stops the controller at start with a message naming it.
+func TestBootFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--boot-dhcp", "sometimes"}, `--boot-dhcp "sometimes": use off, proxy or full`},
+		{[]string{"--boot-dhcp", "proxy"}, "--boot-dhcp needs --boot-interface NAME"},
+		{[]string{"--boot-dhcp", "proxy", "--boot-interface", "nosuch0"}, "--boot-interface nosuch0"},
+		{[]string{"--boot-dhcp-range", "10.0.0.1-10.0.0.9"}, "need --boot-dhcp proxy or full"},
+		{[]string{"--boot-tftp-listen", "127.0.0.1:0"}, "needs --boot-dir"},
+	} {
+		args := append([]string{"--listen", "127.0.0.1:0", "--database", "sqlite://:memory:"}, tc.args...)
+		err := run(t.Context(), args, func(string) string { return "" })
+		require.Error(t, err, "%v", tc.args)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+// TestBootTFTPAlone runs the controller with only --boot-tftp-listen on
+// loopback and fetches a boot file with Debian's tftp-hpa client.
+func TestBootTFTPAlone(t *testing.T) {
+	if _, err := exec.LookPath("tftp"); err != nil {
+		t.Skip("tftp (Debian package tftp-hpa) not installed")
+	}
+	dir := t.TempDir()
+	ipxe := bytes.Repeat([]byte("iPXE"), 20_000)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "undionly.kpxe"), ipxe, 0o644))
+	// A free UDP port (released just before the controller takes it).
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	port := c.LocalAddr().(*net.UDPAddr).Port
+	c.Close()
+	startController(t, "--database", "sqlite://:memory:", "--boot-dir", dir, "--boot-tftp-listen", fmt.Sprintf("127.0.0.1:%d", port))
+	out := filepath.Join(t.TempDir(), "got")
+	msg, err := exec.Command("tftp", "-m", "binary", "127.0.0.1", fmt.Sprint(port), "-c", "get", "undionly.kpxe", out).CombinedOutput()
+	require.NoError(t, err, string(msg))
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(ipxe, got), "content differs")
+}

@@ -1,0 +1,308 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+)
+
+// Mode is how the service answers.
+type Mode int
+
+const (
+	// ModeProxy answers network-boot clients with boot information only
+	// (RFC 4578 proxyDHCP, PXE spec): the site's DHCP server gives addresses.
+	ModeProxy Mode = iota + 1
+	// ModeFull gives addresses from a range as well.
+	ModeFull
+)
+
+// ErrUnknownMAC is what Nodes.BootTarget returns for a MAC no port has.
+var ErrUnknownMAC = errors.New("dhcp: MAC not enrolled")
+
+// Nodes finds the node behind a MAC.
+type Nodes interface {
+	BootTarget(ctx context.Context, mac string) (Target, error)
+}
+
+// Config configures a Responder.
+type Config struct {
+	Mode     Mode
+	ServerIP netip.Addr // ours on the boot network: server identifier, next server (TFTP)
+	Netmask  net.IPMask // of the boot network (full mode)
+	Range    Range      // full mode
+	// LeaseTime of full-mode addresses (default 1 h; offers are held 1 min).
+	LeaseTime time.Duration
+	// HTTPBase is the controller's URL as nodes reach it, e.g. http://10.0.0.1:6385.
+	HTTPBase string
+	Nodes    Nodes
+	Leases   LeaseStore // full mode
+	// Record writes a line into a node's history; severity INFO or WARNING.
+	Record func(ctx context.Context, nodeUUID, severity, msg string)
+	// Addressed, if set, learns which node now uses which address (an ACK
+	// in full mode, a PXE client's request on port 4011 in proxy mode), so
+	// the TFTP transfers that follow can be put into the node's history.
+	Addressed func(addr netip.Addr, nodeUUID string)
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Responder decides what (if anything) to answer to a DHCP request.
+type Responder struct {
+	cfg  Config
+	log  *slog.Logger
+	pool *pool
+
+	mu       sync.Mutex
+	recorded map[string]time.Time // history lines written recently, to not repeat retries
+}
+
+const (
+	offerHold      = time.Minute
+	recordInterval = time.Minute
+)
+
+// NewResponder checks cfg.
+func NewResponder(cfg Config) (*Responder, error) {
+	if cfg.Mode != ModeProxy && cfg.Mode != ModeFull {
+		return nil, errors.New("dhcp: mode must be proxy or full")
+	}
+	if !cfg.ServerIP.Is4() {
+		return nil, errors.New("dhcp: the server needs an IPv4 address on the boot interface")
+	}
+	if cfg.Nodes == nil {
+		return nil, errors.New("dhcp: no node lookup")
+	}
+	if cfg.LeaseTime <= 0 {
+		cfg.LeaseTime = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Record == nil {
+		cfg.Record = func(context.Context, string, string, string) {}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}}
+	if cfg.Mode == ModeFull {
+		if !cfg.Range.First.IsValid() || cfg.Leases == nil {
+			return nil, errors.New("dhcp: full mode needs a range and a lease store")
+		}
+		if cfg.Netmask == nil {
+			return nil, errors.New("dhcp: full mode needs the boot network's netmask")
+		}
+		r.pool = &pool{r: cfg.Range, exclude: cfg.ServerIP, st: cfg.Leases}
+	}
+	return r, nil
+}
+
+// Respond returns the reply to req, or nil to stay silent. pxePort says
+// req came to port 4011 (a PXE client asking the proxyDHCP server for its
+// boot file after the address exchange).
+func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort bool) (*dhcpv4.DHCPv4, error) {
+	if req.OpCode != dhcpv4.OpcodeBootRequest || req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
+		return nil, nil
+	}
+	mac := req.ClientHWAddr.String()
+	mt := req.MessageType()
+	kind := classify(req)
+	t, err := r.cfg.Nodes.BootTarget(ctx, mac)
+	if errors.Is(err, ErrUnknownMAC) {
+		r.log.Debug("dhcp: ignoring an unknown MAC", "mac", mac, "kind", kind, "type", mt)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: look up %s: %w", mac, err)
+	}
+	if !t.Booting {
+		if kind != KindOther {
+			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: %s firmware of port %s asked to network-boot (DHCP %s); not answered: the node is %s, which the controller is not booting",
+				kind, mac, mt, t.State))
+		}
+		return nil, nil
+	}
+	boot := chooseBoot(kind, t, r.cfg.HTTPBase)
+	if kind == KindUEFIHTTP && boot.file == "" {
+		r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: UEFI HTTP boot firmware of port %s asked to boot; Secure Boot over UEFI HTTP boot is not supported (Debian's signed network GRUB speaks TFTP only): set the port's boot to UEFI PXE", mac))
+	}
+	if r.cfg.Mode == ModeProxy {
+		return r.proxy(ctx, req, t, kind, boot, pxePort)
+	}
+	return r.full(ctx, req, t, kind, boot)
+}
+
+// proxy answers DISCOVER on port 67 with a proxy OFFER and REQUEST on
+// port 4011 with an ACK, both without an address.
+func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind Kind, boot bootInfo, pxePort bool) (*dhcpv4.DHCPv4, error) {
+	if kind == KindOther || boot.file == "" {
+		return nil, nil
+	}
+	var mt dhcpv4.MessageType
+	switch {
+	case !pxePort && req.MessageType() == dhcpv4.MessageTypeDiscover:
+		mt = dhcpv4.MessageTypeOffer
+	case pxePort && req.MessageType() == dhcpv4.MessageTypeRequest:
+		mt = dhcpv4.MessageTypeAck
+	default:
+		return nil, nil // the site's DHCP server handles the rest
+	}
+	resp, err := r.reply(req, mt, kind, boot)
+	if err != nil {
+		return nil, err
+	}
+	if ip, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && pxePort && r.cfg.Addressed != nil && !ip.IsUnspecified() {
+		r.cfg.Addressed(ip, t.NodeUUID)
+	}
+	r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: proxyDHCP %s to %s firmware of port %s: %s", mt, kind, macOf(req), describe(kind, boot, r.cfg.ServerIP)))
+	return resp, nil
+}
+
+// full gives addresses from the range (and boot information to boot firmware).
+func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind Kind, boot bootInfo) (*dhcpv4.DHCPv4, error) {
+	now := r.cfg.Now()
+	m := macOf(req)
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		want, _ := netip.AddrFromSlice(req.RequestedIPAddress().To4())
+		addr, err := r.pool.offer(ctx, m, want, now, now.Add(offerHold))
+		if errors.Is(err, errPoolFull) {
+			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP DISCOVER from %s firmware of port %s not answered: no free address in %s-%s", kind, m, r.cfg.Range.First, r.cfg.Range.Last))
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		resp, err := r.reply(req, dhcpv4.MessageTypeOffer, kind, boot)
+		if err != nil {
+			return nil, err
+		}
+		r.withAddress(resp, addr)
+		return resp, nil
+	case dhcpv4.MessageTypeRequest:
+		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(net.IP(r.cfg.ServerIP.AsSlice())) {
+			return nil, nil // the client took another server's offer
+		}
+		ip := req.RequestedIPAddress()
+		if ip == nil || ip.IsUnspecified() {
+			ip = req.ClientIPAddr // renewing or rebinding
+		}
+		addr, _ := netip.AddrFromSlice(ip.To4())
+		ok, err := r.pool.confirm(ctx, m, addr, now, now.Add(r.cfg.LeaseTime))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			resp, err := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
+				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(r.cfg.ServerIP.AsSlice()))))
+			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP NAK to port %s: it asked for %s, which is not its address here", m, addr))
+			return resp, err
+		}
+		resp, err := r.reply(req, dhcpv4.MessageTypeAck, kind, boot)
+		if err != nil {
+			return nil, err
+		}
+		r.withAddress(resp, addr)
+		if r.cfg.Addressed != nil {
+			r.cfg.Addressed(addr, t.NodeUUID)
+		}
+		what := describe(kind, boot, r.cfg.ServerIP)
+		r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: DHCP ACK to %s of port %s: address %s; %s", kind, m, addr, what))
+		return resp, nil
+	}
+	return nil, nil // RELEASE, DECLINE, INFORM: the lease simply runs out
+}
+
+// reply builds the common part of an answer: server identifier, next
+// server and, for boot firmware, the boot file and PXE options.
+func (r *Responder) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, kind Kind, boot bootInfo) (*dhcpv4.DHCPv4, error) {
+	sip := net.IP(r.cfg.ServerIP.AsSlice())
+	mods := []dhcpv4.Modifier{
+		dhcpv4.WithMessageType(mt),
+		dhcpv4.WithServerIP(sip),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(sip)),
+		dhcpv4.WithYourIP(net.IPv4zero),
+	}
+	if kind != KindOther && boot.file != "" {
+		vendor := boot.vendor
+		if vendor == "" {
+			vendor = "PXEClient" // iPXE recognises a proxy offer by it
+		}
+		mods = append(mods,
+			dhcpv4.WithOption(dhcpv4.OptClassIdentifier(vendor)),
+			dhcpv4.WithOption(dhcpv4.OptBootFileName(boot.file)))
+		if vendor == "PXEClient" {
+			// PXE discovery control 8: boot the file named here, no menus or
+			// boot-server discovery (PXE spec 2.1, vendor option 6).
+			mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}))
+			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptTFTPServerName(r.cfg.ServerIP.String())))
+		}
+		if guid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); guid != nil {
+			// Some PXE ROMs drop replies that do not echo their GUID.
+			mods = append(mods, dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, guid))
+		}
+	}
+	resp, err := dhcpv4.NewReplyFromRequest(req, mods...)
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: build reply: %w", err)
+	}
+	if kind != KindOther && boot.file != "" {
+		resp.BootFileName = boot.file
+	}
+	return resp, nil
+}
+
+func (r *Responder) withAddress(resp *dhcpv4.DHCPv4, addr netip.Addr) {
+	resp.YourIPAddr = net.IP(addr.AsSlice())
+	resp.UpdateOption(dhcpv4.OptSubnetMask(r.cfg.Netmask))
+	resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(r.cfg.LeaseTime))
+	resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionRenewTimeValue, u32bytes(uint32(r.cfg.LeaseTime/2/time.Second))))
+}
+
+func u32bytes(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+
+func macOf(req *dhcpv4.DHCPv4) string { return req.ClientHWAddr.String() }
+
+// describe says what a reply serves, for the node's history.
+func describe(kind Kind, boot bootInfo, server netip.Addr) string {
+	switch {
+	case boot.file == "":
+		return "no boot file (not a network-boot client)"
+	case kind == KindBIOS || kind == KindUEFI:
+		return fmt.Sprintf("boot file %s over TFTP from %s", boot.file, server)
+	}
+	return "boot file " + boot.file
+}
+
+// record writes msg into the node's history unless the same line was
+// written within recordInterval (firmware retries DHCP every few seconds).
+func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) {
+	now := r.cfg.Now()
+	key := nodeUUID + "\x00" + msg
+	r.mu.Lock()
+	last, seen := r.recorded[key]
+	if seen && now.Sub(last) < recordInterval {
+		r.mu.Unlock()
+		return
+	}
+	r.recorded[key] = now
+	if len(r.recorded) > 4096 {
+		for k, at := range r.recorded {
+			if now.Sub(at) >= recordInterval {
+				delete(r.recorded, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	r.cfg.Record(ctx, nodeUUID, severity, msg)
+}

@@ -1,0 +1,382 @@
+// Package boot is the controller's network-boot service: DHCP (proxy or
+// full) and TFTP on the provisioning network, so a rack's servers PXE- or
+// HTTP-boot into the agent without a hand-written dnsmasq setup. Off by
+// default; switched on by the --boot-* flags.
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	neturl "net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/boot/tftp"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// Config is the boot service's part of the controller's configuration.
+type Config struct {
+	DHCP       string // off | proxy | full
+	Interface  string // where DHCP listens (and TFTP by default)
+	Range      string // FIRST-LAST, full mode
+	TFTPListen string // ADDR:PORT; "" = port 69 on the interface's address when DHCP is on, else no TFTP
+	BootDir    string // what TFTP serves
+	// HTTPBase is the controller's URL as nodes reach it (--public-url);
+	// "" = http://<interface address>:<APIPort>.
+	HTTPBase string
+	APIPort  int
+	// APIURL is where the service itself reaches the API (the listener,
+	// e.g. http://127.0.0.1:6385) to relay per-node GRUB configurations.
+	APIURL string
+	Logger *slog.Logger
+	// Record writes a line into a node's history.
+	Record func(ctx context.Context, nodeUUID, severity, msg string)
+}
+
+// Store is what the service reads: ports and nodes to decide whom to
+// answer, and the DHCP lease table.
+type Store interface {
+	ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error)
+	GetNode(ctx context.Context, ident string) (*store.Node, error)
+	dhcp.LeaseStore
+}
+
+// Service is a configured, listening boot service.
+type Service struct {
+	log   *slog.Logger
+	dhcp  *dhcp.Responder
+	conns []*net.UDPConn
+	tftp  *tftp.Server
+	tconn *net.UDPConn
+}
+
+// Enabled reports whether cfg sets any part of the service (New then
+// says what is missing or wrong).
+func (c Config) Enabled() bool {
+	return (c.DHCP != "" && c.DHCP != "off") || c.TFTPListen != "" || c.Interface != "" || c.Range != ""
+}
+
+// New checks cfg and opens the sockets, so that a wrong interface or a
+// port in use fails the controller's start rather than later.
+func New(cfg Config, st Store) (*Service, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{log: log}
+	var mode dhcp.Mode
+	switch cfg.DHCP {
+	case "", "off":
+	case "proxy":
+		mode = dhcp.ModeProxy
+	case "full":
+		mode = dhcp.ModeFull
+	default:
+		return nil, fmt.Errorf("--boot-dhcp %q: use off, proxy or full", cfg.DHCP)
+	}
+	if mode == 0 && (cfg.Range != "" || cfg.Interface != "") && cfg.TFTPListen == "" {
+		return nil, errors.New("--boot-interface and --boot-dhcp-range need --boot-dhcp proxy or full")
+	}
+	var ifAddr netip.Prefix
+	if mode != 0 {
+		var err error
+		if ifAddr, err = interfaceAddr(cfg.Interface); err != nil {
+			return nil, err
+		}
+	}
+	tftpAddr := cfg.TFTPListen
+	if tftpAddr == "" && mode != 0 {
+		tftpAddr = net.JoinHostPort(ifAddr.Addr().String(), "69")
+	}
+	if tftpAddr != "" && cfg.BootDir == "" {
+		return nil, errors.New("the boot service needs --boot-dir (make image: out/image) for the files it serves")
+	}
+	base := strings.TrimRight(cfg.HTTPBase, "/")
+	if base == "" && ifAddr.IsValid() {
+		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
+	}
+	hosts := &hostBook{record: cfg.Record, nodes: map[netip.Addr]string{}}
+	if mode != 0 {
+		r, err := newResponder(cfg, mode, ifAddr, base, hosts.learn, st, log)
+		if err != nil {
+			return nil, err
+		}
+		s.dhcp = r
+		if s.conns, err = dhcp.Listen(cfg.Interface, mode); err != nil {
+			return nil, err
+		}
+	}
+	if tftpAddr != "" {
+		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
+			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file, OnTransfer: hosts.transfer})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.tftp = t
+		ua, err := net.ResolveUDPAddr("udp4", tftpAddr)
+		if err == nil {
+			s.tconn, err = net.ListenUDP("udp4", ua)
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("--boot-tftp-listen %s: %w", tftpAddr, err)
+		}
+		_ = s.tconn.SetReadBuffer(4 << 20) // a burst of RRQs from a rack booting at once
+	}
+	return s, nil
+}
+
+// grubFiles is the GRUB configuration served over TFTP. Debian's signed
+// network GRUB (grubx64.efi, loaded by shim on Secure Boot nodes) reads
+// $prefix/grub.cfg from its TFTP server, prefix /grub; this one hands over
+// to the node's own configuration, relayed by grubRelay.
+func grubFiles() map[string][]byte {
+	cfg := []byte("# anvil boot service: hand over to this node's configuration\n" +
+		"echo \"anvil: loading the configuration of $net_default_mac\"\n" +
+		"configfile $prefix/nodes/$net_default_mac.cfg\n" +
+		"echo \"anvil: no configuration for $net_default_mac: see the node's history on the controller\"\n")
+	// GRUB's built-in script asks for x86_64-efi/grub.cfg first (and
+	// sources it if there): serve the same, so no boot logs a TFTP miss.
+	return map[string][]byte{"grub/grub.cfg": cfg, "grub/x86_64-efi/grub.cfg": cfg}
+}
+
+// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the API's
+// GET /v1/boot/<mac>/grub (which carries the per-boot nonce), fetched from
+// the controller itself. Debian's signed GRUB speaks TFTP only.
+type grubRelay struct {
+	api  string // where we reach the API
+	base string // the URL nodes use, sent as Host so anvil.api= is right
+}
+
+func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) {
+	rest, ok := strings.CutPrefix(name, "grub/nodes/")
+	mac, ok2 := strings.CutSuffix(rest, ".cfg")
+	if !ok || !ok2 {
+		return nil, false, nil
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil || g.api == "" {
+		return nil, false, fmt.Errorf("grub configuration for %q: not a MAC, or no API to ask", mac)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.api+"/v1/boot/"+hw.String()+"/grub", nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if u, err := neturl.Parse(g.base); err == nil && u.Host != "" {
+		req.Host = u.Host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, fmt.Errorf("grub configuration for %s: HTTP %d: %s", mac, resp.StatusCode, body)
+	}
+	return body, true, nil
+}
+
+func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, addressed func(netip.Addr, string),
+	st Store, log *slog.Logger) (*dhcp.Responder, error) {
+	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
+		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
+	if mode == dhcp.ModeFull {
+		if cfg.Range == "" {
+			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
+		}
+		r, err := dhcp.ParseRange(cfg.Range)
+		if err != nil {
+			return nil, fmt.Errorf("--boot-dhcp-range: %w", err)
+		}
+		if !ifAddr.Contains(r.First) || !ifAddr.Contains(r.Last) {
+			return nil, fmt.Errorf("--boot-dhcp-range %s is not inside %s's network %s", cfg.Range, cfg.Interface, ifAddr.Masked())
+		}
+		dc.Range = r
+	}
+	return dhcp.NewResponder(dc)
+}
+
+// interfaceAddr is the first IPv4 address of the named interface.
+func interfaceAddr(name string) (netip.Prefix, error) {
+	if name == "" {
+		return netip.Prefix{}, errors.New("--boot-dhcp needs --boot-interface NAME (the provisioning network's interface)")
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("--boot-interface %s: %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("--boot-interface %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			addr, _ := netip.AddrFromSlice(ipn.IP.To4())
+			ones, _ := ipn.Mask.Size()
+			return netip.PrefixFrom(addr, ones), nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("--boot-interface %s has no IPv4 address: give it one on the provisioning network", name)
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	if s.dhcp != nil {
+		wg.Go(func() { errs <- s.dhcp.ServeAll(ctx, s.conns) })
+		s.log.Info("boot service: DHCP listening", "sockets", len(s.conns))
+	}
+	if s.tftp != nil {
+		wg.Go(func() { errs <- s.tftp.Serve(ctx, s.tconn) })
+		s.log.Info("boot service: TFTP listening", "addr", s.tconn.LocalAddr().String())
+	}
+	wg.Wait()
+	close(errs)
+	s.Close()
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases what New opened (Run does it itself when it ends).
+func (s *Service) Close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+	if s.tconn != nil {
+		s.tconn.Close()
+	}
+	if s.tftp != nil {
+		s.tftp.Close()
+	}
+}
+
+// hostBook remembers which node DHCP gave (or saw at) an address, so a
+// TFTP transfer to that address goes into the node's history: what it
+// fetched, or why it failed (e.g. a file missing from --boot-dir).
+type hostBook struct {
+	record func(ctx context.Context, nodeUUID, severity, msg string)
+	mu     sync.Mutex
+	nodes  map[netip.Addr]string
+}
+
+// maxHosts bounds the book; it is refilled by the next DHCP answers.
+const maxHosts = 16384
+
+func (h *hostBook) learn(addr netip.Addr, nodeUUID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.nodes) >= maxHosts {
+		clear(h.nodes)
+	}
+	h.nodes[addr] = nodeUUID
+}
+
+func (h *hostBook) transfer(tr tftp.Transfer) {
+	h.mu.Lock()
+	node := h.nodes[tr.Remote.Addr()]
+	h.mu.Unlock()
+	if node == "" || h.record == nil || errors.Is(tr.Err, tftp.ErrSizeProbe) {
+		return
+	}
+	if tr.Err != nil {
+		h.record(context.Background(), node, "WARNING", fmt.Sprintf("boot service: TFTP of %s to %s failed: %v", tr.File, tr.Remote.Addr(), tr.Err))
+		return
+	}
+	h.record(context.Background(), node, "INFO", fmt.Sprintf("boot service: TFTP sent %s (%d bytes, %v) to %s", tr.File, tr.Bytes, tr.Duration.Round(time.Millisecond), tr.Remote.Addr()))
+}
+
+// storeNodes answers dhcp's question "who is behind this MAC?" from the
+// store: the port with that address, and its node's state.
+type storeNodes struct{ st Store }
+
+func (n storeNodes) BootTarget(ctx context.Context, mac string) (dhcp.Target, error) {
+	ports, err := n.st.ListPorts(ctx, store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
+	if err != nil {
+		return dhcp.Target{}, err
+	}
+	if len(ports) == 0 {
+		return dhcp.Target{}, dhcp.ErrUnknownMAC
+	}
+	p := ports[0]
+	node, err := n.st.GetNode(ctx, p.NodeUUID)
+	if errors.Is(err, store.ErrNotFound) {
+		return dhcp.Target{}, dhcp.ErrUnknownMAC
+	}
+	if err != nil {
+		return dhcp.Target{}, err
+	}
+	t := dhcp.Target{NodeUUID: node.UUID, State: node.ProvisionState,
+		Booting: state.LookupAllowed(state.State(node.ProvisionState)), SecureBoot: SecureBootRequested(node)}
+	if !p.PXEEnabled {
+		// Ironic boots only ports with pxe_enabled; say so in the history.
+		t.Booting, t.State = false, node.ProvisionState+" (port "+mac+" has pxe_enabled false)"
+	}
+	return t, nil
+}
+
+// SecureBootRequested reads Ironic's ways of asking for UEFI Secure Boot:
+// the secure_boot capability in instance_info or properties, or
+// driver_info secure_boot, each with boot_mode uefi where a mode is given.
+func SecureBootRequested(n *store.Node) bool {
+	for _, src := range []map[string]any{n.InstanceInfo, n.Properties} {
+		if caps := capabilities(src["capabilities"]); caps["secure_boot"] == "true" && caps["boot_mode"] != "bios" {
+			return true
+		}
+	}
+	if v, ok := n.DriverInfo["secure_boot"]; ok && truthy(v) {
+		return true
+	}
+	return false
+}
+
+// capabilities reads Ironic's capabilities, a "k:v,k:v" string or an object.
+func capabilities(v any) map[string]string {
+	out := map[string]string{}
+	switch c := v.(type) {
+	case string:
+		for _, kv := range strings.Split(c, ",") {
+			if k, val, ok := strings.Cut(strings.TrimSpace(kv), ":"); ok {
+				out[k] = strings.ToLower(val)
+			}
+		}
+	case map[string]any:
+		for k, val := range c {
+			out[k] = strings.ToLower(fmt.Sprint(val))
+		}
+	}
+	return out
+}
+
+func truthy(v any) bool {
+	switch b := v.(type) {
+	case bool:
+		return b
+	case string:
+		ok, _ := strconv.ParseBool(b)
+		return ok
+	}
+	return false
+}

@@ -1,0 +1,130 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/boot/tftp"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+)
+
+func TestBootTarget(t *testing.T) {
+	ctx := context.Background()
+	st, cleaning, active := fleet(t)
+	nodes := storeNodes{st}
+
+	tgt, err := nodes.BootTarget(ctx, macClean)
+	require.NoError(t, err)
+	assert.Equal(t, dhcp.Target{NodeUUID: cleaning.UUID, State: "clean wait", Booting: true}, tgt)
+	tgt, err = nodes.BootTarget(ctx, macActive)
+	require.NoError(t, err)
+	assert.Equal(t, dhcp.Target{NodeUUID: active.UUID, State: "active"}, tgt)
+	_, err = nodes.BootTarget(ctx, macUnknown)
+	assert.ErrorIs(t, err, dhcp.ErrUnknownMAC)
+
+	// A port with pxe_enabled false is not booted, and the history will say why.
+	n := storetest.NewNode("")
+	n.ProvisionState = "deploying"
+	n.InstanceInfo = map[string]any{"capabilities": map[string]any{"secure_boot": "true", "boot_mode": "uefi"}}
+	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, st.CreatePort(ctx, &store.Port{UUID: "p3", Address: "52:54:00:77:00:03", NodeUUID: n.UUID, CreatedAt: time.Now()}))
+	tgt, err = nodes.BootTarget(ctx, "52:54:00:77:00:03")
+	require.NoError(t, err)
+	assert.False(t, tgt.Booting)
+	assert.True(t, tgt.SecureBoot)
+	assert.Contains(t, tgt.State, "pxe_enabled false")
+}
+
+func TestSecureBootRequested(t *testing.T) {
+	cases := []struct {
+		name string
+		node store.Node
+		want bool
+	}{
+		{"nothing", store.Node{}, false},
+		{"instance_info string", store.Node{InstanceInfo: map[string]any{"capabilities": "boot_mode:uefi,secure_boot:true"}}, true},
+		{"instance_info object", store.Node{InstanceInfo: map[string]any{"capabilities": map[string]any{"secure_boot": true}}}, true},
+		{"properties", store.Node{Properties: map[string]any{"capabilities": "secure_boot:True"}}, true},
+		{"bios mode wins", store.Node{Properties: map[string]any{"capabilities": "boot_mode:bios,secure_boot:true"}}, false},
+		{"false", store.Node{Properties: map[string]any{"capabilities": "secure_boot:false"}}, false},
+		{"driver_info", store.Node{DriverInfo: map[string]any{"secure_boot": "true"}}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, SecureBootRequested(&tc.node)) })
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	st, _, _ := fleet(t)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{DHCP: "maybe"}, "use off, proxy or full"},
+		{Config{DHCP: "proxy"}, "--boot-interface"},
+		{Config{DHCP: "proxy", Interface: "nosuch0"}, "nosuch0"},
+		{Config{Range: "10.0.0.1-10.0.0.2"}, "need --boot-dhcp"},
+		{Config{TFTPListen: "127.0.0.1:0"}, "--boot-dir"},
+		{Config{DHCP: "full", Interface: "lo", BootDir: "/"}, "--boot-dhcp-range"},
+		{Config{DHCP: "full", Interface: "lo", BootDir: "/", Range: "10.0.0.1-10.0.0.9"}, "not inside lo's network"},
+	} {
+		_, err := New(tc.cfg, st)
+		require.Error(t, err, "%+v", tc.cfg)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+func TestGrubRelay(t *testing.T) {
+	var host string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host = r.Host
+		if r.URL.Path != "/v1/boot/52:54:00:77:00:01/grub" {
+			http.Error(w, "no such node", http.StatusNotFound)
+			return
+		}
+		w.Write([]byte("linux /vmlinuz anvil.token=x\n"))
+	}))
+	defer api.Close()
+	g := grubRelay{api: api.URL, base: "http://192.0.2.10:6385"}
+	ctx := context.Background()
+	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "linux /vmlinuz anvil.token=x\n", string(b))
+	assert.Equal(t, "192.0.2.10:6385", host, "the API sees the node-facing host, for anvil.api=")
+
+	_, ok, err = g.file(ctx, "undionly.kpxe")
+	assert.NoError(t, err)
+	assert.False(t, ok, "other names are the boot directory's")
+	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg")
+	assert.ErrorContains(t, err, "HTTP 404")
+	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg")
+	assert.Error(t, err)
+	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
+}
+
+func TestHostBookRecordsTransfers(t *testing.T) {
+	var lines []string
+	h := &hostBook{nodes: map[netip.Addr]string{}, record: func(_ context.Context, node, sev, msg string) {
+		lines = append(lines, node+" "+sev+" "+msg)
+	}}
+	h.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2070"), File: "snponly.efi", Bytes: 173792, Duration: 1500 * time.Millisecond})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2071"), File: "undionly.kpxe", Err: errors.New("tftp error 1: file not found")})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.6:2070"), File: "snponly.efi"})
+	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2072"), File: "snponly.efi", Err: tftp.ErrSizeProbe})
+	assert.Equal(t, []string{
+		"node-1 INFO boot service: TFTP sent snponly.efi (173792 bytes, 1.5s) to 10.0.0.5",
+		"node-1 WARNING boot service: TFTP of undionly.kpxe to 10.0.0.5 failed: tftp error 1: file not found",
+	}, lines, "a client DHCP did not address is not in any node's history")
+}

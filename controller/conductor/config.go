@@ -1,0 +1,119 @@
+package conductor
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// Config tunes the conductor. New fills the settings left zero whose zero
+// means "unset" from DefaultConfig; a zero timeout or power-sync interval
+// disables it.
+type Config struct {
+	Host    string // holder name written into node reservations
+	Workers int    // concurrent node operations
+	// AutomatedClean is the fleet default; a node's automated_clean overrides it.
+	AutomatedClean bool
+	// PriorityOverrides maps "interface.step" to a clean priority (0 disables).
+	PriorityOverrides map[string]int
+	// Wait-state timeouts; 0 disables.
+	CleanWaitTimeout   time.Duration
+	DeployWaitTimeout  time.Duration
+	InspectWaitTimeout time.Duration
+	RescueWaitTimeout  time.Duration
+	CheckInterval      time.Duration // how often wait-state timeouts are checked
+	Agent              AgentConfig
+	PowerSync          PowerSyncConfig
+	// LeaseTTL is how long a node stays owned by this controller without a
+	// renewal (renewed every LeaseTTL/4); a dead controller's nodes are
+	// taken over by the others after it. Default 20 s.
+	LeaseTTL time.Duration
+	// SoleController says no other controller can use the store (SQLite):
+	// leases left by a previous run are then cleared at start instead of
+	// waited out.
+	SoleController bool
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+// AgentConfig tunes the in-band side: what agents are told and how long the
+// controller waits for them.
+type AgentConfig struct {
+	HeartbeatInterval time.Duration // how often an idle agent heartbeats
+	// BootTimeout: the ramdisk must call back this soon after a (re)boot.
+	BootTimeout time.Duration
+	// SilenceTimeout: a booted agent must heartbeat at least this often.
+	SilenceTimeout time.Duration
+	// StepTimeout: default limit of one in-band step run, for steps that do
+	// not declare max_seconds (0: no limit).
+	StepTimeout time.Duration
+	Erase       *protocol.ErasePolicy
+}
+
+// PowerSyncConfig tunes the periodic power-state check.
+type PowerSyncConfig struct {
+	// Interval within which every managed node is checked once; 0 disables.
+	Interval time.Duration
+	// Ticks per interval: the fleet is read in this many keyset pages, so a
+	// tick never reads the whole table.
+	Ticks int
+	// MaxFailures in a row put the node in maintenance with fault "power
+	// failure" (Ironic's power_state_sync_max_retries, 3).
+	MaxFailures int
+	// Enforce sets the recorded state back on a resting node outside
+	// maintenance when the BMC reports another one (Ironic's
+	// force_power_state_during_sync).
+	Enforce bool
+	// Workers bounds concurrent BMC reads (default 8): slow BMCs must not
+	// stretch a tick, and many must not be polled at once.
+	Workers int
+}
+
+// DefaultConfig is a production controller's configuration, the one place
+// its defaults are written: anvil-controller's flags take their defaults
+// from it.
+func DefaultConfig() Config {
+	return Config{
+		Host: "anvil", Workers: 16, AutomatedClean: true,
+		CleanWaitTimeout: 30 * time.Minute, DeployWaitTimeout: 30 * time.Minute,
+		CheckInterval: 10 * time.Second, LeaseTTL: 20 * time.Second,
+		Agent: AgentConfig{HeartbeatInterval: 10 * time.Second, BootTimeout: 15 * time.Minute,
+			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour},
+		PowerSync: PowerSyncConfig{Interval: time.Minute, Ticks: 60, MaxFailures: 3, Enforce: true, Workers: 8},
+	}
+}
+
+// WithDefaults is cfg with every unset setting at its default.
+func (cfg Config) WithDefaults() Config {
+	cfg.defaults()
+	return cfg
+}
+
+func (cfg *Config) defaults() {
+	d := DefaultConfig()
+	fill(&cfg.Host, d.Host)
+	fill(&cfg.Workers, d.Workers)
+	fill(&cfg.CheckInterval, d.CheckInterval)
+	fill(&cfg.LeaseTTL, d.LeaseTTL)
+	fill(&cfg.Agent.HeartbeatInterval, d.Agent.HeartbeatInterval)
+	fill(&cfg.Agent.BootTimeout, d.Agent.BootTimeout)
+	fill(&cfg.Agent.SilenceTimeout, d.Agent.SilenceTimeout)
+	fill(&cfg.PowerSync.Ticks, d.PowerSync.Ticks)
+	fill(&cfg.PowerSync.MaxFailures, d.PowerSync.MaxFailures)
+	fill(&cfg.PowerSync.Workers, d.PowerSync.Workers)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+}
+
+// fill sets an unset (zero or negative) setting to its default.
+func fill[T int | time.Duration | string](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
+	}
+}

@@ -1,0 +1,204 @@
+package conductor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/diskcheck"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// The disk guard: before an erase step (and deploy's write_image) the
+// agent reports what it sees (the inventory command, which every agent
+// answers) and the controller compares it with what the node is expected
+// to have (controller/diskcheck). Only then is the step itself issued, so a
+// disk hidden by a missing driver fails the step before anything is erased,
+// and the node can never reach available with an unerased disk.
+
+// Keys of driver_internal_info the guard keeps beyond one operation.
+const (
+	// DiskCheckKey holds the last comparison (diskcheck.Result plus the
+	// step and time), shown by the API and `anvil node show`.
+	DiskCheckKey = "disk_check"
+	// diiDeployedDisks are the disks seen when the node was last deployed:
+	// cleaning after undeploy expects them.
+	diiDeployedDisks = "disks_at_deploy"
+)
+
+// DiskCheck is the record kept under DiskCheckKey.
+type DiskCheck struct {
+	Step string `json:"step"`
+	At   string `json:"at"`
+	OK   bool   `json:"ok"`
+	diskcheck.Result
+}
+
+// guardedStep reports whether a step needs the disk check first: every
+// in-band erase step, and writing the deploy image (root device hints).
+func guardedStep(kind string, step protocol.Step) bool {
+	if step.Interface != protocol.InterfaceDeploy {
+		return false
+	}
+	switch step.Step {
+	case "erase_devices", "erase_devices_metadata", "erase_devices_express":
+		return true
+	case "write_image":
+		return kind == "deploy"
+	}
+	return false
+}
+
+// issueGuardedStep leaves the inventory command that precedes a guarded
+// step; the step follows when the check passes (diskCheckDone). Resuming
+// after a restart keeps a check or step already issued.
+func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step) {
+	if p := m.Operation.Agent.Command; p != nil {
+		if p.Name == protocol.CmdInventory && p.Guards != nil && p.Guards.Key() == step.Key() {
+			return
+		}
+		if p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
+			return
+		}
+	}
+	issueCommand(m, protocol.CmdInventory, nil, c.now())
+	s := step
+	m.Operation.Agent.Command.Guards, m.Operation.Agent.Command.GuardedCommand = &s, name
+}
+
+// diskCheckDone compares the inventory the agent reported before a guarded
+// step with the node's expected disks: the step is issued, or fails.
+func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
+	step := *pending.Guards
+	key := step.Key()
+	cur := state.State(n.ProvisionState)
+	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
+	fail := func(err error) error {
+		return c.completeAsync(ctx, n.UUID, key, err, "", clearCmd)
+	}
+	if st.State == protocol.CommandFailed {
+		msg := "no reason given"
+		if st.Error != nil {
+			msg = oneLine(st.Error.Message)
+		}
+		return fail(fmt.Errorf("the agent could not report the disks it sees (%s), so the step cannot be shown to reach every disk; nothing was erased", msg))
+	}
+	var seen protocol.Inventory
+	if err := json.Unmarshal(st.Result, &seen); err != nil {
+		return fail(fmt.Errorf("the agent's report of the disks it sees does not decode (%v); nothing was erased", err))
+	}
+	exp, err := c.expectedDisks(ctx, n)
+	if err != nil {
+		return fail(fmt.Errorf("%w; nothing was erased", err))
+	}
+	r := diskcheck.Compare(exp, seen)
+	failed := r.Failed()
+	msg := r.Error()
+	if pending.GuardedCommand == protocol.CmdExecuteDeployStep {
+		// Deploy writes one disk: it fails when the disk the root device
+		// hints name is missing; the rest is history.
+		failed, msg = deployCheck(r)
+	}
+	rec := DiskCheck{Step: key, At: c.now().Format("2006-01-02T15:04:05Z07:00"), OK: !failed, Result: r}
+	summary := fmt.Sprintf("disk check before %s: %s", key, oneLine(r.Summary()))
+	if failed {
+		sev := "ERROR"
+		if _, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+			if m.ProvisionState != string(cur) {
+				return nil, errStale
+			}
+			setDII(m, DiskCheckKey, rec)
+			return []*store.Event{c.newEvent(m.UUID, sev, "agent", summary)}, nil
+		}); err != nil {
+			return err
+		}
+		return fail(errors.New(oneLine(msg)))
+	}
+	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		if m.ProvisionState != string(cur) {
+			return nil, errStale
+		}
+		setDII(m, DiskCheckKey, rec)
+		if pending.GuardedCommand == protocol.CmdExecuteDeployStep {
+			var disks []protocol.Disk
+			for _, d := range seen.Disks {
+				if diskcheck.Erasable(d) && !d.Removable {
+					disks = append(disks, protocol.Disk{Name: d.Name, Serial: d.Serial, WWN: d.WWN, Model: d.Model, Size: d.Size, ByPath: d.ByPath})
+				}
+			}
+			setDII(m, diiDeployedDisks, disks)
+		}
+		issueCommand(m, pending.GuardedCommand, &step, c.now())
+		return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", summary)}, nil
+	})
+	return err
+}
+
+// deployCheck fails a deploy only for the disks the root device hints
+// name; other differences are recorded, not fatal.
+func deployCheck(r diskcheck.Result) (bool, string) {
+	var hinted []diskcheck.Disk
+	for _, d := range r.Missing {
+		for _, f := range d.From {
+			if f == diskcheck.FromRootHint {
+				hinted = append(hinted, d)
+				break
+			}
+		}
+	}
+	if len(hinted) == 0 {
+		return false, ""
+	}
+	only := diskcheck.Result{Missing: hinted, Seen: r.Seen}
+	return true, "the disk the root device hints name is missing, so the image is not written to any other: " + only.Error()
+}
+
+// expectedDisks gathers what the node should have: its stored inspection
+// inventory (none when never inspected), the disks it had when deployed,
+// and its properties.
+func (c *engine) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
+	var inspected *protocol.Inventory
+	raw, err := c.st.GetInventory(ctx, n.UUID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return diskcheck.Expectation{}, fmt.Errorf("read the node's inspection inventory: %w", err)
+	default:
+		var inv protocol.Inventory
+		if err := json.Unmarshal(raw, &inv); err != nil {
+			return diskcheck.Expectation{}, fmt.Errorf("the node's stored inventory does not decode: %w", err)
+		}
+		inspected = &inv
+	}
+	deployed, _ := getDII[[]protocol.Disk](n, diiDeployedDisks)
+	return diskcheck.Expect(inspected, deployed, n.Properties)
+}
+
+// getDII and setDII keep the guard's records in the node's own
+// driver_internal_info as JSON values (they outlive an operation, unlike
+// the operation record).
+func getDII[T any](n *store.Node, key string) (T, bool) {
+	var v T
+	raw, ok := n.DriverInternalInfo[key]
+	if !ok || raw == nil {
+		return v, false
+	}
+	b, err := json.Marshal(raw)
+	if err != nil || json.Unmarshal(b, &v) != nil {
+		return v, false
+	}
+	return v, true
+}
+
+func setDII(n *store.Node, key string, v any) {
+	var m any
+	b, _ := json.Marshal(v)
+	_ = json.Unmarshal(b, &m)
+	if n.DriverInternalInfo == nil {
+		n.DriverInternalInfo = map[string]any{}
+	}
+	n.DriverInternalInfo[key] = m
+}

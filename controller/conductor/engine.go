@@ -1,0 +1,85 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// engine is the lifecycle engine: it accepts provision and power requests
+// (provision.go), walks the state machine and runs the steps of cleaning
+// and deployment in their order (process.go, async.go), drives the agent
+// ramdisk's boots and commands (agentwait.go, agentdeploy.go), and fails
+// nodes that waited too long (timeouts.go). Every change goes through
+// transition or a store mutation of the node and its operation record.
+type engine struct {
+	*core
+	kick   func(nodeUUID string) // schedules the node on the runtime
+	leases leaser
+}
+
+// leaser is what the engine needs of the runtime's leases: its timers find
+// nodes outside any worker and must hold a node's lease to fail it.
+type leaser interface {
+	lease(ctx context.Context, n *store.Node) bool
+	fenced(ctx context.Context) context.Context
+}
+
+// errStale means the node moved on (abort, another request) while we worked.
+var errStale = errors.New("node state changed concurrently")
+
+// transition moves the node from `from` by event ev, applying mut in the same
+// write, together with the transition's history entry and any extra events.
+// Targets follow Ironic: entering a non-stable state shows its default
+// target, except that wait/resume/fail/abort keep the operation's target
+// (manual cleaning targets manageable); a stable state clears it.
+func (c *engine) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
+	var to state.State
+	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
+		if state.State(n.ProvisionState) != from {
+			return nil, fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
+		}
+		next, err := state.Next(from, ev)
+		if err != nil {
+			return nil, err
+		}
+		to = next
+		c.applyState(n, next, ev)
+		if mut != nil {
+			if err := mut(n); err != nil {
+				return nil, err
+			}
+		}
+		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
+	if n.TargetPowerState != nil {
+		c.kick(nodeUUID) // e.g. the power-off of a torn-down agent operation
+	}
+	return n, nil
+}
+
+func (c *engine) applyState(n *store.Node, next state.State, ev state.Event) {
+	now := c.now()
+	n.ProvisionState = string(next)
+	n.ProvisionUpdatedAt = &now
+	switch {
+	case state.Stable(next):
+		n.TargetProvisionState = nil
+	case n.TargetProvisionState != nil && (ev == state.EvWait || ev == state.EvResume || ev == state.EvFail || ev == state.EvAbort):
+		// same operation continues or fails: keep its target
+	default:
+		n.TargetProvisionState = strp(string(state.DefaultTarget(next)))
+	}
+	if state.Working(next) {
+		n.Reservation = strp(c.cfg.Host)
+	} else if n.TargetPowerState == nil {
+		n.Reservation = nil
+	}
+}

@@ -1,0 +1,346 @@
+package store
+
+import (
+	"encoding/json"
+	"reflect"
+	"time"
+
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// Operation is the conductor's working state of a node: the steps of the
+// cleaning or deployment under way and how far it got, what the user asked
+// for, and the session with the node's agent. It is stored beside the node
+// (its own column), written in the same statement as the node, so it shares
+// the node's revision check and lease fencing. The API shows it inside
+// driver_internal_info under Ironic's keys (InternalInfo); nothing else
+// reads those keys.
+type Operation struct {
+	// Clean and Deploy are the planned steps and the index of the one
+	// running (or next); nil until the plan is made.
+	Clean  *StepPlan `json:"clean,omitempty"`
+	Deploy *StepPlan `json:"deploy,omitempty"`
+	// ManualClean: the cleaning was requested with steps (manageable
+	// after it), not the automated cleaning of provide/undeploy.
+	ManualClean bool `json:"manual_clean,omitempty"`
+	// UserCleanSteps and UserDeploySteps are what the request asked for,
+	// resolved against the node's steps when the plan is made.
+	UserCleanSteps  []protocol.Step `json:"user_clean_steps,omitempty"`
+	UserDeploySteps []protocol.Step `json:"user_deploy_steps,omitempty"`
+	Agent           AgentSession    `json:"agent,omitzero"`
+}
+
+// StepPlan is the ordered steps of one cleaning or deployment and the index
+// of the current one: a restart resumes at Steps[Index].
+type StepPlan struct {
+	Steps []protocol.Step `json:"steps"`
+	Index int             `json:"index"`
+}
+
+// AgentSession is what the controller knows of the node's agent.
+type AgentSession struct {
+	Token  string `json:"token,omitempty"` // secret the agent proves itself with
+	BootID string `json:"boot_id,omitempty"`
+	// Version is the agent's last reported version; like Ironic's
+	// agent_version it outlives the session (nil: never heard of).
+	Version       *string                 `json:"version,omitempty"`
+	LastHeartbeat time.Time               `json:"last_heartbeat,omitzero"`
+	BootTimings   []protocol.BootPhase    `json:"boot_timings,omitempty"`
+	Steps         *StepCache              `json:"steps,omitempty"`
+	Command       *AgentCommand           `json:"command,omitempty"`
+	CommandStatus *protocol.CommandStatus `json:"command_status,omitempty"`
+	Await         *Await                  `json:"await,omitempty"`
+	// Booted: the ramdisk is up for the current operation.
+	Booted bool `json:"booted,omitempty"`
+	// BootNonce is on the kernel command line of the iPXE script served
+	// for this boot; the lookup must carry it, and consumes it.
+	BootNonce string `json:"boot_nonce,omitempty"`
+	// NonceServed: this boot's iPXE script was served with a nonce; later
+	// fetches of the script get none (the nonce is single-use).
+	NonceServed bool `json:"nonce_served,omitempty"`
+	// Address is where the lookup that got the token came from.
+	Address string `json:"address,omitempty"`
+	// Claims are the latest second claimants refused (MaxClaims at most);
+	// they outlive the session, as alarms for the operator.
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is a lookup or heartbeat refused because this boot's token was
+// already issued to another address or boot: a possible takeover attempt.
+type Claim struct {
+	At            time.Time `json:"at"`
+	Via           string    `json:"via"` // lookup | heartbeat
+	Address       string    `json:"address"`
+	BootID        string    `json:"boot_id"`
+	HolderAddress string    `json:"holder_address"`
+	HolderBootID  string    `json:"holder_boot_id"`
+}
+
+// MaxClaims bounds the claims a node keeps (the history keeps them all).
+const MaxClaims = 5
+
+// AddClaim records c, dropping the oldest beyond MaxClaims.
+func (a *AgentSession) AddClaim(c Claim) {
+	a.Claims = append(a.Claims, c)
+	if len(a.Claims) > MaxClaims {
+		a.Claims = append([]Claim(nil), a.Claims[len(a.Claims)-MaxClaims:]...)
+	}
+}
+
+// StepCache is the agent's step catalogue as last reported.
+type StepCache struct {
+	Fingerprint  string                    `json:"fingerprint"`
+	Managers     []protocol.ManagerVersion `json:"managers"`
+	Clean        []protocol.Step           `json:"clean"`
+	Deploy       []protocol.Step           `json:"deploy"`
+	AgentVersion string                    `json:"agent_version"`
+	RefreshedAt  time.Time                 `json:"refreshed_at"`
+}
+
+// AgentCommand is work the conductor left for the agent; the heartbeat
+// handler delivers it.
+type AgentCommand struct {
+	protocol.Command
+	IssuedAt time.Time `json:"issued_at"`
+	// Guards is the step an inventory command checks the disks for
+	// (controller/conductor/diskguard.go), issued as GuardedCommand when
+	// the check passes; never sent to the agent.
+	Guards         *protocol.Step `json:"guards,omitempty"`
+	GuardedCommand string         `json:"guarded_command,omitempty"`
+}
+
+// Await records that the node was (re)booted into the ramdisk and what to
+// do once the agent is back.
+type Await struct {
+	Reason    string    `json:"reason"` // boot | reboot
+	Since     time.Time `json:"since"`
+	OldBootID string    `json:"old_boot_id"`
+	Step      string    `json:"step,omitempty"` // step to complete when the agent is back
+}
+
+// Ironic's driver_internal_info keys for the operation (ours where Ironic
+// has none).
+const (
+	keyCleanSteps      = "clean_steps"
+	keyCleanStepIndex  = "clean_step_index"
+	keyManualClean     = "cleaning_manual"
+	keyDeploySteps     = "deploy_steps"
+	keyDeployStepIndex = "deploy_step_index"
+	keyUserCleanSteps  = "user_clean_steps"
+	keyUserDeploySteps = "user_deploy_steps"
+	keyToken           = "agent_secret_token"
+	keyBootID          = "agent_boot_id"
+	keyAgentVersion    = "agent_version"
+	keyLastHeartbeat   = "agent_last_heartbeat"
+	keyBootTimings     = "agent_boot_timings"
+	keyStepCache       = "agent_step_cache"
+	keyCommand         = "agent_command"
+	keyCommandStatus   = "agent_command_status"
+	keyAwait           = "agent_await"
+	keyAgentBooted     = "agent_booted"
+	keyBootNonce       = "agent_boot_nonce"
+	keyAgentAddress    = "agent_lookup_address"
+	keyClaims          = "agent_claims"
+)
+
+// TokenKey is the driver_internal_info key of the agent's secret, which the
+// API masks.
+const TokenKey = keyToken
+
+// operationKeys lists every key InternalInfo writes.
+var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyDeploySteps, keyDeployStepIndex,
+	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
+	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims}
+
+// InternalInfo is the node's driver_internal_info as Ironic shows it: the
+// node's own keys and the operation under Ironic's keys, each valued as its
+// JSON (so maps have sorted keys and numbers are float64, as when these
+// keys were stored in driver_internal_info itself). The token is not
+// masked here: the API masks, an export keeps it.
+func (n *Node) InternalInfo() map[string]any {
+	op := &n.Operation
+	if op.empty() {
+		return n.DriverInternalInfo
+	}
+	out := make(map[string]any, len(n.DriverInternalInfo)+len(operationKeys))
+	for k, v := range n.DriverInternalInfo {
+		out[k] = v
+	}
+	set := func(key string, v any) { out[key] = jsonValue(v) }
+	if p := op.Clean; p != nil {
+		set(keyCleanSteps, p.Steps)
+		out[keyCleanStepIndex] = float64(p.Index)
+	}
+	if p := op.Deploy; p != nil {
+		set(keyDeploySteps, p.Steps)
+		out[keyDeployStepIndex] = float64(p.Index)
+	}
+	if op.ManualClean {
+		out[keyManualClean] = true
+	}
+	if op.UserCleanSteps != nil {
+		set(keyUserCleanSteps, op.UserCleanSteps)
+	}
+	if op.UserDeploySteps != nil {
+		set(keyUserDeploySteps, op.UserDeploySteps)
+	}
+	a := &op.Agent
+	if a.Token != "" {
+		out[keyToken] = a.Token
+		out[keyBootID] = a.BootID // the boot id the token went to, "" if none was sent
+	}
+	if a.Version != nil {
+		out[keyAgentVersion] = *a.Version
+	}
+	if !a.LastHeartbeat.IsZero() {
+		out[keyLastHeartbeat] = a.LastHeartbeat.Format(time.RFC3339Nano)
+	}
+	if a.BootTimings != nil {
+		set(keyBootTimings, a.BootTimings)
+	}
+	if a.Steps != nil {
+		set(keyStepCache, a.Steps)
+	}
+	if a.Command != nil {
+		set(keyCommand, a.Command)
+	}
+	if a.CommandStatus != nil {
+		set(keyCommandStatus, a.CommandStatus)
+	}
+	if a.Await != nil {
+		set(keyAwait, a.Await)
+	}
+	if a.Booted {
+		out[keyAgentBooted] = true
+	}
+	if a.BootNonce != "" {
+		out[keyBootNonce] = a.BootNonce
+	}
+	if a.Address != "" {
+		out[keyAgentAddress] = a.Address
+	}
+	if len(a.Claims) > 0 {
+		set(keyClaims, a.Claims)
+	}
+	return out
+}
+
+func (op *Operation) empty() bool {
+	a := &op.Agent
+	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
+		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
+		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
+		!a.NonceServed && a.Address == "" && len(a.Claims) == 0
+}
+
+// jsonValue is v as encoding/json decodes its encoding into an any.
+func jsonValue(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil // the operation's types always encode
+	}
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// SplitInternalInfo takes the operation out of a driver_internal_info that
+// holds it under Ironic's keys (a database or an export written before the
+// operation had its own record) and returns it with the keys left. Only a
+// value that the record shows back exactly is taken; any other (one that
+// does not decode, or a partial step written by hand) stays among the
+// other keys, so nothing is lost and InternalInfo is what it was.
+func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
+	var op Operation
+	rest := make(map[string]any, len(dii))
+	for k, v := range dii {
+		rest[k] = v
+	}
+	take := func(key string, dst any) bool {
+		v, ok := rest[key]
+		if !ok {
+			return false
+		}
+		if v != nil {
+			b, err := json.Marshal(v)
+			if err != nil || json.Unmarshal(b, dst) != nil || !reflect.DeepEqual(jsonValue(v), jsonValue(dst)) {
+				return false // not what this release wrote: left as it is
+			}
+		}
+		delete(rest, key)
+		return v != nil
+	}
+	plan := func(stepsKey, indexKey string) *StepPlan {
+		var p StepPlan
+		hasSteps := take(stepsKey, &p.Steps)
+		var idx float64 // Ironic and older releases wrote it as a JSON number
+		hasIndex := take(indexKey, &idx)
+		if !hasSteps && !hasIndex {
+			return nil
+		}
+		p.Index = int(idx)
+		return &p
+	}
+	op.Clean = plan(keyCleanSteps, keyCleanStepIndex)
+	op.Deploy = plan(keyDeploySteps, keyDeployStepIndex)
+	take(keyManualClean, &op.ManualClean)
+	take(keyUserCleanSteps, &op.UserCleanSteps)
+	take(keyUserDeploySteps, &op.UserDeploySteps)
+	a := &op.Agent
+	take(keyToken, &a.Token)
+	take(keyBootID, &a.BootID)
+	var version string
+	if take(keyAgentVersion, &version) {
+		a.Version = &version
+	}
+	if v, ok := rest[keyLastHeartbeat].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Format(time.RFC3339Nano) == v {
+			a.LastHeartbeat = t
+			delete(rest, keyLastHeartbeat)
+		}
+	}
+	take(keyBootTimings, &a.BootTimings)
+	take(keyStepCache, &a.Steps)
+	take(keyCommand, &a.Command)
+	take(keyCommandStatus, &a.CommandStatus)
+	take(keyAwait, &a.Await)
+	take(keyAgentBooted, &a.Booted)
+	take(keyBootNonce, &a.BootNonce)
+	take(keyAgentAddress, &a.Address)
+	take(keyClaims, &a.Claims)
+	return op, rest
+}
+
+// EncodeOperation and DecodeOperation are the stores' codec for the
+// operation column; an empty operation is stored as NULL (nil).
+func EncodeOperation(op *Operation) ([]byte, error) {
+	if op.empty() {
+		return nil, nil
+	}
+	return json.Marshal(op)
+}
+
+// DecodeOperation decodes the operation column (nil: idle).
+func DecodeOperation(b []byte, op *Operation) error {
+	*op = Operation{}
+	if len(b) == 0 {
+		return nil
+	}
+	return json.Unmarshal(b, op)
+}
+
+// AdoptLegacyOperation moves an operation that n's driver_internal_info
+// holds under Ironic's keys (written by the release before Operation, or
+// an export of it) into n.Operation, keeping an operation n already has.
+// It reports whether anything moved.
+func (n *Node) AdoptLegacyOperation() bool {
+	op, rest := SplitInternalInfo(n.DriverInternalInfo)
+	if op.empty() {
+		return false
+	}
+	if n.Operation.empty() {
+		n.Operation = op
+	}
+	n.DriverInternalInfo = rest
+	return true
+}

@@ -1,0 +1,56 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+)
+
+// testLegacyMigration: a database at schema 3 holding the nodes the
+// release before the operation record wrote (the SQLite fixture's rows,
+// copied column for column as the backends' shared layout allows)
+// migrates on open, each node's working state moving to its operation
+// column.
+func testLegacyMigration(t *testing.T, url string) {
+	ctx := context.Background()
+	rows := storetest.LegacyRows(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)`)
+	require.NoError(t, err)
+	for v := 1; v <= 3; v++ {
+		_, err := conn.Exec(ctx, migrations[v-1])
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, now())`, v)
+		require.NoError(t, err)
+	}
+	for _, row := range rows {
+		args := make([]any, len(row))
+		for i, v := range row {
+			switch {
+			case i == 6 || i == 7: // maintenance, retired: SQLite integers
+				args[i] = v.(int64) != 0
+			case i >= 18 && i <= 20 && v != nil: // timestamps: SQLite text
+				ts, err := time.Parse("2006-01-02T15:04:05.000000Z", v.(string))
+				require.NoError(t, err)
+				args[i] = ts
+			default:
+				args[i] = v
+			}
+		}
+		_, err := conn.Exec(ctx, `INSERT INTO nodes (`+storetest.LegacyNodeCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+			$10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`, args...)
+		require.NoError(t, err)
+	}
+	s := openStore(t, url)
+	v, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(migrations), v)
+	storetest.CheckLegacyMigrated(t, s, rows)
+}

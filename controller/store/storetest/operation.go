@@ -1,0 +1,69 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// testOperation: the operation record is stored with the node, read back
+// whole, and written only with the node (same revision check).
+func testOperation(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("op")
+	require.NoError(t, s.CreateNode(ctx, n))
+	got, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, store.Operation{}, got.Operation, "a new node is idle")
+	assert.Empty(t, got.InternalInfo())
+
+	at := time.Date(2026, 3, 4, 5, 6, 7, 89, time.UTC)
+	steps := []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true},
+		{Interface: "deploy", Step: "erase_devices", Priority: 10, Args: map[string]any{"iterations": float64(2)}}}
+	version := "agent 1.0"
+	op := store.Operation{
+		Clean: &store.StepPlan{Steps: steps, Index: 1}, ManualClean: true, UserCleanSteps: steps,
+		Agent: store.AgentSession{Token: "secret", BootID: "boot-1", Version: &version, LastHeartbeat: at,
+			BootTimings: []protocol.BootPhase{{Phase: "kernel", Seconds: 1.5}},
+			Steps:       &store.StepCache{Fingerprint: "fp", Clean: steps, RefreshedAt: at},
+			Command: &store.AgentCommand{Command: protocol.Command{ID: "cmd-1", Name: protocol.CmdExecuteCleanStep, Step: &steps[1]},
+				IssuedAt: at},
+			CommandStatus: &protocol.CommandStatus{ID: "cmd-1", Name: protocol.CmdExecuteCleanStep, State: protocol.CommandRunning, StartedAt: at},
+			Booted:        true},
+	}
+	got.Operation = op
+	require.NoError(t, s.UpdateNode(ctx, got))
+	read, err := s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, op, read.Operation)
+	assert.Empty(t, read.DriverInternalInfo, "the operation is not in the node's document")
+	list, err := s.ListNodes(ctx, store.NodeFilter{}, store.Page{})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, op, list[0].Operation, "lists read the operation too")
+
+	// A writer holding an old revision changes neither the node nor its
+	// operation.
+	stale := *got
+	stale.Revision = got.Revision - 1
+	stale.Operation = store.Operation{}
+	err = s.UpdateNode(ctx, &stale)
+	require.True(t, errors.Is(err, store.ErrConflict), "got %v", err)
+	read, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, op, read.Operation)
+
+	// Back to idle: nothing is left.
+	read.Operation = store.Operation{}
+	require.NoError(t, s.UpdateNode(ctx, read))
+	read, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, store.Operation{}, read.Operation)
+}
