@@ -31,6 +31,9 @@ func TestPostgres(t *testing.T) {
 	t.Run("DHCPLeases", func(t *testing.T) {
 		storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
 	})
+	t.Run("Snapshot", func(t *testing.T) {
+		storetest.RunSnapshot(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
+	})
 	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.NewDatabase(t)) })
 	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.NewDatabase(t)) })
 	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.NewDatabase(t)) })

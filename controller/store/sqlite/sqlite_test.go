@@ -25,6 +25,10 @@ func TestSuiteFile(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return openFile(t) })
 }
 
+func TestSnapshot(t *testing.T) {
+	storetest.RunSnapshot(t, func(t *testing.T) store.Store { return openFile(t) })
+}
+
 func TestDHCPLeases(t *testing.T) {
 	storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openFile(t) })
 }

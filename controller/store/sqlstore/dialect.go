@@ -54,6 +54,8 @@ type Dialect interface {
 	// pageIDsFirst: select a sorted page's ids before reading its rows
 	// (SQLite sorts documents otherwise; PostgreSQL walks an index).
 	pageIDsFirst() bool
+	// snapshotTx begins ReadSnapshot's transaction.
+	snapshotTx() *sql.TxOptions
 }
 
 // params collects positional query arguments while a query is assembled.

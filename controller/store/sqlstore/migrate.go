@@ -24,7 +24,7 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("migrate: %w", err)
 	}

@@ -118,7 +118,10 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 
 // inTx runs fn in a transaction on the writer, committing if it returns nil.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	if s.wdb == nil {
+		return errReadOnly
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}

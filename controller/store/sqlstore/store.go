@@ -22,8 +22,11 @@ import (
 // Store is a store.Store on a SQL database.
 type Store struct {
 	d Dialect
-	w *sql.DB // writes (SQLite: a single connection, as SQLite has one writer)
-	r *sql.DB // reads (may be w)
+	// w runs writes and r reads: the database handles wdb and rdb, or in
+	// a snapshot view (ReadSnapshot) its transaction.
+	w, r execer
+	wdb  *sql.DB // SQLite: a single connection, as SQLite has one writer
+	rdb  *sql.DB // may be wdb
 
 	// durable: an SQLite file, whose volatile batches may skip the fsync.
 	durable bool
@@ -56,15 +59,16 @@ type Options struct {
 // New migrates the database to the current schema and returns the store.
 // On error the handles are closed (and Options.Close run).
 func New(ctx context.Context, o Options) (*Store, error) {
-	s := &Store{d: o.Dialect, w: o.Writer, r: o.Reader, durable: o.Durable, close: o.Close}
-	if s.r == nil {
-		s.r = s.w
+	s := &Store{d: o.Dialect, wdb: o.Writer, rdb: o.Reader, durable: o.Durable, close: o.Close}
+	if s.rdb == nil {
+		s.rdb = s.wdb
 	}
+	s.w, s.r = s.wdb, s.rdb
 	if err := s.migrate(ctx); err != nil {
 		return nil, errors.Join(err, s.closeDBs())
 	}
 	var err error
-	if s.getNode, err = s.r.PrepareContext(ctx, s.d.rebind(`SELECT id, revision, data, operation FROM nodes
+	if s.getNode, err = s.rdb.PrepareContext(ctx, s.d.rebind(`SELECT id, revision, data, operation FROM nodes
 		WHERE uuid = $1 OR name = $1 ORDER BY uuid = $1 DESC LIMIT 1`)); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare: %w", err), s.closeDBs())
 	}
@@ -78,7 +82,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 
 // DB is the writer handle, for tests and maintenance tools that need to
 // look under the store.
-func (s *Store) DB() *sql.DB { return s.w }
+func (s *Store) DB() *sql.DB { return s.wdb }
 
 // Close stops the committer (after the queued updates) and closes the
 // database.
@@ -96,9 +100,12 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeDBs() error {
-	err := s.w.Close()
-	if s.r != s.w {
-		err = errors.Join(err, s.r.Close())
+	if s.wdb == nil {
+		return nil // a snapshot view: its transaction ends with ReadSnapshot
+	}
+	err := s.wdb.Close()
+	if s.rdb != s.wdb {
+		err = errors.Join(err, s.rdb.Close())
 	}
 	if s.close != nil {
 		err = errors.Join(err, s.close())

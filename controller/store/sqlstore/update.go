@@ -190,7 +190,7 @@ func (s *Store) commitBatch(batch []*updateReq) {
 	// A dedicated connection for the whole batch: the writer pool has one
 	// connection, and holding it keeps other writers (node creation,
 	// leases) from committing while the durability setting is relaxed.
-	conn, err := s.w.Conn(ctx)
+	conn, err := s.wdb.Conn(ctx)
 	if err != nil {
 		failBatch(batch, "", err)
 		return
