@@ -69,6 +69,10 @@ func testReleaseDatabase(t *testing.T, url string) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, string(dump)) // no arguments: the simple protocol, which runs a script
 	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SET search_path = public`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, storetest.ReleaseOrphanSQL)
+	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx)) // the dump empties search_path for its session
 	s := openStore(t, url)
 	storetest.CheckRelease(t, s)

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -148,6 +149,11 @@ func TestReleaseDatabaseOpens(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "anvil.db")
 	require.NoError(t, os.WriteFile(path, src, 0o600))
+	db, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	_, err = db.Exec(storetest.ReleaseOrphanSQL)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
 	s, err := Open(context.Background(), path)
 	require.NoError(t, err)
 	defer s.Close()

@@ -44,6 +44,9 @@ type Dialect interface {
 	// conflict reports a lost race the database detected (serialization
 	// failure, deadlock): the caller's write did not happen.
 	conflict(err error) bool
+	// missingParent reports a foreign key violation: the row refers to a
+	// node that does not exist.
+	missingParent(err error) bool
 	// lockMigrations serialises controllers migrating one database.
 	lockMigrations(ctx context.Context, tx *sql.Tx) error
 	// pick chooses the dialect's text of a schema change.
@@ -143,6 +146,10 @@ func (sqliteDialect) duplicate(err error) (error, bool) {
 
 func (sqliteDialect) conflict(error) bool { return false }
 
+func (sqliteDialect) missingParent(err error) bool {
+	return strings.Contains(err.Error(), "FOREIGN KEY constraint failed")
+}
+
 // lockMigrations: the file lock keeps every other controller out already.
 func (sqliteDialect) lockMigrations(context.Context, *sql.Tx) error { return nil }
 
@@ -159,6 +166,7 @@ const (
 	uniqueViolation      = "23505"
 	serializationFailure = "40001" // a concurrent update under REPEATABLE READ or SERIALIZABLE
 	deadlockDetected     = "40P01"
+	foreignKeyViolation  = "23503"
 )
 
 // migrationLockKey is the pg_advisory_xact_lock key that serialises schema
@@ -220,6 +228,11 @@ func (pgDialect) duplicate(err error) (error, bool) {
 func (pgDialect) conflict(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected)
+}
+
+func (pgDialect) missingParent(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == foreignKeyViolation
 }
 
 // lockMigrations takes the migration lock for the transaction, so

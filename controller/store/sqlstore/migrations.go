@@ -209,4 +209,37 @@ var migrations = []migration{
 		expires_at timestamptz NOT NULL
 	);`,
 	},
+	{
+		// 6: no orphan ports, port groups, allocations or inventories: a
+		// resource's node must exist, and deleting the node deletes its
+		// resources (Ironic deletes a node's allocations with it too).
+		// Orphans an earlier release could leave (an allocation of a
+		// deleted node; a port created while its node was being deleted)
+		// go first. SQLite cannot add a constraint to a table, so the table
+		// is rebuilt with it.
+		sqlite: `CREATE TABLE resources_new (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		kind TEXT NOT NULL,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT REFERENCES nodes (uuid) ON DELETE CASCADE,
+		name TEXT,
+		address TEXT,
+		revision INTEGER NOT NULL,
+		data BLOB NOT NULL
+	);
+	INSERT INTO resources_new (id, kind, uuid, node_uuid, name, address, revision, data)
+		SELECT id, kind, uuid, node_uuid, name, address, revision, data FROM resources
+		WHERE node_uuid IS NULL OR node_uuid IN (SELECT uuid FROM nodes);
+	DROP TABLE resources;
+	ALTER TABLE resources_new RENAME TO resources;
+	CREATE UNIQUE INDEX resources_address ON resources(kind, address) WHERE address IS NOT NULL;
+	CREATE UNIQUE INDEX resources_name ON resources(kind, name) WHERE name IS NOT NULL;
+	CREATE INDEX resources_node ON resources(kind, node_uuid);
+	CREATE INDEX resources_node_uuid ON resources(node_uuid);`,
+		postgres: `DELETE FROM resources r WHERE r.node_uuid IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.uuid = r.node_uuid);
+	CREATE INDEX resources_node_uuid ON resources (node_uuid);
+	ALTER TABLE resources ADD CONSTRAINT resources_node_uuid_fkey
+		FOREIGN KEY (node_uuid) REFERENCES nodes (uuid) ON DELETE CASCADE;`,
+	},
 }

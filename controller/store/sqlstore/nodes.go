@@ -82,8 +82,10 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 	return n, nil
 }
 
-// DeleteNode removes the node with its ports, portgroups, inventory, lease
-// and history if nobody changed it since n was read. On PostgreSQL at READ
+// DeleteNode removes the node with its ports, portgroups, allocations,
+// inventory, lease and history if nobody changed it since n was read (the
+// foreign key would delete its resources too; deleting them here keeps
+// the statement list the whole story). On PostgreSQL at READ
 // COMMITTED, a writer that got there first makes the revision condition
 // fail when the DELETE re-checks the row it waited for.
 func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
@@ -97,7 +99,7 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 			return s.whyNotUpdated(ctx, tx, uuid, "", "delete node "+uuid+" at revision "+strconv.FormatInt(n.Revision, 10))
 		}
 		for _, q := range []string{
-			`DELETE FROM resources WHERE node_uuid = $1 AND kind IN ('port', 'portgroup', 'inventory')`,
+			`DELETE FROM resources WHERE node_uuid = $1`,
 			`DELETE FROM node_leases WHERE node_uuid = $1`,
 			`DELETE FROM events WHERE node_uuid = $1`,
 		} {

@@ -29,7 +29,7 @@ func (s *Store) createResource(ctx context.Context, kind string, k resourceKeys,
 	err = s.queryRow(ctx, s.w, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
 		VALUES ($1, $2, $3, $4, $5, 1, $6) RETURNING id`, kind, k.uuid, nullable(k.node), k.name, k.addr, data).Scan(&id)
 	if err != nil {
-		return 0, s.mapErr(err, "create "+kind+" "+k.uuid)
+		return 0, s.resourceErr(err, "create", kind, k)
 	}
 	return id, nil
 }
@@ -42,12 +42,21 @@ func (s *Store) updateResource(ctx context.Context, kind string, k resourceKeys,
 	res, err := s.exec(ctx, s.w, `UPDATE resources SET node_uuid = $1, name = $2, address = $3, revision = revision + 1,
 		data = $4 WHERE kind = $5 AND uuid = $6`, nullable(k.node), k.name, k.addr, data, kind, k.uuid)
 	if err != nil {
-		return s.mapErr(err, "update "+kind+" "+k.uuid)
+		return s.resourceErr(err, "update", kind, k)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
 		return fmt.Errorf("%s %s: %w", kind, k.uuid, store.ErrNotFound)
 	}
 	return nil
+}
+
+// resourceErr maps a failed write of a resource: a node that does not
+// exist (the foreign key) is ErrNotFound, a duplicate its sentinel.
+func (s *Store) resourceErr(err error, verb, kind string, k resourceKeys) error {
+	if s.d.missingParent(err) {
+		return fmt.Errorf("%s %s %s: node %s: %w", verb, kind, k.uuid, k.node, store.ErrNotFound)
+	}
+	return s.mapErr(err, verb+" "+kind+" "+k.uuid)
 }
 
 func (s *Store) deleteResource(ctx context.Context, kind, uuid string) error {
@@ -272,7 +281,7 @@ func (s *Store) PutInventory(ctx context.Context, nodeUUID string, inventory []b
 		ON CONFLICT (uuid) DO UPDATE SET data = excluded.data, revision = resources.revision + 1`,
 		"inventory-"+nodeUUID, nodeUUID, inventory)
 	if err != nil {
-		return fmt.Errorf("store inventory of node %s: %w", nodeUUID, err)
+		return s.resourceErr(err, "store", "inventory", resourceKeys{uuid: "of node " + nodeUUID, node: nodeUUID})
 	}
 	return nil
 }

@@ -28,6 +28,14 @@ const (
 	releaseEvent = "6c0e3b3e-0000-4000-8000-0000000000e1"
 )
 
+// ReleaseOrphanSQL adds to a release database a port of a node that does
+// not exist, which an earlier release could leave behind (a port created
+// while its node was being deleted) and the migration must remove.
+const ReleaseOrphanSQL = `INSERT INTO resources (kind, uuid, node_uuid, address, revision, data)
+	VALUES ('port', '` + releaseOrphan + `', '6c0e3b3e-0000-4000-8000-00000000dead', '52:54:00:00:de:ad', 1, '{}')`
+
+const releaseOrphan = "6c0e3b3e-0000-4000-8000-0000000000a9"
+
 var releaseTime = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 // PopulateRelease fills an empty store with one of everything the store
@@ -104,6 +112,8 @@ func CheckRelease(t *testing.T, s store.Store) {
 
 	p, err := s.GetPort(ctx, releasePort)
 	require.NoError(t, err)
+	_, err = s.GetPort(ctx, releaseOrphan)
+	assert.ErrorIs(t, err, store.ErrNotFound, "the migration removed the orphan port")
 	assert.Equal(t, "52:54:00:00:00:01", p.Address)
 	assert.Equal(t, releasePG, *p.PortgroupUUID)
 	pg, err := s.GetPortgroup(ctx, "bond0")
