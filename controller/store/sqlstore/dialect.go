@@ -57,6 +57,12 @@ type Dialect interface {
 	// pageIDsFirst: select a sorted page's ids before reading its rows
 	// (SQLite sorts documents otherwise; PostgreSQL walks an index).
 	pageIDsFirst() bool
+	// withEvents, if the database can modify data in a WITH clause, makes
+	// one statement of a node UPDATE (its RETURNING id clause is added)
+	// and the insertion of its events, which inserts them only if the
+	// UPDATE matched: one round trip, no transaction to open. events are
+	// (uuid, node_uuid, created_at, data) rows. ok is false on SQLite.
+	withEvents(update string, p *params, events [][4]any) (q string, ok bool)
 	// snapshotTx begins ReadSnapshot's transaction.
 	snapshotTx() *sql.TxOptions
 }
@@ -153,6 +159,8 @@ func (sqliteDialect) missingParent(err error) bool {
 // lockMigrations: the file lock keeps every other controller out already.
 func (sqliteDialect) lockMigrations(context.Context, *sql.Tx) error { return nil }
 
+func (sqliteDialect) withEvents(string, *params, [][4]any) (string, bool) { return "", false }
+
 func (sqliteDialect) pick(m migration) string { return m.sqlite }
 func (sqliteDialect) narrowUpdates() bool     { return true }
 func (sqliteDialect) pageIDsFirst() bool      { return true }
@@ -241,6 +249,25 @@ func (pgDialect) missingParent(err error) bool {
 func (pgDialect) lockMigrations(ctx context.Context, tx *sql.Tx) error {
 	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey)
 	return err
+}
+
+// withEvents: the INSERT takes its rows from the UPDATE's result, so a
+// refused update writes none of its events; WITH ORDINALITY-like ordering
+// (the ord column) keeps the events' ids in the caller's order, which is
+// the order ListEvents returns.
+func (pgDialect) withEvents(update string, p *params, events [][4]any) (string, bool) {
+	var b strings.Builder
+	b.WriteString("WITH u AS (" + update + " RETURNING id)\n\tINSERT INTO events (uuid, node_uuid, created_at, data)\n\t" +
+		"SELECT e.uuid, e.node_uuid, e.created_at, e.data FROM u, (VALUES ")
+	for i, e := range events {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(" + p.add(e[0]) + "::text, " + p.add(e[1]) + "::text, " + p.add(e[2]) + "::timestamptz, " +
+			p.add(e[3]) + "::bytea, " + strconv.Itoa(i) + ")")
+	}
+	b.WriteString(") AS e (uuid, node_uuid, created_at, data, ord) ORDER BY e.ord")
+	return b.String(), true
 }
 
 func (pgDialect) pick(m migration) string { return m.postgres }

@@ -80,10 +80,11 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 // needing none, when there are no events).
 func (s *Store) updateNow(ctx context.Context, r *updateReq) error {
 	var err error
-	if len(r.events) == 0 {
+	switch {
+	case len(r.events) == 0:
 		err = s.applyUpdate(ctx, s.w, r)
-	} else {
-		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.applyUpdate(ctx, tx, r) })
+	default:
+		err = s.updateWithEvents(ctx, r)
 	}
 	if s.d.conflict(err) {
 		// Another writer won; the update, events included, was rolled back.
@@ -92,15 +93,50 @@ func (s *Store) updateNow(ctx context.Context, r *updateReq) error {
 	return err
 }
 
+// updateWithEvents is applyUpdate as one statement, where the dialect
+// has one (else in a transaction).
+func (s *Store) updateWithEvents(ctx context.Context, r *updateReq) error {
+	args := append(params(nil), r.args...)
+	rows := make([][4]any, len(r.events))
+	for i, e := range r.events {
+		data, err := encodeEvent(e)
+		if err != nil {
+			return err
+		}
+		rows[i] = [4]any{e.UUID, e.NodeUUID, s.d.stamp(&e.CreatedAt), data}
+	}
+	q, ok := s.d.withEvents(updateNodeSQL+s.fence(&args, r.holder), &args, rows)
+	if !ok {
+		return s.inTx(ctx, func(tx *sql.Tx) error { return s.applyUpdate(ctx, tx, r) })
+	}
+	res, err := s.exec(ctx, s.w, q, args...)
+	if s.d.conflict(err) {
+		return err
+	}
+	if err != nil {
+		return s.mapErr(err, "update node "+r.n.UUID)
+	}
+	if c, _ := res.RowsAffected(); c == int64(len(r.events)) {
+		return nil
+	}
+	return s.whyNotUpdated(ctx, s.w, r.n.UUID, r.holder, fmt.Sprintf("update node %s at revision %d", r.n.UUID, r.old))
+}
+
+// fence restricts a node write to holder's live lease ("" when holder is
+// "": no restriction).
+func (s *Store) fence(args *params, holder string) string {
+	if holder == "" {
+		return ""
+	}
+	return ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = $1 AND holder = ` + args.add(holder) +
+		` AND expires_at > ` + s.d.now(args) + `)`
+}
+
 // applyUpdate writes the node and its events on db.
 func (s *Store) applyUpdate(ctx context.Context, db execer, r *updateReq) error {
 	n := r.n
 	args := append(params(nil), r.args...)
-	fence := ""
-	if r.holder != "" {
-		fence = ` AND EXISTS (SELECT 1 FROM node_leases WHERE node_uuid = $1 AND holder = ` + args.add(r.holder) +
-			` AND expires_at > ` + s.d.now(&args) + `)`
-	}
+	fence := s.fence(&args, r.holder)
 	if s.d.narrowUpdates() {
 		// Most updates (heartbeats, step progress) leave every indexed
 		// column as it was: the narrow statement then rewrites the row
