@@ -76,6 +76,11 @@ type Node struct {
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
 	Operation Operation `json:"-"`
+	// Partial marks a node read by a list: the agent's step cache and
+	// command status (Operation.Agent.Steps, CommandStatus), kept apart
+	// from the node, were not read, and writing the node leaves the stored
+	// ones as they are. A store's LoadAgentState fills them in.
+	Partial bool `json:"-"`
 }
 
 // Interfaces are the per-node driver interface names (1.31+).

@@ -49,6 +49,12 @@ func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (S
 	return sum, err
 }
 
+// agentStateLoader is a source whose node lists leave out the agent's
+// state (store.Node.Partial) and that reads it for a page on request.
+type agentStateLoader interface {
+	LoadAgentState(ctx context.Context, nodes []*store.Node) error
+}
+
 // snapshotReader is a source that can read one consistent snapshot.
 type snapshotReader interface {
 	ReadSnapshot(ctx context.Context, fn func(st store.Store) error) error
@@ -70,7 +76,15 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 
 	var uuids []string
 	d.open("nodes", '[')
-	err := eachPage(ctx, func(p store.Page) ([]*store.Node, error) { return src.ListNodes(ctx, store.NodeFilter{}, p) },
+	err := eachPage(ctx, func(p store.Page) ([]*store.Node, error) {
+		nodes, err := src.ListNodes(ctx, store.NodeFilter{}, p)
+		if l, ok := src.(agentStateLoader); ok && err == nil {
+			// The document keeps each node's whole operation, the agent's
+			// step cache and command status included, which lists leave out.
+			err = l.LoadAgentState(ctx, nodes)
+		}
+		return nodes, err
+	},
 		func(n *store.Node) string { return n.UUID },
 		func(n *store.Node) error {
 			if n.Reservation != nil && !opts.Force {

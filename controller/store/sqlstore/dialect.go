@@ -57,12 +57,14 @@ type Dialect interface {
 	// pageIDsFirst: select a sorted page's ids before reading its rows
 	// (SQLite sorts documents otherwise; PostgreSQL walks an index).
 	pageIDsFirst() bool
-	// withEvents, if the database can modify data in a WITH clause, makes
-	// one statement of a node UPDATE (its RETURNING id clause is added)
-	// and the insertion of its events, which inserts them only if the
-	// UPDATE matched: one round trip, no transaction to open. events are
-	// (uuid, node_uuid, created_at, data) rows. ok is false on SQLite.
-	withEvents(update string, p *params, events [][4]any) (q string, ok bool)
+	// oneStatement, if the database can modify data in a WITH clause,
+	// makes one statement of a node UPDATE (it adds RETURNING uuid), the
+	// write of its agent state (when write: agent, or its deletion when
+	// nil) and the insertion of its events, the last two only if the
+	// UPDATE matched; the statement returns one row: how many nodes it
+	// updated. One round trip, no transaction to open. events are (uuid,
+	// node_uuid, created_at, data) rows. ok is false on SQLite.
+	oneStatement(update string, p *params, agent []byte, write bool, events [][4]any) (q string, ok bool)
 	// snapshotTx begins ReadSnapshot's transaction.
 	snapshotTx() *sql.TxOptions
 }
@@ -159,7 +161,9 @@ func (sqliteDialect) missingParent(err error) bool {
 // lockMigrations: the file lock keeps every other controller out already.
 func (sqliteDialect) lockMigrations(context.Context, *sql.Tx) error { return nil }
 
-func (sqliteDialect) withEvents(string, *params, [][4]any) (string, bool) { return "", false }
+func (sqliteDialect) oneStatement(string, *params, []byte, bool, [][4]any) (string, bool) {
+	return "", false
+}
 
 func (sqliteDialect) pick(m migration) string { return m.sqlite }
 func (sqliteDialect) narrowUpdates() bool     { return true }
@@ -251,22 +255,32 @@ func (pgDialect) lockMigrations(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
-// withEvents: the INSERT takes its rows from the UPDATE's result, so a
-// refused update writes none of its events; WITH ORDINALITY-like ordering
-// (the ord column) keeps the events' ids in the caller's order, which is
-// the order ListEvents returns.
-func (pgDialect) withEvents(update string, p *params, events [][4]any) (string, bool) {
+// oneStatement: the writes take their rows from the UPDATE's result, so a
+// refused update writes nothing else; the ord column keeps the events' ids
+// in the caller's order, which is the order ListEvents returns.
+func (pgDialect) oneStatement(update string, p *params, agent []byte, write bool, events [][4]any) (string, bool) {
 	var b strings.Builder
-	b.WriteString("WITH u AS (" + update + " RETURNING id)\n\tINSERT INTO events (uuid, node_uuid, created_at, data)\n\t" +
-		"SELECT e.uuid, e.node_uuid, e.created_at, e.data FROM u, (VALUES ")
-	for i, e := range events {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(" + p.add(e[0]) + "::text, " + p.add(e[1]) + "::text, " + p.add(e[2]) + "::timestamptz, " +
-			p.add(e[3]) + "::bytea, " + strconv.Itoa(i) + ")")
+	b.WriteString("WITH u AS (" + update + " RETURNING uuid)")
+	switch {
+	case write && agent != nil:
+		b.WriteString(", a AS (INSERT INTO agent_state (node_uuid, data) SELECT uuid, " + p.add(agent) + "::bytea FROM u\n\t\t" +
+			"ON CONFLICT (node_uuid) DO UPDATE SET data = excluded.data)")
+	case write:
+		b.WriteString(", a AS (DELETE FROM agent_state WHERE node_uuid IN (SELECT uuid FROM u))")
 	}
-	b.WriteString(") AS e (uuid, node_uuid, created_at, data, ord) ORDER BY e.ord")
+	if len(events) > 0 {
+		b.WriteString(", e AS (INSERT INTO events (uuid, node_uuid, created_at, data)\n\t\t" +
+			"SELECT v.uuid, v.node_uuid, v.created_at, v.data FROM u, (VALUES ")
+		for i, e := range events {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(" + p.add(e[0]) + "::text, " + p.add(e[1]) + "::text, " + p.add(e[2]) + "::timestamptz, " +
+				p.add(e[3]) + "::bytea, " + strconv.Itoa(i) + ")")
+		}
+		b.WriteString(") AS v (uuid, node_uuid, created_at, data, ord) ORDER BY v.ord)")
+	}
+	b.WriteString(" SELECT count(*) FROM u")
 	return b.String(), true
 }
 

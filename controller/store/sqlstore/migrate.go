@@ -49,8 +49,12 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 	if _, err := tx.ExecContext(ctx, s.d.pick(migrations[v-1])); err != nil {
 		return false, fmt.Errorf("migration %d: %w", v, err)
 	}
-	if v == operationMigration {
-		if err := s.moveOperations(ctx, tx); err != nil {
+	move := map[int]func(context.Context, *sql.Tx) error{
+		operationMigration:  s.moveOperations,
+		agentStateMigration: s.moveAgentState,
+	}[v]
+	if move != nil {
+		if err := move(ctx, tx); err != nil {
 			return false, fmt.Errorf("migration %d: %w", v, err)
 		}
 	}
@@ -66,23 +70,54 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 
 // moveOperations moves the working state that earlier releases kept in
 // each node's driver_internal_info into the operation column, in the
-// migration's transaction, a page of nodes at a time. Revisions stay: the
-// nodes do not change, only where their state is kept.
+// migration's transaction. Revisions stay: the nodes do not change, only
+// where their state is kept. The whole operation goes to the column, as
+// the schema of this migration has it (agentStateMigration moves part of
+// it on).
 func (s *Store) moveOperations(ctx context.Context, tx *sql.Tx) error {
+	return s.eachNodeRow(ctx, tx, "", func(id int64, data, _ []byte) error {
+		var n store.Node
+		if err := json.Unmarshal(data, &n); err != nil {
+			return fmt.Errorf("decode node %d: %w", id, err)
+		}
+		if !n.AdoptLegacyOperation() {
+			return nil
+		}
+		data, err := json.Marshal(&n)
+		if err != nil {
+			return fmt.Errorf("encode node %s: %w", n.UUID, err)
+		}
+		op, err := store.EncodeOperation(&n.Operation)
+		if err != nil {
+			return fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
+		}
+		if _, err := s.exec(ctx, tx, `UPDATE nodes SET data = $1, operation = $2 WHERE id = $3`, data, op, id); err != nil {
+			return fmt.Errorf("move operation of node %s: %w", n.UUID, err)
+		}
+		return nil
+	})
+}
+
+// eachNodeRow calls fn with the id, document and operation column of every
+// node matching cond ("" for all), a page at a time, in tx. fn may write.
+func (s *Store) eachNodeRow(ctx context.Context, tx *sql.Tx, cond string, fn func(id int64, data, op []byte) error) error {
 	const page = 500
 	type row struct {
-		id   int64
-		data []byte
+		id       int64
+		data, op []byte
+	}
+	if cond != "" {
+		cond = " AND " + cond
 	}
 	for last := int64(0); ; {
-		rows, err := s.query(ctx, tx, `SELECT id, data FROM nodes WHERE id > $1 ORDER BY id LIMIT $2`, last, page)
+		rows, err := s.query(ctx, tx, `SELECT id, data, operation FROM nodes WHERE id > $1`+cond+` ORDER BY id LIMIT $2`, last, page)
 		if err != nil {
 			return fmt.Errorf("read nodes: %w", err)
 		}
 		var batch []row
 		for rows.Next() {
 			var r row
-			if err := rows.Scan(&r.id, &r.data); err != nil {
+			if err := rows.Scan(&r.id, &r.data, &r.op); err != nil {
 				rows.Close()
 				return fmt.Errorf("read nodes: %w", err)
 			}
@@ -95,19 +130,8 @@ func (s *Store) moveOperations(ctx context.Context, tx *sql.Tx) error {
 			return fmt.Errorf("read nodes: %w", err)
 		}
 		for _, r := range batch {
-			var n store.Node
-			if err := json.Unmarshal(r.data, &n); err != nil {
-				return fmt.Errorf("decode node %d: %w", r.id, err)
-			}
-			if !n.AdoptLegacyOperation() {
-				continue
-			}
-			data, op, err := encodeNode(&n)
-			if err != nil {
+			if err := fn(r.id, r.data, r.op); err != nil {
 				return err
-			}
-			if _, err := s.exec(ctx, tx, `UPDATE nodes SET data = $1, operation = $2 WHERE id = $3`, data, op, r.id); err != nil {
-				return fmt.Errorf("move operation of node %s: %w", n.UUID, err)
 			}
 		}
 		if len(batch) < page {

@@ -242,4 +242,19 @@ var migrations = []migration{
 	ALTER TABLE resources ADD CONSTRAINT resources_node_uuid_fkey
 		FOREIGN KEY (node_uuid) REFERENCES nodes (uuid) ON DELETE CASCADE;`,
 	},
+	{
+		// 7: the agent's step cache and command status (store.AgentSession
+		// Steps and CommandStatus), the largest and most rewritten parts of
+		// a node's operation, in a table of their own: GetNode reads them,
+		// node lists do not. moveAgentState moves them out of the
+		// operation column.
+		sqlite: `CREATE TABLE agent_state (
+		node_uuid TEXT PRIMARY KEY REFERENCES nodes (uuid) ON DELETE CASCADE,
+		data BLOB NOT NULL
+	);`,
+		postgres: `CREATE TABLE agent_state (
+		node_uuid text COLLATE "C" PRIMARY KEY REFERENCES nodes (uuid) ON DELETE CASCADE,
+		data bytea NOT NULL
+	);`,
+	},
 }

@@ -17,45 +17,97 @@ const nodeCols = `uuid, name, revision, driver, provision_state, power_state, ma
 	instance_uuid, resource_class, fault, owner, lessee, conductor_group, chassis_uuid, description, shard,
 	reservation, created_at, updated_at, provision_updated_at, data, operation`
 
-// encodeNode is the node's document and its operation column (NULL when
-// idle). The document codec is goccy/go-json, for decode speed;
-// FuzzNodeCodec holds it to encoding/json's results.
-func encodeNode(n *store.Node) (data, op []byte, err error) {
+// encodeNode is the node's document, its operation column (NULL when
+// idle) and its agent_state row (nil when there is none: see agentState).
+// The document codec is goccy/go-json, for decode speed; FuzzNodeCodec
+// holds it to encoding/json's results.
+func encodeNode(n *store.Node) (data, op, agent []byte, err error) {
 	if data, err = json.Marshal(n); err != nil {
-		return nil, nil, fmt.Errorf("encode node %s: %w", n.UUID, err)
+		return nil, nil, nil, fmt.Errorf("encode node %s: %w", n.UUID, err)
 	}
-	if op, err = store.EncodeOperation(&n.Operation); err != nil {
-		return nil, nil, fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
+	rest := n.Operation
+	a := agentState{Steps: rest.Agent.Steps, CommandStatus: rest.Agent.CommandStatus}
+	rest.Agent.Steps, rest.Agent.CommandStatus = nil, nil
+	if op, err = store.EncodeOperation(&rest); err != nil {
+		return nil, nil, nil, fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
 	}
-	return data, op, nil
+	if a.Steps != nil || a.CommandStatus != nil {
+		if agent, err = json.Marshal(&a); err != nil {
+			return nil, nil, nil, fmt.Errorf("encode agent state of node %s: %w", n.UUID, err)
+		}
+	}
+	return data, op, agent, nil
 }
 
 // CreateNode inserts n and sets its ID and Revision.
 func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 	n.Normalize()
 	n.Revision = 1
-	data, op, err := encodeNode(n)
+	data, op, agent, err := encodeNode(n)
 	if err != nil {
 		return err
 	}
-	err = s.queryRow(ctx, s.w, `INSERT INTO nodes (`+nodeCols+`)
+	insert := func(db execer) error {
+		return s.queryRow(ctx, db, `INSERT INTO nodes (`+nodeCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 		RETURNING id`,
-		n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
-		n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
-		n.Description, n.Shard, n.Reservation, s.d.stamp(&n.CreatedAt), s.d.stamp(n.UpdatedAt),
-		s.d.stamp(n.ProvisionUpdatedAt), data, op).Scan(&n.ID)
+			n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
+			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
+			n.Description, n.Shard, n.Reservation, s.d.stamp(&n.CreatedAt), s.d.stamp(n.UpdatedAt),
+			s.d.stamp(n.ProvisionUpdatedAt), data, op).Scan(&n.ID)
+	}
+	if agent == nil {
+		err = insert(s.w)
+	} else {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := insert(tx); err != nil {
+				return err
+			}
+			_, err := s.exec(ctx, tx, `INSERT INTO agent_state (node_uuid, data) VALUES ($1, $2)`, n.UUID, agent)
+			return err
+		})
+	}
 	return s.mapErr(err, "create node "+n.UUID)
 }
 
 type scanner interface{ Scan(...any) error }
 
+// nodeFullCols and nodeListCols read a node with and without its agent
+// state (nodes n LEFT JOIN agent_state a).
+const (
+	nodeFullCols = "n.id, n.revision, n.data, n.operation, a.data"
+	nodeListCols = "id, revision, data, operation"
+)
+
+// scanNode reads nodeFullCols; scanListedNode nodeListCols, marking the
+// node Partial.
 func scanNode(sc scanner) (*store.Node, error) {
+	var agent []byte
+	n, err := scanNodeWith(sc, &agent)
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeAgentState(agent, n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func scanListedNode(sc scanner) (*store.Node, error) {
+	n, err := scanNodeWith(sc)
+	if err != nil {
+		return nil, err
+	}
+	n.Partial = true
+	return n, nil
+}
+
+func scanNodeWith(sc scanner, extra ...any) (*store.Node, error) {
 	var (
 		id, rev  int64
 		data, op []byte
 	)
-	if err := sc.Scan(&id, &rev, &data, &op); err != nil {
+	if err := sc.Scan(append([]any{&id, &rev, &data, &op}, extra...)...); err != nil {
 		return nil, err
 	}
 	n := &store.Node{}
@@ -83,7 +135,7 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 }
 
 // DeleteNode removes the node with its ports, portgroups, allocations,
-// inventory, lease and history if nobody changed it since n was read (the
+// inventory, agent state, lease and history if nobody changed it since n was read (the
 // foreign key would delete its resources too; deleting them here keeps
 // the statement list the whole story). On PostgreSQL at READ
 // COMMITTED, a writer that got there first makes the revision condition
@@ -101,6 +153,7 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 		for _, q := range []string{
 			`DELETE FROM resources WHERE node_uuid = $1`,
 			`DELETE FROM node_leases WHERE node_uuid = $1`,
+			`DELETE FROM agent_state WHERE node_uuid = $1`,
 			`DELETE FROM events WHERE node_uuid = $1`,
 		} {
 			if _, err := s.exec(ctx, tx, q, uuid); err != nil {
@@ -182,7 +235,7 @@ func (s *Store) sortExpr(key string) (string, bool) {
 func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
 	var args params
 	where := s.nodeWhere(f, &args)
-	return listPage(ctx, s, "nodes", "id, revision, data, operation", where, args, p, scanNode)
+	return listPage(ctx, s, "nodes", nodeListCols, where, args, p, scanListedNode)
 }
 
 // ListNodeSummaries lists nodes reading only indexed columns.

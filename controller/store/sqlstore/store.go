@@ -68,8 +68,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		return nil, errors.Join(err, s.closeDBs())
 	}
 	var err error
-	if s.getNode, err = s.rdb.PrepareContext(ctx, s.d.rebind(`SELECT id, revision, data, operation FROM nodes
-		WHERE uuid = $1 OR name = $1 ORDER BY uuid = $1 DESC LIMIT 1`)); err != nil {
+	if s.getNode, err = s.rdb.PrepareContext(ctx, s.d.rebind(`SELECT `+nodeFullCols+` FROM nodes n
+		LEFT JOIN agent_state a ON a.node_uuid = n.uuid
+		WHERE n.uuid = $1 OR n.name = $1 ORDER BY n.uuid = $1 DESC LIMIT 1`)); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare: %w", err), s.closeDBs())
 	}
 	if o.GroupCommit {

@@ -16,6 +16,8 @@ type updateReq struct {
 	old      int64
 	events   []*store.Event
 	args     params // $1..$23 of updateNodeSQL
+	agent    []byte // the node's agent state (nil: none)
+	partial  bool   // the node was read without its agent state: leave it
 	holder   string // non-empty: write only under this holder's live lease
 	volatile bool   // may be committed without waiting for the disk
 	done     chan error
@@ -56,11 +58,12 @@ func (s *Store) UpdateNode(ctx context.Context, n *store.Node, events ...*store.
 }
 
 func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events []*store.Event) error {
-	data, op, err := encodeNode(n)
+	data, op, agent, err := encodeNode(n)
 	if err != nil {
 		return err
 	}
-	r := &updateReq{n: n, old: old, events: events, holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx),
+	r := &updateReq{n: n, old: old, events: events, agent: agent, partial: n.Partial,
+		holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx),
 		args: params{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 			n.Description, n.Shard, n.Reservation, s.d.stamp(n.UpdatedAt), s.d.stamp(n.ProvisionUpdatedAt), data, op, old}}
@@ -76,16 +79,10 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	return <-r.done
 }
 
-// updateNow runs one update in a transaction of its own (one statement,
-// needing none, when there are no events).
+// updateNow runs one update as one statement where the dialect has one,
+// else in a transaction of its own.
 func (s *Store) updateNow(ctx context.Context, r *updateReq) error {
-	var err error
-	switch {
-	case len(r.events) == 0:
-		err = s.applyUpdate(ctx, s.w, r)
-	default:
-		err = s.updateWithEvents(ctx, r)
-	}
+	err := s.updateOneStatement(ctx, r)
 	if s.d.conflict(err) {
 		// Another writer won; the update, events included, was rolled back.
 		return fmt.Errorf("update node %s at revision %d: %w", r.n.UUID, r.old, store.ErrConflict)
@@ -93,9 +90,7 @@ func (s *Store) updateNow(ctx context.Context, r *updateReq) error {
 	return err
 }
 
-// updateWithEvents is applyUpdate as one statement, where the dialect
-// has one (else in a transaction).
-func (s *Store) updateWithEvents(ctx context.Context, r *updateReq) error {
+func (s *Store) updateOneStatement(ctx context.Context, r *updateReq) error {
 	args := append(params(nil), r.args...)
 	rows := make([][4]any, len(r.events))
 	for i, e := range r.events {
@@ -105,18 +100,19 @@ func (s *Store) updateWithEvents(ctx context.Context, r *updateReq) error {
 		}
 		rows[i] = [4]any{e.UUID, e.NodeUUID, s.d.stamp(&e.CreatedAt), data}
 	}
-	q, ok := s.d.withEvents(updateNodeSQL+s.fence(&args, r.holder), &args, rows)
+	q, ok := s.d.oneStatement(updateNodeSQL+s.fence(&args, r.holder), &args, r.agent, !r.partial, rows)
 	if !ok {
 		return s.inTx(ctx, func(tx *sql.Tx) error { return s.applyUpdate(ctx, tx, r) })
 	}
-	res, err := s.exec(ctx, s.w, q, args...)
+	var updated int
+	err := s.queryRow(ctx, s.w, q, args...).Scan(&updated)
 	if s.d.conflict(err) {
 		return err
 	}
 	if err != nil {
 		return s.mapErr(err, "update node "+r.n.UUID)
 	}
-	if c, _ := res.RowsAffected(); c == int64(len(r.events)) {
+	if updated == 1 {
 		return nil
 	}
 	return s.whyNotUpdated(ctx, s.w, r.n.UUID, r.holder, fmt.Sprintf("update node %s at revision %d", r.n.UUID, r.old))
@@ -148,7 +144,7 @@ func (s *Store) applyUpdate(ctx context.Context, db execer, r *updateReq) error 
 			return s.mapErr(err, "update node "+n.UUID)
 		}
 		if c, _ := res.RowsAffected(); c == 1 {
-			return s.insertEvents(ctx, db, r.events)
+			return s.afterUpdate(ctx, db, r)
 		}
 	}
 	res, err := s.exec(ctx, db, updateNodeSQL+fence, args...)
@@ -160,6 +156,17 @@ func (s *Store) applyUpdate(ctx context.Context, db execer, r *updateReq) error 
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
 		return s.whyNotUpdated(ctx, db, n.UUID, r.holder, fmt.Sprintf("update node %s at revision %d", n.UUID, r.old))
+	}
+	return s.afterUpdate(ctx, db, r)
+}
+
+// afterUpdate writes what goes with a node's row: its agent state (unless
+// the node was read without it) and its events.
+func (s *Store) afterUpdate(ctx context.Context, db execer, r *updateReq) error {
+	if !r.partial {
+		if err := s.writeAgentState(ctx, db, r.n.UUID, r.agent); err != nil {
+			return fmt.Errorf("update agent state of node %s: %w", r.n.UUID, err)
+		}
 	}
 	return s.insertEvents(ctx, db, r.events)
 }
