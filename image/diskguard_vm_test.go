@@ -71,8 +71,17 @@ func TestVME2ECleaningFailsClosedWhenSATAVanishes(t *testing.T) {
 		t.Errorf("driver_internal_info.disk_check: want not ok with 2 missing disks: %s", toJSON(check))
 	}
 	_, h := c.call(t, "GET", "/v1/nodes/sata/history", nil)
-	if hist := historyLines(h); !strings.Contains(hist, "disk check before deploy.") || !strings.Contains(hist, "missing: serial "+serials[0]) {
-		t.Errorf("history does not record what was expected and seen:\n%s", hist)
+	hist := historyLines(h)
+	var checkLine string
+	for _, l := range strings.Split(hist, "\n") {
+		if strings.Contains(l, "disk check before deploy.erase_devices_metadata") {
+			checkLine = l
+		}
+	}
+	for _, want := range append(serials, "expected 2 disks", "seen 0; missing: ") {
+		if !strings.Contains(checkLine, want) {
+			t.Errorf("the history's disk check lacks %q:\n%s", want, hist)
+		}
 	}
 
 	// The cleaning boot really ran without ahci, and the disks still hold
