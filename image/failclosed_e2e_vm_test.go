@@ -147,8 +147,8 @@ func TestVME2ECleaningFailsClosedWithoutDriver(t *testing.T) {
 	}
 	_, h := c.call(t, "GET", "/v1/nodes/lsi/history", nil)
 	hist := historyLines(h)
-	if !strings.Contains(hist, "no disks present, allowed by properties.diskless") {
-		t.Errorf("history does not say the node was allowed to have no disks:\n%s", hist)
+	if !strings.Contains(hist, "clean step deploy.erase_devices finished: no disks present, allowed by properties.diskless") {
+		t.Errorf("the erase step's result does not say the node was allowed to have no disks:\n%s", hist)
 	}
 	t.Logf("history:\n%s", hist)
 }
