@@ -81,6 +81,10 @@ type Node struct {
 	// from the node, were not read, and writing the node leaves the stored
 	// ones as they are. A store's LoadAgentState fills them in.
 	Partial bool `json:"-"`
+	// AgentStateRead is the agent state as the store last read or wrote
+	// it (opaque to callers), so that writing the node rewrites that state
+	// only when it changed: most heartbeats leave it as it was.
+	AgentStateRead []byte `json:"-"`
 }
 
 // Interfaces are the per-node driver interface names (1.31+).

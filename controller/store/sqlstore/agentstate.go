@@ -75,6 +75,7 @@ func (s *Store) LoadAgentState(ctx context.Context, nodes []*store.Node) error {
 			if err := decodeAgentState(data, n); err != nil {
 				return err
 			}
+			n.AgentStateRead = data
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -67,7 +67,11 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 			return err
 		})
 	}
-	return s.mapErr(err, "create node "+n.UUID)
+	if err != nil {
+		return s.mapErr(err, "create node "+n.UUID)
+	}
+	n.AgentStateRead = agent
+	return nil
 }
 
 type scanner interface{ Scan(...any) error }
@@ -90,6 +94,7 @@ func scanNode(sc scanner) (*store.Node, error) {
 	if err := decodeAgentState(agent, n); err != nil {
 		return nil, err
 	}
+	n.AgentStateRead = agent
 	return n, nil
 }
 

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -12,15 +13,17 @@ import (
 
 // updateReq is one node update: for the group committer, or run at once.
 type updateReq struct {
-	n        *store.Node
-	old      int64
-	events   []*store.Event
-	args     params // $1..$23 of updateNodeSQL
-	agent    []byte // the node's agent state (nil: none)
-	partial  bool   // the node was read without its agent state: leave it
-	holder   string // non-empty: write only under this holder's live lease
-	volatile bool   // may be committed without waiting for the disk
-	done     chan error
+	n      *store.Node
+	old    int64
+	events []*store.Event
+	args   params // $1..$23 of updateNodeSQL
+	agent  []byte // the node's agent state (nil: none)
+	// keepAgent: leave the stored agent state as it is (the node was read
+	// without it, or it did not change)
+	keepAgent bool
+	holder    string // non-empty: write only under this holder's live lease
+	volatile  bool   // may be committed without waiting for the disk
+	done      chan error
 }
 
 // updateNodeSQL is an optimistic node update: it matches only the revision
@@ -62,21 +65,26 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	if err != nil {
 		return err
 	}
-	r := &updateReq{n: n, old: old, events: events, agent: agent, partial: n.Partial,
+	r := &updateReq{n: n, old: old, events: events, agent: agent, keepAgent: n.Partial || bytes.Equal(agent, n.AgentStateRead),
 		holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx),
 		args: params{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 			n.Description, n.Shard, n.Reservation, s.d.stamp(n.UpdatedAt), s.d.stamp(n.ProvisionUpdatedAt), data, op, old}}
 	if s.updates == nil {
-		return s.updateNow(ctx, r)
+		err = s.updateNow(ctx, r)
+	} else {
+		r.done = make(chan error, 1)
+		select {
+		case s.updates <- r:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err = <-r.done
 	}
-	r.done = make(chan error, 1)
-	select {
-	case s.updates <- r:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err == nil && !r.keepAgent {
+		n.AgentStateRead = agent
 	}
-	return <-r.done
+	return err
 }
 
 // updateNow runs one update as one statement where the dialect has one,
@@ -100,7 +108,7 @@ func (s *Store) updateOneStatement(ctx context.Context, r *updateReq) error {
 		}
 		rows[i] = [4]any{e.UUID, e.NodeUUID, s.d.stamp(&e.CreatedAt), data}
 	}
-	q, ok := s.d.oneStatement(updateNodeSQL+s.fence(&args, r.holder), &args, r.agent, !r.partial, rows)
+	q, ok := s.d.oneStatement(updateNodeSQL+s.fence(&args, r.holder), &args, r.agent, !r.keepAgent, rows)
 	if !ok {
 		return s.inTx(ctx, func(tx *sql.Tx) error { return s.applyUpdate(ctx, tx, r) })
 	}
@@ -163,7 +171,7 @@ func (s *Store) applyUpdate(ctx context.Context, db execer, r *updateReq) error 
 // afterUpdate writes what goes with a node's row: its agent state (unless
 // the node was read without it) and its events.
 func (s *Store) afterUpdate(ctx context.Context, db execer, r *updateReq) error {
-	if !r.partial {
+	if !r.keepAgent {
 		if err := s.writeAgentState(ctx, db, r.n.UUID, r.agent); err != nil {
 			return fmt.Errorf("update agent state of node %s: %w", r.n.UUID, err)
 		}
