@@ -95,6 +95,8 @@ func TestTLSSettingsAreValidated(t *testing.T) {
 	assert.Equal(t, "/var/lib/anvil", tlsDir(Config{Database: "sqlite:///var/lib/anvil/anvil.db"}))
 	assert.Equal(t, ".", tlsDir(Config{Database: "sqlite://:memory:"}))
 	assert.Equal(t, ".", tlsDir(Config{Database: "postgres://a@db/anvil"}))
+	assert.Equal(t, "http://prov.example:6385", plainURL("https://prov.example:6385"), "the boot service hands firmware plain URLs")
+	assert.Equal(t, "http://10.0.0.1:6385", plainURL("http://10.0.0.1:6385"))
 }
 
 // TestRunServesHTTPSAndBootFilesInPlain: with a self-signed certificate the
