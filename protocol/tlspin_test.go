@@ -68,3 +68,20 @@ func TestPinnedTLSConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), wrong.String(), "and the one wanted")
 	assert.Equal(t, 1, served, "no request reaches a server with another certificate")
 }
+
+// FuzzParseFingerprint: the kernel command line is operator (or DHCP
+// chain) input; whatever parses must print back to the same fingerprint.
+func FuzzParseFingerprint(f *testing.F) {
+	for _, s := range []string{"sha256:" + strings.Repeat("ab", 32), strings.Repeat("AB:", 31) + "AB", "sha256:", ":", "sha256:zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fp, err := ParseFingerprint(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseFingerprint(fp.String())
+		require.NoError(t, err)
+		assert.Equal(t, fp, again)
+	})
+}
