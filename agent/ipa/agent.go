@@ -115,11 +115,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	ext.SetNode(lr.Node)
 	srv := &Server{Version: a.Version, Started: time.Now(), Log: log}
 	ext.Lockdown = func() {
-		srv.Lockdown()
-		close(locked)
+		if srv.Lockdown() {
+			close(locked)
+		}
 	}
 	srv.Commands = newCommands(ctx, ext.handlers(), log, force)
-	if lr.Config.AgentToken == "" || lr.Config.AgentToken == "******" {
+	if lr.Config.AgentToken == "" { // none, or Ironic's "******" (ParseLookup)
 		// Ironic hands the token out once; without it every command
 		// would be refused, so say why loudly.
 		log.Error("ipa: Ironic gave no agent token (already retrieved by an earlier boot?); commands will be refused until the node is rebooted into the ramdisk")
@@ -316,6 +317,13 @@ func (a *Agent) heartbeats(ctx context.Context, log *slog.Logger, c *Client, lr 
 		default:
 			log.Error("ipa: heartbeat failed", "err", err)
 		}
-		wait = time.Duration(lr.Config.HeartbeatTimeout * (0.3 + 0.3*rand.Float64()) * float64(time.Second))
+		wait = heartbeatInterval(lr.Config.HeartbeatTimeout, rand.Float64())
 	}
+}
+
+// heartbeatInterval is IPA's: heartbeat_timeout × uniform(0.3, 0.6), so a
+// heartbeat or two may be lost before Ironic times the agent out. jitter
+// is in [0, 1).
+func heartbeatInterval(timeout, jitter float64) time.Duration {
+	return time.Duration(timeout * (0.3 + 0.3*jitter) * float64(time.Second))
 }
