@@ -211,14 +211,7 @@ func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupRes
 		}
 		d := a.Backoff.Delay(failures)
 		if errors.Is(err, ErrConflict) {
-			switch pause {
-			case 0:
-				pause = 5 * time.Second
-			case 5 * time.Second:
-				pause = 10 * time.Second
-			default:
-				pause = 30 * time.Second
-			}
+			pause = nextLockPause(pause)
 			d = pause
 		}
 		a.Log.Warn("ipa: lookup failed; retrying", "addresses", macs, "err", err, "retry_in", d.String())
@@ -226,6 +219,18 @@ func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupRes
 			return nil
 		}
 	}
+}
+
+// nextLockPause is IPA's wait after a lookup found the node locked: 5,
+// 10, then 30 s.
+func nextLockPause(prev time.Duration) time.Duration {
+	switch prev {
+	case 0:
+		return 5 * time.Second
+	case 5 * time.Second:
+		return 10 * time.Second
+	}
+	return 30 * time.Second
 }
 
 // callbackURL is what Ironic calls back: the advertised host and port, or
