@@ -329,6 +329,13 @@ func (a *Agent) heartbeats(ctx context.Context, log *slog.Logger, c *Client, lr 
 // heartbeatInterval is IPA's: heartbeat_timeout × uniform(0.3, 0.6), so a
 // heartbeat or two may be lost before Ironic times the agent out. jitter
 // is in [0, 1).
+// The period is capped at a day: a huge heartbeat_timeout must not
+// overflow into a negative (busy) period.
 func heartbeatInterval(timeout, jitter float64) time.Duration {
-	return time.Duration(timeout * (0.3 + 0.3*jitter) * float64(time.Second))
+	const maxPeriod = 24 * time.Hour
+	d := timeout * (0.3 + 0.3*jitter) * float64(time.Second)
+	if d > float64(maxPeriod) {
+		return maxPeriod
+	}
+	return time.Duration(d)
 }

@@ -24,6 +24,7 @@ func TestHeartbeatIntervalIsIPAs(t *testing.T) {
 	assert.Equal(t, 4500*time.Millisecond, heartbeatInterval(10, 0.5))
 	assert.Less(t, heartbeatInterval(10, 0.9999999), 6*time.Second)
 	assert.Equal(t, 90*time.Second, heartbeatInterval(300, 0), "Ironic's default [api]ramdisk_heartbeat_timeout")
+	assert.Equal(t, 24*time.Hour, heartbeatInterval(1e300, 0.5), "no overflow into a negative period")
 }
 
 func TestNextLockPause(t *testing.T) {

@@ -156,18 +156,26 @@ func (c *Client) ironicVersion(ctx context.Context) apiVersion {
 	if err != nil {
 		return minIronicVersion
 	}
-	var root struct {
-		Default struct {
-			Version string `json:"version"`
-		} `json:"default_version"`
-	}
-	if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &root) == nil {
-		if v, ok := parseVersion(root.Default.Version); ok {
+	if resp.StatusCode == http.StatusOK {
+		if v, ok := parseRootVersion(body); ok {
 			c.version = &v
 			return v
 		}
 	}
 	return minIronicVersion
+}
+
+// parseRootVersion reads default_version.version from Ironic's GET /.
+func parseRootVersion(body []byte) (apiVersion, bool) {
+	var root struct {
+		Default struct {
+			Version string `json:"version"`
+		} `json:"default_version"`
+	}
+	if json.Unmarshal(body, &root) != nil {
+		return apiVersion{}, false
+	}
+	return parseVersion(root.Default.Version)
 }
 
 // errorText is IPA's _error_from_response: Ironic's faultstring, from
