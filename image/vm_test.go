@@ -290,6 +290,13 @@ type vmBoot struct {
 	extraArgs      []string
 	pxe            bool
 	pxeNode        string // set by inspectWithVM once the node exists
+	// cmdline replaces anvil.api=... on a direct boot (a stock Ironic's
+	// ipa-api-url=...); netOpts are more slirp options, e.g.
+	// "hostfwd=tcp:127.0.0.1:PORT-:9999" for a server in the guest.
+	cmdline string
+	netOpts []string
+	// prepareDisk runs on each disk's backing file before QEMU starts.
+	prepareDisk func(path string)
 }
 
 // startVM boots the image with two NVMe disks and a virtio NIC on a
@@ -307,9 +314,16 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
 	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
+	for _, o := range boot.netOpts {
+		netdev += "," + o
+	}
 	if !boot.pxe {
+		kargs := "anvil.api=http://" + guestAPI
+		if boot.cmdline != "" {
+			kargs = boot.cmdline
+		}
 		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
-			"-append", "console=ttyS0 panic=-1 anvil.api=http://"+guestAPI+strings.Join(append([]string{""}, boot.extraArgs...), " "))
+			"-append", "console=ttyS0 panic=-1 "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
 	} else {
 		tftp := filepath.Join(dir, "tftp")
 		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/" + boot.pxeNode + "/ipxe\n"
@@ -340,6 +354,11 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		}
 		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw", f, i+1),
 			"-device", fmt.Sprintf("nvme,serial=%s,drive=d%d", d, i+1))
+	}
+	for _, f := range files {
+		if boot.prepareDisk != nil {
+			boot.prepareDisk(f)
+		}
 	}
 	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{}), disks: files}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)
