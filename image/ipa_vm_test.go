@@ -37,6 +37,11 @@ clean_step_priority_override = deploy.erase_devices_metadata:98
 // One boot: automated cleaning (provide) with Ironic's priority overrides,
 // then a manual clean, for which the agent must notice that Ironic dropped
 // its token and look itself up again. The host reads the VM's disks.
+//
+// Deploying is left to TestStockIronicDrivesTheAgent (cmd/anvil-agent):
+// Ironic's conductor checks the image URL it hands the agent with a HEAD
+// request of its own, and no URL reaches the same server from both the
+// host's loopback and the guest without traffic leaving the machine.
 func TestVMStockIronic(t *testing.T) {
 	if why := ipatest.Available(); why != "" {
 		t.Skip(why)
