@@ -89,7 +89,7 @@ func (s *Store) LoadAgentState(ctx context.Context, nodes []*store.Node) error {
 
 // agentStateMigration is the migration that adds agent_state; the migrator
 // moves each node's step cache and command status there (moveAgentState).
-const agentStateMigration = 7
+const agentStateMigration = 8
 
 // moveAgentState moves the agent state out of each node's operation
 // column, in the migration's transaction, a page of nodes at a time.

@@ -210,7 +210,46 @@ var migrations = []migration{
 	);`,
 	},
 	{
-		// 6: no orphan ports, port groups, allocations or inventories: a
+		// 6: finished step runs (store.StepResult) and signed erase records;
+		// both JSON documents, paged by id (newest first). Erase records
+		// outlive their node. (Branch results, #21, wrote this migration
+		// for the separate stores; it is carried here with its number so
+		// that its databases open.)
+		sqlite: `CREATE TABLE step_results (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT NOT NULL,
+		finished_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX step_results_node ON step_results(node_uuid, id);
+	CREATE TABLE erase_records (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT NOT NULL,
+		created_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX erase_records_node ON erase_records(node_uuid, id);`,
+		postgres: `CREATE TABLE step_results (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT step_results_uuid_key UNIQUE,
+		node_uuid text COLLATE "C" NOT NULL,
+		finished_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX step_results_node ON step_results (node_uuid, id);
+	CREATE TABLE erase_records (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT erase_records_uuid_key UNIQUE,
+		node_uuid text COLLATE "C" NOT NULL,
+		created_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX erase_records_node ON erase_records (node_uuid, id);`,
+	},
+	{
+		// 7: no orphan ports, port groups, allocations or inventories: a
 		// resource's node must exist, and deleting the node deletes its
 		// resources (Ironic deletes a node's allocations with it too).
 		// Orphans an earlier release could leave (an allocation of a
@@ -243,7 +282,7 @@ var migrations = []migration{
 		FOREIGN KEY (node_uuid) REFERENCES nodes (uuid) ON DELETE CASCADE;`,
 	},
 	{
-		// 7: the agent's step cache and command status (store.AgentSession
+		// 8: the agent's step cache and command status (store.AgentSession
 		// Steps and CommandStatus), the largest and most rewritten parts of
 		// a node's operation, in a table of their own: GetNode reads them,
 		// node lists do not. moveAgentState moves them out of the

@@ -140,7 +140,8 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 }
 
 // DeleteNode removes the node with its ports, portgroups, allocations,
-// inventory, agent state, lease and history if nobody changed it since n was read (the
+// inventory, agent state, lease, history and step results (not its erase
+// records) if nobody changed it since n was read (the
 // foreign key would delete its resources too; deleting them here keeps
 // the statement list the whole story). On PostgreSQL at READ
 // COMMITTED, a writer that got there first makes the revision condition
@@ -160,6 +161,7 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 			`DELETE FROM node_leases WHERE node_uuid = $1`,
 			`DELETE FROM agent_state WHERE node_uuid = $1`,
 			`DELETE FROM events WHERE node_uuid = $1`,
+			`DELETE FROM step_results WHERE node_uuid = $1`, // erase records outlive the node
 		} {
 			if _, err := s.exec(ctx, tx, q, uuid); err != nil {
 				return err
