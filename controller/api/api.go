@@ -33,6 +33,7 @@ type Server struct {
 	metrics   *Metrics
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	discovery *discoverer
 	limiter   *limiter
 	router    *mux.Router
 	// traitNames are the trait names Ironic accepts.
@@ -57,13 +58,17 @@ type Config struct {
 	// MetricsRoute says how the API serves /metrics: behind its auth
 	// (default), to anyone, or not (served on a listener of its own).
 	MetricsRoute MetricsRoute
+	// Discovery enrols unknown machines that boot the ramdisk (off unless
+	// Enabled).
+	Discovery DiscoveryConfig
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir,
-		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
+		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
+		discovery: newDiscoverer(cfg.Discovery)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -204,6 +209,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
 	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
 	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/discovery", public("discovery", s.discover)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)

@@ -30,6 +30,9 @@ var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initr
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.bootNode(r)
+	if mac, ok := s.discoverable(r, err); ok {
+		return s.discoveryScript(w, r, mac)
+	}
 	if err != nil {
 		return err
 	}
@@ -84,6 +87,43 @@ func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// discoverable reports whether a boot request that found no node (err)
+// was made by MAC with discovery on: the machine gets the discovery script.
+func (s *Server) discoverable(r *http.Request, err error) (string, bool) {
+	var nf *notFoundKey
+	if err == nil || !errors.As(err, &nf) || s.discovery == nil || !s.discovery.cfg.Enabled || s.bootDir == "" {
+		return "", false
+	}
+	hw, perr := net.ParseMAC(muxVar(r, "node"))
+	if perr != nil || len(hw) != 6 {
+		return "", false
+	}
+	return hw.String(), true
+}
+
+// discoveryScript boots the agent ramdisk for a machine no node has, with
+// anvil.discovery instead of a node and a nonce: its agent reports the
+// inventory to POST /v1/discovery and is enrolled as a new node. It
+// carries nothing secret, so it is the same for every caller.
+func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac string) error {
+	base := s.baseURL(r)
+	args := append([]string{"initrd=initramfs", "anvil.api=" + base, "anvil.discovery"}, defaultConsoles()...)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "#!ipxe\necho anvil: %s belongs to no node; booting the agent ramdisk to discover this machine\n", mac)
+	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
+	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
+	fmt.Fprintf(w, "boot\n")
+	return nil
+}
+
+// defaultConsoles are the kernel consoles when the node names none: VGA
+// and the first serial port. Not ttyS1 too: Linux's 8250 console prints on
+// one port only, and on a machine without a second UART a console there
+// waits for it at every character (under QEMU the kernel printed nothing
+// for minutes). The agent copies the kernel log and its own to ttyS1 when
+// it exists.
+func defaultConsoles() []string { return []string{"console=tty0", "console=ttyS0,115200n8"} }
+
 // bootNode finds the node of a boot request by UUID, name or port MAC.
 func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
 	if s.bootDir == "" {
@@ -126,12 +166,7 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
 		args = append(args, extra)
 	} else {
-		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
-		// console prints on one port only, and on a machine without a
-		// second UART a console there waits for it at every character
-		// (under QEMU the kernel printed nothing for minutes). The agent
-		// copies the kernel log and its own to ttyS1 when it exists.
-		args = append(args, "console=tty0", "console=ttyS0,115200n8")
+		args = append(args, defaultConsoles()...)
 	}
 	return base, args, nil
 }
