@@ -88,7 +88,7 @@ type Target struct {
 	// Discovery: no node has this MAC and discovery is on, so the
 	// firmware is answered with the discovery ramdisk (chosen by MAC).
 	Discovery bool
-	State    string
+	State     string
 	// Booting: the controller is booting this node now (inspect, clean,
 	// deploy, rescue), so its firmware may be answered.
 	Booting bool
