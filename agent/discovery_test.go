@@ -74,7 +74,7 @@ func TestDiscoveryModeReportsAndPowersOff(t *testing.T) {
 		reports  int
 	}{
 		"enrolled after a rate limit and a full queue": {[]int{429, 503, 201}, 3},
-		"already a node":                               {[]int{409}, 1},
+		"already a node": {[]int{409}, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reports, power := discoveryAgent(t, tc.statuses...)
