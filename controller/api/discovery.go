@@ -90,11 +90,7 @@ func (s *Server) discover(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req protocol.DiscoveryRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return badRequest("Malformed discovery report: %v", err)
-	}
-	macs, err := discoveryMACs(req.Inventory)
+	req, macs, err := parseDiscovery(body)
 	if err != nil {
 		return err
 	}
@@ -117,6 +113,16 @@ func (s *Server) discover(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff,
 		Message: "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"})
 	return nil
+}
+
+// parseDiscovery decodes a report and its MACs (a client error if bad).
+func parseDiscovery(body []byte) (protocol.DiscoveryRequest, []string, error) {
+	var req protocol.DiscoveryRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return req, nil, badRequest("Malformed discovery report: %v", err)
+	}
+	macs, err := discoveryMACs(req.Inventory)
+	return req, macs, err
 }
 
 // discoveryMACs are the report's NIC MACs: unicast, globally or locally
