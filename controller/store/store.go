@@ -124,6 +124,9 @@ type NodeFilter struct {
 	InstanceUUID        *string
 	DescriptionContains *string
 	NameContains        *string // case-insensitive substring of the name (anvil's extension)
+	// TextContains is a case-insensitive substring of the name, the
+	// description or the UUID (anvil's extension, the dashboard's search).
+	TextContains *string
 	Shard               *string
 	Reserved            *bool
 }
