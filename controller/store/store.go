@@ -127,8 +127,8 @@ type NodeFilter struct {
 	// TextContains is a case-insensitive substring of the name, the
 	// description or the UUID (anvil's extension, the dashboard's search).
 	TextContains *string
-	Shard               *string
-	Reserved            *bool
+	Shard        *string
+	Reserved     *bool
 }
 
 // SortKeys are the node fields a list can be sorted by.
