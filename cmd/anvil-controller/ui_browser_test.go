@@ -147,7 +147,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	htpasswd := filepath.Join(dir, "htpasswd")
 	require.NoError(t, os.WriteFile(htpasswd, []byte(uiUser+":"+string(hash)+"\n"), 0o600))
 	p := startController(t, "--database", "sqlite://"+filepath.Join(dir, "anvil.db"), "--auth", "http_basic", "--htpasswd", htpasswd,
-		"--simulate-agents", "--simulate-step-time", "3s", "--heartbeat-interval", "200ms")
+		"--simulate-agents", "--simulate-step-time", "3s", "--heartbeat-interval", "200ms",
+		"--boot-discovery", "--boot-discovery-driver", "fake-hardware")
 	c := browserAuth{p.URL}
 
 	// A small fleet: one node with a simulated agent, walked to manageable
@@ -331,6 +332,51 @@ func TestDashboardInBrowser(t *testing.T) {
 			until(`document.getElementById('node-status').innerText.includes('maintenance: disk swap')`),
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="maintenance off"]`)),
 			until(`!document.getElementById('node-status').innerText.includes('maintenance')`))
+	})
+
+	// A machine the boot service discovered reports hardware without a
+	// driver and missing firmware; manual cleaning then finds a disk of its
+	// inventory missing and fails closed. The node page shows all of it,
+	// and the fleet's search finds the node by its description.
+	t.Run("hardware warnings and disk check", func(t *testing.T) {
+		code, body := c.do(t, "POST", "/v1/discovery", `{"boot_id":"b1","inventory":{
+			"system_vendor":{"manufacturer":"Supermicro","product_name":"SYS-1029U","serial_number":"HW-WARN-1"},
+			"cpu":{"count":8,"architecture":"x86_64"},"memory":{"total":8000000000,"physical_mb":8192},
+			"interfaces":[{"name":"eno1","mac_address":"52:54:00:a0:00:99","driver":"e1000e"}],
+			"disks":[{"name":"/dev/sda","size":500000000000,"serial":"DISK-GONE-1","model":"SSD"}],
+			"pci":[{"address":"0000:03:00.0","vendor":"1000","device":"0097","class":"010700","driver":"","modules":["mpt3sas"]}],
+			"firmware_missing":["i915/tgl_dmc.bin"]}}`)
+		require.Equal(t, 201, code, body)
+		var dr struct {
+			NodeUUID string `json:"node_uuid"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &dr))
+		hw := dr.NodeUUID
+		code, body = c.do(t, "PATCH", "/v1/nodes/"+hw, `[{"op":"replace","path":"/deploy_interface","value":"direct"}]`)
+		require.Equal(t, 200, code, body)
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/provision", `{"target":"manage"}`)))
+		waitState(t, c, hw, "manageable")
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/provision",
+			`{"target":"clean","clean_steps":[{"interface":"deploy","step":"erase_devices_metadata"}]}`)))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "provision_state") == "clean failed" },
+			60*time.Second, 100*time.Millisecond)
+
+		step(t, ctx, "the node's warnings", 20*time.Second, chromedp.Navigate(p.URL+"/ui/#/node/"+hw),
+			until(`document.getElementById('provision-state')?.textContent === 'clean failed'`),
+			until(`document.querySelectorAll('ul.warnings li').length >= 3`))
+		warnings := eval[string](t, ctx, `document.querySelector('ul.warnings').innerText`)
+		assert.Contains(t, warnings, "SAS controller 0000:03:00.0 (1000:0097) has no driver")
+		assert.Contains(t, warnings, "mpt3sas", "the module the ramdisk has for it")
+		assert.Contains(t, warnings, "firmware i915/tgl_dmc.bin was not found")
+		assert.Contains(t, warnings, "disk check before deploy.erase_devices_metadata: missing disk DISK-GONE-1, SSD")
+		page := eval[string](t, ctx, `document.getElementById('main').innerText`)
+		assert.Contains(t, page, "HW-WARN-1")
+		assert.Contains(t, page, "52:54:00:a0:00:99")
+		assert.Contains(t, eval[string](t, ctx, `document.getElementById('last-error').textContent`), "nothing was erased")
+
+		step(t, ctx, "search by description", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), setValue(`#search`, "sys-1029u"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			until(`location.hash.includes('q=sys-1029u') && document.querySelectorAll('#node-rows tr').length === 1 && !!document.querySelector('#node-rows tr[data-uuid="`+hw+`"]')`))
 	})
 
 	t.Run("CSRF", func(t *testing.T) {
