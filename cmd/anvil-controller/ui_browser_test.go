@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -377,6 +378,43 @@ func TestDashboardInBrowser(t *testing.T) {
 		step(t, ctx, "search by description", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
 			chromedp.WaitVisible(chromedp.CSS(`#search`)), setValue(`#search`, "sys-1029u"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
 			until(`location.hash.includes('q=sys-1029u') && document.querySelectorAll('#node-rows tr').length === 1 && !!document.querySelector('#node-rows tr[data-uuid="`+hw+`"]')`))
+	})
+
+	// Keyboard only: Tab to a node's link and Enter opens it; typing a
+	// name into the search and Enter opens that node. Throughout, the page
+	// holds one live connection, and it loaded nothing from elsewhere.
+	t.Run("keyboard, one live connection, nothing from outside", func(t *testing.T) {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `(() => {
+				const ES = window.EventSource; window.__streams = 0;
+				window.EventSource = class extends ES {
+					constructor(...a) { super(...a); window.__streams++; }
+					close() { if (this.readyState !== 2) window.__streams--; super.close(); }
+				};
+			})()`})
+			return err
+		})))
+		step(t, ctx, "a fresh fleet page", 20*time.Second, chromedp.Navigate(p.URL+"/ui/?fresh#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#node-rows tr .node-link`)), until(`window.__streams === 1`))
+		tabbed := ""
+		for range 80 {
+			tabbed = eval[string](t, ctx, `document.activeElement?.classList.contains('node-link') ? document.activeElement.textContent : ''`)
+			if tabbed != "" {
+				break
+			}
+			step(t, ctx, "Tab", 5*time.Second, chromedp.KeyEvent("\t"))
+		}
+		require.NotEmpty(t, tabbed, "no node link is reachable with Tab")
+		step(t, ctx, "Enter on the focused link", 10*time.Second, chromedp.KeyEvent("\r"),
+			until(`document.getElementById('crumb')?.textContent === '`+tabbed+`'`), until(`window.__streams === 1`))
+		step(t, ctx, "type a name into the search", 10*time.Second, chromedp.Navigate(p.URL+"/ui/?fresh#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), until(`(document.getElementById('search').focus(), document.activeElement.id === 'search')`),
+			chromedp.KeyEvent("rack1-node07\r"), until(`document.getElementById('crumb')?.textContent === 'rack1-node07'`),
+			until(`window.__streams === 1`))
+		outside := eval[[]string](t, ctx, `[...performance.getEntriesByType('resource'), ...performance.getEntriesByType('navigation')]
+			.map(e => e.name).filter(u => !u.startsWith(location.origin + '/'))`)
+		assert.Empty(t, outside, "everything comes from the controller")
+		assert.Greater(t, eval[int](t, ctx, `performance.getEntriesByType('resource').length`), 3, "the resource list is not empty by accident")
 	})
 
 	t.Run("CSRF", func(t *testing.T) {
