@@ -63,6 +63,23 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 	}
 }
 
+// search submits text in the fleet's search box with Enter, as a keyboard
+// user does (a click could land on a state bar that the live counts just
+// moved).
+func search(text string) chromedp.Action[chromedp.Void] {
+	set := setValue(`#search`, text)
+	focus := until(`(document.getElementById('search').focus(), document.activeElement.id === 'search')`)
+	enter := chromedp.KeyEvent("\r")
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for _, a := range []chromedp.Action[chromedp.Void]{set, focus, enter} {
+			if _, err := a(ctx, t); err != nil {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, nil
+	}
+}
+
 // until waits for a JavaScript condition (the step's deadline bounds it).
 func until(js string) chromedp.Action[chromedp.Void] {
 	p := chromedp.Poll[bool](js, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0))
@@ -212,11 +229,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		step(t, ctx, "sort by name, descending", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/?state=enroll&limit=25&sort=name&dir=desc"),
 			until(`document.querySelector('#node-rows tr .node-link')?.textContent === 'rack1-node09'`))
 		step(t, ctx, "search part of a name", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
-			chromedp.WaitVisible(chromedp.CSS(`#search`)), setValue(`#search`, "NODE0"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), search("NODE0"),
 			until(`location.hash.includes('q=NODE0') && document.getElementById('page-info').textContent.includes('1–9')`),
-			setValue(`#search`, "node07"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			search("node07"),
 			until(`location.hash.includes('q=node07') && document.querySelectorAll('#node-rows tr').length === 1 && document.querySelector('#node-rows').innerText.includes('rack1-node07')`),
-			setValue(`#search`, "rack1-node03"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			search("rack1-node03"),
 			until(`document.getElementById('crumb')?.textContent === 'rack1-node03'`))
 		step(t, ctx, "maintenance filter", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/?maintenance=true"),
 			until(`document.querySelectorAll('#node-rows tr').length === 1 && document.querySelector('#node-rows').innerText.includes('rack1-node05')`))
@@ -339,7 +356,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// driver and missing firmware; manual cleaning then finds a disk of its
 	// inventory missing and fails closed. The node page shows all of it,
 	// and the fleet's search finds the node by its description.
-	t.Run("hardware warnings and disk check", func(t *testing.T) {
+	t.Run("hardware warnings, disk check, inspect and reboot", func(t *testing.T) {
 		code, body := c.do(t, "POST", "/v1/discovery", `{"boot_id":"b1","inventory":{
 			"system_vendor":{"manufacturer":"Supermicro","product_name":"SYS-1029U","serial_number":"HW-WARN-1"},
 			"cpu":{"count":8,"architecture":"x86_64"},"memory":{"total":8000000000,"physical_mb":8192},
@@ -376,8 +393,23 @@ func TestDashboardInBrowser(t *testing.T) {
 		assert.Contains(t, eval[string](t, ctx, `document.getElementById('last-error').textContent`), "nothing was erased")
 
 		step(t, ctx, "search by description", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
-			chromedp.WaitVisible(chromedp.CSS(`#search`)), setValue(`#search`, "sys-1029u"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), search("sys-1029u"),
 			until(`location.hash.includes('q=sys-1029u') && document.querySelectorAll('#node-rows tr').length === 1 && !!document.querySelector('#node-rows tr[data-uuid="`+hw+`"]')`))
+
+		// The remaining actions, from the page: manage and inspect the
+		// failed node, then reboot it (off before, so on proves it).
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/power", `{"target":"power off"}`)))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "power_state") == "power off" }, 20*time.Second, 50*time.Millisecond)
+		step(t, ctx, "manage, inspect, reboot", 40*time.Second, chromedp.Navigate(p.URL+"/ui/#/node/"+hw),
+			until(`document.getElementById('power-state')?.textContent === 'power: power off'`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="manage"]`)),
+			until(`document.getElementById('provision-state').textContent === 'manageable'`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="inspect"]`)),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="reboot"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('power-state').textContent === 'power: power on'`))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "inspection_finished_at") != "" }, 20*time.Second, 50*time.Millisecond,
+			"inspection from the page ran")
+		assert.Equal(t, "power on", jsonField(t, c, "/v1/nodes/"+hw, "power_state"))
 	})
 
 	// Keyboard only: Tab to a node's link and Enter opens it; typing a
