@@ -276,11 +276,15 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('provision-state').textContent !== 'manageable'`))
 		seen := map[float64]bool{}
 		shot := false
+		detail := "" // the running step's bytes and ETA, as the page shows them
 		deadline := time.Now().Add(40 * time.Second)
 		for time.Now().Before(deadline) {
 			v := eval[float64](t, ctx, `(() => { const p = document.getElementById('step-progress'); return p ? p.value : -1; })()`)
 			if v > 0 && v < 100 {
 				seen[v] = true
+				if d := eval[string](t, ctx, `document.querySelector('#step .step-detail, .step .step-detail')?.textContent || ''`); strings.Contains(d, " of ") && strings.Contains(d, "ETA ") {
+					detail = d
+				}
 				if len(seen) == 2 && !shot {
 					screenshot(t, ctx, "node.png", true)
 					shot = true
@@ -292,6 +296,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		assert.GreaterOrEqual(t, len(seen), 2, "the progress bar moved: %v", seen)
+		assert.Regexp(t, `^\d+% · [\d.]+ \S+ of [\d.]+ \S+ · ETA \S+`, detail, "bytes done of total, and an ETA")
 		step(t, ctx, "cleaning ends in manageable", 30*time.Second,
 			until(`document.getElementById('provision-state').textContent === 'manageable'`),
 			until(`document.getElementById('clean-results')?.innerText.includes('/dev/nvme0n1 erased by nvme_format_crypto_erase')`))
