@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -106,6 +107,25 @@ func TestDiscoveryEnrolsUnknownMachine(t *testing.T) {
 	// A placeholder serial is no identity: two machines with it are two nodes.
 	require.Equal(t, 201, e.do("POST", "/v1/discovery", "", discoveryReport("To Be Filled By O.E.M.", "52:54:00:bb:00:01")).status)
 	require.Equal(t, 201, e.do("POST", "/v1/discovery", "", discoveryReport("To Be Filled By O.E.M.", "52:54:00:bb:00:02")).status)
+}
+
+// A rack's worth of reports of one machine at once (its agent restarted,
+// a replay): one node, the rest refused.
+func TestDiscoveryConcurrentReports(t *testing.T) {
+	e := discoveryEnv(t, nil)
+	codes := make(chan int, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { codes <- e.do("POST", "/v1/discovery", "", discoveryReport("SN-RACE", "52:54:00:ff:00:01")).status })
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	assert.Equal(t, map[int]int{201: 1, 409: 7}, got)
+	assert.Len(t, e.do("GET", "/v1/nodes", latest, nil).json(t)["nodes"], 1)
 }
 
 func TestDiscoveryRefusesBadReports(t *testing.T) {
