@@ -116,7 +116,9 @@ func TestDiscoveryConcurrentReports(t *testing.T) {
 	codes := make(chan int, 8)
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Go(func() { codes <- e.do("POST", "/v1/discovery", "", discoveryReport("SN-RACE", "52:54:00:ff:00:01")).status })
+		wg.Go(func() {
+			codes <- e.do("POST", "/v1/discovery", "", discoveryReport("SN-RACE", "52:54:00:ff:00:01")).status
+		})
 	}
 	wg.Wait()
 	close(codes)
