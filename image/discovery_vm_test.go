@@ -68,7 +68,10 @@ func TestVMNetbootDiscovery(t *testing.T) {
 	for _, d := range m.disks {
 		b, err := os.ReadFile(d.Path)
 		must(t, err)
-		if !bytes.Equal(b[:4096], bytes.Repeat([]byte{0x5a}, 4096)) || !bytes.Contains(b[:1024], []byte("EFI PART")) {
+		ff := bytes.Repeat([]byte{0x5a}, 512)
+		size := len(b)
+		if !bytes.Equal(b[:512], ff) || string(b[512:520]) != "EFI PART" || !bytes.Equal(b[1024:1536], ff) ||
+			string(b[size-512:size-504]) != "EFI PART" || !bytes.Equal(b[size/2:size/2+512], ff) {
 			t.Errorf("%s was written during discovery", d.Serial)
 		}
 	}
