@@ -107,7 +107,7 @@ func (s *Server) discoverable(r *http.Request, err error) (string, bool) {
 // carries nothing secret, so it is the same for every caller.
 func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac string) error {
 	base := s.baseURL(r)
-	args := append([]string{"initrd=initramfs", "anvil.api=" + base, "anvil.discovery"}, defaultConsoles()...)
+	args := append([]string{"initrd=initramfs", "anvil.api=" + base, "anvil.discovery"}, strings.Fields(defaultKernelParams)...)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintf(w, "#!ipxe\necho anvil: %s belongs to no node; booting the agent ramdisk to discover this machine\n", mac)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
@@ -115,14 +115,6 @@ func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac str
 	fmt.Fprintf(w, "boot\n")
 	return nil
 }
-
-// defaultConsoles are the kernel consoles when the node names none: VGA
-// and the first serial port. Not ttyS1 too: Linux's 8250 console prints on
-// one port only, and on a machine without a second UART a console there
-// waits for it at every character (under QEMU the kernel printed nothing
-// for minutes). The agent copies the kernel log and its own to ttyS1 when
-// it exists.
-func defaultConsoles() []string { return []string{"console=tty0", "console=ttyS0,115200n8"} }
 
 // bootNode finds the node of a boot request by UUID, name or port MAC.
 func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
@@ -163,13 +155,23 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if nonce != "" { // only the first fetch after the controller booted the node
 		args = append(args, "anvil.token="+nonce)
 	}
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
-		args = append(args, extra)
+	// As in Ironic, driver_info.kernel_append_params replaces the default
+	// parameters, and "%default%" in it stands for them, so an operator can
+	// add one (module_blacklist=...) without losing the console.
+	if extra, _ := n.DriverInfo["kernel_append_params"].(string); strings.TrimSpace(extra) != "" {
+		args = append(args, strings.Fields(strings.ReplaceAll(extra, "%default%", defaultKernelParams))...)
 	} else {
-		args = append(args, defaultConsoles()...)
+		args = append(args, strings.Fields(defaultKernelParams)...)
 	}
 	return base, args, nil
 }
+
+// defaultKernelParams: VGA and the first serial port. Not ttyS1 too:
+// Linux's 8250 console prints on one port only, and on a machine without a
+// second UART a console there waits for it at every character (under QEMU
+// the kernel printed nothing for minutes). The agent copies the kernel log
+// and its own to ttyS1 when it exists.
+const defaultKernelParams = "console=tty0 console=ttyS0,115200n8"
 
 // publicBase is the URL nodes use to reach the controller: a per-node
 // driver_info anvil_public_url, else --public-url, else the request's host.
