@@ -59,14 +59,21 @@ type discoverer struct {
 	limiter *limiter
 	// mu serialises check-then-create within this controller; across
 	// controllers the store's unique port addresses refuse the second.
+	// It guards noted too.
 	mu sync.Mutex
+	// noted: when a refused report was last put into an existing node's
+	// history, so a replayed report cannot fill a history.
+	noted map[string]time.Time
 }
+
+// noteInterval is how often a refused report reaches a node's history.
+const noteInterval = 10 * time.Minute
 
 func newDiscoverer(cfg DiscoveryConfig) *discoverer {
 	if cfg.Driver == "" {
 		cfg.Driver = DefaultDiscovery().Driver
 	}
-	return &discoverer{cfg: cfg, limiter: newLimiter(PublicLimit{Rate: cfg.Rate, Burst: cfg.Burst, LimitLoopback: true}, time.Now)}
+	return &discoverer{cfg: cfg, noted: map[string]time.Time{}, limiter: newLimiter(PublicLimit{Rate: cfg.Rate, Burst: cfg.Burst, LimitLoopback: true}, time.Now)}
 }
 
 // discoveryMarker is the extra key of a discovered node (Ironic's).
@@ -162,7 +169,7 @@ func (s *Server) discoveryUnique(ctx context.Context, macs []string, serial stri
 			return err
 		}
 		if len(ports) > 0 {
-			s.discoveryEvent(ctx, ports[0].NodeUUID, "WARNING", fmt.Sprintf("discovery report for MAC %s refused: this node has a port with it; discovery never changes an existing node", mac))
+			s.discoveryNote(ctx, ports[0].NodeUUID, fmt.Sprintf("discovery report for MAC %s refused: this node has a port with it; discovery never changes an existing node", mac))
 			return errf(http.StatusConflict, "MAC %s belongs to a port of node %s; discovery never changes an existing node.", mac, ports[0].NodeUUID)
 		}
 	}
@@ -176,7 +183,7 @@ func (s *Server) discoveryUnique(ctx context.Context, macs []string, serial stri
 	}
 	for _, n := range nodes {
 		if dd, _ := n.Extra["discovery"].(map[string]any); dd != nil && dd["serial"] == serial {
-			s.discoveryEvent(ctx, n.UUID, "WARNING", fmt.Sprintf("discovery report with serial %q and MACs %s refused: this node was discovered with that serial", serial, strings.Join(macs, ", ")))
+			s.discoveryNote(ctx, n.UUID, fmt.Sprintf("discovery report with serial %q and MACs %s refused: this node was discovered with that serial", serial, strings.Join(macs, ", ")))
 			return errf(http.StatusConflict, "A node with serial number %q was already discovered: %s.", serial, n.UUID)
 		}
 	}
@@ -297,6 +304,20 @@ func discoveredProperties(inv protocol.Inventory) map[string]any {
 		p["capabilities"] = "boot_mode:" + m
 	}
 	return p
+}
+
+// discoveryNote records a refused report in an existing node's history,
+// once per noteInterval and node (the caller holds s.discovery.mu).
+func (s *Server) discoveryNote(ctx context.Context, nodeUUID, msg string) {
+	d, now := s.discovery, time.Now()
+	if at, ok := d.noted[nodeUUID]; ok && now.Sub(at) < noteInterval {
+		return
+	}
+	if len(d.noted) >= 4096 {
+		clear(d.noted)
+	}
+	d.noted[nodeUUID] = now
+	s.discoveryEvent(ctx, nodeUUID, "WARNING", msg+" (repeats within 10 minutes are not recorded)")
 }
 
 func (s *Server) discoveryEvent(ctx context.Context, nodeUUID, severity, msg string) {
