@@ -45,12 +45,17 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	writeIPXE(w, base, fmt.Sprintf("booting the agent ramdisk for node %s (%s)", n.UUID, n.ProvisionState), args)
+	return nil
+}
+
+// writeIPXE writes the iPXE script that boots the agent ramdisk with args.
+func writeIPXE(w http.ResponseWriter, base, say string, args []string) {
 	args = append([]string{"initrd=initramfs"}, args...)
-	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
+	fmt.Fprintf(w, "#!ipxe\necho anvil: %s\n", say)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
 	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
 	fmt.Fprintf(w, "boot\n")
-	return nil
 }
 
 // bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
@@ -107,12 +112,9 @@ func (s *Server) discoverable(r *http.Request, err error) (string, bool) {
 // carries nothing secret, so it is the same for every caller.
 func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac string) error {
 	base := s.baseURL(r)
-	args := append([]string{"initrd=initramfs", "anvil.api=" + base, "anvil.discovery"}, strings.Fields(defaultKernelParams)...)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprintf(w, "#!ipxe\necho anvil: %s belongs to no node; booting the agent ramdisk to discover this machine\n", mac)
-	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
-	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
-	fmt.Fprintf(w, "boot\n")
+	writeIPXE(w, base, mac+" belongs to no node; booting the agent ramdisk to discover this machine",
+		ramdiskArgs(base, []string{"anvil.discovery"}, ""))
 	return nil
 }
 
@@ -151,19 +153,26 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if err != nil {
 		return "", nil, err
 	}
-	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID}
+	who := []string{"anvil.node=" + n.UUID}
 	if nonce != "" { // only the first fetch after the controller booted the node
-		args = append(args, "anvil.token="+nonce)
+		who = append(who, "anvil.token="+nonce)
 	}
-	// As in Ironic, driver_info.kernel_append_params replaces the default
-	// parameters, and "%default%" in it stands for them, so an operator can
-	// add one (module_blacklist=...) without losing the console.
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); strings.TrimSpace(extra) != "" {
-		args = append(args, strings.Fields(strings.ReplaceAll(extra, "%default%", defaultKernelParams))...)
-	} else {
-		args = append(args, strings.Fields(defaultKernelParams)...)
+	extra, _ := n.DriverInfo["kernel_append_params"].(string)
+	return base, ramdiskArgs(base, who, extra), nil
+}
+
+// ramdiskArgs is the agent's kernel command line, for a node's boot and
+// for discovery alike: the controller's URL, who the agent is (who), and
+// the kernel parameters. As in Ironic, kernel_append_params (a node's
+// driver_info) replaces the default parameters, and "%default%" in it
+// stands for them, so an operator can add one (module_blacklist=...)
+// without losing the console.
+func ramdiskArgs(base string, who []string, appendParams string) []string {
+	args := append([]string{"anvil.api=" + base}, who...)
+	if strings.TrimSpace(appendParams) != "" {
+		return append(args, strings.Fields(strings.ReplaceAll(appendParams, "%default%", defaultKernelParams))...)
 	}
-	return base, args, nil
+	return append(args, strings.Fields(defaultKernelParams)...)
 }
 
 // defaultKernelParams: VGA and the first serial port. Not ttyS1 too:
