@@ -4,6 +4,7 @@
 //	anvil node show NODE                 one node in detail
 //	anvil node steps NODE                the cached clean steps, their age and fingerprint
 //	anvil node events NODE               the node's history
+//	anvil node step-results NODE         each step run's outcome and per-device result, newest first
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
 //
@@ -37,7 +38,7 @@ func main() {
 	}
 }
 
-const usage = `usage: anvil [--url URL] node <list|show|steps|events|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
+const usage = `usage: anvil [--url URL] node <list|show|steps|events|step-results|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
 
 // verbs maps CLI verbs to provision targets and the state --wait expects.
 var verbs = map[string]struct{ target, want string }{
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 	switch cmd {
 	case "list":
 		return list(ctx, c, rest, out)
+	case "step-results":
+		return stepResults(ctx, c, rest, out)
 	case "show", "steps", "events":
 		if len(rest) != 1 {
 			return fmt.Errorf("usage: anvil node %s NODE", cmd)

@@ -487,4 +487,14 @@ func TestAgentCleaningSurvivesControllerRestart(t *testing.T) {
 	n := e2.drive(a, "rs", "available", nil)
 	assert.Equal(t, "power off", n["power_state"])
 	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "no step ran twice")
+
+	// each step's result is kept once, also across another restart
+	before, _ := resultsOf(t, e2, "/v1/nodes/rs/steps/results")
+	require.Len(t, before, 2)
+	assert.Equal(t, "deploy.erase_devices", before[0]["step"])
+	assert.Equal(t, "deploy.erase_devices_metadata", before[1]["step"])
+	e2.stop()
+	e3 := newEnvWith(t, agentConfig(), db)
+	after, _ := resultsOf(t, e3, "/v1/nodes/rs/steps/results")
+	assert.Equal(t, before, after)
 }

@@ -197,6 +197,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
 	// with the per-boot token, not with operator credentials; each source

@@ -79,6 +79,13 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 	clearCmd := func(m *store.Node) {
 		m.Operation.Agent.Command = nil
 	}
+	// The agent's full result is stored before the node moves on (the
+	// command's id makes a repeated report one result).
+	if ph, ok := phaseOf(n); ok {
+		if err := c.st.PutStepResult(ctx, c.agentResult(n, ph, pending, st)); err != nil {
+			return fmt.Errorf("store the result of step %s: %w", key, err)
+		}
+	}
 	if st.State == protocol.CommandFailed {
 		msg := "the agent reported a failure"
 		if st.Error != nil {
@@ -98,13 +105,14 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		// Agent text (an mdadm error, a summary) must not break the
 		// one-line last_error or history event.
-		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", clearCmd)
+		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", true, clearCmd)
 	}
 	if pending.Step.RebootRequested {
 		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)
 		if err != nil {
-			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), "", clearCmd)
+			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), st.Summary, true, clearCmd)
 		}
+		aw.Summary = st.Summary
 		_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {
 				return nil, errStale
@@ -116,7 +124,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		})
 		return err
 	}
-	return c.completeAsync(ctx, n.UUID, key, nil, st.Summary, clearCmd)
+	return c.completeAsync(ctx, n.UUID, key, nil, st.Summary, true, clearCmd)
 }
 
 // agentIsBack continues after the ramdisk (re)booted.
@@ -128,8 +136,11 @@ func (c *engine) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw st
 	}
 	switch {
 	case aw.Step != "":
-		// the reboot (into the ramdisk, or requested by a step) completes that step
-		return c.completeAsync(ctx, n.UUID, aw.Step, nil, "", func(m *store.Node) { _ = ready(m) })
+		// The reboot (into the ramdisk, or requested by a step) completes
+		// that step. A step that requested it has its result stored and
+		// its summary kept for the "finished" event; the controller's own
+		// reboot into the ramdisk is a run of its own.
+		return c.completeAsync(ctx, n.UUID, aw.Step, nil, aw.Summary, aw.Reason == "reboot", func(m *store.Node) { _ = ready(m) })
 	case cur == state.InspectWait:
 		_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {

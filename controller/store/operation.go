@@ -35,6 +35,8 @@ type Operation struct {
 type StepPlan struct {
 	Steps []protocol.Step `json:"steps"`
 	Index int             `json:"index"`
+	// StartedAt is when Steps[Index] started (its result's start).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // AgentSession is what the controller knows of the node's agent.
@@ -116,6 +118,9 @@ type Await struct {
 	Since     time.Time `json:"since"`
 	OldBootID string    `json:"old_boot_id"`
 	Step      string    `json:"step,omitempty"` // step to complete when the agent is back
+	// Summary is what the agent said the step did before the reboot it
+	// requested; the step's result is already stored.
+	Summary string `json:"summary,omitempty"`
 }
 
 // Ironic's driver_internal_info keys for the operation (ours where Ironic
