@@ -4,6 +4,8 @@ package controller
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
@@ -60,7 +64,11 @@ type Config struct {
 	// on the API to anyone.
 	MetricsListen string
 	MetricsPublic bool
-	Logger        *slog.Logger
+	// DataDir holds the key that signs sanitization records (created on
+	// first start); "" means the SQLite database's directory, and with a
+	// database that has none (:memory:, PostgreSQL) a throwaway key.
+	DataDir string
+	Logger  *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -163,6 +171,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cc := cfg.Conductor.WithDefaults()
 	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
+	signer, err := recordSigner(cfg, log)
+	if err != nil {
+		return err
+	}
+	cc.Records = signer
 	// The conductor's workers, its BMC pool and its loops get a database
 	// pool of their own; API requests get another, so a busy fleet never
 	// makes an operator's list or show wait for a connection. (SQLite has
@@ -197,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
-		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute})
+		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, RecordsKey: signer.PublicKey()})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -326,4 +339,28 @@ func redactURL(raw string) string {
 		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// recordSigner loads (or creates) the key that signs sanitization records.
+func recordSigner(cfg Config, log *slog.Logger) (*erasure.Signer, error) {
+	dir := cfg.DataDir
+	if path, ok := strings.CutPrefix(cfg.Database, "sqlite://"); ok && dir == "" && path != ":memory:" {
+		dir = filepath.Dir(path)
+	}
+	if dir == "" {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("generate a signing key: %w", err)
+		}
+		log.Warn("no --data-dir: sanitization records are signed with a throwaway key that dies with this process; give --data-dir to keep one",
+			"fingerprint", erasure.Fingerprint(key.Public().(ed25519.PublicKey)))
+		return erasure.NewSigner(key), nil
+	}
+	key, err := erasure.LoadOrCreateKey(dir)
+	if err != nil {
+		return nil, err
+	}
+	signer := erasure.NewSigner(key)
+	log.Info("sanitization records are signed", "key", filepath.Join(dir, erasure.KeyFile), "fingerprint", erasure.Fingerprint(signer.PublicKey()))
+	return signer, nil
 }

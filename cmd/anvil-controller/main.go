@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json")
 		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
+		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start (default: the SQLite database's directory; none: a throwaway key)")
 	)
 	// The conductor's settings, their defaults from the conductor's one place.
 	cc := conductor.DefaultConfig()
@@ -118,7 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
 		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log,
-		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub})
+		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, DataDir: *dataDir})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

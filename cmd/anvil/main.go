@@ -7,6 +7,9 @@
 //	anvil node step-results NODE         each step run's outcome and per-device result, newest first
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
+//	anvil erase-records NODE [--format json|text]   the node's signed sanitization records
+//	anvil erase-records verify FILE [--key KEY]     check exported records offline
+//	anvil erase-records public-key                  the key records are signed with
 //
 // The controller URL comes from --url or ANVIL_URL (default
 // http://127.0.0.1:6385); http_basic credentials from ANVIL_USERNAME and
@@ -38,7 +41,8 @@ func main() {
 	}
 }
 
-const usage = `usage: anvil [--url URL] node <list|show|steps|events|step-results|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
+const usage = `usage: anvil [--url URL] node <list|show|steps|events|step-results|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]
+       anvil [--url URL] erase-records <NODE [--format json|text]|verify FILE [--key KEY]|public-key>`
 
 // verbs maps CLI verbs to provision targets and the state --wait expects.
 var verbs = map[string]struct{ target, want string }{
@@ -58,12 +62,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 		return err
 	}
 	rest := fs.Args()
-	if len(rest) < 2 || rest[0] != "node" {
-		return errors.New(usage)
-	}
 	c := client.New(*url, nil)
 	if u := getenv("ANVIL_USERNAME"); u != "" {
 		c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
+	}
+	if len(rest) > 0 && rest[0] == "erase-records" {
+		return eraseRecords(ctx, c, rest[1:], out)
+	}
+	if len(rest) < 2 || rest[0] != "node" {
+		return errors.New(usage)
 	}
 	cmd, rest := rest[1], rest[2:]
 	switch cmd {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -92,4 +94,56 @@ func stepResultView(res *store.StepResult) map[string]any {
 		v["result"] = nil
 	}
 	return v
+}
+
+// GET /v1/nodes/{node}/erase-records: the node's signed sanitization
+// records, newest first. Records outlive their node: a deleted node's are
+// listed by its UUID.
+func (s *Server) eraseRecords(w http.ResponseWriter, r *http.Request) error {
+	nodeUUID := ""
+	n, err := s.loadNode(r)
+	switch {
+	case err == nil:
+		nodeUUID = n.UUID
+	case errors.Is(err, store.ErrNotFound):
+		ident, _ := nodeIdent(r)
+		u, perr := uuid.Parse(ident)
+		if perr != nil {
+			return err
+		}
+		nodeUUID = u.String()
+	default:
+		return err
+	}
+	p, err := resultPage(r, nodeUUID)
+	if err != nil {
+		return err
+	}
+	list, err := s.st.ListEraseRecords(r.Context(), p)
+	if errors.Is(err, store.ErrNotFound) {
+		return errf(http.StatusNotFound, "Erase record %s could not be found.", p.Marker)
+	}
+	if err != nil {
+		return err
+	}
+	out := make([]json.RawMessage, 0, len(list))
+	for _, rec := range list {
+		out = append(out, rec.Data)
+	}
+	body := map[string]any{"erase_records": out}
+	if len(list) == p.Limit {
+		body["next"] = s.resultsNext(r, p, list[len(list)-1].UUID)
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// GET /v1/erase-records/public-key: the key the records verify with.
+func (s *Server) recordsPublicKey(w http.ResponseWriter, _ *http.Request) error {
+	if s.recordsKey == nil {
+		return errf(http.StatusNotFound, "This controller signs no sanitization records.")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"algorithm": "ed25519",
+		"public_key": erasure.EncodePublicKey(s.recordsKey), "fingerprint": erasure.Fingerprint(s.recordsKey)})
+	return nil
 }

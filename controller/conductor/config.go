@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -33,8 +34,11 @@ type Config struct {
 	// leases left by a previous run are then cleared at start instead of
 	// waited out.
 	SoleController bool
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Records signs a sanitization record for every device an
+	// erase_devices run erased; nil: no records are written.
+	Records *erasure.Signer
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the
