@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func main() {
@@ -170,6 +171,9 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 		return err
 	}
 	var inv struct {
+		Inventory struct {
+			Disks []protocol.Disk `json:"disks"`
+		} `json:"inventory"`
 		PluginData struct {
 			Warnings []string `json:"warnings"`
 		} `json:"plugin_data"`
@@ -179,6 +183,18 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	for _, w := range append(diskCheckWarnings(raw), inv.PluginData.Warnings...) {
 		if _, err := fmt.Fprintln(out, "WARNING:", w); err != nil {
 			return err
+		}
+	}
+	if raw["retired"] == true {
+		var recs struct {
+			Records []json.RawMessage `json:"erase_records"`
+		}
+		// a controller that signs no records lists none
+		_ = c.Do(ctx, "GET", "/v1/nodes/"+node+"/erase-records", nil, &recs)
+		for _, line := range retirementLines(raw, recs.Records, inv.Inventory.Disks) {
+			if _, err := fmt.Fprintln(out, line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

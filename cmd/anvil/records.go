@@ -14,6 +14,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 const recordsUsage = `usage: anvil erase-records NODE [--format json|text] | verify FILE [--key PUBLIC-KEY] | public-key`
@@ -147,4 +148,49 @@ func verifyRecords(args []string, out io.Writer) error {
 		fmt.Fprintln(out, "no --key given: compare the fingerprints above with the controller's ('anvil erase-records public-key')")
 	}
 	return nil
+}
+
+// retirementLines says, for a retired node, which disks have a signed
+// sanitization record made while the node was retired (cleaned for
+// disposal), and which inventoried disks have none.
+func retirementLines(node map[string]any, docs []json.RawMessage, disks []protocol.Disk) []string {
+	if node["retired"] != true {
+		return nil
+	}
+	var out []string
+	covered := map[string]bool{}
+	for _, d := range docs {
+		v := erasure.Verify(d)
+		r := v.Record
+		if !r.Node.Retired {
+			continue
+		}
+		state := "record " + r.UUID
+		if v.Err != nil {
+			state += " (signature INVALID: " + v.Err.Error() + ")"
+		}
+		out = append(out, fmt.Sprintf("RETIREMENT: %s serial %s sanitized after retirement: %s by %s, finished %s; %s",
+			r.Media.Device, orUnknown(r.Media.Serial), r.Sanitization.Category, r.Sanitization.Method, r.FinishedAt, state))
+		if r.Media.Serial != "" {
+			covered[r.Media.Serial] = true
+		}
+		covered[r.Media.Device] = true
+	}
+	for _, d := range disks {
+		if d.Optical || d.VirtualMedia || covered[d.Name] || (d.Serial != "" && covered[d.Serial]) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("RETIREMENT: %s serial %s has NO sanitization record since retirement", d.Name, orUnknown(d.Serial)))
+	}
+	if len(out) == 0 {
+		out = append(out, "RETIREMENT: no disk has a sanitization record since retirement")
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // TestEraseRecordsCLI: export a node's records through the real API,
@@ -37,8 +38,12 @@ func TestEraseRecordsCLI(t *testing.T) {
 	defer srv.Close()
 
 	name := "old-box"
-	n := &store.Node{UUID: "3f0c1d2e-0000-4000-8000-000000000001", Name: &name, Driver: "fake-hardware", ProvisionState: "manageable", CreatedAt: time.Now()}
+	reason := "end of life"
+	n := &store.Node{UUID: "3f0c1d2e-0000-4000-8000-000000000001", Name: &name, Driver: "fake-hardware", ProvisionState: "manageable",
+		CreatedAt: time.Now(), Retired: true, RetiredReason: &reason}
 	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, st.PutInventory(ctx, n.UUID, []byte(`{"disks":[{"name":"/dev/vda","serial":"VD-A"},{"name":"/dev/vdb","serial":"VD-B"},
+		{"name":"/dev/vdc","serial":"VD-C"},{"name":"/dev/sr0","optical":true}]}`)))
 	res := &store.StepResult{UUID: "run-1", NodeUUID: n.UUID, Step: "deploy.erase_devices", AgentVersion: "0.1.0", StartedAt: time.Now(), FinishedAt: time.Now(),
 		Result: json.RawMessage(`{"devices":[{"plan":{"device":"/dev/vda","size":67108864,"serial":"VD-A"},"status":"erased","method":"overwrite",
 			"attempts":[{"method":"overwrite","passes":2,"verification":{"pattern":"zeros","samples":10,"bytes_checked":655360}}]},
@@ -102,6 +107,24 @@ func TestEraseRecordsCLI(t *testing.T) {
 	assert.Contains(t, text, "Signature:                 valid")
 	_, err = cli("erase-records", "old-box", "--format", "pdf")
 	assert.ErrorContains(t, err, "no maintained PDF library")
+
+	// anvil node show: which disks of the retired node have a record
+	show, err := cli("node", "show", "old-box")
+	require.NoError(t, err)
+	assert.Regexp(t, `RETIREMENT: /dev/vda serial VD-A sanitized after retirement: clear by overwrite, finished \S+; record `, show)
+	assert.Contains(t, show, "RETIREMENT: /dev/vdb serial VD-B sanitized after retirement: clear by blkzeroout")
+	assert.Contains(t, show, "RETIREMENT: /dev/vdc serial VD-C has NO sanitization record since retirement")
+	assert.NotContains(t, show, "/dev/sr0")
+}
+
+func TestRetirementLines(t *testing.T) {
+	assert.Nil(t, retirementLines(map[string]any{"retired": false}, nil, nil), "only for retired nodes")
+	assert.Equal(t, []string{"RETIREMENT: no disk has a sanitization record since retirement"},
+		retirementLines(map[string]any{"retired": true}, nil, nil))
+	// a record made before the node was retired does not count
+	before := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","node":{"retired":false},"media":{"device":"/dev/vda","serial":"A"}},"signature":{}}`)
+	lines := retirementLines(map[string]any{"retired": true}, []json.RawMessage{before}, []protocol.Disk{{Name: "/dev/vda", Serial: "A"}})
+	assert.Equal(t, []string{"RETIREMENT: /dev/vda serial A has NO sanitization record since retirement"}, lines)
 }
 
 // otherKey is the public key of another controller.
