@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	fs.DurationVar(&cc.Agent.SilenceTimeout, "agent-silence-timeout", cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")
 	fs.DurationVar(&cc.CheckInterval, "timeout-check-interval", cc.CheckInterval, "how often waiting nodes are checked against their timers")
 	fs.DurationVar(&cc.Agent.StepTimeout, "step-timeout", cc.Agent.StepTimeout, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
+	fs.DurationVar(&cc.Agent.AbortTimeout, "abort-timeout", cc.Agent.AbortTimeout, "how long an aborted in-band step's agent has to report it stopped before the node is powered off")
 	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
 	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")

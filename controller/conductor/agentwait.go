@@ -94,6 +94,9 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		report.events = ev
 	}
+	if pending.AbortRequestedAt != nil {
+		return c.finishAbort(ctx, n, key, st, report)
+	}
 	if st.State == protocol.CommandFailed {
 		msg := "the agent reported a failure"
 		if st.Error != nil {

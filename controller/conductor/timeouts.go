@@ -87,6 +87,10 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 			continue
 		}
 		for _, n := range nodes {
+			if msg := c.abortOverdue(n); msg != "" {
+				c.abortByPowerOff(ctx, n, msg)
+				continue
+			}
 			msg := c.agentTimerExpired(n, now)
 			if msg == "" {
 				continue

@@ -88,7 +88,7 @@ func EncodePublicKey(pub ed25519.PublicKey) string { return base64.StdEncoding.E
 
 // DecodePublicKey reads EncodePublicKey's form.
 func DecodePublicKey(s string) (ed25519.PublicKey, error) {
-	b, err := base64.StdEncoding.DecodeString(s)
+	b, err := base64.StdEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("not an Ed25519 public key in base64: %q", s)
 	}

@@ -47,7 +47,9 @@ func Verify(doc []byte, trusted ...ed25519.PublicKey) Verified {
 		return v
 	}
 	v.Key = pub
-	sig, err := base64.StdEncoding.DecodeString(s.Signature.Value)
+	// Strict: the unused low bits of the last character must be zero, so
+	// no two texts decode to the same signature (a changed byte fails).
+	sig, err := base64.StdEncoding.Strict().DecodeString(s.Signature.Value)
 	if err != nil {
 		v.Err = fmt.Errorf("signature is not base64: %w", err)
 		return v

@@ -109,6 +109,9 @@ type AgentCommand struct {
 	// the check passes; never sent to the agent.
 	Guards         *protocol.Step `json:"guards,omitempty"`
 	GuardedCommand string         `json:"guarded_command,omitempty"`
+	// AbortRequestedAt: an operator aborted the running step; the
+	// heartbeat replies carry the abort until the agent reports the end.
+	AbortRequestedAt *time.Time `json:"abort_requested_at,omitempty"`
 }
 
 // Await records that the node was (re)booted into the ramdisk and what to

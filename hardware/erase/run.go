@@ -163,6 +163,7 @@ func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tra
 		if m == MethodOverwrite {
 			a.Passes = passes(pol)
 		}
+		applied := err == nil
 		if err == nil {
 			var v Verification
 			v, err = verifyPattern(ctx, p.Device, int64(p.Size), expect, pol.VerifySamples)
@@ -173,8 +174,16 @@ func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tra
 		a.Seconds = time.Since(t0).Seconds()
 		if err != nil {
 			a.Error = err.Error()
+			if applied && ctx.Err() != nil {
+				// An abort arrived while the method ran: a drive command
+				// (ATA security erase, NVMe format) is never interrupted,
+				// so it completed; only its verification was skipped.
+				a.Error = fmt.Sprintf("%s completed (it cannot be interrupted); verification skipped: %v", m, ctx.Err())
+			}
 			r.Attempts = append(r.Attempts, a)
-			r.Error = err.Error()
+			r.Error = a.Error
+			// what reached the device before it stopped (an abort or an error)
+			r.Bytes = tr.written(p.Device)
 			if errors.Is(err, hardware.ErrProtected) || ctx.Err() != nil {
 				break // a refusal by the guard is final, as is an abort
 			}
@@ -325,6 +334,13 @@ func (t *tracker) update(dev string, done uint64, msg string) {
 	p := t.snapshot(dev, msg)
 	t.mu.Unlock()
 	t.fn.Report(p)
+}
+
+// written is how many bytes the device's methods have written so far.
+func (t *tracker) written(dev string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done[dev]
 }
 
 func (t *tracker) finish(dev string) {

@@ -55,3 +55,33 @@ func TestResultReadsAsProtocolEraseResult(t *testing.T) {
 	require.NotNil(t, w.FinishedAt)
 	assert.False(t, w.FinishedAt.Before(*w.StartedAt))
 }
+
+// TestAbortStopsAnOverwriteBetweenChunks: cancelling an overwrite (an
+// operator's abort) stops it at the next chunk; the result says the
+// device failed as aborted and how many bytes were written.
+func TestAbortStopsAnOverwriteBetweenChunks(t *testing.T) {
+	const size = 256 << 20
+	dev := filepath.Join(t.TempDir(), "disk")
+	f, err := os.Create(dev)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size))
+	require.NoError(t, f.Close())
+	guard := hardware.NewGuard(hardware.Environment{}, []string{dev})
+	plans := []DevicePlan{{Device: dev, Size: size, Action: ActionErase, Methods: []Method{MethodOverwrite}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err := (&Eraser{Opener: guard}).Erase(ctx, plans, DefaultPolicy(), func(p hardware.Progress) {
+		if p.BytesDone > 0 {
+			cancel()
+		}
+	})
+	var pe *protocol.Error
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, protocol.ErrTypeAborted, pe.Type)
+	d := res.Devices[0]
+	assert.Equal(t, StatusFailed, d.Status)
+	assert.Contains(t, d.Error, "context canceled")
+	assert.Positive(t, d.Bytes, "the bytes written before the abort")
+	assert.Less(t, d.Bytes, uint64(size)*uint64(passes(DefaultPolicy())), "it stopped early")
+	assert.Contains(t, res.Summary(), "failed after writing")
+}
