@@ -28,7 +28,7 @@ const eraseResult = `{"policy":{"iterations":1},"devices":[
  {"plan":{"device":"/dev/sr0","size":0,"action":"skip","reason":"optical drive"},"status":"skipped","seconds":0},
  {"plan":{"device":"/dev/sdb","size":1000,"action":"erase"},"status":"failed","error":"write error","seconds":1}]}`
 
-func testInput(t *testing.T) Input {
+func testInput(t testing.TB) Input {
 	t.Helper()
 	name, reason := "rack1-07", "end of life"
 	n := &store.Node{UUID: "6f3a1c2e-0000-4000-8000-000000000007", Name: &name, Driver: "redfish", Retired: true, RetiredReason: &reason,
