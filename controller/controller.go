@@ -6,8 +6,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -176,6 +179,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cc.Records = signer
+	cc.RamdiskSHA256 = func() string { return ramdiskSHA256(cfg.BootDir, log) }
 	// The conductor's workers, its BMC pool and its loops get a database
 	// pool of their own; API requests get another, so a busy fleet never
 	// makes an operator's list or show wait for a connection. (SQLite has
@@ -363,4 +367,20 @@ func recordSigner(cfg Config, log *slog.Logger) (*erasure.Signer, error) {
 	signer := erasure.NewSigner(key)
 	log.Info("sanitization records are signed", "key", filepath.Join(dir, erasure.KeyFile), "fingerprint", erasure.Fingerprint(signer.PublicKey()))
 	return signer, nil
+}
+
+// ramdiskSHA256 hashes the initramfs served from bootDir ("" without one):
+// read when a record is signed, so a rebuilt image is the one named.
+func ramdiskSHA256(bootDir string, log *slog.Logger) string {
+	f, _ := api.OpenBootFile(bootDir, "initramfs")
+	if f == nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		log.Warn("hashing the ramdisk for a sanitization record failed", "err", err)
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

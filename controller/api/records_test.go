@@ -32,6 +32,7 @@ func recordsEnv(t *testing.T, db string) (*testEnv, ed25519.PublicKey) {
 	signer := erasure.NewSigner(key)
 	cc := agentConfig()
 	cc.Records = signer
+	cc.RamdiskSHA256 = func() string { return "5eed" }
 	return newEnvWith(t, cc, db, func(c *Config) { c.RecordsKey = signer.PublicKey() }), signer.PublicKey()
 }
 
@@ -89,6 +90,7 @@ func TestEraseRecordsAPI(t *testing.T) {
 		assert.Equal(t, "recycling", r.Destination)
 		assert.Equal(t, "test-host", r.Controller)
 		assert.Equal(t, a.Version, r.Tool.Version)
+		assert.Equal(t, "5eed", r.Tool.ImageSHA256)
 		assert.Contains(t, r.RequestedBy, "manual cleaning")
 	}
 	hist := historyText(e, "disp1")

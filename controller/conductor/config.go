@@ -37,8 +37,11 @@ type Config struct {
 	// Records signs a sanitization record for every device an
 	// erase_devices run erased; nil: no records are written.
 	Records *erasure.Signer
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// RamdiskSHA256 returns the SHA-256 (hex) of the ramdisk the controller
+	// serves, for the records' tool.image_sha256 ("" or nil: unknown).
+	RamdiskSHA256 func() string
+	Logger        *slog.Logger
+	Now           func() time.Time
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the
