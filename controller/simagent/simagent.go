@@ -261,7 +261,12 @@ func (a *Agent) Heartbeat(ctx context.Context) (*protocol.HeartbeatResponse, err
 		a.aborts = append(a.aborts, reply.Abort)
 		if cur := a.current; !a.IgnoreAbort && cur != nil && cur.ID == reply.Abort && cur.State == protocol.CommandRunning {
 			out := a.Outcomes[a.curKey]
-			a.finish(&protocol.Error{Type: protocol.ErrTypeAborted, Code: 500, Message: "aborted by the controller"}, out.Result, out.Summary)
+			summary := out.Summary
+			if p := cur.Progress; out.Bytes > 0 && p != nil {
+				// what a real agent says of a stopped overwrite
+				summary = fmt.Sprintf("%s failed after writing %d of %d bytes: context canceled", p.Device, p.BytesDone, p.BytesTotal)
+			}
+			a.finish(&protocol.Error{Type: protocol.ErrTypeAborted, Code: 500, Message: "aborted by the controller"}, out.Result, summary)
 		}
 	}
 	if reply.Command != nil && (a.current == nil || a.current.State != protocol.CommandRunning) && !a.seen[reply.Command.ID] {
