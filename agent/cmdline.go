@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // BootConfig is what the kernel command line tells the agent. Flags of the
@@ -15,6 +16,11 @@ type BootConfig struct {
 	// Token is the per-boot nonce baked into the boot config by the
 	// controller (anvil.token=); optional.
 	Token string
+	// Fingerprint is the SHA-256 of the controller's TLS certificate
+	// (anvil.api_fingerprint=sha256:<hex>): the agent talks to a server
+	// presenting that certificate only. Checked by NewClient, so a
+	// malformed one stops the agent instead of unpinning it.
+	Fingerprint string
 	// Debug turns on debug logging (anvil.debug, anvil.debug=1).
 	Debug bool
 	// Interfaces restricts network setup to these interfaces
@@ -103,6 +109,8 @@ func ParseCmdline(s string) BootConfig {
 			c.IPA.Debug = !hasVal || truthy(val)
 		case "anvil.token":
 			c.Token = val
+		case protocol.CmdlineFingerprint:
+			c.Fingerprint = val
 		case "anvil.debug":
 			c.Debug = !hasVal || truthy(val)
 		case "anvil.interface":
