@@ -63,6 +63,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json")
 		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
+		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start (default: the SQLite database's directory; none: a throwaway key)")
 	)
 	// The conductor's settings, their defaults from the conductor's one place.
 	cc := conductor.DefaultConfig()
@@ -77,6 +78,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.DurationVar(&cc.Agent.SilenceTimeout, "agent-silence-timeout", cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")
 	fs.DurationVar(&cc.CheckInterval, "timeout-check-interval", cc.CheckInterval, "how often waiting nodes are checked against their timers")
 	fs.DurationVar(&cc.Agent.StepTimeout, "step-timeout", cc.Agent.StepTimeout, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
+	fs.DurationVar(&cc.Agent.AbortTimeout, "abort-timeout", cc.Agent.AbortTimeout, "how long an aborted in-band step's agent has to report it stopped before the node is powered off")
 	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
 	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
@@ -86,6 +88,11 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.StringVar(&bc.Interface, "boot-interface", "", "provisioning network interface the boot service's DHCP (and by default TFTP) listens on")
 	fs.StringVar(&bc.Range, "boot-dhcp-range", "", "addresses full-mode DHCP hands out: FIRST-LAST, inside --boot-interface's network")
 	fs.StringVar(&bc.TFTPListen, "boot-tftp-listen", "", "TFTP address ADDR:PORT serving --boot-dir (default: port 69 on --boot-interface's address when --boot-dhcp is on)")
+	dc := api.DefaultDiscovery()
+	fs.BoolVar(&dc.Enabled, "boot-discovery", false, "discovery: boot the agent ramdisk on MACs no port has and enrol each machine that reports back as a new node in enroll (powered off, never cleaned or deployed by itself)")
+	fs.StringVar(&dc.Driver, "boot-discovery-driver", dc.Driver, "driver of discovered nodes (ipmi, redfish or fake-hardware); add the BMC's driver_info before managing them")
+	fs.IntVar(&dc.MaxPending, "boot-discovery-max-pending", dc.MaxPending, "refuse discovery reports while this many discovered nodes wait in enroll (0: no cap)")
+	fs.Float64Var(&dc.Rate, "boot-discovery-rate", dc.Rate, "discovery reports per second accepted over all sources (bursts of 10; 0: unlimited)")
 	pl := api.DefaultPublicLimit()
 	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
 	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
@@ -148,8 +155,8 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
-		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log,
-		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc})
+		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Discovery: dc, Logger: log,
+		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc, DataDir: *dataDir})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

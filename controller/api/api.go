@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -36,14 +37,17 @@ type Server struct {
 	// tlsPin is the fingerprint of the controller's TLS certificate
 	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
 	// the controller serves plain HTTP.
-	tlsPin  string
-	limiter *limiter
-	router  *mux.Router
+	tlsPin    string
+	discovery *discoverer
+	limiter   *limiter
+	router    *mux.Router
 	// traitNames are the trait names Ironic accepts.
 	traitNames traitNames
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
 	bufs sync.Pool
+	// recordsKey verifies the sanitization records (nil: none signed).
+	recordsKey ed25519.PublicKey
 }
 
 // Config wires the server.
@@ -61,17 +65,24 @@ type Config struct {
 	// MetricsRoute says how the API serves /metrics: behind its auth
 	// (default), to anyone, or not (served on a listener of its own).
 	MetricsRoute MetricsRoute
+	// RecordsKey verifies the controller's sanitization records (served
+	// at /v1/erase-records/public-key); nil: the controller signs none.
+	RecordsKey ed25519.PublicKey
 	// TLSFingerprint is the SHA-256 fingerprint ("sha256:<hex>") of the
 	// certificate the controller serves HTTPS with; "" = plain HTTP. Boot
 	// configurations then send agents to https:// and pin it.
 	TLSFingerprint string
+	// Discovery enrols unknown machines that boot the ramdisk (off unless
+	// Enabled).
+	Discovery DiscoveryConfig
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, tlsPin: cfg.TLSFingerprint,
-		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
+		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
+		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -205,6 +216,9 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
+	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
+	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
 	// with the per-boot token, not with operator credentials; each source
@@ -212,6 +226,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
 	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
 	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/discovery", public("discovery", s.discover)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)

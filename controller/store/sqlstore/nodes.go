@@ -304,6 +304,11 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 	if f.NameContains != nil {
 		where = append(where, s.d.contains("lower(COALESCE(name, ''))", "lower("+args.add(*f.NameContains)+")"))
 	}
+	if f.TextContains != nil {
+		needle := "lower(" + args.add(*f.TextContains) + ")"
+		where = append(where, "("+s.d.contains("lower(COALESCE(name, ''))", needle)+" OR "+
+			s.d.contains("lower(COALESCE(description, ''))", needle)+" OR "+s.d.contains("uuid", needle)+")")
+	}
 	return where
 }
 

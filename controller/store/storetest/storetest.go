@@ -41,6 +41,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
 		"Operation":         testOperation,
+		"StepResults":       testStepResults,
+		"StepResultsBound":  testStepResultsBound,
+		"EraseRecords":      testEraseRecords,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -185,6 +188,9 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		"description":     {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
 		"name contains":   {store.NodeFilter{NameContains: strp("C")}, []string{"c"}},
 		"name, literal %": {store.NodeFilter{NameContains: strp("%")}, nil},
+		"text: descr.":    {store.NodeFilter{TextContains: strp("RACK C")}, []string{"c"}},
+		"text: all":       {store.NodeFilter{TextContains: strp("Rack")}, []string{"a", "b", "c", "d"}},
+		"text: literal _": {store.NodeFilter{TextContains: strp("_")}, nil},
 		"driver none":     {store.NodeFilter{Driver: strp("ipmi")}, nil},
 	}
 	for name, tc := range tests {
