@@ -33,6 +33,7 @@ type Server struct {
 	metrics   *Metrics
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	media     VirtualMedia
 	limiter   *limiter
 	router    *mux.Router
 	// traitNames are the trait names Ironic accepts.
@@ -51,6 +52,8 @@ type Config struct {
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
 	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// Media serves the per-node ISOs of virtual-media boots (nil: none).
+	Media VirtualMedia
 	// PublicLimit bounds the unauthenticated endpoints per source; the zero
 	// value is no limit (DefaultPublicLimit is a production controller's).
 	PublicLimit PublicLimit
@@ -62,7 +65,7 @@ type Config struct {
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir,
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -207,6 +210,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
+	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

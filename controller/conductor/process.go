@@ -289,6 +289,7 @@ func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manua
 	}
 	agent := UsesAgent(n) && n.Operation.Agent.Booted
 	if agent {
+		c.ejectMedia(ctx, n, d, "cleaning done, leaving the ramdisk")
 		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
 			return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cleaning of node %s finished but powering it off failed: %v", n.UUID, err), false)

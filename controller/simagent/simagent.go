@@ -47,6 +47,8 @@ type Agent struct {
 	// Outcomes by step key ("deploy.erase_devices") or command name ("inventory").
 	Outcomes  map[string]Outcome
 	Inventory protocol.Inventory
+	// Nonce is presented at lookup (the boot's anvil.token=), if set.
+	Nonce string
 
 	mu          sync.Mutex
 	bootID      string
@@ -168,6 +170,9 @@ func (a *Agent) Steps() []string {
 // Lookup finds the node and gets this boot's token.
 func (a *Agent) Lookup(ctx context.Context) error {
 	q := url.Values{"addresses": {strings.Join(a.MACs, ",")}, "boot_id": {a.bootID}}
+	if a.Nonce != "" {
+		q.Set("nonce", a.Nonce)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.API+protocol.LookupPath+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
