@@ -17,7 +17,7 @@ const BootVirtualMedia = "redfish-virtual-media"
 type VirtualMedia interface {
 	// Prepare starts a new virtual-media boot of the node and returns the
 	// URL its BMC fetches the node's ISO from (publicURL: the node's
-	// anvil_public_url, "" for the controller's).
+	// external_http_url or anvil_public_url, "" for the controller's).
 	Prepare(nodeUUID, publicURL string) (string, error)
 	// Release forgets the node's ISO.
 	Release(nodeUUID string)
@@ -33,6 +33,20 @@ type MediaDriver interface {
 
 func usesVirtualMedia(n *store.Node) bool { return n.Interfaces.Boot == BootVirtualMedia }
 
+// mediaBaseURL is the controller's URL as the node's BMC reaches it:
+// driver_info external_http_url (Ironic's name for it), else the node's
+// anvil_public_url, else "" (the controller's --public-url). The BMC's
+// network and the node's may differ: the agent in the ISO still gets
+// anvil_public_url / --public-url.
+func mediaBaseURL(n *store.Node) string {
+	for _, k := range []string{"external_http_url", "anvil_public_url"} {
+		if u, _ := n.DriverInfo[k].(string); u != "" {
+			return u
+		}
+	}
+	return ""
+}
+
 // insertMedia prepares the node's ISO and has the BMC attach it; the
 // caller then sets the CD as the next boot device and reboots.
 func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error {
@@ -43,8 +57,7 @@ func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error
 	if c.cfg.Media == nil {
 		return fmt.Errorf("boot interface %s: this controller has no agent ISO: start it with --boot-dir pointing at an image built with one (make image writes anvil.iso)", BootVirtualMedia)
 	}
-	public, _ := n.DriverInfo["anvil_public_url"].(string)
-	url, err := c.cfg.Media.Prepare(n.UUID, public)
+	url, err := c.cfg.Media.Prepare(n.UUID, mediaBaseURL(n))
 	if err != nil {
 		return err
 	}
