@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -134,6 +135,28 @@ func TestVirtualMediaBoot(t *testing.T) {
 	assert.Contains(t, hist, "virtual media ejected (cleaning done, leaving the ramdisk)")
 	assert.NoFileExists(t, filepath.Join(cache, id+".iso"), "the per-node ISO is removed when the node leaves")
 	assert.Equal(t, 404, e.do("GET", path, "", nil).status, "and its URL is dead")
+}
+
+// TestVirtualMediaBootTimeoutEjects: an agent that never calls back ends
+// the cleaning; the power-off that tears it down ejects the media.
+func TestVirtualMediaBootTimeoutEjects(t *testing.T) {
+	dir := t.TempDir()
+	placeholder, err := protocol.BootConfig{Placeholder: true}.Slot()
+	require.NoError(t, err)
+	iso := append(make([]byte, 4096), placeholder...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, vmedia.ISOName), iso, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"),
+		[]byte(fmt.Sprintf(`{"iso":{"node_slot":{"offset":4096,"bytes":%d}}}`, len(placeholder))), 0o644))
+	b, err := vmedia.New(vmedia.Config{BootDir: dir, CacheDir: t.TempDir(), PublicURL: func() string { return "http://192.0.2.1:6385" }})
+	require.NoError(t, err)
+	cc := agentConfig()
+	cc.Media, cc.Agent.BootTimeout = b, 300*time.Millisecond
+	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.BootDir = dir; c.Media = b })
+	id := e.agentNode("vm", map[string]any{"boot_interface": "redfish-virtual-media"})
+	require.Equal(t, 202, e.provision("vm", "provide", nil).status)
+	e.waitState("vm", "clean failed")
+	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond)
+	assert.Contains(t, historyText(e, "vm"), "virtual media ejected (the agent operation ended)")
 }
 
 // TestVirtualMediaBootWithoutISO: a controller without the agent ISO fails

@@ -129,7 +129,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 
 // agentIsBack continues after the ramdisk (re)booted.
 func (c *engine) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw store.Await) error {
-	c.ejectMedia(ctx, n, d, "the agent called back")
+	c.ejectMedia(ctx, n, d, "the agent called back", false)
 	cur := state.State(n.ProvisionState)
 	ready := func(m *store.Node) error {
 		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true

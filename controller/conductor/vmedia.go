@@ -19,8 +19,12 @@ type VirtualMedia interface {
 	// URL its BMC fetches the node's ISO from (publicURL: the node's
 	// external_http_url or anvil_public_url, "" for the controller's).
 	Prepare(nodeUUID, publicURL string) (string, error)
-	// Release forgets the node's ISO.
+	// Discard removes the node's ISO file; the boot stays active.
+	Discard(nodeUUID string)
+	// Release forgets the node's boot and removes its ISO.
 	Release(nodeUUID string)
+	// Active reports whether the node has a prepared, unreleased boot.
+	Active(nodeUUID string) bool
 }
 
 // MediaDriver is a Driver whose BMC has virtual media.
@@ -47,6 +51,11 @@ func mediaBaseURL(n *store.Node) string {
 	return ""
 }
 
+// mediaActive: the node booted from virtual media and has not left.
+func (c *engine) mediaActive(n *store.Node) bool {
+	return usesVirtualMedia(n) && c.cfg.Media != nil && c.cfg.Media.Active(n.UUID)
+}
+
 // insertMedia prepares the node's ISO and has the BMC attach it; the
 // caller then sets the CD as the next boot device and reboots.
 func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error {
@@ -70,15 +79,20 @@ func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error
 
 // ejectMedia ejects a virtual-media node's CD and removes its ISO: when
 // its agent has called back (the ISO holds a nonce that is used up by
-// then) and again when the node leaves the ramdisk. Failing to eject does
+// then) and again when the node leaves the ramdisk (leaving: the boot is
+// over, its URL dies). Failing to eject does
 // not fail the operation (the next virtual-media boot ejects first); it
 // is recorded in the node's history.
-func (c *engine) ejectMedia(ctx context.Context, n *store.Node, d Driver, why string) {
+func (c *engine) ejectMedia(ctx context.Context, n *store.Node, d Driver, why string, leaving bool) {
 	if !usesVirtualMedia(n) {
 		return
 	}
 	if c.cfg.Media != nil {
-		c.cfg.Media.Release(n.UUID)
+		if leaving {
+			c.cfg.Media.Release(n.UUID)
+		} else {
+			c.cfg.Media.Discard(n.UUID)
+		}
 	}
 	md, ok := d.(MediaDriver)
 	if !ok {

@@ -152,6 +152,22 @@ func (b *Builder) Prepare(nodeUUID, publicURL string) (string, error) {
 	return fmt.Sprintf("%s/v1/boot/%s/vmedia/%s.iso", strings.TrimRight(publicURL, "/"), nodeUUID, secret), nil
 }
 
+// Active reports whether the node has a prepared boot not yet released.
+func (b *Builder) Active(nodeUUID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.boots[nodeUUID]
+	return ok
+}
+
+// Discard removes the node's ISO file; its boot stays active (a later
+// fetch with its key builds the ISO again).
+func (b *Builder) Discard(nodeUUID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.remove(nodeUUID)
+}
+
 // Release forgets the node's virtual-media boot and removes its ISO.
 func (b *Builder) Release(nodeUUID string) {
 	b.mu.Lock()
