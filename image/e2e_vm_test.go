@@ -41,10 +41,31 @@ type e2e struct {
 
 // newE2E starts a controller (with extra flags), a QEMU node behind an
 // in-process anvil-vbmc, an image server reachable from the guest, and
-// disks pre-filled with a pattern and GPT headers.
+// two NVMe disks pre-filled with a pattern and GPT headers.
 func newE2E(t *testing.T, controllerArgs ...string) *e2e {
+	return newE2EWith(t, e2eConfig{controllerArgs: controllerArgs})
+}
+
+// e2eConfig varies the virtual node of newE2EWith.
+type e2eConfig struct {
+	controllerArgs []string
+	// disks: their serials and buses (paths are made up); default two
+	// NVMe disks, ANVIL-E2E-0001 and -0002.
+	disks []vbmc.QEMUDisk
+	// netboot: the node boots the agent over the network (its NIC's iPXE
+	// chains to the controller's per-node script) instead of a direct
+	// kernel boot, so the controller's kernel command line applies
+	// (driver_info.kernel_append_params).
+	netboot bool
+}
+
+func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 	kernel, initrd := vmImage(t)
-	c := startController(t, append([]string{"--bmc-min-interval", "200ms"}, controllerArgs...)...)
+	args := append([]string{"--bmc-min-interval", "200ms"}, cfg.controllerArgs...)
+	if cfg.netboot {
+		args = append(args, "--boot-dir", filepath.Dir(kernel), "--public-url", "http://"+guestAPI)
+	}
+	c := startController(t, args...)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +75,14 @@ func newE2E(t *testing.T, controllerArgs ...string) *e2e {
 
 	e := &e2e{c: c, dir: t.TempDir(), mac: "52:54:00:e2:e0:01"}
 	const size = 64 << 20
-	for i, serial := range []string{"ANVIL-E2E-0001", "ANVIL-E2E-0002"} {
-		path := filepath.Join(e.dir, "nvme"+string(rune('0'+i))+".raw")
-		writePattern(t, path, size)
-		e.disks = append(e.disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: serial})
+	if cfg.disks == nil {
+		cfg.disks = []vbmc.QEMUDisk{{Serial: "ANVIL-E2E-0001"}, {Serial: "ANVIL-E2E-0002"}}
+	}
+	for i, d := range cfg.disks {
+		d.Path = filepath.Join(e.dir, fmt.Sprintf("disk%d.raw", i))
+		d.SizeMiB = size >> 20
+		writePattern(t, d.Path, size)
+		e.disks = append(e.disks, d)
 	}
 	// The whole-disk image a deploy writes: a boot sector that prints a
 	// marker on the serial console. The guest fetches it through a second
@@ -68,11 +93,26 @@ func newE2E(t *testing.T, controllerArgs ...string) *e2e {
 	const imageHost = "10.0.2.101:8080"
 	e.imageURL = "http://" + imageHost + "/disk.raw"
 
-	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
+	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
 		NIC: &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self,
 			"tcp:" + imageHost + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(imgSrv.URL, "http://")}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
-		ShutdownTimeoutSeconds: 5})
+		ShutdownTimeoutSeconds: 5}
+	if cfg.netboot {
+		// slirp's DHCP and TFTP hand iPXE a script that chains to the
+		// controller's script for this MAC.
+		tftp := filepath.Join(e.dir, "tftp")
+		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/${net0/mac}/ipxe\n"
+		if err := os.MkdirAll(tftp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tftp, "boot.ipxe"), []byte(script), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		qc.Kernel, qc.Initrd, qc.Append = "", "", ""
+		qc.NIC.TFTP, qc.NIC.BootFile = tftp, "boot.ipxe"
+	}
+	q, err := vbmc.NewQEMU(nil, qc)
 	if err != nil {
 		t.Fatal(err)
 	}

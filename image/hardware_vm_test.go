@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/anvil-metal/anvil/bmc/vbmc"
 )
 
 // serverVariant is one emulated real-server machine for the default image.
@@ -21,8 +23,8 @@ type serverVariant struct {
 	// model and takes the first one's link down (an uncabled port 1).
 	nic     string
 	twoNICs bool
-	// disk is the controller the one test disk hangs off: ahci,
-	// megasas-gen2, virtio-scsi or nvme.
+	// disk is the controller the one test disk hangs off (a vbmc.QEMUDisk
+	// Bus): ahci, megasas-gen2, virtio-scsi or nvme.
 	disk string
 	uefi bool
 }
@@ -38,19 +40,12 @@ var serverVariants = []serverVariant{
 }
 
 // diskArgs attaches file as the variant's disk with the given serial.
-func (v serverVariant) diskArgs(file, serial string) []string {
-	drive := []string{"-drive", "file=" + file + ",if=none,id=d0,format=raw,cache=writethrough"}
-	switch v.disk {
-	case "ahci":
-		return append(drive, "-device", "ahci,id=hba0", "-device", "ide-hd,drive=d0,bus=hba0.0,serial="+serial)
-	case "megasas-gen2":
-		return append(drive, "-device", "megasas-gen2,id=hba0", "-device", "scsi-hd,drive=d0,bus=hba0.0,serial="+serial)
-	case "virtio-scsi":
-		return append(drive, "-device", "virtio-scsi-pci,id=hba0", "-device", "scsi-hd,drive=d0,bus=hba0.0,serial="+serial)
-	case "nvme":
-		return append(drive, "-device", "nvme,drive=d0,serial="+serial)
+func (v serverVariant) diskArgs(t *testing.T, file, serial string) []string {
+	args, err := vbmc.DiskArgs([]vbmc.QEMUDisk{{Path: file, Serial: serial, Bus: v.disk}}, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	panic("unknown disk controller " + v.disk)
+	return args
 }
 
 // ovmfArgs boots UEFI: Debian's OVMF code read-only, a private copy of
@@ -139,7 +134,7 @@ func runServerVariant(t *testing.T, c *controller, self, kernel, initrd string, 
 		args = append(args, "-netdev", fmt.Sprintf("user,id=net%d,restrict=on,guestfwd=tcp:%s-cmd:%s", n, guestAPI, self),
 			"-device", fmt.Sprintf("%s,netdev=net%d,mac=%s,id=nic%d", v.nic, n, mac, n))
 	}
-	args = append(args, v.diskArgs(disk, serial)...)
+	args = append(args, v.diskArgs(t, disk, serial)...)
 	cmd := exec.Command("qemu-system-x86_64", args...)
 	cmd.Env = append(os.Environ(), guestfwdEnv+"=127.0.0.1:"+c.port)
 	var qout bytes.Buffer

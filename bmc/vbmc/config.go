@@ -17,7 +17,8 @@ import (
 //	{"listen": "127.0.0.1:8000", "username": "admin", "password": "password",
 //	 "nodes": [{"name": "node-1"},
 //	           {"name": "node-2", "backend": "qemu", "qemu": {"state_dir": "node-2", "memory_mib": 512,
-//	            "disks": [{"path": "nvme0.raw", "size_mib": 1024, "serial": "SN-0001"}],
+//	            "disks": [{"path": "nvme0.raw", "size_mib": 1024, "serial": "SN-0001"},
+//	                      {"path": "sata0.raw", "serial": "SN-0002", "bus": "ahci"}],
 //	            "nic": {"hostfwd": ["tcp:127.0.0.1:19999-:9999"]}}}]}
 type Config struct {
 	Listen   string       `json:"listen,omitempty"`
@@ -80,6 +81,10 @@ func (c Config) Validate() error {
 		case "qemu":
 			if n.QEMU == nil || n.QEMU.StateDir == "" {
 				errs = append(errs, fmt.Errorf("nodes[%d] (%s): qemu backend needs qemu.state_dir", i, n.Name))
+				continue
+			}
+			if _, err := DiskArgs(n.QEMU.Disks, false); err != nil {
+				errs = append(errs, fmt.Errorf("nodes[%d] (%s): %w", i, n.Name, err))
 			}
 		default:
 			errs = append(errs, fmt.Errorf("nodes[%d] (%s): unknown backend %q (memory, qemu)", i, n.Name, n.Backend))

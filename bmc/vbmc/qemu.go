@@ -25,7 +25,8 @@ type QEMUConfig struct {
 	StateDir  string `json:"state_dir"`
 	MemoryMiB int    `json:"memory_mib,omitempty"` // default 512
 	CPUs      int    `json:"cpus,omitempty"`       // default 1
-	// Disks are NVMe namespaces on raw files, created sparse when missing.
+	// Disks are raw files, created sparse when missing, each on the
+	// storage controller its Bus names (NVMe by default).
 	Disks []QEMUDisk `json:"disks,omitempty"`
 	// NIC is a virtio-net NIC on QEMU user networking (slirp) with
 	// restrict=on, so the guest reaches only what is forwarded.
@@ -49,11 +50,18 @@ type QEMUConfig struct {
 	ExtraArgs []string `json:"extra_args,omitempty"`
 }
 
-// QEMUDisk is one NVMe disk.
+// QEMUDisk is one disk.
 type QEMUDisk struct {
 	Path    string `json:"path"`
 	SizeMiB int64  `json:"size_mib,omitempty"` // used when creating the file; default 1024
 	Serial  string `json:"serial,omitempty"`   // default ANVIL-DISK-<index>
+	// Bus is the storage controller the disk hangs off, one of QEMUBuses:
+	// "nvme" (the default; a controller per disk) or a host adapter that
+	// the node's disks of that bus share: "ahci" (SATA), "megasas-gen2"
+	// (MegaRAID SAS), "lsi53c895a" (LSI SCSI), "mptsas1068" (LSI SAS),
+	// "virtio-scsi". Servers differ most in this, and a ramdisk without the
+	// adapter's driver sees none of its disks.
+	Bus string `json:"bus,omitempty"`
 }
 
 // QEMUNIC is the node's NIC.
@@ -117,6 +125,9 @@ func NewQEMU(log *slog.Logger, cfg QEMUConfig) (*QEMU, error) {
 		if d.Serial == "" {
 			d.Serial = fmt.Sprintf("ANVIL-DISK-%d", i) // QEMU's nvme device requires one
 		}
+		if d.Bus == "" {
+			d.Bus = BusNVMe
+		}
 		if _, err := os.Stat(d.Path); errors.Is(err, os.ErrNotExist) {
 			f, err := os.OpenFile(d.Path, os.O_CREATE|os.O_WRONLY, 0o640)
 			if err != nil {
@@ -128,6 +139,9 @@ func NewQEMU(log *slog.Logger, cfg QEMUConfig) (*QEMU, error) {
 				return nil, fmt.Errorf("qemu: disk: %w", err)
 			}
 		}
+	}
+	if _, err := DiskArgs(cfg.Disks, false); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	return &QEMU{cfg: cfg, log: log}, nil
 }
@@ -187,19 +201,9 @@ func (q *QEMU) Args(dev string) []string {
 		}
 		a = append(a, "-netdev", netdev, "-device", nic)
 	}
-	for i, d := range c.Disks {
-		id := fmt.Sprintf("disk%d", i)
-		a = append(a, "-drive", "file="+d.Path+",if=none,id="+id+",format=raw")
-		dv := "nvme,drive=" + id
-		if d.Serial != "" {
-			dv += ",serial=" + d.Serial
-		}
-		if dev == BootDisk && i == 0 {
-			dv += ",bootindex=" + strconv.Itoa(nextIndex)
-			nextIndex++
-		}
-		a = append(a, "-device", dv)
-	}
+	// Checked by NewQEMU.
+	disks, _ := diskArgs(c.Disks, dev == BootDisk, nextIndex)
+	a = append(a, disks...)
 	a = append(a, q.cdArgs(dev)...)
 	switch {
 	case direct:

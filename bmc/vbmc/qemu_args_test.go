@@ -1,6 +1,7 @@
 package vbmc_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,4 +60,63 @@ func TestQEMUArgs(t *testing.T) {
 
 	_, err = vbmc.NewQEMU(nil, vbmc.QEMUConfig{})
 	require.Error(t, err)
+}
+
+// Disks on the storage controllers of real servers: the disks of one bus
+// share its host adapter, NVMe disks each have their own controller, and
+// the serials reach the guest.
+func TestQEMUDiskBuses(t *testing.T) {
+	tests := map[string]struct {
+		disks     []vbmc.QEMUDisk
+		bootFirst bool
+		want      string
+		err       string
+	}{
+		"two SATA disks share one AHCI controller": {
+			disks: []vbmc.QEMUDisk{{Path: "/d/a.raw", Serial: "SATA-A", Bus: vbmc.BusAHCI}, {Path: "/d/b.raw", Serial: "SATA-B", Bus: vbmc.BusAHCI}},
+			want: "-drive file=/d/a.raw,if=none,id=disk0,format=raw -device ahci,id=hba0 -device ide-hd,drive=disk0,bus=hba0.0,serial=SATA-A " +
+				"-drive file=/d/b.raw,if=none,id=disk1,format=raw -device ide-hd,drive=disk1,bus=hba0.1,serial=SATA-B"},
+		"SCSI adapters and NVMe side by side, boot from the first": {
+			disks: []vbmc.QEMUDisk{{Path: "/d/m.raw", Serial: "MEGA", Bus: vbmc.BusMegaSAS}, {Path: "/d/n.raw", Serial: "NV"},
+				{Path: "/d/l.raw", Serial: "LSI", Bus: vbmc.BusLSI}, {Path: "/d/m2.raw", Serial: "MEGA2", Bus: vbmc.BusMegaSAS}},
+			bootFirst: true,
+			want: "-drive file=/d/m.raw,if=none,id=disk0,format=raw -device megasas-gen2,id=hba0 -device scsi-hd,drive=disk0,bus=hba0.0,serial=MEGA,bootindex=1 " +
+				"-drive file=/d/n.raw,if=none,id=disk1,format=raw -device nvme,drive=disk1,serial=NV " +
+				"-drive file=/d/l.raw,if=none,id=disk2,format=raw -device lsi53c895a,id=hba1 -device scsi-hd,drive=disk2,bus=hba1.0,serial=LSI " +
+				"-drive file=/d/m2.raw,if=none,id=disk3,format=raw -device scsi-hd,drive=disk3,bus=hba0.0,serial=MEGA2"},
+		"virtio-scsi and LSI SAS": {
+			disks: []vbmc.QEMUDisk{{Path: "/d/v.raw", Serial: "V", Bus: vbmc.BusVirtioSCSI}, {Path: "/d/s.raw", Serial: "S", Bus: vbmc.BusMPTSAS}},
+			want: "-device virtio-scsi-pci,id=hba0 -device scsi-hd,drive=disk0,bus=hba0.0,serial=V " +
+				"-drive file=/d/s.raw,if=none,id=disk1,format=raw -device mptsas1068,id=hba1 -device scsi-hd,drive=disk1,bus=hba1.0,serial=S"},
+		"unknown bus": {disks: []vbmc.QEMUDisk{{Path: "/d/x.raw", Bus: "floppy"}}, err: `unknown bus "floppy"`},
+		"more disks than AHCI ports": {disks: func() []vbmc.QEMUDisk {
+			var ds []vbmc.QEMUDisk
+			for i := range 7 {
+				ds = append(ds, vbmc.QEMUDisk{Path: fmt.Sprintf("/d/%d.raw", i), Bus: vbmc.BusAHCI})
+			}
+			return ds
+		}(), err: "6 ports"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args, err := vbmc.DiskArgs(tc.disks, tc.bootFirst)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Contains(t, strings.Join(args, " "), tc.want)
+		})
+	}
+
+	// The backend attaches them the same way and boots the first disk.
+	dir := t.TempDir()
+	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: dir, Disks: []vbmc.QEMUDisk{
+		{Path: "sata0.raw", SizeMiB: 4, Serial: "SATA-0", Bus: vbmc.BusAHCI}, {Path: "nvme0.raw", SizeMiB: 4}}})
+	require.NoError(t, err)
+	line := strings.Join(q.Args(vbmc.BootDisk), " ") + " "
+	assert.Contains(t, line, "-device ahci,id=hba0 -device ide-hd,drive=disk0,bus=hba0.0,serial=SATA-0,bootindex=1")
+	assert.Contains(t, line, "-device nvme,drive=disk1,serial=ANVIL-DISK-1 ")
+	_, err = vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: dir, Disks: []vbmc.QEMUDisk{{Path: "x.raw", SizeMiB: 4, Bus: "ide"}}})
+	require.ErrorContains(t, err, `unknown bus "ide"`, "a bad bus is refused when the node is built, not at power on")
 }

@@ -293,17 +293,20 @@ func TestLoadConfig(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(s), 0o600))
 		return p
 	}
-	c, err := vbmc.LoadConfig(write(`{"listen":"127.0.0.1:8001","nodes":[{"name":"a"},{"name":"b","backend":"qemu","qemu":{"state_dir":"b","memory_mib":256}}]}`))
+	c, err := vbmc.LoadConfig(write(`{"listen":"127.0.0.1:8001","nodes":[{"name":"a"},{"name":"b","backend":"qemu","qemu":{"state_dir":"b","memory_mib":256,
+		"disks":[{"path":"sata0.raw","serial":"SN-1","bus":"ahci"},{"path":"nvme0.raw"}]}}]}`))
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(dir, "b"), c.Nodes[1].QEMU.StateDir)
+	assert.Equal(t, vbmc.BusAHCI, c.Nodes[1].QEMU.Disks[0].Bus)
 
 	for name, bad := range map[string]string{
-		"unknown field":   `{"nodes":[{"name":"a","colour":"red"}]}`,
-		"duplicate":       `{"nodes":[{"name":"a"},{"name":"a"}]}`,
-		"bad name":        `{"nodes":[{"name":"a/b"}]}`,
-		"unknown backend": `{"nodes":[{"name":"a","backend":"vmware"}]}`,
-		"qemu no dir":     `{"nodes":[{"name":"a","backend":"qemu"}]}`,
-		"bad listen":      `{"listen":"nope","nodes":[{"name":"a"}]}`,
+		"unknown field":    `{"nodes":[{"name":"a","colour":"red"}]}`,
+		"duplicate":        `{"nodes":[{"name":"a"},{"name":"a"}]}`,
+		"bad name":         `{"nodes":[{"name":"a/b"}]}`,
+		"unknown backend":  `{"nodes":[{"name":"a","backend":"vmware"}]}`,
+		"qemu no dir":      `{"nodes":[{"name":"a","backend":"qemu"}]}`,
+		"bad listen":       `{"listen":"nope","nodes":[{"name":"a"}]}`,
+		"unknown disk bus": `{"nodes":[{"name":"a","backend":"qemu","qemu":{"state_dir":"a","disks":[{"path":"x.raw","bus":"floppy"}]}}]}`,
 	} {
 		_, err := vbmc.LoadConfig(write(bad))
 		assert.Error(t, err, name)

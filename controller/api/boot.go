@@ -185,18 +185,23 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if nonce != "" { // only the first fetch after the controller booted the node
 		args = append(args, "anvil.token="+nonce)
 	}
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); extra != "" {
-		args = append(args, extra)
+	// As in Ironic, driver_info.kernel_append_params replaces the default
+	// parameters, and "%default%" in it stands for them, so an operator can
+	// add one (module_blacklist=...) without losing the console.
+	if extra, _ := n.DriverInfo["kernel_append_params"].(string); strings.TrimSpace(extra) != "" {
+		args = append(args, strings.Fields(strings.ReplaceAll(extra, "%default%", defaultKernelParams))...)
 	} else {
-		// VGA and the first serial port. Not ttyS1 too: Linux's 8250
-		// console prints on one port only, and on a machine without a
-		// second UART a console there waits for it at every character
-		// (under QEMU the kernel printed nothing for minutes). The agent
-		// copies the kernel log and its own to ttyS1 when it exists.
-		args = append(args, "console=tty0", "console=ttyS0,115200n8")
+		args = append(args, strings.Fields(defaultKernelParams)...)
 	}
 	return base, args, nil
 }
+
+// defaultKernelParams: VGA and the first serial port. Not ttyS1 too:
+// Linux's 8250 console prints on one port only, and on a machine without a
+// second UART a console there waits for it at every character (under QEMU
+// the kernel printed nothing for minutes). The agent copies the kernel log
+// and its own to ttyS1 when it exists.
+const defaultKernelParams = "console=tty0 console=ttyS0,115200n8"
 
 // publicBase is the URL nodes use to reach the controller: a per-node
 // driver_info anvil_public_url, else --public-url, else the request's host.

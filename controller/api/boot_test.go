@@ -72,6 +72,15 @@ func TestBootScriptAndFiles(t *testing.T) {
 	e.waitState("pxe2", "clean wait")
 	script = string(e.do("GET", "/v1/boot/pxe2/ipxe", "", nil).body)
 	assert.Regexp(t, "anvil.api=http://192.0.2.1:6385 anvil.node="+n2["uuid"].(string)+" anvil.token=\\S+ console=ttyS1 anvil.debug", script, "per-node URL and kernel parameters")
+	// "%default%" keeps the default console parameters beside the node's own.
+	n3 := e.createNode("pxe3", map[string]any{"deploy_interface": "direct", "driver_info": map[string]any{
+		"kernel_append_params": "%default% module_blacklist=ahci"}})
+	require.Equal(t, 202, e.provision("pxe3", "manage", nil).status)
+	e.waitState("pxe3", "manageable")
+	require.Equal(t, 202, e.provision("pxe3", "provide", nil).status)
+	e.waitState("pxe3", "clean wait")
+	script = string(e.do("GET", "/v1/boot/pxe3/ipxe", "", nil).body)
+	assert.Regexp(t, "anvil.node="+n3["uuid"].(string)+" anvil.token=\\S+ console=tty0 console=ttyS0,115200n8 module_blacklist=ahci\n", script)
 
 	f := e.do("GET", "/v1/boot/files/vmlinuz", "", nil)
 	require.Equal(t, 200, f.status)

@@ -96,7 +96,10 @@ func TestCleaningNoDisksFailsUnlessDiskless(t *testing.T) {
 	a.Boot()
 	require.Equal(t, 202, e.provision("fc2", "provide", nil).status)
 	e.drive(a, "fc2", "available", nil)
-	assert.Contains(t, historyText(e, "fc2"), "no disks present, allowed by properties.diskless")
+	hist := historyText(e, "fc2")
+	assert.Contains(t, hist, "no disks present, allowed by properties.diskless")
+	assert.Regexp(t, "clean step deploy.erase_devices(_metadata)? finished: no disks present, allowed by properties.diskless", hist,
+		"the step's own outcome says why it found nothing to erase")
 }
 
 // An agent that cannot report what it sees never lets cleaning succeed.

@@ -124,7 +124,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		})
 		return err
 	}
-	return c.completeAsync(ctx, n.UUID, key, nil, st.Summary, clearCmd)
+	return c.completeAsync(ctx, n.UUID, key, nil, withDisklessNote(n, key, st.Summary), clearCmd)
 }
 
 // agentIsBack continues after the ramdisk (re)booted.

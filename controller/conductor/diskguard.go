@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/anvil-metal/anvil/controller/diskcheck"
 	"github.com/anvil-metal/anvil/controller/state"
@@ -135,6 +136,22 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 		return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", summary)}, nil
 	})
 	return err
+}
+
+// withDisklessNote adds to a finished step's summary that the node was
+// allowed to have no disks, when the disk check before this step passed
+// only by that flag: "no devices to erase" alone would read as if the
+// agent had looked at every disk.
+func withDisklessNote(n *store.Node, stepKey, summary string) string {
+	rec, ok := getDII[DiskCheck](n, DiskCheckKey)
+	if !ok || rec.Step != stepKey || !rec.OK || !rec.NoDisks || rec.DisklessAllowedBy == "" {
+		return summary
+	}
+	note := "no disks present, allowed by " + rec.DisklessAllowedBy
+	if summary = strings.TrimSpace(summary); summary == "" {
+		return note
+	}
+	return note + "; " + summary
 }
 
 // deployCheck fails a deploy only for the disks the root device hints

@@ -67,18 +67,26 @@ type Result struct {
 
 // Run loads modules until no new device appears. It returns early, with
 // what it did so far, when ctx ends or Limit passes.
+//
+// Loads are pipelined rather than done in rounds: the devices are looked
+// at again as soon as any module finishes loading, so a NIC behind
+// virtio_pci gets virtio_net while a slow ATA probe is still running,
+// instead of after it.
 func (c *Coldplug) Run(ctx context.Context) Result {
 	start := time.Now()
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	settle, limit := c.Settle, c.Limit
+	settle, limit, par := c.Settle, c.Limit, c.Parallel
 	if settle <= 0 {
 		settle = 300 * time.Millisecond
 	}
 	if limit <= 0 {
 		limit = time.Minute
+	}
+	if par <= 0 {
+		par = 8
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,15 +94,48 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 		c.seen, c.tried = map[string]bool{}, map[string]bool{}
 	}
 	res := Result{Failed: map[string]string{}}
+	type loaded struct {
+		mod  string
+		err  error
+		took time.Duration
+	}
+	// Buffered for every load Run may start, so that a load finishing
+	// after Run returned (ctx ended, Limit passed) never blocks.
+	done := make(chan loaded, 4096)
+	var queue []string // wanted, not started (more than par at once)
+	inFlight := 0
+	startLoads := func() {
+		for len(queue) > 0 && inFlight < par {
+			m := queue[0]
+			queue = queue[1:]
+			inFlight++
+			go func() {
+				t := time.Now()
+				err := c.Loader.Load(m)
+				done <- loaded{mod: m, err: err, took: time.Since(t)}
+			}()
+		}
+	}
+	finish := func(l loaded) {
+		inFlight--
+		if l.err != nil {
+			res.Failed[l.mod] = l.err.Error()
+			log.WarnContext(ctx, "coldplug: module failed to load", "module", l.mod, "err", l.err)
+		} else {
+			res.Loaded = append(res.Loaded, l.mod)
+			log.InfoContext(ctx, "coldplug: loaded module", "module", l.mod, "took", l.took.Round(time.Millisecond).String())
+		}
+	}
 	lastLoad := start.Add(-settle) // nothing loaded yet: no reason to wait
-	for ctx.Err() == nil && time.Since(start) < limit {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
 		devs, err := ScanModaliases(c.Sys)
 		if err != nil {
 			log.WarnContext(ctx, "coldplug: cannot read devices", "sys", c.Sys, "err", err)
 			break
 		}
 		var want []string
-		wanted := map[string]bool{}
 		fresh := 0
 		for _, d := range devs {
 			if d.Bound || c.seen[d.Path] {
@@ -109,34 +150,49 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 				continue
 			}
 			for _, m := range mods {
-				if !c.tried[m] && !wanted[m] {
-					wanted[m] = true
+				if !c.tried[m] {
+					c.tried[m] = true
 					want = append(want, m)
 				}
 			}
 		}
-		if len(want) == 0 {
-			if fresh == 0 && time.Since(lastLoad) >= settle {
-				break
-			}
-			sleep(ctx, 50*time.Millisecond)
-			continue
+		if len(want) > 0 {
+			// A round is a set of modules wanted by one look at the
+			// devices; its loads overlap with earlier rounds' loads.
+			res.Rounds++
+			sort.Strings(want)
+			log.InfoContext(ctx, "coldplug: loading modules", "round", res.Rounds, "modules", want)
+			queue = append(queue, want...)
 		}
-		res.Rounds++
-		sort.Strings(want)
-		t := time.Now()
-		errs := c.load(want)
-		for i, m := range want {
-			c.tried[m] = true
-			if errs[i] != nil {
-				res.Failed[m] = errs[i].Error()
-				log.WarnContext(ctx, "coldplug: module failed to load", "module", m, "err", errs[i])
-			} else {
-				res.Loaded = append(res.Loaded, m)
-			}
+		startLoads()
+		if inFlight == 0 && len(queue) == 0 && fresh == 0 && time.Since(lastLoad) >= settle {
+			break
 		}
-		log.InfoContext(ctx, "coldplug: loaded modules", "round", res.Rounds, "modules", want, "took", time.Since(t).Round(time.Millisecond).String())
-		lastLoad = time.Now()
+		// Look again when a load finishes (its driver may have exposed
+		// devices) or, while settling, every 50 ms.
+		tick := time.NewTimer(50 * time.Millisecond)
+		select {
+		case l := <-done:
+			finish(l)
+			lastLoad = time.Now()
+		case <-tick.C:
+		case <-ctx.Done():
+		case <-deadline.C:
+		}
+		tick.Stop()
+		if ctx.Err() != nil || time.Since(start) >= limit {
+			break
+		}
+	}
+	// Loads still running when ctx ended or Limit passed are not waited
+	// for; what finished is reported.
+	for drained := false; !drained; {
+		select {
+		case l := <-done:
+			finish(l)
+		default:
+			drained = true
+		}
 	}
 	res.Took = time.Since(start)
 	return res
@@ -154,26 +210,6 @@ func (c *Coldplug) Watch(ctx context.Context, interval time.Duration) {
 			log.InfoContext(ctx, "coldplug: late devices", "loaded", r.Loaded, "failed", r.Failed)
 		}
 	}
-}
-
-func (c *Coldplug) load(mods []string) []error {
-	par := c.Parallel
-	if par <= 0 {
-		par = 8
-	}
-	errs := make([]error, len(mods))
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	for i, m := range mods {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = c.Loader.Load(m)
-		}()
-	}
-	wg.Wait()
-	return errs
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
