@@ -298,6 +298,13 @@ func (l *loop) lookup(ctx context.Context) (*protocol.LookupResponse, bool) {
 		case errors.Is(err, ErrConflict):
 			unreachable = 0
 			l.log.InfoContext(ctx, "node is busy on the controller; retrying lookup", "err", err, "retry_in", wait.String())
+		case errors.Is(err, ErrUntrusted):
+			unreachable = 0
+			// Said loudly on the console: either a rogue server answers at
+			// the controller's address, or the controller's certificate
+			// changed and the boot configuration was not told.
+			l.log.ErrorContext(ctx, "REFUSING the server at the controller URL: its TLS certificate is not the trusted one (anvil.api_fingerprint= on the kernel command line); nothing is taken from it; retrying",
+				"err", err, "retry_in", wait.String())
 		case errors.Is(err, ErrUnreachable):
 			l.log.WarnContext(ctx, "controller unreachable; retrying lookup", "err", err, "retry_in", wait.String())
 		default:
@@ -403,6 +410,10 @@ func (l *loop) heartbeats(ctx context.Context, lr *protocol.LookupResponse, hw H
 			// A new lookup mints a new token: no dead end after the
 			// controller wiped the old one.
 			return delivered, fmt.Errorf("heartbeat refused: %w", err)
+		case errors.Is(err, ErrUntrusted):
+			wait = retry.next()
+			log.ErrorContext(ctx, "REFUSING the server at the controller URL: its TLS certificate is not the trusted one; retrying the heartbeat", "err", err, "retry_in", wait.String())
+			l.powerAfterReport(ctx, hb.Command, false)
 		case errors.Is(err, ErrBadRequest):
 			wait = retry.next()
 			log.ErrorContext(ctx, "controller rejected the heartbeat; retrying", "err", err, "retry_in", wait.String())

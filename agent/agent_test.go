@@ -208,10 +208,20 @@ func TestSecondCommandWhileBusyIsNotStarted(t *testing.T) {
 	assert.Contains(t, h.logs.String(), "agent is busy; ignoring new command")
 	assert.Contains(t, h.logs.String(), "command_id=c2")
 
-	// Once c1 is done, the controller's retry of c2 runs.
+	// Once c1 is done, the controller's retry of c2 runs. A controller
+	// sends the next command only after it has recorded c1's result (a
+	// command sent while c1's final is unreported replaces it, by design
+	// and with a warning), so the fake stops offering c2 until then.
+	ctrl.send(nil, false)
+	// A heartbeat after that one means every reply carrying c2 has been
+	// handled (while c1 was running).
+	seen := len(ctrl.hbs())
+	require.Eventually(t, func() bool { return len(ctrl.hbs()) > seen+1 }, waitFor, poll)
 	close(h.step.release)
-	require.Eventually(t, func() bool { return ctrl.finalOf("c2") != nil }, waitFor, poll)
+	require.Eventually(t, func() bool { return ctrl.finalOf("c1") != nil }, waitFor, poll)
 	assert.Equal(t, protocol.CommandSucceeded, ctrl.finalOf("c1").State)
+	ctrl.send(cleanStep("c2", "quick"), true)
+	require.Eventually(t, func() bool { return ctrl.finalOf("c2") != nil }, waitFor, poll)
 	assert.Equal(t, []string{"clean:erase_devices", "clean:quick"}, h.mgr.Calls())
 }
 

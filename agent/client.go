@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,10 @@ var (
 	// ErrUnreachable: no answer at all (connection refused, timeout, DNS);
 	// the agent's own network may be the problem.
 	ErrUnreachable = errors.New("controller unreachable")
+	// ErrUntrusted: the server's TLS certificate is not the pinned one
+	// (or, unpinned, not valid for the system roots). Nothing was sent
+	// beyond the handshake and nothing of its answer is used.
+	ErrUntrusted = errors.New("controller not trusted")
 )
 
 // HTTPError is a non-success answer of the controller.
@@ -90,6 +96,11 @@ type ClientConfig struct {
 	// Nonce is the per-boot nonce from the kernel command line
 	// (anvil.token=), sent with lookups when set.
 	Nonce string
+	// Fingerprint pins the controller's TLS certificate ("sha256:<hex>",
+	// anvil.api_fingerprint=): only a server presenting exactly that
+	// certificate is spoken to, whatever CA signed it, and API must be
+	// https. Without it an https API is checked against the system roots.
+	Fingerprint string
 	// Timeout bounds one request; 0 means 30 s. Heartbeat answers are
 	// immediate on the controller side, so a slow request means a sick
 	// network and is better retried.
@@ -105,10 +116,23 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("controller API URL %q: want http(s)://host[:port]", cfg.API)
 	}
+	var pinned *tls.Config // nil: the system roots
+	if cfg.Fingerprint != "" {
+		fp, err := protocol.ParseFingerprint(cfg.Fingerprint)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", protocol.CmdlineFingerprint, err)
+		}
+		if u.Scheme != "https" {
+			return nil, fmt.Errorf("controller API URL %q: a pinned certificate (%s) needs https://; refusing plain HTTP",
+				cfg.API, protocol.CmdlineFingerprint)
+		}
+		pinned = protocol.PinnedTLSConfig(fp)
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
 	tr := &http.Transport{
+		TLSClientConfig: pinned,
 		// The ramdisk has no proxy configuration, and a workstation's proxy
 		// must not see agent tokens.
 		Proxy:                 nil,
@@ -153,7 +177,7 @@ func (c *Client) Lookup(ctx context.Context, macs []string, bootID string) (*pro
 	}
 	resp, err := c.do(req)
 	if err != nil {
-		return nil, fmt.Errorf("lookup: %w: %w", ErrUnreachable, err)
+		return nil, fmt.Errorf("lookup: %w", transportError(err))
 	}
 	defer drain(resp.Body)
 	if resp.StatusCode != http.StatusOK {
@@ -181,7 +205,7 @@ func (c *Client) Heartbeat(ctx context.Context, nodeUUID string, hb *protocol.He
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.do(req)
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w: %w", ErrUnreachable, err)
+		return nil, fmt.Errorf("heartbeat: %w", transportError(err))
 	}
 	defer drain(resp.Body)
 	switch resp.StatusCode {
@@ -202,6 +226,20 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
 	return c.http.Do(req)
+}
+
+// transportError classifies a request that got no answer: a certificate
+// refused (ErrUntrusted) or no connection at all (ErrUnreachable).
+func transportError(err error) error {
+	var verr *tls.CertificateVerificationError
+	var uerr x509.UnknownAuthorityError
+	var herr x509.HostnameError
+	var cerr x509.CertificateInvalidError
+	if errors.Is(err, protocol.ErrFingerprintMismatch) || errors.As(err, &verr) || errors.As(err, &uerr) ||
+		errors.As(err, &herr) || errors.As(err, &cerr) {
+		return fmt.Errorf("%w: %w", ErrUntrusted, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnreachable, err)
 }
 
 // drain lets the connection be reused.

@@ -18,6 +18,11 @@ type BootConfig struct {
 	// Token is the per-boot nonce baked into the boot config by the
 	// controller (anvil.token=); optional.
 	Token string
+	// Fingerprint is the SHA-256 of the controller's TLS certificate
+	// (anvil.api_fingerprint=sha256:<hex>): the agent talks to a server
+	// presenting that certificate only. Checked by NewClient, so a
+	// malformed one stops the agent instead of unpinning it.
+	Fingerprint string
 	// Debug turns on debug logging (anvil.debug, anvil.debug=1).
 	Debug bool
 	// Interfaces restricts network setup to these interfaces
@@ -156,6 +161,8 @@ func parseArgs(args []string) BootConfig {
 			c.IPA.Debug = !hasVal || truthy(val)
 		case "anvil.token":
 			c.Token = val
+		case protocol.CmdlineFingerprint:
+			c.Fingerprint = val
 		case "anvil.debug":
 			c.Debug = !hasVal || truthy(val)
 		case "anvil.interface":

@@ -492,14 +492,16 @@ func (d *DHCPv4Client) keep(ctx context.Context, log *slog.Logger, link netlink.
 
 // renew runs one exchange on link and applies the lease it gets.
 func renew(ctx context.Context, link netlink.Link, cfg dhclient.Config, linkUp time.Duration) (time.Duration, error) {
-	for r := range dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkUp) {
-		if r.Err != nil {
-			return 0, r.Err
-		}
-		if err := r.Lease.Configure(); err != nil {
-			return 0, fmt.Errorf("configure lease: %w", err)
-		}
-		return leaseTime(r.Lease), nil
+	// One link asked, so the first result is the only one.
+	r, ok := <-dhclient.SendRequests(ctx, []netlink.Link{link}, true, false, cfg, linkUp)
+	if !ok {
+		return 0, errors.New("no answer")
 	}
-	return 0, errors.New("no answer")
+	if r.Err != nil {
+		return 0, r.Err
+	}
+	if err := r.Lease.Configure(); err != nil {
+		return 0, fmt.Errorf("configure lease: %w", err)
+	}
+	return leaseTime(r.Lease), nil
 }

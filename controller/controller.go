@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 	"github.com/anvil-metal/anvil/controller/ui"
 	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
@@ -65,7 +67,9 @@ type Config struct {
 	// on the API to anyone.
 	MetricsListen string
 	MetricsPublic bool
-	Logger        *slog.Logger
+	// TLS makes the controller serve HTTPS (the zero value: plain HTTP).
+	TLS    TLSConfig
+	Logger *slog.Logger
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -166,6 +170,27 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	var tlsConf *tls.Config  // the server's; nil = plain HTTP
+	var agentTLS *tls.Config // simulated agents pin the certificate as real ones do
+	var pin string
+	if cfg.TLS.Enabled() {
+		cert, fp, err := ServerCertificate(cfg)
+		if err != nil {
+			return err
+		}
+		tlsConf, pin = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, fp.String()
+		agentTLS = protocol.PinnedTLSConfig(fp)
+		log.Info("serving HTTPS; agents are told to pin this certificate", "tls_fingerprint", pin, "self_signed", cfg.TLS.SelfSigned)
+		if cfg.TLS.SelfSigned {
+			log.Info("self-signed certificate", "dir", tlsDir(cfg), "cert", SelfSignedCert, "fingerprint_file", SelfSignedFingerprint)
+			if miss := missingHosts(cert, selfSignedHosts(cfg)); len(miss) > 0 {
+				log.Warn("the self-signed certificate (kept from an earlier start so agents' pins stay valid) does not name these hosts; clients verifying names will refuse them",
+					"hosts", miss, "fix", "remove "+SelfSignedCert+" and "+SelfSignedKey+" to create a new one")
+			}
+		}
+	} else {
+		log.Warn("serving plain HTTP: anyone on the network can read credentials and agent tokens, and a rogue server can pose as the controller to the ramdisk; use --tls-self-signed or --tls-cert/--tls-key outside labs")
+	}
 	cc := cfg.Conductor.WithDefaults()
 	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
 	// The conductor's workers, its BMC pool and its loops get a database
@@ -192,12 +217,12 @@ func Run(ctx context.Context, cfg Config) error {
 	var listenURL string
 	var sim *simulatedHardware
 	if cfg.SimulateAgents {
-		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL }, cfg.SimulateStepTime)
+		sim = newSimulatedHardware(ctx, st, log.With("component", "simagent"), func() string { return listenURL }, cfg.SimulateStepTime, agentTLS)
 		defer sim.shutdown()
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	media, err := openVirtualMedia(cfg, log, func() string {
+	media, err := openVirtualMedia(cfg, log, pin != "", func() string {
 		if cfg.PublicURL != "" {
 			return cfg.PublicURL
 		}
@@ -216,17 +241,22 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
-		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute})
+		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	listenURL = "http://" + ln.Addr().String()
+	if tlsConf != nil {
+		listenURL = "https://" + ln.Addr().String()
+	}
 	var bootSvc *boot.Service
 	if cfg.Boot.Enabled() {
 		bc := cfg.Boot
-		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, cfg.PublicURL, ln.Addr().(*net.TCPAddr).Port
+		// Boot loaders fetch in plain HTTP (see api.SplitTLS), also from
+		// a controller serving HTTPS; so does the GRUB relay.
+		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, plainURL(cfg.PublicURL), ln.Addr().(*net.TCPAddr).Port
 		bc.APIURL = selfURL(ln.Addr().(*net.TCPAddr))
 		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cc.Host, "boot")
 		bs, ok := st.(boot.Store)
@@ -248,6 +278,12 @@ func Run(ctx context.Context, cfg Config) error {
 	hs.RegisterOnShutdown(dash.Close)
 	servers := []*http.Server{hs}
 	listeners := []net.Listener{api.Listen(ln, limits, log)}
+	if tlsConf != nil {
+		tl, pl := api.SplitTLS(listeners[0], tlsConf, limits.ReadHeaderTimeout)
+		listeners[0] = tl
+		servers = append(servers, api.NewHTTPServer(srv.PlainBootOnly(), limits, log))
+		listeners = append(listeners, pl)
+	}
 	if cfg.MetricsListen != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
@@ -260,7 +296,7 @@ func Run(ctx context.Context, cfg Config) error {
 		listeners = append(listeners, mln)
 		log.Info("serving metrics", "addr", mln.Addr().String())
 	}
-	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "database", redactURL(cfg.Database), "auth", cfg.Auth,
+	log.Info("anvil-controller listening", "addr", ln.Addr().String(), "url", listenURL, "database", redactURL(cfg.Database), "auth", cfg.Auth,
 		"host", cond.Host(), "lease_holder", cond.Holder(), "metrics", metricsRoute.String())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
@@ -314,6 +350,14 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
+// plainURL is an https:// URL as http://, for the boot loaders.
+func plainURL(u string) string {
+	if rest, ok := strings.CutPrefix(u, "https://"); ok {
+		return "http://" + rest
+	}
+	return u
+}
+
 // selfURL is how this process reaches its own listener.
 func selfURL(a *net.TCPAddr) string {
 	ip := a.IP
@@ -350,7 +394,7 @@ func redactURL(raw string) string {
 // openVirtualMedia sets up per-node ISOs when --boot-dir has the agent
 // ISO (nil, nil when it has none: redfish-virtual-media boots then fail
 // with a message saying why).
-func openVirtualMedia(cfg Config, log *slog.Logger, publicURL func() string) (*vmedia.Builder, error) {
+func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func() string) (*vmedia.Builder, error) {
 	if cfg.BootDir == "" {
 		return nil, nil
 	}
@@ -366,7 +410,8 @@ func openVirtualMedia(cfg Config, log *slog.Logger, publicURL func() string) (*v
 		}
 		dir, temp = d, true
 	}
-	b, err := vmedia.New(vmedia.Config{BootDir: cfg.BootDir, CacheDir: dir, PublicURL: publicURL, Logger: log.With("component", "vmedia"), RemoveDir: temp})
+	b, err := vmedia.New(vmedia.Config{BootDir: cfg.BootDir, CacheDir: dir, PublicURL: publicURL, Logger: log.With("component", "vmedia"), RemoveDir: temp,
+		PlainHTTP: plainHTTP})
 	if err != nil {
 		if temp {
 			os.RemoveAll(dir)

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -28,15 +30,17 @@ type simulatedHardware struct {
 	agents map[string]context.CancelFunc
 	wg     sync.WaitGroup
 	ctx    context.Context
+	// tls is how the agents trust this controller's HTTPS (nil: plain).
+	tls *tls.Config
 }
 
-func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger, url func() string, stepTime time.Duration) *simulatedHardware {
+func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger, url func() string, stepTime time.Duration, tc *tls.Config) *simulatedHardware {
 	const interval = 200 * time.Millisecond
 	if stepTime <= 0 {
 		stepTime = time.Second
 	}
 	return &simulatedHardware{st: st, log: log, url: url, interval: interval, stepRuns: max(1, int(stepTime/interval)),
-		agents: map[string]context.CancelFunc{}, ctx: ctx}
+		agents: map[string]context.CancelFunc{}, ctx: ctx, tls: tc}
 }
 
 // simulatedDisks are what the simulated erase steps report, per device, as
@@ -79,6 +83,9 @@ func (s *simulatedHardware) boot(ctx context.Context, n *store.Node) {
 	}
 	s.stop(n.UUID) // a reboot replaces the running agent
 	a := simagent.New(s.url(), macs...)
+	if s.tls != nil {
+		a.HTTP.Transport = &http.Transport{TLSClientConfig: s.tls}
+	}
 	a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Runs: s.stepRuns,
 		Summary: "/dev/sda: signatures removed: gpt (simulated); /dev/nvme0n1: signatures removed: gpt (simulated)"}
 	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Runs: s.stepRuns, Bytes: 64 << 30, Device: "/dev/sda", Summary: simulatedDisks}

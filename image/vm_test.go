@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // guestfwdEnv switches the test binary into a one-connection TCP relay:
@@ -130,9 +131,12 @@ type controller struct {
 	bin, dir string
 	args     []string
 	cmd      *exec.Cmd
+	// hc trusts the controller's self-signed certificate (--tls-self-signed)
+	// by its fingerprint; plain otherwise.
+	hc *http.Client
 }
 
-var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)`)
+var listenRE = regexp.MustCompile(`anvil-controller listening"? addr=(\S+)(?: url=(\S+))?`)
 
 func startController(tb testing.TB, extraArgs ...string) *controller {
 	tb.Helper()
@@ -176,7 +180,7 @@ func (c *controller) start(tb testing.TB, listen string) {
 		tb.Fatal(err)
 	}
 	c.cmd = cmd
-	addr := make(chan string, 1)
+	addr := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -184,14 +188,25 @@ func (c *controller) start(tb testing.TB, listen string) {
 			c.logs.WriteString(sc.Text() + "\n")
 			c.mu.Unlock()
 			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				addr <- m
 			}
 		}
 	}()
 	select {
-	case a := <-addr:
-		c.url = "http://" + a
-		_, c.port, _ = net.SplitHostPort(a)
+	case m := <-addr:
+		c.url = "http://" + m[1]
+		if m[2] != "" {
+			c.url = m[2]
+		}
+		_, c.port, _ = net.SplitHostPort(m[1])
+		c.hc = http.DefaultClient
+		if fp, err := os.ReadFile(filepath.Join(c.dir, "anvil-tls.fingerprint")); err == nil {
+			pin, err := protocol.ParseFingerprint(string(fp))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: protocol.PinnedTLSConfig(pin)}}
+		}
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("controller did not start:\n%s", c.log())
 	}
@@ -236,7 +251,7 @@ func (c *controller) call(tb testing.TB, method, path string, body any) (int, ma
 	}
 	req.Header.Set("X-OpenStack-Ironic-API-Version", apiVersion)
 	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	res, err := c.hc.Do(req)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -398,10 +413,10 @@ func (v *vm) stop() {
 	<-v.exited
 }
 
-// inspectWithVM enrols a node for mac, starts inspection, boots the VM and
-// waits for the controller to finish inspection (or, if untilHeartbeat, for
-// the first heartbeat only).
-func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, disks []string, untilHeartbeat bool) inspection {
+// startInspection enrols a fake-hardware node with a port for mac and
+// moves it into inspection; the test boots the VM (fake-hardware's power
+// actions are no-ops).
+func (c *controller) startInspection(tb testing.TB, name, mac string) string {
 	tb.Helper()
 	node := c.mustCall(tb, "POST", "/v1/nodes", map[string]any{
 		"driver": "fake-hardware", "name": name, "deploy_interface": "direct", "inspect_interface": "agent",
@@ -411,6 +426,15 @@ func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, 
 	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "manage"})
 	c.waitState(tb, name, "manageable", time.Minute)
 	c.mustCall(tb, "PUT", "/v1/nodes/"+name+"/states/provision", map[string]any{"target": "inspect"})
+	return uuid
+}
+
+// inspectWithVM enrols a node for mac, starts inspection, boots the VM and
+// waits for the controller to finish inspection (or, if untilHeartbeat, for
+// the first heartbeat only).
+func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, disks []string, untilHeartbeat bool) inspection {
+	tb.Helper()
+	uuid := c.startInspection(tb, name, mac)
 
 	// fake-hardware's power actions are no-ops: the test is the power.
 	boot.pxeNode = uuid

@@ -101,7 +101,7 @@ func TestAgentCleansLoopDevicesThroughTheController(t *testing.T) {
 	require.NoError(t, c.Do(ctx, "PATCH", "/v1/nodes/loop-node", patch, nil))
 	require.NoError(t, c.Provision(ctx, "loop-node", "active", nil))
 	start = time.Now()
-	n, err = c.WaitForState(ctx, "loop-node", "active", 100*time.Millisecond, nil)
+	_, err = c.WaitForState(ctx, "loop-node", "active", 100*time.Millisecond, nil)
 	require.NoError(t, err, "deploy failed; agent log:\n%s", tail(dir+"/agent.log"))
 	t.Logf("deploy of a 4 MiB image to a loop device took %s", time.Since(start).Round(time.Millisecond))
 	got, err := os.ReadFile(files[1])

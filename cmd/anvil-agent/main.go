@@ -56,6 +56,7 @@ const (
 // options are the flags after the kernel command line was merged in.
 type options struct {
 	api     string
+	apiPin  string // the controller certificate's fingerprint
 	node    string
 	token   string
 	devices []string
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("anvil-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.api, "api", "", "controller URL (default: anvil.api= from the kernel command line)")
+	fs.StringVar(&o.apiPin, "api-fingerprint", "", "accept only a controller whose TLS certificate has this SHA-256 fingerprint, sha256:<hex> (default: anvil.api_fingerprint=)")
 	fs.StringVar(&o.node, "node", "", "node UUID to look up (default: anvil.node=)")
 	devices := fs.String("devices", "", "comma-separated devices destructive steps may write, even outside the ramdisk (default: anvil.devices=)")
 	fs.StringVar(&o.root, "root", systemRoot, "root of /sys, /proc and /dev for hardware discovery (another root never gets ramdisk powers)")
@@ -119,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	boot := agent.ParseBoot(string(raw), bootConfig)
 	if !set["api"] {
 		o.api = boot.API
+	}
+	if !set["api-fingerprint"] {
+		o.apiPin = boot.Fingerprint
 	}
 	if !set["node"] {
 		o.node = boot.Node
@@ -252,7 +257,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	// anvil.token= is the per-boot nonce the controller put in the node's
 	// iPXE script; lookups carry it so only the machine that booted that
 	// script can obtain the agent token.
-	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node, Nonce: o.token})
+	client, err := agent.NewClient(agent.ClientConfig{API: o.api, Version: agent.Version, NodeUUID: o.node, Nonce: o.token,
+		Fingerprint: o.apiPin})
 	if err != nil {
 		// Staying up harms nothing, so the detected environment decides
 		// here, ramdisk powers or not.
@@ -260,7 +266,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "anvil-agent:", err, "(set --api or anvil.api= on the kernel command line)")
 			return 2
 		}
-		stayUp(ctx, log, "no usable controller URL; set anvil.api= on the kernel command line", err)
+		stayUp(ctx, log, "no usable controller URL; set anvil.api= (and with https, anvil.api_fingerprint=) on the kernel command line", err)
 		return 0
 	}
 

@@ -13,8 +13,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -36,6 +38,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return runTo(ctx, args, getenv, os.Stdout)
+}
+
+// runTo is run writing its own output (--print-fingerprint) to stdout.
+func runTo(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) > 0 && (args[0] == "export" || args[0] == "import") {
 		return runTransfer(ctx, args[0], args[1:], getenv, os.Stdin, os.Stdout, os.Stderr)
 	}
@@ -90,6 +97,14 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	fs.DurationVar(&hl.WriteTimeout, "http-write-timeout", hl.WriteTimeout, "limit from the end of a request's headers to the end of its response; boot files get 10m (0: no limit)")
 	fs.DurationVar(&hl.IdleTimeout, "http-idle-timeout", hl.IdleTimeout, "close keep-alive connections idle this long (0: the read timeout)")
 	fs.IntVar(&hl.MaxUnauthConnsPerSource, "max-unauth-conns-per-source", hl.MaxUnauthConnsPerSource, "connections one source IP may hold open before authenticating; more are answered 503 (0: no cap)")
+	// HTTPS: plain HTTP unless set (labs), with a warning at start.
+	var tc controller.TLSConfig
+	fs.StringVar(&tc.CertFile, "tls-cert", "", "serve HTTPS with this PEM certificate (chain); needs --tls-key")
+	fs.StringVar(&tc.KeyFile, "tls-key", "", "the PEM private key of --tls-cert")
+	fs.BoolVar(&tc.SelfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed ECDSA certificate created in --tls-dir on the first start and reused after")
+	fs.StringVar(&tc.Dir, "tls-dir", "", "directory of the self-signed certificate (default: the SQLite database's directory, else the working directory)")
+	tlsHosts := fs.String("tls-hosts", "", "extra host names and IPs for the self-signed certificate, comma-separated (the host name, localhost, loopback and the hosts of --public-url and --listen are always in)")
+	printFP := fs.Bool("print-fingerprint", false, "print the SHA-256 fingerprint of the controller's TLS certificate (creating the self-signed one if needed) and exit")
 	metricsAt := fs.String("metrics-listen", "", "serve /metrics without auth on this address of its own instead of on the API behind its auth")
 	metricsPub := fs.Bool("metrics-public", false, "serve /metrics on the API without auth")
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +118,22 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return err
 	}
 	cc.PriorityOverrides = overrides
+	for _, h := range strings.Split(*tlsHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			tc.Hosts = append(tc.Hosts, h)
+		}
+	}
+	if *printFP {
+		if !tc.Enabled() {
+			return errors.New("--print-fingerprint: the controller serves plain HTTP; give --tls-self-signed or --tls-cert/--tls-key")
+		}
+		_, fp, err := controller.ServerCertificate(controller.Config{Listen: *listen, Database: *database, PublicURL: *publicURL, TLS: tc})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, fp)
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -119,7 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, VMediaDir: *vmediaDir, BMCMinInterval: *bmcGap,
 		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log,
-		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub})
+		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

@@ -9,7 +9,9 @@
 //
 // The controller URL comes from --url or ANVIL_URL (default
 // http://127.0.0.1:6385); http_basic credentials from ANVIL_USERNAME and
-// ANVIL_PASSWORD.
+// ANVIL_PASSWORD. An https controller is trusted by the system roots,
+// --ca-file (ANVIL_CA_FILE) or --fingerprint (ANVIL_FINGERPRINT, the
+// sha256:<hex> the controller prints).
 package main
 
 import (
@@ -37,7 +39,7 @@ func main() {
 	}
 }
 
-const usage = `usage: anvil [--url URL] node <list|show|steps|events|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
+const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] node <list|show|steps|events|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
 
 // verbs maps CLI verbs to provision targets and the state --wait expects.
 var verbs = map[string]struct{ target, want string }{
@@ -53,6 +55,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 		def = "http://127.0.0.1:6385"
 	}
 	url := fs.String("url", def, "controller URL")
+	var trust client.TrustConfig
+	fs.StringVar(&trust.CAFile, "ca-file", getenv("ANVIL_CA_FILE"), "PEM CA bundle to verify an https controller with (e.g. its anvil-tls.crt)")
+	fs.StringVar(&trust.Fingerprint, "fingerprint", getenv("ANVIL_FINGERPRINT"), "trust only the controller certificate with this SHA-256 fingerprint (sha256:<hex>, from anvil-controller --print-fingerprint)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +65,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 	if len(rest) < 2 || rest[0] != "node" {
 		return errors.New(usage)
 	}
-	c := client.New(*url, nil)
+	hc, err := trust.HTTPClient()
+	if err != nil {
+		return err
+	}
+	c := client.New(*url, hc)
 	if u := getenv("ANVIL_USERNAME"); u != "" {
 		c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
 	}

@@ -34,8 +34,12 @@ type Server struct {
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
 	media     VirtualMedia
-	limiter   *limiter
-	router    *mux.Router
+	// tlsPin is the fingerprint of the controller's TLS certificate
+	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
+	// the controller serves plain HTTP.
+	tlsPin  string
+	limiter *limiter
+	router  *mux.Router
 	// traitNames are the trait names Ironic accepts.
 	traitNames traitNames
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
@@ -60,12 +64,16 @@ type Config struct {
 	// MetricsRoute says how the API serves /metrics: behind its auth
 	// (default), to anyone, or not (served on a listener of its own).
 	MetricsRoute MetricsRoute
+	// TLSFingerprint is the SHA-256 fingerprint ("sha256:<hex>") of the
+	// certificate the controller serves HTTPS with; "" = plain HTTP. Boot
+	// configurations then send agents to https:// and pin it.
+	TLSFingerprint string
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media,
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -171,17 +171,29 @@ func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
 }
 
 // agentBoot is what every boot loader passes the agent's kernel: the
-// controller's URL as the node reaches it, and the kernel command line.
-// The first fetch after the controller booted the node carries a
-// single-use nonce (anvil.token=), which the agent's lookup must present;
-// later fetches carry none.
+// URL boot files are fetched from, and the kernel command line with the
+// controller's URL as the node reaches it. The first fetch after the
+// controller booted the node carries a single-use nonce (anvil.token=),
+// which the agent's lookup must present; later fetches carry none.
+//
+// A controller serving HTTPS sends the agent to https:// and pins its
+// certificate (anvil.api_fingerprint=), while the boot loaders fetch
+// their files in plain HTTP on the same port (they cannot be told to
+// trust the certificate; see SplitTLS).
 func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, error) {
 	base := s.publicBase(r, n)
 	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
 	if err != nil {
 		return "", nil, err
 	}
-	args := []string{"anvil.api=" + base, "anvil.node=" + n.UUID}
+	files, api := base, base
+	if s.tlsPin != "" {
+		files, api = withScheme(base, "http"), withScheme(base, "https")
+	}
+	args := []string{"anvil.api=" + api, "anvil.node=" + n.UUID}
+	if s.tlsPin != "" {
+		args = append(args, protocol.CmdlineFingerprint+"="+s.tlsPin)
+	}
 	if nonce != "" { // only the first fetch after the controller booted the node
 		args = append(args, "anvil.token="+nonce)
 	}
@@ -193,7 +205,15 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	} else {
 		args = append(args, strings.Fields(defaultKernelParams)...)
 	}
-	return base, args, nil
+	return files, args, nil
+}
+
+// withScheme replaces the scheme of an http(s) URL.
+func withScheme(base, scheme string) string {
+	if _, rest, ok := strings.Cut(base, "://"); ok {
+		return scheme + "://" + rest
+	}
+	return base
 }
 
 // defaultKernelParams: VGA and the first serial port. Not ttyS1 too:

@@ -48,10 +48,18 @@ func NewHTTPServer(h http.Handler, lim HTTPLimits, log *slog.Logger) *http.Serve
 		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if gc, ok := c.(*guardedConn); ok {
-				return context.WithValue(ctx, ctxConn, gc)
+			// Under HTTPS the guarded connection is inside a tls.Conn and
+			// SplitTLS's wrapper; both unwrap with NetConn.
+			for {
+				if gc, ok := c.(*guardedConn); ok {
+					return context.WithValue(ctx, ctxConn, gc)
+				}
+				w, ok := c.(interface{ NetConn() net.Conn })
+				if !ok {
+					return ctx
+				}
+				c = w.NetConn()
 			}
-			return ctx
 		}}
 }
 

@@ -48,6 +48,11 @@ type Config struct {
 	Logger    *slog.Logger
 	// RemoveDir: Close removes CacheDir (a temporary one).
 	RemoveDir bool
+	// PlainHTTP gives BMCs http:// URLs although the controller serves
+	// HTTPS: like boot loaders, a BMC cannot be told to trust the
+	// controller's (usually self-signed) certificate, and the controller
+	// serves /v1/boot/ in plain HTTP on the same port.
+	PlainHTTP bool
 }
 
 // Builder makes, serves and removes per-node ISOs.
@@ -149,7 +154,11 @@ func (b *Builder) Prepare(nodeUUID, publicURL string) (string, error) {
 	b.boots[nodeUUID] = secret
 	b.mu.Unlock()
 	b.remove(nodeUUID)
-	return fmt.Sprintf("%s/v1/boot/%s/vmedia/%s.iso", strings.TrimRight(publicURL, "/"), nodeUUID, secret), nil
+	base := strings.TrimRight(publicURL, "/")
+	if rest, ok := strings.CutPrefix(base, "https://"); ok && b.cfg.PlainHTTP {
+		base = "http://" + rest
+	}
+	return fmt.Sprintf("%s/v1/boot/%s/vmedia/%s.iso", base, nodeUUID, secret), nil
 }
 
 // Active reports whether the node has a prepared boot not yet released.

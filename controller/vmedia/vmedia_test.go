@@ -46,6 +46,11 @@ func TestBuilder(t *testing.T) {
 	other, err := b.Prepare("node-2", "http://198.51.100.1:6385")
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(other, "http://198.51.100.1:6385/v1/boot/node-2/vmedia/"), "a node's anvil_public_url wins")
+	tlsB, err := New(Config{BootDir: dir, CacheDir: t.TempDir(), PlainHTTP: true})
+	require.NoError(t, err)
+	plain, err := tlsB.Prepare("node-4", "https://192.0.2.10:6385")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(plain, "http://192.0.2.10:6385/v1/boot/node-4/vmedia/"), "an HTTPS controller gives BMCs plain HTTP, as boot loaders get")
 
 	builds := 0
 	cfg := protocol.BootConfig{Cmdline: "anvil.api=http://192.0.2.10:6385 anvil.token=n0nce", NetworkData: json.RawMessage(`{"links":[]}`)}

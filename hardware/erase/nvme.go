@@ -2,7 +2,6 @@ package erase
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -227,5 +226,3 @@ func nvmeFormat(f *os.File, lbaf uint8, ses uint8) error {
 	}
 	return nil
 }
-
-var errNotNVMe = errors.New("not an NVMe device")
