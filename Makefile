@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-e2e test-compat bench bench-load demo demo-sim demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load demo demo-sim demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,9 @@ test-quick: ## unit and integration tests without VMs (< 5 min)
 test-compat: build ## drive a real controller with the python-ironicclient `baremetal` CLI
 	ANVIL_CONTROLLER_BIN=$(CURDIR)/$(BIN)/anvil-controller $(GO) test -count=1 -tags compat -run Compat -v ./cmd/anvil-controller/
 
+test-ironic: ## the agent driven by Debian's stock Ironic 21.4 on loopback (no VM; about 5 min)
+	$(GO) test -count=1 -tags ironic -run StockIronic -v ./cmd/anvil-agent/
+
 test-vm: ## only the tests that boot QEMU VMs (TCG) and drive BMC emulators, incl. the end-to-end scenarios
 	$(GO) test -count=1 -tags vm -run 'VM' -timeout 30m ./...
 
@@ -27,7 +30,7 @@ test-e2e: ## only the end-to-end scenarios, verbose
 	$(GO) test -count=1 -tags vm -run 'VME2E' -timeout 30m -v ./image/
 
 test: test-compat ## everything CI runs: all Go tests including VM ones, the end-to-end scenarios with their durations, and the CLI compatibility test
-	$(GO) test -count=1 -tags vm -skip 'VME2E' -timeout 40m ./...
+	$(GO) test -count=1 -tags 'vm ironic' -skip 'VME2E' -timeout 40m ./...
 	@mkdir -p out
 	@echo "== end-to-end scenarios (QEMU nodes behind anvil-vbmc, real agent ramdisk)"
 	@$(GO) test -count=1 -tags vm -run 'VME2E' -timeout 30m -v ./image/ > out/e2e.log 2>&1; s=$$?; \
@@ -59,7 +62,7 @@ fmt: ## gofmt the tree
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags 'vm compat' ./...
+	$(GO) vet -tags 'vm compat ironic' ./...
 
 clean:
 	rm -rf $(BIN) out

@@ -141,6 +141,9 @@ type Agent struct {
 	// it, and waiting a whole interval for it would add that interval to
 	// every step. Default 1 s; never longer than the interval.
 	FollowUp time.Duration
+	// Discover: discovery mode (anvil.discovery): report the machine to
+	// the controller for enrolment instead of looking a node up.
+	Discover bool
 	// PowerGrace is how long a finished power_off/reboot waits for its
 	// SUCCEEDED status to reach the controller before powering anyway, so
 	// a lost controller cannot keep a machine on forever; default 2 min.
@@ -194,7 +197,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		boot: newBootTimer(cfg.Clock.Now(), cfg.KernelUptime),
 	}
 	log.InfoContext(ctx, "agent starting", "version", cfg.Version, "kernel_uptime", cfg.KernelUptime.String())
-	l.run(ctx)
+	if cfg.Discover {
+		l.discover(ctx)
+	} else {
+		l.run(ctx)
+	}
 	// A running command sees ctx cancelled; give it a moment to stop, but
 	// do not let a step stuck in the kernel block shutdown.
 	stopped := make(chan struct{})

@@ -36,6 +36,9 @@ type BootConfig struct {
 	DevicesSet bool
 	// Node is the node UUID, when the boot config knows it (anvil.node=).
 	Node string
+	// Discovery: the controller booted a machine no node has
+	// (anvil.discovery); the agent reports it for enrolment.
+	Discovery bool
 	// IPA holds ironic-python-agent's arguments. They select the IPA
 	// adapter (agent/ipa) when ipa-api-url= is given without anvil.api=:
 	// the ramdisk was booted by a stock Ironic, not by anvil.
@@ -175,6 +178,8 @@ func parseArgs(args []string) BootConfig {
 			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":
 			c.Node = val
+		case "anvil.discovery":
+			c.Discovery = !hasVal || truthy(val)
 		case "ip":
 			if c.Static == nil || kernelIP {
 				st, err := parseKernelIP(val)

@@ -64,6 +64,8 @@ func TestParseCmdlineEdgeCases(t *testing.T) {
 		{"empty devices: a list that allows nothing", "anvil.devices=", BootConfig{DevicesSet: true}},
 		{"bare devices: the same", "anvil.devices", BootConfig{DevicesSet: true}},
 		{"quoted value with spaces", `anvil.node="abc def" x`, BootConfig{Node: "abc def"}},
+		{"discovery marker", "anvil.api=http://x:1 anvil.discovery console=tty0", BootConfig{API: "http://x:1", anvilAPI: true, Discovery: true}},
+		{"discovery off", "anvil.discovery=0", BootConfig{}},
 		{"tabs and newline", "anvil.api=http://x:1\tanvil.node=n\n", BootConfig{API: "http://x:1", anvilAPI: true, Node: "n"}},
 		{"after -- belongs to init", "quiet -- anvil.api=http://x:1", BootConfig{}},
 	}

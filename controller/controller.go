@@ -49,6 +49,9 @@ type Config struct {
 	Boot boot.Config
 	// PublicLimit bounds lookups, heartbeats and boot files per source.
 	PublicLimit api.PublicLimit
+	// Discovery enrols machines no node knows when they boot the ramdisk
+	// (the boot service answers their MACs too); off unless Enabled.
+	Discovery api.DiscoveryConfig
 	// Conductor is the conductor's configuration (conductor.DefaultConfig
 	// for a production controller); its store-dependent settings and
 	// logger are set here.
@@ -241,7 +244,7 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
-		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin})
+		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -257,6 +260,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// Boot loaders fetch in plain HTTP (see api.SplitTLS), also from
 		// a controller serving HTTPS; so does the GRUB relay.
 		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, plainURL(cfg.PublicURL), ln.Addr().(*net.TCPAddr).Port
+		bc.Discovery = cfg.Discovery.Enabled
 		bc.APIURL = selfURL(ln.Addr().(*net.TCPAddr))
 		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cc.Host, "boot")
 		bs, ok := st.(boot.Store)

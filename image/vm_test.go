@@ -307,6 +307,13 @@ type vmBoot struct {
 	extraArgs      []string
 	pxe            bool
 	pxeNode        string // set by inspectWithVM once the node exists
+	// cmdline replaces anvil.api=... on a direct boot (a stock Ironic's
+	// ipa-api-url=...); netOpts are more slirp options, e.g.
+	// "hostfwd=tcp:127.0.0.1:PORT-:9999" for a server in the guest.
+	cmdline string
+	netOpts []string
+	// prepareDisk runs on each disk's backing file before QEMU starts.
+	prepareDisk func(path string)
 }
 
 // nicROM leaves the NIC's iPXE option ROM out of direct kernel boots:
@@ -335,9 +342,16 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
 	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
+	for _, o := range boot.netOpts {
+		netdev += "," + o
+	}
 	if !boot.pxe {
+		kargs := "anvil.api=http://" + guestAPI
+		if boot.cmdline != "" {
+			kargs = boot.cmdline
+		}
 		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
-			"-append", "console=ttyS0 panic=-1 anvil.api=http://"+guestAPI+strings.Join(append([]string{""}, boot.extraArgs...), " "))
+			"-append", "console=ttyS0 panic=-1 "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
 	} else {
 		tftp := filepath.Join(dir, "tftp")
 		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/" + boot.pxeNode + "/ipxe\n"
@@ -374,6 +388,11 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		tb.Fatal(err)
 	}
 	args = append(args, diskArgs...)
+	for _, f := range files {
+		if boot.prepareDisk != nil {
+			boot.prepareDisk(f)
+		}
+	}
 	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{}), disks: files}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)
 	v.cmd.Env = append(os.Environ(), guestfwdEnv+"="+controllerAddr)

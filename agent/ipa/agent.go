@@ -115,11 +115,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	ext.SetNode(lr.Node)
 	srv := &Server{Version: a.Version, Started: time.Now(), Log: log}
 	ext.Lockdown = func() {
-		srv.Lockdown()
-		close(locked)
+		if srv.Lockdown() {
+			close(locked)
+		}
 	}
 	srv.Commands = newCommands(ctx, ext.handlers(), log, force)
-	if lr.Config.AgentToken == "" || lr.Config.AgentToken == "******" {
+	if lr.Config.AgentToken == "" { // none, or Ironic's "******" (ParseLookup)
 		// Ironic hands the token out once; without it every command
 		// would be refused, so say why loudly.
 		log.Error("ipa: Ironic gave no agent token (already retrieved by an earlier boot?); commands will be refused until the node is rebooted into the ramdisk")
@@ -210,14 +211,7 @@ func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupRes
 		}
 		d := a.Backoff.Delay(failures)
 		if errors.Is(err, ErrConflict) {
-			switch pause {
-			case 0:
-				pause = 5 * time.Second
-			case 5 * time.Second:
-				pause = 10 * time.Second
-			default:
-				pause = 30 * time.Second
-			}
+			pause = nextLockPause(pause)
 			d = pause
 		}
 		a.Log.Warn("ipa: lookup failed; retrying", "addresses", macs, "err", err, "retry_in", d.String())
@@ -225,6 +219,18 @@ func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupRes
 			return nil
 		}
 	}
+}
+
+// nextLockPause is IPA's wait after a lookup found the node locked: 5,
+// 10, then 30 s.
+func nextLockPause(prev time.Duration) time.Duration {
+	switch prev {
+	case 0:
+		return 5 * time.Second
+	case 5 * time.Second:
+		return 10 * time.Second
+	}
+	return 30 * time.Second
 }
 
 // callbackURL is what Ironic calls back: the advertised host and port, or
@@ -316,6 +322,20 @@ func (a *Agent) heartbeats(ctx context.Context, log *slog.Logger, c *Client, lr 
 		default:
 			log.Error("ipa: heartbeat failed", "err", err)
 		}
-		wait = time.Duration(lr.Config.HeartbeatTimeout * (0.3 + 0.3*rand.Float64()) * float64(time.Second))
+		wait = heartbeatInterval(lr.Config.HeartbeatTimeout, rand.Float64())
 	}
+}
+
+// heartbeatInterval is IPA's: heartbeat_timeout × uniform(0.3, 0.6), so a
+// heartbeat or two may be lost before Ironic times the agent out. jitter
+// is in [0, 1).
+// The period is capped at a day: a huge heartbeat_timeout must not
+// overflow into a negative (busy) period.
+func heartbeatInterval(timeout, jitter float64) time.Duration {
+	const maxPeriod = 24 * time.Hour
+	d := timeout * (0.3 + 0.3*jitter) * float64(time.Second)
+	if d > float64(maxPeriod) {
+		return maxPeriod
+	}
+	return time.Duration(d)
 }

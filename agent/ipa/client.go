@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -155,18 +156,26 @@ func (c *Client) ironicVersion(ctx context.Context) apiVersion {
 	if err != nil {
 		return minIronicVersion
 	}
-	var root struct {
-		Default struct {
-			Version string `json:"version"`
-		} `json:"default_version"`
-	}
-	if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &root) == nil {
-		if v, ok := parseVersion(root.Default.Version); ok {
+	if resp.StatusCode == http.StatusOK {
+		if v, ok := parseRootVersion(body); ok {
 			c.version = &v
 			return v
 		}
 	}
 	return minIronicVersion
+}
+
+// parseRootVersion reads default_version.version from Ironic's GET /.
+func parseRootVersion(body []byte) (apiVersion, bool) {
+	var root struct {
+		Default struct {
+			Version string `json:"version"`
+		} `json:"default_version"`
+	}
+	if json.Unmarshal(body, &root) != nil {
+		return apiVersion{}, false
+	}
+	return parseVersion(root.Default.Version)
 }
 
 // errorText is IPA's _error_from_response: Ironic's faultstring, from
@@ -193,6 +202,9 @@ func errorText(body []byte) string {
 	}
 	return strings.TrimSpace(string(body))
 }
+
+// minTokenLen is the shortest agent token IPA accepts from a lookup.
+const minTokenLen = 32
 
 // LookupConfig is the config part of Ironic's lookup answer that the
 // agent acts on.
@@ -226,6 +238,14 @@ func (c *Client) Lookup(ctx context.Context, macs []string, nodeUUID string) (*L
 	if resp.StatusCode != http.StatusOK {
 		return nil, &HTTPError{Op: "lookup", Status: resp.StatusCode, Text: errorText(body)}
 	}
+	return ParseLookup(body)
+}
+
+// ParseLookup reads Ironic's lookup answer as IPA's _do_lookup does: a node
+// with a uuid, and a config (or, from Ironic before 1.22's config object, a
+// top-level heartbeat_timeout). An agent token shorter than 32 characters
+// (Ironic's "******" for a token already handed out) is not a token.
+func ParseLookup(body []byte) (*LookupResult, error) {
 	var out struct {
 		LookupResult
 		HeartbeatTimeout *float64 `json:"heartbeat_timeout"` // before config existed
@@ -239,8 +259,11 @@ func (c *Client) Lookup(ctx context.Context, macs []string, nodeUUID string) (*L
 	if out.Config.HeartbeatTimeout == 0 && out.HeartbeatTimeout != nil {
 		out.Config.HeartbeatTimeout = *out.HeartbeatTimeout
 	}
-	if out.Config.HeartbeatTimeout <= 0 {
-		return nil, errors.New("lookup: the answer has no heartbeat_timeout")
+	if out.Config.HeartbeatTimeout <= 0 || math.IsInf(out.Config.HeartbeatTimeout, 0) || math.IsNaN(out.Config.HeartbeatTimeout) {
+		return nil, errors.New("lookup: the answer has no usable heartbeat_timeout")
+	}
+	if len(out.Config.AgentToken) < minTokenLen {
+		out.Config.AgentToken = ""
 	}
 	return &out.LookupResult, nil
 }

@@ -98,10 +98,12 @@ func rootURL(r *http.Request) string {
 
 func link(href, rel string) map[string]string { return map[string]string{"href": href, "rel": rel} }
 
+// version is IPA's version object; the hrefs are what IPA's make_link
+// builds for bookmark links (no trailing slash on self, one on the docs).
 func version(url string) map[string]any {
 	return map[string]any{"id": "v1", "links": []any{
-		link(url+"/v1/", "self"),
-		map[string]string{"href": "https://docs.openstack.org/ironic-python-agent", "rel": "describedby", "type": "text/html"},
+		link(url+"/v1", "self"),
+		map[string]string{"href": "https://docs.openstack.org/ironic-python-agent/", "rel": "describedby", "type": "text/html"},
 	}}
 }
 
@@ -253,8 +255,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, *res)
 }
 
-// Lockdown refuses every later request (system.lockdown).
-func (s *Server) Lockdown() { s.locked.Store(true) }
+// Lockdown refuses every later request (system.lockdown). It reports
+// whether this call locked the server: two lockdown commands that passed
+// the check at the door together must not both act.
+func (s *Server) Lockdown() bool { return s.locked.CompareAndSwap(false, true) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)

@@ -1,3 +1,8 @@
+//go:build ironic
+
+// Minutes of a real Ironic: run by make test (and make test-ironic), kept
+// out of make test-quick's five-minute budget.
+
 package main
 
 import (

@@ -72,6 +72,9 @@ type options struct {
 	bootConfig string
 	proc       string
 	debug      bool
+	// discovery: anvil.discovery or --discovery: report the machine for
+	// enrolment instead of looking a node up.
+	discovery bool
 	// ipa: booted by a stock Ironic (ipa-api-url= without anvil.api=, and
 	// no --api): speak ironic-python-agent's protocol (agent/ipa).
 	ipa     bool
@@ -101,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.bootConfig, "boot-config", "/"+protocol.BootConfigPath, "per-node boot config a virtual-media ISO puts into the ramdisk (read if present)")
 	fs.StringVar(&o.proc, "proc", systemProc, "procfs used to detect the ramdisk and read the uptime (another procfs never gets ramdisk powers)")
 	fs.BoolVar(&o.debug, "debug", false, "debug logging (default: anvil.debug)")
+	fs.BoolVar(&o.discovery, "discovery", false, "discovery mode: report this machine's inventory for enrolment as a new node (default: anvil.discovery)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -127,6 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if !set["node"] {
 		o.node = boot.Node
+	}
+	if !set["discovery"] {
+		o.discovery = boot.Discovery
 	}
 	if !set["debug"] {
 		o.debug = boot.Debug || boot.IPA.Debug
@@ -282,9 +289,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			inv, err := hardware.Inventory(ctx, root)
 			return guard.ScopeInventory(inv), err
 		},
-		Logs:    agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
-		Log:     log,
-		Version: agent.Version,
+		Logs:     agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
+		Log:      log,
+		Version:  agent.Version,
+		Discover: o.discovery,
 	}
 	if powers {
 		a.Power = agent.SystemPower{}

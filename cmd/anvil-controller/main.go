@@ -87,6 +87,11 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.StringVar(&bc.Interface, "boot-interface", "", "provisioning network interface the boot service's DHCP (and by default TFTP) listens on")
 	fs.StringVar(&bc.Range, "boot-dhcp-range", "", "addresses full-mode DHCP hands out: FIRST-LAST, inside --boot-interface's network")
 	fs.StringVar(&bc.TFTPListen, "boot-tftp-listen", "", "TFTP address ADDR:PORT serving --boot-dir (default: port 69 on --boot-interface's address when --boot-dhcp is on)")
+	dc := api.DefaultDiscovery()
+	fs.BoolVar(&dc.Enabled, "boot-discovery", false, "discovery: boot the agent ramdisk on MACs no port has and enrol each machine that reports back as a new node in enroll (powered off, never cleaned or deployed by itself)")
+	fs.StringVar(&dc.Driver, "boot-discovery-driver", dc.Driver, "driver of discovered nodes (ipmi, redfish or fake-hardware); add the BMC's driver_info before managing them")
+	fs.IntVar(&dc.MaxPending, "boot-discovery-max-pending", dc.MaxPending, "refuse discovery reports while this many discovered nodes wait in enroll (0: no cap)")
+	fs.Float64Var(&dc.Rate, "boot-discovery-rate", dc.Rate, "discovery reports per second accepted over all sources (bursts of 10; 0: unlimited)")
 	pl := api.DefaultPublicLimit()
 	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
 	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
@@ -149,7 +154,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, VMediaDir: *vmediaDir, BMCMinInterval: *bmcGap,
-		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Logger: log,
+		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Discovery: dc, Logger: log,
 		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc})
 }
 

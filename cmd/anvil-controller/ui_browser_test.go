@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,6 +60,23 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		_, err := e(ctx, t)
 		return chromedp.Void{}, err
+	}
+}
+
+// search submits text in the fleet's search box with Enter, as a keyboard
+// user does (a click could land on a state bar that the live counts just
+// moved).
+func search(text string) chromedp.Action[chromedp.Void] {
+	set := setValue(`#search`, text)
+	focus := until(`(document.getElementById('search').focus(), document.activeElement.id === 'search')`)
+	enter := chromedp.KeyEvent("\r")
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for _, a := range []chromedp.Action[chromedp.Void]{set, focus, enter} {
+			if _, err := a(ctx, t); err != nil {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, nil
 	}
 }
 
@@ -147,7 +165,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	htpasswd := filepath.Join(dir, "htpasswd")
 	require.NoError(t, os.WriteFile(htpasswd, []byte(uiUser+":"+string(hash)+"\n"), 0o600))
 	p := startController(t, "--database", "sqlite://"+filepath.Join(dir, "anvil.db"), "--auth", "http_basic", "--htpasswd", htpasswd,
-		"--simulate-agents", "--simulate-step-time", "3s", "--heartbeat-interval", "200ms")
+		"--simulate-agents", "--simulate-step-time", "3s", "--heartbeat-interval", "200ms",
+		"--boot-discovery", "--boot-discovery-driver", "fake-hardware")
 	c := browserAuth{p.URL}
 
 	// A small fleet: one node with a simulated agent, walked to manageable
@@ -210,11 +229,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		step(t, ctx, "sort by name, descending", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/?state=enroll&limit=25&sort=name&dir=desc"),
 			until(`document.querySelector('#node-rows tr .node-link')?.textContent === 'rack1-node09'`))
 		step(t, ctx, "search part of a name", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
-			chromedp.WaitVisible(chromedp.CSS(`#search`)), setValue(`#search`, "NODE0"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), search("NODE0"),
 			until(`location.hash.includes('q=NODE0') && document.getElementById('page-info').textContent.includes('1–9')`),
-			setValue(`#search`, "node07"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			search("node07"),
 			until(`location.hash.includes('q=node07') && document.querySelectorAll('#node-rows tr').length === 1 && document.querySelector('#node-rows').innerText.includes('rack1-node07')`),
-			setValue(`#search`, "rack1-node03"), chromedp.Click(chromedp.CSS(`form.filters button[type=submit]`)),
+			search("rack1-node03"),
 			until(`document.getElementById('crumb')?.textContent === 'rack1-node03'`))
 		step(t, ctx, "maintenance filter", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/?maintenance=true"),
 			until(`document.querySelectorAll('#node-rows tr').length === 1 && document.querySelector('#node-rows').innerText.includes('rack1-node05')`))
@@ -257,11 +276,15 @@ func TestDashboardInBrowser(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('provision-state').textContent !== 'manageable'`))
 		seen := map[float64]bool{}
 		shot := false
+		detail := "" // the running step's bytes and ETA, as the page shows them
 		deadline := time.Now().Add(40 * time.Second)
 		for time.Now().Before(deadline) {
 			v := eval[float64](t, ctx, `(() => { const p = document.getElementById('step-progress'); return p ? p.value : -1; })()`)
 			if v > 0 && v < 100 {
 				seen[v] = true
+				if d := eval[string](t, ctx, `document.querySelector('#step .step-detail, .step .step-detail')?.textContent || ''`); strings.Contains(d, " of ") && strings.Contains(d, "ETA ") {
+					detail = d
+				}
 				if len(seen) == 2 && !shot {
 					screenshot(t, ctx, "node.png", true)
 					shot = true
@@ -273,6 +296,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		assert.GreaterOrEqual(t, len(seen), 2, "the progress bar moved: %v", seen)
+		assert.Regexp(t, `^\d+% · [\d.]+ \S+ of [\d.]+ \S+ · ETA \S+`, detail, "bytes done of total, and an ETA")
 		step(t, ctx, "cleaning ends in manageable", 30*time.Second,
 			until(`document.getElementById('provision-state').textContent === 'manageable'`),
 			until(`document.getElementById('clean-results')?.innerText.includes('/dev/nvme0n1 erased by nvme_format_crypto_erase')`))
@@ -331,6 +355,103 @@ func TestDashboardInBrowser(t *testing.T) {
 			until(`document.getElementById('node-status').innerText.includes('maintenance: disk swap')`),
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="maintenance off"]`)),
 			until(`!document.getElementById('node-status').innerText.includes('maintenance')`))
+	})
+
+	// A machine the boot service discovered reports hardware without a
+	// driver and missing firmware; manual cleaning then finds a disk of its
+	// inventory missing and fails closed. The node page shows all of it,
+	// and the fleet's search finds the node by its description.
+	t.Run("hardware warnings, disk check, inspect and reboot", func(t *testing.T) {
+		code, body := c.do(t, "POST", "/v1/discovery", `{"boot_id":"b1","inventory":{
+			"system_vendor":{"manufacturer":"Supermicro","product_name":"SYS-1029U","serial_number":"HW-WARN-1"},
+			"cpu":{"count":8,"architecture":"x86_64"},"memory":{"total":8000000000,"physical_mb":8192},
+			"interfaces":[{"name":"eno1","mac_address":"52:54:00:a0:00:99","driver":"e1000e"}],
+			"disks":[{"name":"/dev/sda","size":500000000000,"serial":"DISK-GONE-1","model":"SSD"}],
+			"pci":[{"address":"0000:03:00.0","vendor":"1000","device":"0097","class":"010700","driver":"","modules":["mpt3sas"]}],
+			"firmware_missing":["i915/tgl_dmc.bin"]}}`)
+		require.Equal(t, 201, code, body)
+		var dr struct {
+			NodeUUID string `json:"node_uuid"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &dr))
+		hw := dr.NodeUUID
+		code, body = c.do(t, "PATCH", "/v1/nodes/"+hw, `[{"op":"replace","path":"/deploy_interface","value":"direct"}]`)
+		require.Equal(t, 200, code, body)
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/provision", `{"target":"manage"}`)))
+		waitState(t, c, hw, "manageable")
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/provision",
+			`{"target":"clean","clean_steps":[{"interface":"deploy","step":"erase_devices_metadata"}]}`)))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "provision_state") == "clean failed" },
+			60*time.Second, 100*time.Millisecond)
+
+		step(t, ctx, "the node's warnings", 20*time.Second, chromedp.Navigate(p.URL+"/ui/#/node/"+hw),
+			until(`document.getElementById('provision-state')?.textContent === 'clean failed'`),
+			until(`document.querySelectorAll('ul.warnings li').length >= 3`))
+		warnings := eval[string](t, ctx, `document.querySelector('ul.warnings').innerText`)
+		assert.Contains(t, warnings, "SAS controller 0000:03:00.0 (1000:0097) has no driver")
+		assert.Contains(t, warnings, "mpt3sas", "the module the ramdisk has for it")
+		assert.Contains(t, warnings, "firmware i915/tgl_dmc.bin was not found")
+		assert.Contains(t, warnings, "disk check before deploy.erase_devices_metadata: missing disk DISK-GONE-1, SSD")
+		page := eval[string](t, ctx, `document.getElementById('main').innerText`)
+		assert.Contains(t, page, "HW-WARN-1")
+		assert.Contains(t, page, "52:54:00:a0:00:99")
+		assert.Contains(t, eval[string](t, ctx, `document.getElementById('last-error').textContent`), "nothing was erased")
+
+		step(t, ctx, "search by description", 10*time.Second, chromedp.Navigate(p.URL+"/ui/#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), search("sys-1029u"),
+			until(`location.hash.includes('q=sys-1029u') && document.querySelectorAll('#node-rows tr').length === 1 && !!document.querySelector('#node-rows tr[data-uuid="`+hw+`"]')`))
+
+		// The remaining actions, from the page: manage and inspect the
+		// failed node, then reboot it (off before, so on proves it).
+		require.Equal(t, 202, first(c.do(t, "PUT", "/v1/nodes/"+hw+"/states/power", `{"target":"power off"}`)))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "power_state") == "power off" }, 20*time.Second, 50*time.Millisecond)
+		step(t, ctx, "manage, inspect, reboot", 40*time.Second, chromedp.Navigate(p.URL+"/ui/#/node/"+hw),
+			until(`document.getElementById('power-state')?.textContent === 'power: power off'`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="manage"]`)),
+			until(`document.getElementById('provision-state').textContent === 'manageable'`),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="inspect"]`)),
+			chromedp.Click(chromedp.CSS(`#actions button[data-action="reboot"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('power-state').textContent === 'power: power on'`))
+		require.Eventually(t, func() bool { return jsonField(t, c, "/v1/nodes/"+hw, "inspection_finished_at") != "" }, 20*time.Second, 50*time.Millisecond,
+			"inspection from the page ran")
+		assert.Equal(t, "power on", jsonField(t, c, "/v1/nodes/"+hw, "power_state"))
+	})
+
+	// Keyboard only: Tab to a node's link and Enter opens it; typing a
+	// name into the search and Enter opens that node. Throughout, the page
+	// holds one live connection, and it loaded nothing from elsewhere.
+	t.Run("keyboard, one live connection, nothing from outside", func(t *testing.T) {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `(() => {
+				const ES = window.EventSource; window.__streams = 0;
+				window.EventSource = class extends ES {
+					constructor(...a) { super(...a); window.__streams++; }
+					close() { if (this.readyState !== 2) window.__streams--; super.close(); }
+				};
+			})()`})
+			return err
+		})))
+		step(t, ctx, "a fresh fleet page", 20*time.Second, chromedp.Navigate(p.URL+"/ui/?fresh#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#node-rows tr .node-link`)), until(`window.__streams === 1`))
+		tabbed := ""
+		for range 80 {
+			tabbed = eval[string](t, ctx, `document.activeElement?.classList.contains('node-link') ? document.activeElement.textContent : ''`)
+			if tabbed != "" {
+				break
+			}
+			step(t, ctx, "Tab", 5*time.Second, chromedp.KeyEvent("\t"))
+		}
+		require.NotEmpty(t, tabbed, "no node link is reachable with Tab")
+		step(t, ctx, "Enter on the focused link", 10*time.Second, chromedp.KeyEvent("\r"),
+			until(`document.getElementById('crumb')?.textContent === '`+tabbed+`'`), until(`window.__streams === 1`))
+		step(t, ctx, "type a name into the search", 10*time.Second, chromedp.Navigate(p.URL+"/ui/?fresh#/"),
+			chromedp.WaitVisible(chromedp.CSS(`#search`)), until(`(document.getElementById('search').focus(), document.activeElement.id === 'search')`),
+			chromedp.KeyEvent("rack1-node07\r"), until(`document.getElementById('crumb')?.textContent === 'rack1-node07'`),
+			until(`window.__streams === 1`))
+		outside := eval[[]string](t, ctx, `[...performance.getEntriesByType('resource'), ...performance.getEntriesByType('navigation')]
+			.map(e => e.name).filter(u => !u.startsWith(location.origin + '/'))`)
+		assert.Empty(t, outside, "everything comes from the controller")
+		assert.Greater(t, eval[int](t, ctx, `performance.getEntriesByType('resource').length`), 3, "the resource list is not empty by accident")
 	})
 
 	t.Run("CSRF", func(t *testing.T) {

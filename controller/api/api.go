@@ -37,9 +37,10 @@ type Server struct {
 	// tlsPin is the fingerprint of the controller's TLS certificate
 	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
 	// the controller serves plain HTTP.
-	tlsPin  string
-	limiter *limiter
-	router  *mux.Router
+	tlsPin    string
+	discovery *discoverer
+	limiter   *limiter
+	router    *mux.Router
 	// traitNames are the trait names Ironic accepts.
 	traitNames traitNames
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
@@ -68,13 +69,17 @@ type Config struct {
 	// certificate the controller serves HTTPS with; "" = plain HTTP. Boot
 	// configurations then send agents to https:// and pin it.
 	TLSFingerprint string
+	// Discovery enrols unknown machines that boot the ramdisk (off unless
+	// Enabled).
+	Discovery DiscoveryConfig
 }
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
-		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames()}
+		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
+		discovery: newDiscoverer(cfg.Discovery)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -215,6 +220,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	public := func(route string, h handler) http.Handler { return s.limitPublic(route, s.wrap(h)) }
 	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
 	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
+	r.Handle("/discovery", public("discovery", s.discover)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)

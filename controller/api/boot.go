@@ -92,6 +92,9 @@ var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initr
 // to the next boot device, so a node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.bootNode(r)
+	if mac, ok := s.discoverable(r, err); ok {
+		return s.discoveryScript(w, r, mac)
+	}
 	if err != nil {
 		return err
 	}
@@ -104,12 +107,17 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	writeIPXE(w, base, fmt.Sprintf("booting the agent ramdisk for node %s (%s)", n.UUID, n.ProvisionState), args)
+	return nil
+}
+
+// writeIPXE writes the iPXE script that boots the agent ramdisk with args.
+func writeIPXE(w http.ResponseWriter, base, say string, args []string) {
 	args = append([]string{"initrd=initramfs"}, args...)
-	fmt.Fprintf(w, "#!ipxe\necho anvil: booting the agent ramdisk for node %s (%s)\n", n.UUID, n.ProvisionState)
+	fmt.Fprintf(w, "#!ipxe\necho anvil: %s\n", say)
 	fmt.Fprintf(w, "kernel %s/v1/boot/files/vmlinuz %s\n", base, strings.Join(args, " "))
 	fmt.Fprintf(w, "initrd --name initramfs %s/v1/boot/files/initramfs\n", base)
 	fmt.Fprintf(w, "boot\n")
-	return nil
 }
 
 // bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
@@ -143,6 +151,31 @@ func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
 	fmt.Fprintf(w, "linux /vmlinuz %s\n", strings.Join(args, " "))
 	fmt.Fprintf(w, "initrd /%s\n", name)
 	fmt.Fprintf(w, "boot\n")
+	return nil
+}
+
+// discoverable reports whether a boot request that found no node (err)
+// was made by MAC with discovery on: the machine gets the discovery script.
+func (s *Server) discoverable(r *http.Request, err error) (string, bool) {
+	var nf *notFoundKey
+	if err == nil || !errors.As(err, &nf) || s.discovery == nil || !s.discovery.cfg.Enabled || s.bootDir == "" {
+		return "", false
+	}
+	hw, perr := net.ParseMAC(muxVar(r, "node"))
+	if perr != nil || len(hw) != 6 {
+		return "", false
+	}
+	return hw.String(), true
+}
+
+// discoveryScript boots the agent ramdisk for a machine no node has, with
+// anvil.discovery instead of a node and a nonce: its agent reports the
+// inventory to POST /v1/discovery and is enrolled as a new node. It
+// carries nothing secret, so it is the same for every caller.
+func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac string) error {
+	files, args := s.ramdiskArgs(s.baseURL(r), []string{"anvil.discovery"}, "")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	writeIPXE(w, files, mac+" belongs to no node; booting the agent ramdisk to discover this machine", args)
 	return nil
 }
 
@@ -186,26 +219,35 @@ func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, er
 	if err != nil {
 		return "", nil, err
 	}
+	who := []string{"anvil.node=" + n.UUID}
+	if nonce != "" { // only the first fetch after the controller booted the node
+		who = append(who, "anvil.token="+nonce)
+	}
+	extra, _ := n.DriverInfo["kernel_append_params"].(string)
+	files, args := s.ramdiskArgs(base, who, extra)
+	return files, args, nil
+}
+
+// ramdiskArgs is the agent's kernel command line, for a node's boot and
+// for discovery alike: the controller's URL, who the agent is (who), and
+// the kernel parameters; and the URL boot files are fetched from. As in
+// Ironic, kernel_append_params (a node's driver_info) replaces the default
+// parameters, and "%default%" in it stands for them, so an operator can
+// add one (module_blacklist=...) without losing the console.
+func (s *Server) ramdiskArgs(base string, who []string, appendParams string) (files string, args []string) {
 	files, api := base, base
 	if s.tlsPin != "" {
 		files, api = withScheme(base, "http"), withScheme(base, "https")
 	}
-	args := []string{"anvil.api=" + api, "anvil.node=" + n.UUID}
+	args = []string{"anvil.api=" + api}
 	if s.tlsPin != "" {
 		args = append(args, protocol.CmdlineFingerprint+"="+s.tlsPin)
 	}
-	if nonce != "" { // only the first fetch after the controller booted the node
-		args = append(args, "anvil.token="+nonce)
+	args = append(args, who...)
+	if strings.TrimSpace(appendParams) != "" {
+		return files, append(args, strings.Fields(strings.ReplaceAll(appendParams, "%default%", defaultKernelParams))...)
 	}
-	// As in Ironic, driver_info.kernel_append_params replaces the default
-	// parameters, and "%default%" in it stands for them, so an operator can
-	// add one (module_blacklist=...) without losing the console.
-	if extra, _ := n.DriverInfo["kernel_append_params"].(string); strings.TrimSpace(extra) != "" {
-		args = append(args, strings.Fields(strings.ReplaceAll(extra, "%default%", defaultKernelParams))...)
-	} else {
-		args = append(args, strings.Fields(defaultKernelParams)...)
-	}
-	return files, args, nil
+	return files, append(args, strings.Fields(defaultKernelParams)...)
 }
 
 // withScheme replaces the scheme of an http(s) URL.

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http/httptest"
 	"net/url"
 	"reflect"
@@ -174,4 +175,36 @@ func strangerRequest(e *testEnv, method, path, rawQuery string, body []byte) res
 	rec := httptest.NewRecorder()
 	e.srv.Config.Handler.ServeHTTP(rec, req)
 	return resp{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+}
+
+// FuzzDiscoveryReport feeds arbitrary bodies to the discovery report
+// parser (unauthenticated input): a client error or a report with at least
+// one valid, unique unicast MAC, never a panic.
+func FuzzDiscoveryReport(f *testing.F) {
+	for _, seed := range []string{
+		`{"boot_id":"b","inventory":{"interfaces":[{"name":"eth0","mac_address":"52:54:00:aa:00:01"}],"system_vendor":{"serial_number":"S"}}}`,
+		`{"inventory":{"interfaces":[{"mac_address":"01:00:5e:00:00:01"},{"mac_address":"52-54-00-AA-00-01"}]}}`,
+		`{"inventory":{"interfaces":[{"mac_address":"00:00:00:00:00:00"}]}}`,
+		`{"inventory":{"interfaces":[{"mac_address":"52:54:00:aa:00:01:02:03"}]}}`,
+		`{"inventory":{"interfaces":null,"cpu":{"count":-1}}}`, `{}`, `[]`, `null`, `{"inventory":1}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, macs, err := parseDiscovery(body)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		require.NotEmpty(t, macs)
+		seen := map[string]bool{}
+		for _, m := range macs {
+			hw, err := net.ParseMAC(m)
+			require.NoError(t, err)
+			require.Len(t, hw, 6)
+			require.Zero(t, hw[0]&1, "multicast MAC %s accepted", m)
+			require.False(t, seen[m], "MAC %s twice", m)
+			seen[m] = true
+		}
+	})
 }

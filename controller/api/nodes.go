@@ -20,7 +20,7 @@ import (
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
 	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
-	"name_contains"}
+	"name_contains", "text_contains"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -90,7 +90,8 @@ func (s *Server) listNodes(detailPath bool) handler {
 		f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
 			Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 			ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
-			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains")}
+			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
+			TextContains: q.str("text_contains")}
 		if ps := q.str("provision_state"); ps != nil {
 			if !state.Valid(state.State(*ps)) {
 				return badRequest("Invalid provision_state %q", *ps)

@@ -32,6 +32,9 @@ type Config struct {
 	Range      string // FIRST-LAST, full mode
 	TFTPListen string // ADDR:PORT; "" = port 69 on the interface's address when DHCP is on, else no TFTP
 	BootDir    string // what TFTP serves
+	// Discovery answers MACs no port has too (--boot-discovery): they
+	// boot the agent ramdisk in discovery mode and are enrolled by the API.
+	Discovery bool
 	// HTTPBase is the controller's URL as nodes reach it (--public-url);
 	// "" = http://<interface address>:<APIPort>.
 	HTTPBase string
@@ -197,7 +200,7 @@ func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) 
 func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, addressed func(netip.Addr, string),
 	st Store, log *slog.Logger) (*dhcp.Responder, error) {
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
-		Nodes: storeNodes{st}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
+		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
 	if mode == dhcp.ModeFull {
 		if cfg.Range == "" {
 			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
@@ -309,8 +312,19 @@ func (h *hostBook) transfer(tr tftp.Transfer) {
 }
 
 // storeNodes answers dhcp's question "who is behind this MAC?" from the
-// store: the port with that address, and its node's state.
-type storeNodes struct{ st Store }
+// store: the port with that address, and its node's state. With discovery
+// on, a MAC no port has is a machine to discover.
+type storeNodes struct {
+	st        Store
+	discovery bool
+}
+
+func (n storeNodes) unknown(mac string) (dhcp.Target, error) {
+	if n.discovery {
+		return dhcp.Target{MAC: mac, Discovery: true, Booting: true, State: "unknown (discovery)"}, nil
+	}
+	return dhcp.Target{}, dhcp.ErrUnknownMAC
+}
 
 func (n storeNodes) BootTarget(ctx context.Context, mac string) (dhcp.Target, error) {
 	ports, err := n.st.ListPorts(ctx, store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
@@ -318,17 +332,17 @@ func (n storeNodes) BootTarget(ctx context.Context, mac string) (dhcp.Target, er
 		return dhcp.Target{}, err
 	}
 	if len(ports) == 0 {
-		return dhcp.Target{}, dhcp.ErrUnknownMAC
+		return n.unknown(mac)
 	}
 	p := ports[0]
 	node, err := n.st.GetNode(ctx, p.NodeUUID)
 	if errors.Is(err, store.ErrNotFound) {
-		return dhcp.Target{}, dhcp.ErrUnknownMAC
+		return n.unknown(mac)
 	}
 	if err != nil {
 		return dhcp.Target{}, err
 	}
-	t := dhcp.Target{NodeUUID: node.UUID, State: node.ProvisionState,
+	t := dhcp.Target{NodeUUID: node.UUID, MAC: mac, State: node.ProvisionState,
 		Booting: state.LookupAllowed(state.State(node.ProvisionState)), SecureBoot: SecureBootRequested(node)}
 	if !p.PXEEnabled {
 		// Ironic boots only ports with pxe_enabled; say so in the history.

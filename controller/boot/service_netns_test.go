@@ -242,4 +242,23 @@ func TestServiceInNamespace(t *testing.T) {
 		_, err = client(t, macClean).DiscoverOffer(ctx)
 		assert.Error(t, err)
 	})
+
+	// Discovery (--boot-discovery): an unknown machine's firmware gets an
+	// address and iPXE, then its ramdisk's DHCP client an address; a
+	// stranger that never PXE-booted gets nothing, nor does the active node.
+	t.Run("discovery", func(t *testing.T) {
+		startService(t, Config{DHCP: "full", Interface: "srv0", Range: "10.77.0.120-10.77.0.130", BootDir: dir,
+			HTTPBase: "http://10.77.0.1:6385", Record: ev.record, Discovery: true}, st)
+		lease, err := client(t, macUnknown).Request(ctx, biosPXE)
+		require.NoError(t, err)
+		assert.Equal(t, "undionly.kpxe", lease.ACK.BootFileName)
+		assert.Equal(t, "10.77.0.120", lease.ACK.YourIPAddr.String())
+		ramdisk, err := client(t, macUnknown).Request(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "10.77.0.120", ramdisk.ACK.YourIPAddr.String(), "the ramdisk keeps its firmware's address")
+		_, err = client(t, "52:54:00:77:00:55").DiscoverOffer(ctx)
+		assert.Error(t, err, "a non-PXE stranger gets no address")
+		_, err = client(t, macActive).DiscoverOffer(ctx, biosPXE)
+		assert.Error(t, err, "discovery never boots an enrolled node")
+	})
 }

@@ -21,16 +21,27 @@ import (
 func TestBootTarget(t *testing.T) {
 	ctx := context.Background()
 	st, cleaning, active := fleet(t)
-	nodes := storeNodes{st}
+	nodes := storeNodes{st: st}
 
 	tgt, err := nodes.BootTarget(ctx, macClean)
 	require.NoError(t, err)
-	assert.Equal(t, dhcp.Target{NodeUUID: cleaning.UUID, State: "clean wait", Booting: true}, tgt)
+	assert.Equal(t, dhcp.Target{NodeUUID: cleaning.UUID, MAC: macClean, State: "clean wait", Booting: true}, tgt)
 	tgt, err = nodes.BootTarget(ctx, macActive)
 	require.NoError(t, err)
-	assert.Equal(t, dhcp.Target{NodeUUID: active.UUID, State: "active"}, tgt)
+	assert.Equal(t, dhcp.Target{NodeUUID: active.UUID, MAC: macActive, State: "active"}, tgt)
 	_, err = nodes.BootTarget(ctx, macUnknown)
 	assert.ErrorIs(t, err, dhcp.ErrUnknownMAC)
+
+	// With discovery on, an unknown MAC is a machine to discover; known
+	// ones are answered as without it.
+	disc := storeNodes{st: st, discovery: true}
+	tgt, err = disc.BootTarget(ctx, macUnknown)
+	require.NoError(t, err)
+	assert.Equal(t, dhcp.Target{MAC: macUnknown, Discovery: true, Booting: true, State: "unknown (discovery)"}, tgt)
+	tgt, err = disc.BootTarget(ctx, macActive)
+	require.NoError(t, err)
+	assert.False(t, tgt.Booting)
+	assert.False(t, tgt.Discovery)
 
 	// A port with pxe_enabled false is not booted, and the history will say why.
 	n := storetest.NewNode("")

@@ -124,8 +124,11 @@ type NodeFilter struct {
 	InstanceUUID        *string
 	DescriptionContains *string
 	NameContains        *string // case-insensitive substring of the name (anvil's extension)
-	Shard               *string
-	Reserved            *bool
+	// TextContains is a case-insensitive substring of the name, the
+	// description or the UUID (anvil's extension, the dashboard's search).
+	TextContains *string
+	Shard        *string
+	Reserved     *bool
 }
 
 // SortKeys are the node fields a list can be sorted by.

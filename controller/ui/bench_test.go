@@ -37,6 +37,8 @@ func benchFleet(b *testing.B, n int) *env {
 		e.addNode(b, fmt.Sprintf("rack%03d-node%02d", i/40, i%40), "available", func(nd *store.Node) {
 			nd.DriverInfo = map[string]any{"ipmi_address": fmt.Sprintf("10.1.%d.%d", i/250, i%250), "ipmi_username": "admin", "ipmi_password": "x"}
 			nd.Properties = map[string]any{"cpus": 64, "memory_mb": 524288, "local_gb": 3840, "cpu_arch": "x86_64"}
+			desc := fmt.Sprintf("row %d, PDU %c", i/400, 'A'+i%2)
+			nd.Description = &desc
 			nd.DriverInternalInfo = map[string]any{"agent_step_cache": cache, "agent_version": "anvil-agent 1.0"}
 			if i%20 == 0 {
 				nd.ProvisionState = "clean wait"
@@ -107,6 +109,30 @@ func BenchmarkFleetPage10000(b *testing.B) {
 		percentiles(b, times)
 		b.ReportMetric(float64(len(times))/float64(b.N), "pages/op")
 	})
+	// search: the fleet's text search (name, description or UUID), a
+	// rare match (one rack's name) and a common one (half the fleet's
+	// description), first page refreshed 100 times.
+	// search-name is the same with name_contains (names only), for scale.
+	search := func(param string, queries ...string) func(b *testing.B) {
+		return func(b *testing.B) {
+			var times []time.Duration
+			for range b.N {
+				for i := range 100 {
+					var page struct {
+						Nodes []json.RawMessage `json:"nodes"`
+					}
+					took := timedGet(b, c, e.srv.URL+"/ui/api/counts", nil)
+					took += timedGet(b, c, e.srv.URL+"/ui/api/fleet?limit=50&sort_key=name&"+param+"="+queries[i%len(queries)], &page)
+					require.NotEmpty(b, page.Nodes)
+					times = append(times, took)
+				}
+			}
+			b.StopTimer()
+			percentiles(b, times)
+		}
+	}
+	b.Run("search", search("text_contains", "RACK042-", "pdu+b"))
+	b.Run("search-name", search("name_contains", "RACK042-", "node07"))
 	b.Run("clean-wait", func(b *testing.B) {
 		var times []time.Duration
 		for range b.N {

@@ -11,7 +11,7 @@ import (
 
 // fleetParams are the /v1/nodes list parameters the fleet page passes on.
 var fleetParams = []string{"limit", "marker", "sort_key", "sort_dir", "provision_state", "maintenance", "retired",
-	"description_contains", "name_contains", "owner", "resource_class", "driver", "fault"}
+	"description_contains", "name_contains", "text_contains", "owner", "resource_class", "driver", "fault"}
 
 // fleetFields are what a fleet row shows. driver_internal_info holds the
 // running step's progress; it is read here and cut down to that, so a page

@@ -51,6 +51,9 @@ type Options struct {
 	// HeartbeatTimeout is [api]ramdisk_heartbeat_timeout: the agent
 	// heartbeats every 30-60 % of it. Default 10 s.
 	HeartbeatTimeout int
+	// Extra is appended to ironic.conf (oslo.config merges a section
+	// that appears twice), e.g. step priority overrides.
+	Extra string
 }
 
 func freePort(t testing.TB) int {
@@ -128,7 +131,7 @@ func Start(t testing.TB, opts Options) *Ironic {
 		opts.HeartbeatTimeout = 10
 	}
 	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", fmt.Sprint(port), "{{agenturl}}", opts.AgentURL,
-		"{{hbtimeout}}", fmt.Sprint(opts.HeartbeatTimeout)).Replace(config)
+		"{{hbtimeout}}", fmt.Sprint(opts.HeartbeatTimeout)).Replace(config) + opts.Extra
 	confPath := filepath.Join(dir, "ironic.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

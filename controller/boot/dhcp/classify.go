@@ -83,8 +83,12 @@ const (
 
 // Target is what the service knows of the node behind a MAC.
 type Target struct {
-	NodeUUID string
-	State    string
+	NodeUUID string // "" for a machine to discover
+	MAC      string
+	// Discovery: no node has this MAC and discovery is on, so the
+	// firmware is answered with the discovery ramdisk (chosen by MAC).
+	Discovery bool
+	State     string
 	// Booting: the controller is booting this node now (inspect, clean,
 	// deploy, rescue), so its firmware may be answered.
 	Booting bool
@@ -117,6 +121,9 @@ func chooseBoot(k Kind, t Target, httpBase string) bootInfo {
 		}
 		return bootInfo{file: httpBase + "/v1/boot/files/" + FileIPXEHTTP, vendor: "HTTPClient"}
 	case KindIPXE:
+		if t.Discovery {
+			return bootInfo{file: httpBase + "/v1/boot/" + t.MAC + "/ipxe"}
+		}
 		return bootInfo{file: httpBase + "/v1/boot/" + t.NodeUUID + "/ipxe"}
 	}
 	return bootInfo{}

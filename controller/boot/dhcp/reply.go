@@ -63,11 +63,21 @@ type Responder struct {
 
 	mu       sync.Mutex
 	recorded map[string]time.Time // history lines written recently, to not repeat retries
+	// discovering are the unknown MACs whose firmware was answered in
+	// discovery mode, when: only their ramdisk's own DHCP client (a
+	// non-PXE client) gets an address in full mode, not every device on
+	// the network.
+	discovering map[string]time.Time
 }
 
 const (
 	offerHold      = time.Minute
 	recordInterval = time.Minute
+	// discoveryWindow is how long after its firmware was answered a
+	// machine being discovered may take to boot the ramdisk and ask for
+	// an address from it; maxDiscovering bounds the table.
+	discoveryWindow = 30 * time.Minute
+	maxDiscovering  = 4096
 )
 
 // NewResponder checks cfg.
@@ -94,7 +104,7 @@ func NewResponder(cfg Config) (*Responder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}}
+	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{}}
 	if cfg.Mode == ModeFull {
 		if !cfg.Range.First.IsValid() || cfg.Leases == nil {
 			return nil, errors.New("dhcp: full mode needs a range and a lease store")
@@ -124,6 +134,10 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dhcp: look up %s: %w", mac, err)
+	}
+	if t.Discovery && !r.discoveryAnswer(mac, kind) {
+		r.log.Debug("dhcp: ignoring a non-PXE client of an unknown MAC", "mac", mac, "type", mt)
+		return nil, nil
 	}
 	if !t.Booting {
 		if kind != KindOther {
@@ -284,8 +298,35 @@ func describe(kind Kind, boot bootInfo, server netip.Addr) string {
 	return "boot file " + boot.file
 }
 
+// discoveryAnswer decides whether a MAC no port has is answered in
+// discovery mode: its boot firmware always (and remembered), a non-PXE
+// client only within discoveryWindow of that, so a laptop on the
+// provisioning network gets no address from us.
+func (r *Responder) discoveryAnswer(mac string, kind Kind) bool {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if kind == KindOther {
+		at, ok := r.discovering[mac]
+		return ok && now.Sub(at) < discoveryWindow
+	}
+	if len(r.discovering) >= maxDiscovering {
+		for m, at := range r.discovering {
+			if now.Sub(at) >= discoveryWindow {
+				delete(r.discovering, m)
+			}
+		}
+		if len(r.discovering) >= maxDiscovering {
+			clear(r.discovering) // a flood of made-up MACs: start over
+		}
+	}
+	r.discovering[mac] = now
+	return true
+}
+
 // record writes msg into the node's history unless the same line was
 // written within recordInterval (firmware retries DHCP every few seconds).
+// A machine being discovered has no node yet: its lines go to the log.
 func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) {
 	now := r.cfg.Now()
 	key := nodeUUID + "\x00" + msg
@@ -304,5 +345,9 @@ func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) 
 		}
 	}
 	r.mu.Unlock()
+	if nodeUUID == "" {
+		r.log.Info(msg, "discovery", true)
+		return
+	}
 	r.cfg.Record(ctx, nodeUUID, severity, msg)
 }

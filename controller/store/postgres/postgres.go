@@ -490,6 +490,10 @@ func nodeWhere(f store.NodeFilter, args *params) []string {
 	if f.NameContains != nil {
 		where = append(where, "strpos(lower(COALESCE(name, '')), lower("+args.add(*f.NameContains)+")) > 0")
 	}
+	if f.TextContains != nil {
+		p := args.add(*f.TextContains)
+		where = append(where, "(strpos(lower(COALESCE(name, '')), lower("+p+")) > 0 OR strpos(lower(COALESCE(description, '')), lower("+p+")) > 0 OR strpos(uuid, lower("+p+")) > 0)")
+	}
 	return where
 }
 

@@ -594,6 +594,10 @@ func nodeWhere(f store.NodeFilter) ([]string, []any) {
 		where = append(where, "instr(lower(COALESCE(name, '')), lower(?)) > 0")
 		args = append(args, *f.NameContains)
 	}
+	if f.TextContains != nil {
+		where = append(where, "(instr(lower(COALESCE(name, '')), lower(?)) > 0 OR instr(lower(COALESCE(description, '')), lower(?)) > 0 OR instr(uuid, lower(?)) > 0)")
+		args = append(args, *f.TextContains, *f.TextContains, *f.TextContains)
+	}
 	return where, args
 }
 

@@ -184,6 +184,9 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		"description":     {store.NodeFilter{DescriptionContains: strp("rack c")}, []string{"c"}},
 		"name contains":   {store.NodeFilter{NameContains: strp("C")}, []string{"c"}},
 		"name, literal %": {store.NodeFilter{NameContains: strp("%")}, nil},
+		"text: descr.":    {store.NodeFilter{TextContains: strp("RACK C")}, []string{"c"}},
+		"text: all":       {store.NodeFilter{TextContains: strp("Rack")}, []string{"a", "b", "c", "d"}},
+		"text: literal _": {store.NodeFilter{TextContains: strp("_")}, nil},
 		"driver none":     {store.NodeFilter{Driver: strp("ipmi")}, nil},
 	}
 	for name, tc := range tests {

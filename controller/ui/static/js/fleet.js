@@ -37,7 +37,7 @@ function fleetPath(f, marker) {
   if (f.state) q.set('provision_state', f.state);
   if (f.maintenance) q.set('maintenance', f.maintenance);
   if (f.retired) q.set('retired', f.retired);
-  if (f.q) q.set('name_contains', f.q);
+  if (f.q) q.set('text_contains', f.q);
   if (marker) q.set('marker', marker);
   return '/ui/api/fleet?' + q.toString();
 }
@@ -52,14 +52,15 @@ export function fleetPage(main, query) {
   const bars = el('ul', { class: 'bars', id: 'bars' });
   const select = (name, label, options) => el('label', {}, label + ' ',
     el('select', { name }, options.map(([v, t]) => el('option', { value: v, selected: f[name] === v }, t))));
-  const search = el('input', { type: 'search', name: 'q', value: f.q, placeholder: 'part of a name, or a UUID', id: 'search' });
+  const search = el('input', { type: 'search', name: 'q', value: f.q, placeholder: 'part of a name, description or UUID', id: 'search' });
   const form = el('form', { class: 'filters', role: 'search', 'aria-label': 'Filter nodes', onsubmit: (e) => {
     e.preventDefault();
     const d = new FormData(form);
     const nf = { ...f, state: d.get('state'), maintenance: d.get('maintenance'), retired: d.get('retired'),
       q: String(d.get('q')).trim(), limit: d.get('limit') };
     if (nf.q) {
-      // An exact name or UUID opens the node; other text matches parts of names.
+      // An exact name or UUID opens the node; other text matches parts of
+      // names, descriptions and UUIDs (the API's text_contains).
       api('GET', '/v1/nodes/' + encodeURIComponent(nf.q) + '?fields=uuid')
         .then((n) => { location.hash = '#/node/' + n.uuid; })
         .catch(() => { location.hash = hashFor(nf); });
