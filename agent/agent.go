@@ -405,6 +405,9 @@ func (l *loop) heartbeats(ctx context.Context, lr *protocol.LookupResponse, hw H
 				news = true
 			}
 			l.powerAfterReport(ctx, hb.Command, true)
+			if resp.Abort != "" && l.exec.abort(resp.Abort) {
+				log.WarnContext(ctx, "controller aborted the running command; stopping at the next safe point", "command_id", resp.Abort)
+			}
 			wait = jitter(every)
 			if resp.Command != nil {
 				l.dispatch(ctx, log, resp.Command, hw)

@@ -728,3 +728,26 @@ func TestUnreachableControllerMakesTheAgentRecheckItsNetwork(t *testing.T) {
 	defer ctrl.mu.Unlock()
 	assert.Equal(t, "52:54:00:12:34:56,52:54:00:12:34:57", ctrl.lookups[0].URL.Query().Get("addresses"))
 }
+
+// TestAbortStopsTheRunningStep: an abort naming another command changes
+// nothing; one naming the running step cancels it, which reports
+// CommandAborted, and the agent goes on heartbeating.
+func TestAbortStopsTheRunningStep(t *testing.T) {
+	ctrl := newFakeController(t)
+	h := startAgent(t, ctrl, nil)
+	ctrl.send(cleanStep("c1", "erase_devices"), false)
+	<-h.step.started
+	ctrl.set(func(f *fakeController) { f.abort = "another" })
+	n := len(ctrl.hbs())
+	require.Eventually(t, func() bool { return len(ctrl.hbs()) > n+2 }, waitFor, poll)
+	assert.Nil(t, ctrl.finalOf("c1"), "an abort of another command is ignored")
+
+	ctrl.set(func(f *fakeController) { f.abort = "c1" })
+	require.Eventually(t, func() bool { return ctrl.finalOf("c1") != nil }, waitFor, poll)
+	final := ctrl.finalOf("c1")
+	assert.Equal(t, protocol.CommandFailed, final.State)
+	require.NotNil(t, final.Error)
+	assert.Equal(t, protocol.ErrTypeAborted, final.Error.Type)
+	n = len(ctrl.hbs())
+	require.Eventually(t, func() bool { return len(ctrl.hbs()) > n+2 }, waitFor, poll, "the agent keeps heartbeating")
+}

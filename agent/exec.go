@@ -47,6 +47,9 @@ type executor struct {
 	// missed wake-up only delays the report to the next interval.
 	finished chan string
 	wg       sync.WaitGroup
+	// cancel stops the running command (an operator's abort); nil when
+	// none runs.
+	cancel context.CancelFunc
 }
 
 func newExecutor(log *slog.Logger, clock Clock) *executor {
@@ -78,9 +81,25 @@ func (e *executor) start(ctx context.Context, cmd *protocol.Command, w work) sta
 	}
 	e.running = true
 	e.status = &protocol.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: protocol.CommandRunning, StartedAt: e.clock.Now().UTC()}
+	cctx, cancel := context.WithCancel(ctx)
+	e.cancel = cancel
 	e.wg.Add(1)
-	go e.run(ctx, cmd, w)
+	go e.run(cctx, cmd, w)
 	return started
+}
+
+// abort stops the running command id at its next safe point: the work
+// sees its context cancelled (an erase stops between chunks; a command
+// already sent to a drive completes) and reports what it did so far. It
+// reports whether such a command was running.
+func (e *executor) abort(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.running || e.status == nil || e.status.ID != id || e.cancel == nil {
+		return false
+	}
+	e.cancel()
+	return true
 }
 
 func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
@@ -116,6 +135,10 @@ func (e *executor) run(ctx context.Context, cmd *protocol.Command, w work) {
 		log.InfoContext(ctx, "command succeeded", "duration", now.Sub(s.StartedAt).String())
 	}
 	e.running = false
+	if e.cancel != nil {
+		e.cancel()
+		e.cancel = nil
+	}
 	e.mu.Unlock()
 	select {
 	case e.finished <- cmd.ID:

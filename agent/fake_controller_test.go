@@ -42,6 +42,7 @@ type fakeController struct {
 	// autoAck acknowledges a final status the first time it is seen.
 	autoAck bool
 	ack     string // sent in every reply when set (manual ack)
+	abort   string // sent in every reply when set (an operator's abort)
 	// hbStatus, when set, answers heartbeats with this status and body.
 	hbStatus  int
 	hbBody    string
@@ -153,7 +154,7 @@ func (f *fakeController) serveHeartbeat(w http.ResponseWriter, r *http.Request) 
 		ironicError(w, f.hbStatus, f.hbBody)
 		return
 	}
-	resp := protocol.HeartbeatResponse{HeartbeatInterval: f.interval, Ack: f.ack, SendSteps: f.sendSteps}
+	resp := protocol.HeartbeatResponse{HeartbeatInterval: f.interval, Ack: f.ack, SendSteps: f.sendSteps, Abort: f.abort}
 	if c := hb.Command; c != nil && c.State != protocol.CommandRunning {
 		if f.onFinalHB != nil {
 			f.onFinalHB(c)

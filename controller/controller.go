@@ -4,9 +4,14 @@ package controller
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
@@ -70,6 +76,10 @@ type Config struct {
 	// on the API to anyone.
 	MetricsListen string
 	MetricsPublic bool
+	// DataDir holds the key that signs sanitization records (created on
+	// first start); "" means the SQLite database's directory, and with a
+	// database that has none (:memory:, PostgreSQL) a throwaway key.
+	DataDir string
 	// TLS makes the controller serve HTTPS (the zero value: plain HTTP).
 	TLS    TLSConfig
 	Logger *slog.Logger
@@ -196,6 +206,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cc := cfg.Conductor.WithDefaults()
 	cc.Logger, cc.SoleController = log, strings.HasPrefix(cfg.Database, "sqlite://")
+	signer, err := recordSigner(cfg, log)
+	if err != nil {
+		return err
+	}
+	cc.Records = signer
+	cc.RamdiskSHA256 = func() string { return ramdiskSHA256(cfg.BootDir, log) }
 	// The conductor's workers, its BMC pool and its loops get a database
 	// pool of their own; API requests get another, so a busy fleet never
 	// makes an operator's list or show wait for a connection. (SQLite has
@@ -244,7 +260,8 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
-		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery})
+		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
+		RecordsKey: signer.PublicKey()})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -423,4 +440,44 @@ func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL fu
 		return nil, err
 	}
 	return b, nil
+}
+
+// recordSigner loads (or creates) the key that signs sanitization records.
+func recordSigner(cfg Config, log *slog.Logger) (*erasure.Signer, error) {
+	dir := cfg.DataDir
+	if path, ok := strings.CutPrefix(cfg.Database, "sqlite://"); ok && dir == "" && path != ":memory:" {
+		dir = filepath.Dir(path)
+	}
+	if dir == "" {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("generate a signing key: %w", err)
+		}
+		log.Warn("no --data-dir: sanitization records are signed with a throwaway key that dies with this process; give --data-dir to keep one",
+			"fingerprint", erasure.Fingerprint(key.Public().(ed25519.PublicKey)))
+		return erasure.NewSigner(key), nil
+	}
+	key, err := erasure.LoadOrCreateKey(dir)
+	if err != nil {
+		return nil, err
+	}
+	signer := erasure.NewSigner(key)
+	log.Info("sanitization records are signed", "key", filepath.Join(dir, erasure.KeyFile), "fingerprint", erasure.Fingerprint(signer.PublicKey()))
+	return signer, nil
+}
+
+// ramdiskSHA256 hashes the initramfs served from bootDir ("" without one):
+// read when a record is signed, so a rebuilt image is the one named.
+func ramdiskSHA256(bootDir string, log *slog.Logger) string {
+	f, _ := api.OpenBootFile(bootDir, "initramfs")
+	if f == nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		log.Warn("hashing the ramdisk for a sanitization record failed", "err", err)
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -1,9 +1,15 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -24,4 +30,17 @@ func TestWithPoolSize(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, withPoolSize(tc.in, 7), tc.in)
 	}
+}
+
+func TestRamdiskSHA256(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	assert.Empty(t, ramdiskSHA256("", log), "no boot directory")
+	assert.Empty(t, ramdiskSHA256(dir, log), "no initramfs in it")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("gzip image"), 0o644))
+	sum := sha256.Sum256([]byte("gzip image"))
+	assert.Equal(t, hex.EncodeToString(sum[:]), ramdiskSHA256(dir, log))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd image"), 0o644))
+	sum = sha256.Sum256([]byte("zstd image"))
+	assert.Equal(t, hex.EncodeToString(sum[:]), ramdiskSHA256(dir, log), "the file nodes are served")
 }

@@ -183,6 +183,12 @@ type HeartbeatResponse struct {
 	HeartbeatInterval float64 `json:"heartbeat_interval"`
 	// SendSteps asks for the full step catalogue in the next heartbeat.
 	SendSteps bool `json:"send_steps,omitempty"`
+	// Abort is the id of the running command an operator aborted: the
+	// agent stops it at its next safe point (between chunks of an
+	// overwrite; an ATA security erase or NVMe format already sent runs
+	// to completion) and reports it failed (CommandAborted) with what it
+	// did so far. An agent that ignores it is powered off after a bound.
+	Abort string `json:"abort,omitempty"`
 }
 
 // Command is work for the agent.

@@ -64,6 +64,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json")
 		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
+		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start (default: the SQLite database's directory; none: a throwaway key)")
 	)
 	// The conductor's settings, their defaults from the conductor's one place.
 	cc := conductor.DefaultConfig()
@@ -78,6 +79,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.DurationVar(&cc.Agent.SilenceTimeout, "agent-silence-timeout", cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")
 	fs.DurationVar(&cc.CheckInterval, "timeout-check-interval", cc.CheckInterval, "how often waiting nodes are checked against their timers")
 	fs.DurationVar(&cc.Agent.StepTimeout, "step-timeout", cc.Agent.StepTimeout, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
+	fs.DurationVar(&cc.Agent.AbortTimeout, "abort-timeout", cc.Agent.AbortTimeout, "how long an aborted in-band step's agent has to report it stopped before the node is powered off")
 	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
 	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
 	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
@@ -155,7 +157,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
 		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, VMediaDir: *vmediaDir, BMCMinInterval: *bmcGap,
 		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Discovery: dc, Logger: log,
-		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc})
+		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc, DataDir: *dataDir})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

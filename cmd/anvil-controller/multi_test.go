@@ -205,6 +205,16 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 		}
 		assert.Equal(t, 1, counts["deploy.erase_devices_metadata"], "%s ran %v", name, a.Ran())
 		assert.Equal(t, 1, counts["deploy.erase_devices"], "%s ran %v", name, a.Ran())
+		// Each run's result is in the shared database once, whichever
+		// controller recorded it (#21).
+		_, res := getJSON(t, front.URL, "/v1/nodes/"+name+"/steps/results")
+		stored := map[string]int{}
+		for _, r := range res["results"].([]any) {
+			r := r.(map[string]any)
+			stored[r["step"].(string)]++
+			assert.Equal(t, "succeeded", r["outcome"], "%s: %v", name, r)
+		}
+		assert.Equal(t, map[string]int{"deploy.erase_devices_metadata": 1, "deploy.erase_devices": 1}, stored, name)
 
 		_, h := getJSON(t, front.URL, "/v1/nodes/"+name+"/history")
 		for _, e := range h["history"].([]any) {

@@ -4,8 +4,12 @@
 //	anvil node show NODE                 one node in detail
 //	anvil node steps NODE                the cached clean steps, their age and fingerprint
 //	anvil node events NODE               the node's history
+//	anvil node step-results NODE         each step run's outcome and per-device result, newest first
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
+//	anvil erase-records NODE [--format json|text]   the node's signed sanitization records
+//	anvil erase-records verify FILE [--key KEY]     check exported records offline
+//	anvil erase-records public-key                  the key records are signed with
 //
 // The controller URL comes from --url or ANVIL_URL (default
 // http://127.0.0.1:6385); http_basic credentials from ANVIL_USERNAME and
@@ -28,6 +32,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func main() {
@@ -39,7 +44,8 @@ func main() {
 	}
 }
 
-const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] node <list|show|steps|events|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]`
+const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] node <list|show|steps|events|step-results|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]
+       anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] erase-records <NODE [--format json|text]|verify FILE [--key KEY]|public-key>`
 
 // verbs maps CLI verbs to provision targets and the state --wait expects.
 var verbs = map[string]struct{ target, want string }{
@@ -62,9 +68,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 		return err
 	}
 	rest := fs.Args()
-	if len(rest) < 2 || rest[0] != "node" {
-		return errors.New(usage)
-	}
 	hc, err := trust.HTTPClient()
 	if err != nil {
 		return err
@@ -73,10 +76,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 	if u := getenv("ANVIL_USERNAME"); u != "" {
 		c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
 	}
+	if len(rest) > 0 && rest[0] == "erase-records" {
+		return eraseRecords(ctx, c, rest[1:], out)
+	}
+	if len(rest) < 2 || rest[0] != "node" {
+		return errors.New(usage)
+	}
 	cmd, rest := rest[1], rest[2:]
 	switch cmd {
 	case "list":
 		return list(ctx, c, rest, out)
+	case "step-results":
+		return stepResults(ctx, c, rest, out)
 	case "show", "steps", "events":
 		if len(rest) != 1 {
 			return fmt.Errorf("usage: anvil node %s NODE", cmd)
@@ -169,6 +180,9 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 		return err
 	}
 	var inv struct {
+		Inventory struct {
+			Disks []protocol.Disk `json:"disks"`
+		} `json:"inventory"`
 		PluginData struct {
 			Warnings []string `json:"warnings"`
 		} `json:"plugin_data"`
@@ -178,6 +192,18 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	for _, w := range append(diskCheckWarnings(raw), inv.PluginData.Warnings...) {
 		if _, err := fmt.Fprintln(out, "WARNING:", w); err != nil {
 			return err
+		}
+	}
+	if raw["retired"] == true {
+		var recs struct {
+			Records []json.RawMessage `json:"erase_records"`
+		}
+		// a controller that signs no records lists none
+		_ = c.Do(ctx, "GET", "/v1/nodes/"+node+"/erase-records", nil, &recs)
+		for _, line := range retirementLines(raw, recs.Records, inv.Inventory.Disks) {
+			if _, err := fmt.Fprintln(out, line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

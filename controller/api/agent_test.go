@@ -208,26 +208,78 @@ func TestAgentProgressIsVisible(t *testing.T) {
 	assert.GreaterOrEqual(t, seen, 30.0, "running progress shows in the node")
 }
 
+// stepRunning says whether the agent reported the node's command running.
+func stepRunning(n map[string]any) bool {
+	st, _ := n["driver_internal_info"].(map[string]any)["agent_command_status"].(map[string]any)
+	return st["state"] == "RUNNING"
+}
+
 func TestAgentAbort(t *testing.T) {
-	t.Run("abortable", func(t *testing.T) {
+	t.Run("abortable, the agent stops", func(t *testing.T) {
 		e := newEnvWith(t, agentConfig(), ":memory:")
+		e.agentNode("ab0", nil)
+		a := simagent.New(e.srv.URL, mac1)
+		a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Release: make(chan struct{}),
+			Summary: "/dev/sda failed: aborted after 1048576 bytes",
+			Result:  map[string]any{"devices": []any{map[string]any{"plan": map[string]any{"device": "/dev/sda"}, "status": "failed", "bytes": 1048576}}}}
+		require.Equal(t, 202, e.provision("ab0", "provide", nil).status)
+		aborted := false
+		n := e.drive(a, "ab0", "clean failed", func(n map[string]any) {
+			if !aborted && n["provision_state"] == "clean wait" && stepRunning(n) {
+				require.Equal(t, 202, e.provision("ab0", "abort", nil).status)
+				got := e.do("GET", "/v1/nodes/ab0", latest, nil).json(t)
+				assert.Equal(t, "clean wait", got["provision_state"], "the node waits for the agent to stop")
+				aborted = true
+			}
+		})
+		require.Len(t, a.Aborts(), 1, "the heartbeat reply carried the abort once; the agent then stopped")
+		assert.Contains(t, n["last_error"], "Clean step deploy.erase_devices_metadata aborted by operator: the agent stopped it; partial result: /dev/sda failed: aborted after 1048576 bytes")
+		assert.Equal(t, false, n["maintenance"])
+		assert.Equal(t, "power on", n["power_state"], "the controller did not power the node off")
+		assert.Empty(t, n["clean_step"])
+		_, err := a.Heartbeat(context.Background())
+		assert.NoError(t, err, "the agent answers the next heartbeat")
+		res, _ := resultsOf(t, e, "/v1/nodes/ab0/steps/results")
+		require.NotEmpty(t, res)
+		assert.Equal(t, "aborted", res[0]["outcome"])
+		assert.EqualValues(t, 1048576, res[0]["result"].(map[string]any)["devices"].([]any)[0].(map[string]any)["bytes"], "the partial result is kept")
+		assert.Equal(t, []string{"deploy.erase_devices_metadata"}, a.Steps(), "the next step never started")
+	})
+	t.Run("abortable, the agent ignores the abort", func(t *testing.T) {
+		cc := agentConfig()
+		cc.Agent.AbortTimeout = 200 * time.Millisecond
+		e := newEnvWith(t, cc, ":memory:")
 		e.agentNode("ab1", nil)
 		a := simagent.New(e.srv.URL, mac1)
+		a.IgnoreAbort = true
 		a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Release: make(chan struct{})}
 		require.Equal(t, 202, e.provision("ab1", "provide", nil).status)
 		aborted := false
 		n := e.drive(a, "ab1", "clean failed", func(n map[string]any) {
-			if !aborted && len(a.Steps()) > 0 && n["provision_state"] == "clean wait" {
+			if !aborted && n["provision_state"] == "clean wait" && stepRunning(n) {
 				require.Equal(t, 202, e.provision("ab1", "abort", nil).status)
 				aborted = true
 			}
 		})
-		assert.Contains(t, n["last_error"], `aborted during or after the completion of step "deploy.erase_devices_metadata"`)
+		assert.NotEmpty(t, a.Aborts())
+		assert.Contains(t, n["last_error"], `aborted during step "deploy.erase_devices_metadata": the agent did not stop it within 200ms, so the node is powered off`)
 		assert.Equal(t, false, n["maintenance"])
-		assert.Equal(t, "power off", n["power_state"], "aborting tears cleaning down: the node is powered off")
+		assert.Equal(t, "power off", n["power_state"], "the fallback: the node is powered off")
 		assert.NotContains(t, n["driver_internal_info"], "agent_secret_token", "and the agent's token is gone")
 		_, err := a.Heartbeat(context.Background())
 		assert.Error(t, err, "the aborted agent can no longer act")
+		res, _ := resultsOf(t, e, "/v1/nodes/ab1/steps/results")
+		require.NotEmpty(t, res)
+		assert.Equal(t, "aborted", res[0]["outcome"])
+	})
+	t.Run("before the agent runs the step", func(t *testing.T) {
+		e := newEnvWith(t, agentConfig(), ":memory:")
+		e.agentNode("ab3", nil)
+		require.Equal(t, 202, e.provision("ab3", "provide", nil).status)
+		e.waitState("ab3", "clean wait")
+		require.Equal(t, 202, e.provision("ab3", "abort", nil).status)
+		n := e.waitState("ab3", "clean failed")
+		assert.Contains(t, n["last_error"], "By request, the clean operation was aborted")
 	})
 	t.Run("not abortable", func(t *testing.T) {
 		e := newEnvWith(t, agentConfig(), ":memory:")
@@ -487,4 +539,14 @@ func TestAgentCleaningSurvivesControllerRestart(t *testing.T) {
 	n := e2.drive(a, "rs", "available", nil)
 	assert.Equal(t, "power off", n["power_state"])
 	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "no step ran twice")
+
+	// each step's result is kept once, also across another restart
+	before, _ := resultsOf(t, e2, "/v1/nodes/rs/steps/results")
+	require.Len(t, before, 2)
+	assert.Equal(t, "deploy.erase_devices", before[0]["step"])
+	assert.Equal(t, "deploy.erase_devices_metadata", before[1]["step"])
+	e2.stop()
+	e3 := newEnvWith(t, agentConfig(), db)
+	after, _ := resultsOf(t, e3, "/v1/nodes/rs/steps/results")
+	assert.Equal(t, before, after)
 }

@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,8 @@ type Server struct {
 	// bufs recycles list response buffers: a detail list of 1000 nodes is
 	// ~1.5 MiB, and zeroing a fresh one per request cost ~20% of the time.
 	bufs sync.Pool
+	// recordsKey verifies the sanitization records (nil: none signed).
+	recordsKey ed25519.PublicKey
 }
 
 // Config wires the server.
@@ -65,6 +68,9 @@ type Config struct {
 	// MetricsRoute says how the API serves /metrics: behind its auth
 	// (default), to anyone, or not (served on a listener of its own).
 	MetricsRoute MetricsRoute
+	// RecordsKey verifies the controller's sanitization records (served
+	// at /v1/erase-records/public-key); nil: the controller signs none.
+	RecordsKey ed25519.PublicKey
 	// TLSFingerprint is the SHA-256 fingerprint ("sha256:<hex>") of the
 	// certificate the controller serves HTTPS with; "" = plain HTTP. Boot
 	// configurations then send agents to https:// and pin it.
@@ -79,7 +85,7 @@ func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
-		discovery: newDiscoverer(cfg.Discovery)}
+		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -213,6 +219,9 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/history", authed(s.getHistory)).Methods(http.MethodGet)
 	r.Handle(n+"/cleaning/steps", authed(s.cleaningSteps)).Methods(http.MethodGet)
 	r.Handle(n+"/inventory", authed(s.inventory)).Methods(http.MethodGet)
+	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
+	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
+	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
 	// with the per-boot token, not with operator credentials; each source

@@ -294,11 +294,17 @@ func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
 // openBootFile opens the first existing candidate of bootFiles[key] in
 // --boot-dir (nil if none).
 func (s *Server) openBootFile(key string) (*os.File, string) {
-	if s.bootDir == "" {
+	return OpenBootFile(s.bootDir, key)
+}
+
+// OpenBootFile opens the file nodes get as key ("vmlinuz", "initramfs",
+// ...) from a boot directory: the first existing candidate (nil if none).
+func OpenBootFile(dir, key string) (*os.File, string) {
+	if dir == "" {
 		return nil, ""
 	}
 	for _, name := range bootFiles[key] {
-		if f, err := os.Open(filepath.Join(s.bootDir, name)); err == nil {
+		if f, err := os.Open(filepath.Join(dir, name)); err == nil {
 			return f, name
 		}
 	}

@@ -87,6 +87,24 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 	clearCmd := func(m *store.Node) {
 		m.Operation.Agent.Command = nil
 	}
+	// The agent's full result, and the records of what it erased, are
+	// stored before the node moves on (the command's id makes a repeated
+	// report one result and the same records).
+	report := &agentReport{}
+	if ph, ok := phaseOf(n); ok {
+		res := c.agentResult(n, ph, pending, st)
+		if err := c.st.PutStepResult(ctx, res); err != nil {
+			return fmt.Errorf("store the result of step %s: %w", key, err)
+		}
+		ev, err := c.signRecords(ctx, n, res)
+		if err != nil {
+			return err
+		}
+		report.events = ev
+	}
+	if pending.AbortRequestedAt != nil {
+		return c.finishAbort(ctx, n, key, st, report)
+	}
 	if st.State == protocol.CommandFailed {
 		msg := "the agent reported a failure"
 		if st.Error != nil {
@@ -106,13 +124,14 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		// Agent text (an mdadm error, a summary) must not break the
 		// one-line last_error or history event.
-		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", clearCmd)
+		return c.completeAsync(ctx, n.UUID, key, errors.New(oneLine(msg)), "", report, clearCmd)
 	}
 	if pending.Step.RebootRequested {
 		aw, err := c.bootRamdisk(ctx, n, d, "reboot", key)
 		if err != nil {
-			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), "", clearCmd)
+			return c.completeAsync(ctx, n.UUID, key, fmt.Errorf("step requested a reboot, which failed: %w", err), st.Summary, report, clearCmd)
 		}
+		aw.Summary = st.Summary
 		_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {
 				return nil, errStale
@@ -124,7 +143,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		})
 		return err
 	}
-	return c.completeAsync(ctx, n.UUID, key, nil, withDisklessNote(n, key, st.Summary), clearCmd)
+	return c.completeAsync(ctx, n.UUID, key, nil, withDisklessNote(n, key, st.Summary), report, clearCmd)
 }
 
 // agentIsBack continues after the ramdisk (re)booted.
@@ -137,8 +156,15 @@ func (c *engine) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw st
 	}
 	switch {
 	case aw.Step != "":
-		// the reboot (into the ramdisk, or requested by a step) completes that step
-		return c.completeAsync(ctx, n.UUID, aw.Step, nil, "", func(m *store.Node) { _ = ready(m) })
+		// The reboot (into the ramdisk, or requested by a step) completes
+		// that step. A step that requested it has its result stored and
+		// its summary kept for the "finished" event; the controller's own
+		// reboot into the ramdisk is a run of its own.
+		var report *agentReport
+		if aw.Reason == "reboot" {
+			report = &agentReport{}
+		}
+		return c.completeAsync(ctx, n.UUID, aw.Step, nil, aw.Summary, report, func(m *store.Node) { _ = ready(m) })
 	case cur == state.InspectWait:
 		_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 			if m.ProvisionState != string(cur) {

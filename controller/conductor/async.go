@@ -17,13 +17,21 @@ import (
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
 func (c *engine) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
-	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil)
+	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil, nil)
+}
+
+// agentReport is what the agent's report of a finished step left: its
+// result is stored, and events (the records it signed) go with the step's
+// end into the history.
+type agentReport struct {
+	events []*store.Event
 }
 
 // completeAsync is CompleteAsyncStep applying mut in the same write. A
 // summary of what the step did (the agent's) goes into its "finished"
-// history event.
-func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, mut func(m *store.Node)) error {
+// history event. Without an agent report (whose result is stored
+// already), the run's result is stored once the node moved on.
+func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
@@ -45,6 +53,18 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
 		return Conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
 	}
+	var extra []*store.Event
+	if agent != nil {
+		extra = agent.events
+	}
+	record := func() {
+		if agent == nil {
+			args, _ := cur["args"].(map[string]any)
+			r := c.runResult(n, ph, stepKey, args, stepErr, store.OutcomeSucceeded)
+			r.Summary = oneLine(summary)
+			c.recordRun(ctx, r)
+		}
+	}
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
@@ -53,7 +73,10 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil
-		}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
+		}, append(extra, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))...)
+		if err == nil {
+			record()
+		}
 		return err
 	}
 	plan := *ph.plan(&n.Operation)
@@ -75,7 +98,10 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 			m.LastError = strp(msg)
 			*ph.current(m) = map[string]any{}
 			return nil
-		}, finished)
+		}, append(extra, finished)...)
+		if err == nil {
+			record()
+		}
 		return err
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
@@ -84,10 +110,11 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 			p.Index = idx + 1
 		}
 		return nil
-	}, finished)
+	}, append(extra, finished)...)
 	if err != nil {
 		return err
 	}
+	record()
 	c.kick(nodeUUID)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -33,8 +34,14 @@ type Config struct {
 	// leases left by a previous run are then cleared at start instead of
 	// waited out.
 	SoleController bool
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Records signs a sanitization record for every device an
+	// erase_devices run erased; nil: no records are written.
+	Records *erasure.Signer
+	// RamdiskSHA256 returns the SHA-256 (hex) of the ramdisk the controller
+	// serves, for the records' tool.image_sha256 ("" or nil: unknown).
+	RamdiskSHA256 func() string
+	Logger        *slog.Logger
+	Now           func() time.Time
 	// Media makes per-node ISOs for redfish-virtual-media boots (nil:
 	// such boots fail with a message saying so).
 	Media VirtualMedia
@@ -51,7 +58,10 @@ type AgentConfig struct {
 	// StepTimeout: default limit of one in-band step run, for steps that do
 	// not declare max_seconds (0: no limit).
 	StepTimeout time.Duration
-	Erase       *protocol.ErasePolicy
+	// AbortTimeout: an aborted step's agent must report it stopped this
+	// soon, else the node is powered off (the fallback).
+	AbortTimeout time.Duration
+	Erase        *protocol.ErasePolicy
 }
 
 // PowerSyncConfig tunes the periodic power-state check.
@@ -82,7 +92,7 @@ func DefaultConfig() Config {
 		CleanWaitTimeout: 30 * time.Minute, DeployWaitTimeout: 30 * time.Minute,
 		CheckInterval: 10 * time.Second, LeaseTTL: 20 * time.Second,
 		Agent: AgentConfig{HeartbeatInterval: 10 * time.Second, BootTimeout: 15 * time.Minute,
-			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour},
+			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour, AbortTimeout: time.Minute},
 		PowerSync: PowerSyncConfig{Interval: time.Minute, Ticks: 60, MaxFailures: 3, Enforce: true, Workers: 8},
 	}
 }
@@ -102,6 +112,7 @@ func (cfg *Config) defaults() {
 	fill(&cfg.Agent.HeartbeatInterval, d.Agent.HeartbeatInterval)
 	fill(&cfg.Agent.BootTimeout, d.Agent.BootTimeout)
 	fill(&cfg.Agent.SilenceTimeout, d.Agent.SilenceTimeout)
+	fill(&cfg.Agent.AbortTimeout, d.Agent.AbortTimeout)
 	fill(&cfg.PowerSync.Ticks, d.PowerSync.Ticks)
 	fill(&cfg.PowerSync.MaxFailures, d.PowerSync.MaxFailures)
 	fill(&cfg.PowerSync.Workers, d.PowerSync.Workers)

@@ -78,7 +78,7 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 	cur := state.State(n.ProvisionState)
 	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
 	fail := func(err error) error {
-		return c.completeAsync(ctx, n.UUID, key, err, "", clearCmd)
+		return c.completeAsync(ctx, n.UUID, key, err, "", nil, clearCmd)
 	}
 	if st.State == protocol.CommandFailed {
 		msg := "no reason given"

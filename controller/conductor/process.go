@@ -191,6 +191,9 @@ func (c *engine) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepP
 				*stored = &store.StepPlan{Steps: steps}
 			}
 			*ph.current(m) = stepToMap(step)
+			if (*stored).Index != idx || (*stored).StartedAt.IsZero() || verb == "started" {
+				(*stored).StartedAt = c.now()
+			}
 			(*stored).Index = idx
 			return append(pending, started), nil
 		})
@@ -201,12 +204,17 @@ func (c *engine) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepP
 		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
-			return false, nil, c.failSteps(ctx, n.UUID, ph, msg, true)
+			err := c.failSteps(ctx, n.UUID, ph, msg, true)
+			if err == nil {
+				c.recordRun(ctx, c.runResult(n, ph, step.Key(), step.Args, serr, store.OutcomeFailed))
+			}
+			return false, nil, err
 		}
 		if status == StepWait {
 			_, err := c.transition(ctx, n.UUID, ph.running, state.EvWait, nil)
 			return false, nil, err
 		}
+		c.recordRun(ctx, c.runResult(n, ph, step.Key(), step.Args, nil, store.OutcomeSucceeded))
 		pending = []*store.Event{c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, step.Key()))}
 	}
 	return true, pending, nil

@@ -166,6 +166,16 @@ func (c *engine) applyAbort(n *store.Node) error {
 			step["abort_after"] = true
 			return nil
 		}
+		// An agent running the step stops it itself: the node stays in
+		// clean wait until the agent reports (or AbortTimeout passes).
+		if p, st := n.Operation.Agent.Command, n.Operation.Agent.CommandStatus; p != nil && p.Step != nil && st != nil &&
+			st.ID == p.ID && st.State == protocol.CommandRunning {
+			if p.AbortRequestedAt == nil {
+				now := c.now()
+				p.AbortRequestedAt = &now
+			}
+			return nil
+		}
 	}
 	next, err := state.Next(cur, state.EvAbort)
 	if err != nil {

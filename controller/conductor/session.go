@@ -312,6 +312,9 @@ func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protoc
 		cmd := pending.Command
 		resp.Command = &cmd
 	}
+	if hasPending && busy && started && pending.AbortRequestedAt != nil {
+		resp.Abort = pending.ID
+	}
 	return events, material || len(events) > 0 || *kick, nil
 }
 

@@ -64,6 +64,9 @@ func (c *engine) checkTimeouts(ctx context.Context) {
 				c.log.Error("failing timed-out node failed", "node", n.UUID, "err", err)
 				continue
 			}
+			if err == nil {
+				c.recordTimeout(ctx, n, msg)
+			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
 			c.kick(n.UUID) // at rest now: its lease is released
 		}
@@ -84,6 +87,10 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 			continue
 		}
 		for _, n := range nodes {
+			if msg := c.abortOverdue(n); msg != "" {
+				c.abortByPowerOff(ctx, n, msg)
+				continue
+			}
 			msg := c.agentTimerExpired(n, now)
 			if msg == "" {
 				continue
@@ -104,6 +111,7 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 				c.log.Error("failing node after agent timeout failed", "node", n.UUID, "err", err)
 				continue
 			}
+			c.recordTimeout(ctx, n, msg)
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
 			c.kick(n.UUID)
 		}
@@ -155,4 +163,20 @@ func currentStepKey(n *store.Node) string {
 		return ""
 	}
 	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+}
+
+// recordTimeout stores the result of the step n (as it was before failing)
+// was running when it timed out, if any.
+func (c *engine) recordTimeout(ctx context.Context, n *store.Node, msg string) {
+	ph, ok := phaseOf(n)
+	key := currentStepKey(n)
+	if !ok || key == "" {
+		return
+	}
+	args, _ := (*ph.current(n))["args"].(map[string]any)
+	r := c.runResult(n, ph, key, args, errors.New(msg), store.OutcomeTimedOut)
+	if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == key {
+		r.UUID = p.ID // the agent's run: a late report of it is the same run
+	}
+	c.recordRun(ctx, r)
 }

@@ -49,6 +49,11 @@ type Agent struct {
 	Inventory protocol.Inventory
 	// Nonce is presented at lookup (the boot's anvil.token=), if set.
 	Nonce string
+	// IgnoreAbort makes the agent ignore an abort (as an agent predating
+	// aborts does); otherwise an aborted step stops at once, reporting
+	// CommandAborted with its outcome's Result and Summary as the partial
+	// result.
+	IgnoreAbort bool
 
 	mu          sync.Mutex
 	bootID      string
@@ -62,6 +67,14 @@ type Agent struct {
 	seen        map[string]bool
 	sentSteps   bool
 	ran         []string
+	aborts      []string
+}
+
+// Aborts lists the command ids the controller asked to abort.
+func (a *Agent) Aborts() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.aborts...)
 }
 
 // New returns an agent with IPA's default generic steps.
@@ -248,6 +261,18 @@ func (a *Agent) Heartbeat(ctx context.Context) (*protocol.HeartbeatResponse, err
 	}
 	if a.current != nil && reply.Ack == a.current.ID && a.current.State != protocol.CommandRunning {
 		a.current = nil
+	}
+	if reply.Abort != "" {
+		a.aborts = append(a.aborts, reply.Abort)
+		if cur := a.current; !a.IgnoreAbort && cur != nil && cur.ID == reply.Abort && cur.State == protocol.CommandRunning {
+			out := a.Outcomes[a.curKey]
+			summary := out.Summary
+			if p := cur.Progress; out.Bytes > 0 && p != nil {
+				// what a real agent says of a stopped overwrite
+				summary = fmt.Sprintf("%s failed after writing %d of %d bytes: context canceled", p.Device, p.BytesDone, p.BytesTotal)
+			}
+			a.finish(&protocol.Error{Type: protocol.ErrTypeAborted, Code: 500, Message: "aborted by the controller"}, out.Result, summary)
+		}
 	}
 	if reply.Command != nil && (a.current == nil || a.current.State != protocol.CommandRunning) && !a.seen[reply.Command.ID] {
 		a.start(*reply.Command)

@@ -35,6 +35,8 @@ type Operation struct {
 type StepPlan struct {
 	Steps []protocol.Step `json:"steps"`
 	Index int             `json:"index"`
+	// StartedAt is when Steps[Index] started (its result's start).
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // AgentSession is what the controller knows of the node's agent.
@@ -107,6 +109,9 @@ type AgentCommand struct {
 	// the check passes; never sent to the agent.
 	Guards         *protocol.Step `json:"guards,omitempty"`
 	GuardedCommand string         `json:"guarded_command,omitempty"`
+	// AbortRequestedAt: an operator aborted the running step; the
+	// heartbeat replies carry the abort until the agent reports the end.
+	AbortRequestedAt *time.Time `json:"abort_requested_at,omitempty"`
 }
 
 // Await records that the node was (re)booted into the ramdisk and what to
@@ -116,6 +121,9 @@ type Await struct {
 	Since     time.Time `json:"since"`
 	OldBootID string    `json:"old_boot_id"`
 	Step      string    `json:"step,omitempty"` // step to complete when the agent is back
+	// Summary is what the agent said the step did before the reboot it
+	// requested; the step's result is already stored.
+	Summary string `json:"summary,omitempty"`
 }
 
 // Ironic's driver_internal_info keys for the operation (ours where Ironic

@@ -226,8 +226,8 @@ type Nodes interface {
 	// ListNodeSummaries is ListNodes for the fields of a plain node list,
 	// read from indexed columns only (the most frequent API call).
 	ListNodeSummaries(ctx context.Context, f NodeFilter, p Page) ([]*NodeSummary, error)
-	// DeleteNode removes n with its ports, portgroups, inventory, lease and
-	// history if its Revision is still current (else ErrConflict), so checks
+	// DeleteNode removes n with its ports, portgroups, inventory, lease,
+	// history and step results (not its erase records) if its Revision is still current (else ErrConflict), so checks
 	// made on n hold at the moment it goes.
 	DeleteNode(ctx context.Context, n *Node) error
 	CountNodesByState(ctx context.Context) (map[string]int, error)
@@ -366,6 +366,7 @@ type Store interface {
 	Allocations
 	History
 	Inventories
+	StepResults
 	Leases
 	Close() error
 }

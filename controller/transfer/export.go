@@ -110,7 +110,32 @@ func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (S
 		sum.Inventories++
 	}
 	d.close('}')
+	if sum.StepResults, err = exportResults(ctx, d, "step_results", src.ListStepResults, func(r *store.StepResult) string { return r.UUID }); err != nil {
+		return sum, err
+	}
+	if sum.Records, err = exportResults(ctx, d, "erase_records", src.ListEraseRecords, func(r *store.EraseRecord) string { return r.UUID }); err != nil {
+		return sum, err
+	}
 	return sum, d.finish()
+}
+
+// exportResults writes step results or erase records, oldest first, so
+// the target lists them in the same order.
+func exportResults[T any](ctx context.Context, d *docWriter, section string,
+	list func(context.Context, store.ResultPage) ([]*T, error), uuidOf func(*T) string) (int, error) {
+	count := 0
+	d.open(section, '[')
+	err := eachPage(ctx, func(p store.Page) ([]*T, error) {
+		return list(ctx, store.ResultPage{Limit: p.Limit, Marker: p.Marker, Ascending: true})
+	}, uuidOf, func(v *T) error {
+		count++
+		return d.item(v)
+	})
+	if err != nil {
+		return count, fmt.Errorf("export %s: %w", section, err)
+	}
+	d.close(']')
+	return count, nil
 }
 
 // refuseReserved fails with ErrReserved, naming a few nodes, when any node

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -31,6 +32,8 @@ const (
 	kindPort
 	kindAllocation
 	kindEvent
+	kindResult
+	kindRecord
 )
 
 // fillFleet writes a varied fleet through store calls, with everything an
@@ -122,4 +125,17 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 		[]byte(`{"cpu": {"model_name": "EPYC", "count": 64},
   "disks": [{"name": "/dev/nvme0n1", "size": 960197124096}], "memory": {"physical_mb": 524288}}`)))
 	require.NoError(t, st.PutInventory(ctx, failed.UUID, []byte(`{"disks":[{"name":"/dev/sdb","size":480103981056}],"boot":{"current_boot_mode":"uefi"}}`)))
+	results := []*store.StepResult{
+		{UUID: fleetUUID(kindResult, 1), NodeUUID: failed.UUID, Kind: "clean", Step: "deploy.erase_devices_metadata",
+			StartedAt: at(42), FinishedAt: at(42).Add(3 * time.Second), Outcome: store.OutcomeSucceeded, AgentVersion: "anvil-agent 1.0",
+			Summary: "/dev/sdb metadata wiped", Result: json.RawMessage(`{"devices":[{"device":"/dev/sdb","status":"erased"}]}`)},
+		{UUID: fleetUUID(kindResult, 2), NodeUUID: failed.UUID, Kind: "clean", Step: "deploy.erase_devices", Args: map[string]any{"x": "y"},
+			StartedAt: at(43), FinishedAt: at(44), Outcome: store.OutcomeFailed, Error: "/dev/sdb: write error at sector 123456",
+			Result: json.RawMessage(`{"devices":[{"plan":{"device":"/dev/sdb"},"status":"failed","bytes":63209472}]}`)},
+	}
+	for _, r := range results {
+		require.NoError(t, st.PutStepResult(ctx, r))
+	}
+	require.NoError(t, st.PutEraseRecords(ctx, []*store.EraseRecord{{UUID: fleetUUID(kindRecord, 1), NodeUUID: fleetUUID(kindNode, 999),
+		CreatedAt: at(50), Data: json.RawMessage(`{"record":{"device":"/dev/sda","serial":"S1<&>"},"signature":"c2ln"}`)}}))
 }

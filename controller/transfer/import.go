@@ -84,6 +84,10 @@ func (discard) CreatePort(context.Context, *store.Port) error             { retu
 func (discard) CreateAllocation(context.Context, *store.Allocation) error { return nil }
 func (discard) AppendEvent(context.Context, *store.Event) error           { return nil }
 func (discard) PutInventory(context.Context, string, []byte) error        { return nil }
+func (discard) PutStepResult(context.Context, *store.StepResult) error    { return nil }
+func (discard) PutEraseRecords(context.Context, []*store.EraseRecord) error {
+	return nil
+}
 
 // decoder reads a document token by token and writes each object to dst as
 // soon as it is read. It checks what the stores would not: required
@@ -250,6 +254,12 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		}
 	case "inventories":
 		return d.inventorySection(ctx, where)
+	case "step_results":
+		return section(ctx, d, key, where, d.stepResult, counted(d.dst.PutStepResult, &d.sum.StepResults))
+	case "erase_records":
+		return section(ctx, d, key, where, d.eraseRecord, counted(func(ctx context.Context, r *store.EraseRecord) error {
+			return d.dst.PutEraseRecords(ctx, []*store.EraseRecord{r})
+		}, &d.sum.Records))
 	default:
 		return d.fail(where, errors.New("unknown member (a typo, or a document from a newer controller)"))
 	}
@@ -445,4 +455,20 @@ func (d *decoder) inventorySection(ctx context.Context, where string) error {
 		d.sum.Inventories++
 	}
 	return d.delim(d.at(name), '}')
+}
+
+// stepResult checks a step result; like history, it belongs to a node of
+// the document.
+func (d *decoder) stepResult(r *store.StepResult) error {
+	return errors.Join(required("uuid", r.UUID), exists(d.nodes, "node_uuid", r.NodeUUID))
+}
+
+// eraseRecord checks an erase record: its node may be gone (records
+// outlive their node), and its signed document must be JSON.
+func (d *decoder) eraseRecord(r *store.EraseRecord) error {
+	err := errors.Join(required("uuid", r.UUID), required("node_uuid", r.NodeUUID))
+	if !json.Valid(r.Data) {
+		err = errors.Join(err, errors.New("data is not a JSON document"))
+	}
+	return err
 }

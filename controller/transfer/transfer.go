@@ -3,7 +3,8 @@
 //
 //	{"format":"anvil-export","version":1,"exported_at":"...",
 //	"nodes":[...],"portgroups":[...],"ports":[...],"allocations":[...],
-//	"history":[...],"inventories":{"NODE-UUID":{...},...}}
+//	"history":[...],"inventories":{"NODE-UUID":{...},...},
+//	"step_results":[...],"erase_records":[...]}
 //
 // The objects are the store's model with its JSON field names (the API's),
 // every field included: driver_info with its BMC credentials, internal
@@ -11,7 +12,10 @@
 // and revisions are not exported (the target database assigns its own), nor
 // are node leases: they are runtime ownership among live controllers and
 // expire on their own. Sections come in dependency order, one object per
-// line, so a fleet of any size is written and read as a stream.
+// line, so a fleet of any size is written and read as a stream. Step
+// results and erase records (oldest first) came later within version 1:
+// a document without them reads as one without results or records. Erase
+// records of deleted nodes are exported too (they outlive their node).
 package transfer
 
 import (
@@ -51,6 +55,8 @@ type Source interface {
 	ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error)
 	ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*store.Event, error)
 	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
+	ListStepResults(ctx context.Context, p store.ResultPage) ([]*store.StepResult, error)
+	ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*store.EraseRecord, error)
 }
 
 // Target is what Import writes; every store.Store is one. Both stores'
@@ -66,6 +72,8 @@ type Target interface {
 	CreateAllocation(ctx context.Context, a *store.Allocation) error
 	AppendEvent(ctx context.Context, e *store.Event) error
 	PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error
+	PutStepResult(ctx context.Context, r *store.StepResult) error
+	PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) error
 }
 
 // Summary counts the objects of a document, per kind.
@@ -76,14 +84,16 @@ type Summary struct {
 	Allocations int `json:"allocations"`
 	Events      int `json:"history"`
 	Inventories int `json:"inventories"`
+	StepResults int `json:"step_results"`
+	Records     int `json:"erase_records"`
 }
 
 // Total is the number of objects of every kind.
 func (s Summary) Total() int {
-	return s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.Events + s.Inventories
+	return s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.Events + s.Inventories + s.StepResults + s.Records
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("%d nodes, %d portgroups, %d ports, %d allocations, %d history events, %d inventories",
-		s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.Events, s.Inventories)
+	return fmt.Sprintf("%d nodes, %d portgroups, %d ports, %d allocations, %d history events, %d inventories, %d step results, %d erase records",
+		s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.Events, s.Inventories, s.StepResults, s.Records)
 }

@@ -44,7 +44,7 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
-	return Summary{Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, Events: 5, Inventories: 2}
+	return Summary{Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, Events: 5, Inventories: 2, StepResults: 2, Records: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -60,7 +60,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 4+1+3+2+5+2+6*2+1, bytes.Count(doc, []byte("\n")))
+	assert.Equal(t, 4+1+3+2+5+2+2+1+8*2+1, bytes.Count(doc, []byte("\n")))
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -91,6 +91,30 @@ func TestGoldenRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, 2)
 	assert.Equal(t, "ERROR", events[1].Severity, "history keeps its order")
+
+	results, err := st.ListStepResults(ctx, store.ResultPage{NodeUUID: fleetUUID(kindNode, 3)})
+	require.NoError(t, err)
+	require.Len(t, results, 2)
+	assert.Equal(t, "deploy.erase_devices", results[0].Step, "newest first, as exported")
+	assert.Equal(t, store.OutcomeFailed, results[0].Outcome)
+	assert.JSONEq(t, `{"devices":[{"plan":{"device":"/dev/sdb"},"status":"failed","bytes":63209472}]}`, string(results[0].Result))
+	assert.Equal(t, at(43), results[0].StartedAt)
+	records, err := st.ListEraseRecords(ctx, store.ResultPage{NodeUUID: fleetUUID(kindNode, 999)})
+	require.NoError(t, err)
+	require.Len(t, records, 1, "a deleted node's record travels too")
+	assert.JSONEq(t, `{"record":{"device":"/dev/sda","serial":"S1<&>"},"signature":"c2ln"}`, string(records[0].Data))
+}
+
+// TestImportDocumentWithoutResults: a version 1 document written before
+// step results and erase records existed still imports.
+func TestImportDocumentWithoutResults(t *testing.T) {
+	old, err := os.ReadFile("../../testdata/transfer/small-fleet-without-results.json")
+	require.NoError(t, err)
+	sum, err := Import(context.Background(), openSQLite(t), bytes.NewReader(old), ImportOptions{})
+	require.NoError(t, err)
+	want := smallFleet()
+	want.StepResults, want.Records = 0, 0
+	assert.Equal(t, want, sum)
 }
 
 // doc builds a document from the valid empty one: members replaces or adds

@@ -310,7 +310,9 @@ func ataEraseUnit(ctx context.Context, t ataTransport, id ATAIdentity, enhanced 
 	if err := ataSecurity(ctx, t, ataCmdSecurityErase, ataPassword, enhanced, timeout); err != nil {
 		return fmt.Errorf("security erase unit: %w", err)
 	}
-	after, err := ataIdentify(ctx, t)
+	// The erase ran to completion (a sent command is never interrupted):
+	// an abort that arrived meanwhile must not skip confirming it.
+	after, err := ataIdentify(context.WithoutCancel(ctx), t)
 	if err != nil {
 		return fmt.Errorf("identify after erase: %w", err)
 	}

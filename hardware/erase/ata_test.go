@@ -435,3 +435,31 @@ func TestATASecureEraseWithoutContext(t *testing.T) {
 	assert.Zero(t, d.sec&0x2)
 	assert.ErrorIs(t, ataSecureErase(context.Background(), &fakeDrive{sec: 0}, false), errNotApplicable)
 }
+
+// TestATAEraseAbortedWhileRunningCompletes: an abort that arrives while
+// SECURITY ERASE UNIT runs does not interrupt it; the erase completes, is
+// confirmed (the password is gone), and nothing more is sent. An abort
+// before the erase is sent takes our password off again.
+func TestATAEraseAbortedWhileRunningCompletes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &fakeDrive{sec: 0x0001, after: func(cmd byte) {
+		if cmd == ataCmdSecurityErase {
+			cancel()
+		}
+	}}
+	require.NoError(t, ataSecureErase(ctx, d, false))
+	assert.Zero(t, d.sec&0x2, "security is off: the erase completed")
+	assert.Equal(t, byte(ataCmdIdentify), d.log[len(d.log)-1], "only the confirming IDENTIFY came after the erase")
+
+	ctx, cancel = context.WithCancel(context.Background())
+	d = &fakeDrive{sec: 0x0001, after: func(cmd byte) {
+		if cmd == ataCmdSecuritySetPass {
+			cancel()
+		}
+	}}
+	err := ataSecureErase(ctx, d, false)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "cleared again")
+	assert.Zero(t, d.sec&0x2, "our password is off the drive")
+	assert.NotContains(t, d.log, byte(ataCmdSecurityErase))
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware/internal/directio"
+	"github.com/anvil-metal/anvil/protocol"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -158,14 +159,9 @@ func writePass(ctx context.Context, f *os.File, size int64, p pattern, progress 
 	return f.Sync()
 }
 
-// Verification records a sampled read-back.
-type Verification struct {
-	Pattern      string  `json:"pattern"`
-	Samples      int     `json:"samples"`
-	BytesChecked int64   `json:"bytes_checked"`
-	Direct       bool    `json:"direct_io"`
-	Seconds      float64 `json:"seconds"`
-}
+// Verification is what was read back after a method (protocol's shape:
+// the controller reads it for sanitization records).
+type Verification = protocol.EraseVerification
 
 // sampleSize is how much is read at each sample point.
 const sampleSize = 64 << 10

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware/disk"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Method is one way of erasing a device.
@@ -39,6 +40,9 @@ const (
 // DevicePlan is the decision for one device, computed before anything is
 // written and returned in the step result so an operator sees why.
 type DevicePlan struct {
+	// DeviceIdentity (vendor, model, serial, WWN) names the device in the
+	// result, for the controller's sanitization records.
+	protocol.DeviceIdentity
 	Device           string             `json:"device"`
 	Size             uint64             `json:"size"`
 	Action           Action             `json:"action"`
@@ -170,7 +174,8 @@ func allDigits(s string) bool {
 // planOne plans d; siblings are the other namespaces of d's NVMe
 // controller, which a Format with FNA bit 0 or 1 would erase as well.
 func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []string) DevicePlan {
-	p := DevicePlan{Device: d.Path, Size: d.Size, Rotational: d.Rotational, LogicalBlockSize: d.LogicalBlockSize}
+	p := DevicePlan{Device: d.Path, Size: d.Size, Rotational: d.Rotational, LogicalBlockSize: d.LogicalBlockSize,
+		DeviceIdentity: protocol.DeviceIdentity{Vendor: d.Vendor, Model: d.Model, Serial: d.Serial, WWN: d.WWN, Controller: d.Controller}}
 	if r := skipReason(d, opener); r != "" {
 		p.Action, p.Reason = ActionSkip, r
 		return p

@@ -19,6 +19,7 @@ import (
 // Attempt is one method tried on one device.
 type Attempt struct {
 	Method       Method        `json:"method"`
+	Passes       int           `json:"passes,omitempty"` // overwrite: passes written
 	Error        string        `json:"error,omitempty"`
 	Seconds      float64       `json:"seconds"`
 	Verification *Verification `json:"verification,omitempty"`
@@ -44,6 +45,10 @@ type DeviceResult struct {
 	Bytes    uint64     `json:"bytes,omitempty"`
 	Seconds  float64    `json:"seconds"`
 	Error    string     `json:"error,omitempty"`
+	// StartedAt and FinishedAt bound the work on this device (absent when
+	// it was never started).
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Result of erase_devices: one entry per device, in plan order.
@@ -146,7 +151,7 @@ func passesFor(p DevicePlan, pol Policy) int {
 
 func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tracker) DeviceResult {
 	start := time.Now()
-	r := DeviceResult{Plan: p, Status: StatusFailed}
+	r := DeviceResult{Plan: p, Status: StatusFailed, StartedAt: &start}
 	for _, m := range p.Methods {
 		if err := ctx.Err(); err != nil {
 			r.Error = err.Error()
@@ -155,6 +160,10 @@ func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tra
 		t0 := time.Now()
 		expect, err := e.apply(ctx, m, p, pol, tr)
 		a := Attempt{Method: m}
+		if m == MethodOverwrite {
+			a.Passes = passes(pol)
+		}
+		applied := err == nil
 		if err == nil {
 			var v Verification
 			v, err = verifyPattern(ctx, p.Device, int64(p.Size), expect, pol.VerifySamples)
@@ -165,8 +174,16 @@ func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tra
 		a.Seconds = time.Since(t0).Seconds()
 		if err != nil {
 			a.Error = err.Error()
+			if applied && ctx.Err() != nil {
+				// An abort arrived while the method ran: a drive command
+				// (ATA security erase, NVMe format) is never interrupted,
+				// so it completed; only its verification was skipped.
+				a.Error = fmt.Sprintf("%s completed (it cannot be interrupted); verification skipped: %v", m, ctx.Err())
+			}
 			r.Attempts = append(r.Attempts, a)
-			r.Error = err.Error()
+			r.Error = a.Error
+			// what reached the device before it stopped (an abort or an error)
+			r.Bytes = tr.written(p.Device)
 			if errors.Is(err, hardware.ErrProtected) || ctx.Err() != nil {
 				break // a refusal by the guard is final, as is an abort
 			}
@@ -177,7 +194,8 @@ func (e *Eraser) eraseOne(ctx context.Context, p DevicePlan, pol Policy, tr *tra
 		tr.finish(p.Device)
 		break
 	}
-	r.Seconds = time.Since(start).Seconds()
+	end := time.Now()
+	r.Seconds, r.FinishedAt = end.Sub(start).Seconds(), &end
 	return r
 }
 
@@ -316,6 +334,13 @@ func (t *tracker) update(dev string, done uint64, msg string) {
 	p := t.snapshot(dev, msg)
 	t.mu.Unlock()
 	t.fn.Report(p)
+}
+
+// written is how many bytes the device's methods have written so far.
+func (t *tracker) written(dev string) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done[dev]
 }
 
 func (t *tracker) finish(dev string) {

@@ -22,6 +22,9 @@ func (r Result) Summary() string {
 			parts[i] = fmt.Sprintf("%s skipped: %s", d.Plan.Device, d.Plan.Reason)
 		default:
 			parts[i] = fmt.Sprintf("%s %s: %s", d.Plan.Device, d.Status, d.Error)
+			if d.Bytes > 0 {
+				parts[i] = fmt.Sprintf("%s %s after writing %s: %s", d.Plan.Device, d.Status, size(d.Bytes), d.Error)
+			}
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -110,4 +110,23 @@ var migrations = []string{
 		ip text COLLATE "C" NOT NULL CONSTRAINT dhcp_leases_ip_key UNIQUE,
 		expires_at timestamptz NOT NULL
 	);`,
+	// 6: finished step runs (store.StepResult) and signed erase records;
+	// both JSON documents, paged by id (newest first). Erase records
+	// outlive their node.
+	`CREATE TABLE step_results (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT step_results_uuid_key UNIQUE,
+		node_uuid text COLLATE "C" NOT NULL,
+		finished_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX step_results_node ON step_results (node_uuid, id);
+	CREATE TABLE erase_records (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT erase_records_uuid_key UNIQUE,
+		node_uuid text COLLATE "C" NOT NULL,
+		created_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX erase_records_node ON erase_records (node_uuid, id);`,
 }

@@ -388,8 +388,8 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 	return fmt.Errorf("update node %s at revision %d: %w", n.UUID, old, store.ErrConflict)
 }
 
-// DeleteNode removes the node with its ports, portgroups, inventory and
-// history, in one statement (so one transaction), if nobody changed it since
+// DeleteNode removes the node with its ports, portgroups, inventory,
+// history and step results, in one statement (so one transaction), if nobody changed it since
 // n was read. At READ COMMITTED a writer that got there first makes the
 // revision condition fail when the DELETE re-checks the row it waited for.
 func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
@@ -403,6 +403,8 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 			DELETE FROM events WHERE node_uuid IN (SELECT uuid FROM d)
 		), l AS (
 			DELETE FROM node_leases WHERE node_uuid IN (SELECT uuid FROM d)
+		), sr AS (
+			DELETE FROM step_results WHERE node_uuid IN (SELECT uuid FROM d)
 		)
 		SELECT count(*) FROM d`, uuid, n.Revision).Scan(&deleted)
 	var pgErr *pgconn.PgError

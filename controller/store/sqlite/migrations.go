@@ -80,4 +80,23 @@ var migrations = []string{
 		ip TEXT NOT NULL UNIQUE,
 		expires_at INTEGER NOT NULL
 	);`,
+	// 6: finished step runs (store.StepResult) and signed erase records;
+	// both JSON documents, paged by id (newest first). Erase records
+	// outlive their node.
+	`CREATE TABLE step_results (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT NOT NULL,
+		finished_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX step_results_node ON step_results(node_uuid, id);
+	CREATE TABLE erase_records (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		node_uuid TEXT NOT NULL,
+		created_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX erase_records_node ON erase_records(node_uuid, id);`,
 }

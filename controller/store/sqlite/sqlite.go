@@ -524,6 +524,9 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE node_uuid = ?`, uuid); err != nil {
 		return fmt.Errorf("delete history of node %s: %w", uuid, err)
 	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM step_results WHERE node_uuid = ?`, uuid); err != nil {
+		return fmt.Errorf("delete step results of node %s: %w", uuid, err)
+	}
 	return tx.Commit()
 }
 

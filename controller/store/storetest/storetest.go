@@ -40,6 +40,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
 		"Operation":         testOperation,
+		"StepResults":       testStepResults,
+		"StepResultsBound":  testStepResultsBound,
+		"EraseRecords":      testEraseRecords,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {

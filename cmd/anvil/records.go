@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+const recordsUsage = `usage: anvil erase-records NODE [--format json|text] | verify FILE [--key PUBLIC-KEY] | public-key`
+
+// eraseRecords is "anvil erase-records ...": export a node's signed
+// sanitization records, verify an export offline, or print the key.
+func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.Writer) error {
+	if len(args) < 1 {
+		return errors.New(recordsUsage)
+	}
+	switch args[0] {
+	case "verify":
+		return verifyRecords(args[1:], out)
+	case "public-key":
+		var body struct {
+			PublicKey   string `json:"public_key"`
+			Fingerprint string `json:"fingerprint"`
+		}
+		if err := c.Do(ctx, "GET", "/v1/erase-records/public-key", nil, &body); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(out, "%s\nfingerprint %s\n", body.PublicKey, body.Fingerprint)
+		return err
+	}
+	node := args[0]
+	fs := flag.NewFlagSet("erase-records", flag.ContinueOnError)
+	format := fs.String("format", "json", "json (signed, for verify) or text (a certificate per disk)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *format != "json" && *format != "text" {
+		if *format == "pdf" {
+			return errors.New("--format pdf is not available: no maintained PDF library is packaged for anvil; use --format text")
+		}
+		return fmt.Errorf("--format %q: want json or text", *format)
+	}
+	f := erasure.File{Format: erasure.FileFormat, Node: node, Records: []json.RawMessage{}}
+	marker := ""
+	for {
+		var body struct {
+			Records []json.RawMessage `json:"erase_records"`
+			Next    string            `json:"next"`
+		}
+		q := url.Values{"limit": {"100"}}
+		if marker != "" {
+			q.Set("marker", marker)
+		}
+		if err := c.Do(ctx, "GET", "/v1/nodes/"+url.PathEscape(node)+"/erase-records?"+q.Encode(), nil, &body); err != nil {
+			return err
+		}
+		f.Records = append(f.Records, body.Records...)
+		if body.Next == "" || len(body.Records) == 0 {
+			break
+		}
+		var last struct {
+			Record struct {
+				UUID string `json:"uuid"`
+			} `json:"record"`
+		}
+		if err := json.Unmarshal(body.Records[len(body.Records)-1], &last); err != nil {
+			return fmt.Errorf("erase record: %w", err)
+		}
+		marker = last.Record.UUID
+	}
+	if *format == "text" {
+		vs := make([]erasure.Verified, len(f.Records))
+		for i, d := range f.Records {
+			vs[i] = erasure.Verify(d)
+		}
+		return erasure.WriteText(out, "node "+node, vs)
+	}
+	// One record per line: the file stays readable and diffable.
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\"format\":%q,\"node\":%q,\"records\":[", f.Format, f.Node)
+	for i, d := range f.Records {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("\n")
+		b.Write(d)
+	}
+	b.WriteString("\n]}\n")
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// verifyRecords checks a file of signed records offline. With --key, only
+// that key is trusted; without, each record's own key is checked and its
+// fingerprint printed, to compare with "anvil erase-records public-key".
+func verifyRecords(args []string, out io.Writer) error {
+	if len(args) < 1 {
+		return errors.New("usage: anvil erase-records verify FILE [--key PUBLIC-KEY]")
+	}
+	file := args[0]
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	keyText := fs.String("key", "", "trust only this public key (base64, as 'anvil erase-records public-key' prints it)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	var trusted []ed25519.PublicKey
+	if *keyText != "" {
+		k, err := erasure.DecodePublicKey(strings.TrimSpace(*keyText))
+		if err != nil {
+			return fmt.Errorf("--key: %w", err)
+		}
+		trusted = append(trusted, k)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	vs, err := erasure.VerifyFile(data, trusted...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	bad := 0
+	for i, v := range vs {
+		r := v.Record
+		what := fmt.Sprintf("%d. %s %s serial %s (%s, %s)", i+1, r.Media.Device, r.Media.Model, r.Media.Serial, r.Sanitization.Category, r.Sanitization.Method)
+		if v.Err != nil {
+			bad++
+			fmt.Fprintf(out, "FAILED  %s: %v\n", what, v.Err)
+			continue
+		}
+		fmt.Fprintf(out, "OK      %s, signed by %s\n", what, erasure.Fingerprint(v.Key))
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d records failed verification", bad, len(vs))
+	}
+	if len(trusted) == 0 {
+		fmt.Fprintln(out, "no --key given: compare the fingerprints above with the controller's ('anvil erase-records public-key')")
+	}
+	return nil
+}
+
+// retirementLines says, for a retired node, which disks have a signed
+// sanitization record made while the node was retired (cleaned for
+// disposal), and which inventoried disks have none.
+func retirementLines(node map[string]any, docs []json.RawMessage, disks []protocol.Disk) []string {
+	if node["retired"] != true {
+		return nil
+	}
+	var out []string
+	covered := map[string]bool{}
+	for _, d := range docs {
+		v := erasure.Verify(d)
+		r := v.Record
+		if !r.Node.Retired {
+			continue
+		}
+		state := "record " + r.UUID
+		if v.Err != nil {
+			state += " (signature INVALID: " + v.Err.Error() + ")"
+		}
+		out = append(out, fmt.Sprintf("RETIREMENT: %s serial %s sanitized after retirement: %s by %s, finished %s; %s",
+			r.Media.Device, orUnknown(r.Media.Serial), r.Sanitization.Category, r.Sanitization.Method, r.FinishedAt, state))
+		if r.Media.Serial != "" {
+			covered[r.Media.Serial] = true
+		}
+		covered[r.Media.Device] = true
+	}
+	for _, d := range disks {
+		if d.Optical || d.VirtualMedia || covered[d.Name] || (d.Serial != "" && covered[d.Serial]) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("RETIREMENT: %s serial %s has NO sanitization record since retirement", d.Name, orUnknown(d.Serial)))
+	}
+	if len(out) == 0 {
+		out = append(out, "RETIREMENT: no disk has a sanitization record since retirement")
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// TestEraseRecordsCLI: export a node's records through the real API,
+// verify the file offline with and without the key, see a changed byte
+// fail, and print the text document and the public key.
+func TestEraseRecordsCLI(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	key, err := erasure.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	signer := erasure.NewSigner(key)
+	cond := conductor.New(st, conductor.Config{Host: "cli", CheckInterval: time.Hour}, conductor.FakeDriver{})
+	srv := httptest.NewServer(api.New(api.Config{Store: st, Conductor: cond, RecordsKey: signer.PublicKey()}))
+	defer srv.Close()
+
+	name := "old-box"
+	reason := "end of life"
+	n := &store.Node{UUID: "3f0c1d2e-0000-4000-8000-000000000001", Name: &name, Driver: "fake-hardware", ProvisionState: "manageable",
+		CreatedAt: time.Now(), Retired: true, RetiredReason: &reason}
+	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, st.PutInventory(ctx, n.UUID, []byte(`{"disks":[{"name":"/dev/vda","serial":"VD-A"},{"name":"/dev/vdb","serial":"VD-B"},
+		{"name":"/dev/vdc","serial":"VD-C"},{"name":"/dev/sr0","optical":true}]}`)))
+	res := &store.StepResult{UUID: "run-1", NodeUUID: n.UUID, Step: "deploy.erase_devices", AgentVersion: "0.1.0", StartedAt: time.Now(), FinishedAt: time.Now(),
+		Result: json.RawMessage(`{"devices":[{"plan":{"device":"/dev/vda","size":67108864,"serial":"VD-A"},"status":"erased","method":"overwrite",
+			"attempts":[{"method":"overwrite","passes":2,"verification":{"pattern":"zeros","samples":10,"bytes_checked":655360}}]},
+			{"plan":{"device":"/dev/vdb","size":33554432,"serial":"VD-B"},"status":"erased","method":"blkzeroout"}]}`)}
+	recs, err := erasure.Build(erasure.Input{Node: n, Controller: "cli", Result: res, Now: time.Now()})
+	require.NoError(t, err)
+	for _, r := range recs {
+		s, err := signer.Sign(r)
+		require.NoError(t, err)
+		require.NoError(t, st.PutEraseRecords(ctx, []*store.EraseRecord{s}))
+	}
+
+	env := func(k string) string {
+		if k == "ANVIL_URL" {
+			return srv.URL
+		}
+		return ""
+	}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, args, strings.NewReader(""), &out, env)
+		return out.String(), err
+	}
+	out, err := cli("erase-records", "old-box")
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "records.json")
+	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
+
+	pk, err := cli("erase-records", "public-key")
+	require.NoError(t, err)
+	pubText := strings.SplitN(pk, "\n", 2)[0]
+	assert.Equal(t, erasure.EncodePublicKey(signer.PublicKey()), pubText)
+	assert.Contains(t, pk, "fingerprint "+erasure.Fingerprint(signer.PublicKey()))
+
+	v, err := cli("erase-records", "verify", file, "--key", pubText)
+	require.NoError(t, err, v)
+	assert.Equal(t, 2, strings.Count(v, "OK "), v)
+	assert.Contains(t, v, "serial VD-A (clear, overwrite)")
+	v, err = cli("erase-records", "verify", file)
+	require.NoError(t, err, v)
+	assert.Contains(t, v, "compare the fingerprints")
+
+	// one changed byte in a record: that record fails, and so does the command
+	tampered := strings.Replace(out, `"size_bytes":67108864`, `"size_bytes":67108865`, 1)
+	require.NotEqual(t, out, tampered)
+	require.NoError(t, os.WriteFile(file, []byte(tampered), 0o600))
+	v, err = cli("erase-records", "verify", file, "--key", pubText)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1 of 2 records failed verification")
+	assert.Contains(t, v, "FAILED  ")
+	assert.Contains(t, v, "signature does not match")
+
+	v, err = cli("erase-records", "verify", file, "--key", otherKey(t))
+	require.Error(t, err)
+	assert.Contains(t, v, "not trusted")
+
+	text, err := cli("erase-records", "old-box", "--format", "text")
+	require.NoError(t, err)
+	assert.Contains(t, text, "CERTIFICATES OF SANITIZATION")
+	assert.Contains(t, text, "Method type:               clear")
+	assert.Contains(t, text, "Signature:                 valid")
+	_, err = cli("erase-records", "old-box", "--format", "pdf")
+	assert.ErrorContains(t, err, "no maintained PDF library")
+
+	// anvil node show: which disks of the retired node have a record
+	show, err := cli("node", "show", "old-box")
+	require.NoError(t, err)
+	assert.Regexp(t, `RETIREMENT: /dev/vda serial VD-A sanitized after retirement: clear by overwrite, finished \S+; record `, show)
+	assert.Contains(t, show, "RETIREMENT: /dev/vdb serial VD-B sanitized after retirement: clear by blkzeroout")
+	assert.Contains(t, show, "RETIREMENT: /dev/vdc serial VD-C has NO sanitization record since retirement")
+	assert.NotContains(t, show, "/dev/sr0")
+}
+
+func TestRetirementLines(t *testing.T) {
+	assert.Nil(t, retirementLines(map[string]any{"retired": false}, nil, nil), "only for retired nodes")
+	assert.Equal(t, []string{"RETIREMENT: no disk has a sanitization record since retirement"},
+		retirementLines(map[string]any{"retired": true}, nil, nil))
+	// a record made before the node was retired does not count
+	before := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","node":{"retired":false},"media":{"device":"/dev/vda","serial":"A"}},"signature":{}}`)
+	lines := retirementLines(map[string]any{"retired": true}, []json.RawMessage{before}, []protocol.Disk{{Name: "/dev/vda", Serial: "A"}})
+	assert.Equal(t, []string{"RETIREMENT: /dev/vda serial A has NO sanitization record since retirement"}, lines)
+}
+
+// otherKey is the public key of another controller.
+func otherKey(t *testing.T) string {
+	t.Helper()
+	k, err := erasure.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	return erasure.EncodePublicKey(erasure.NewSigner(k).PublicKey())
+}

@@ -1,0 +1,112 @@
+package api
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/controller/simagent"
+)
+
+// twoDiskErase is an erase_devices result of the agent's shape: an NVMe
+// namespace crypto-erased and a SATA disk overwritten, and a DVD skipped.
+var twoDiskErase = map[string]any{"devices": []any{
+	map[string]any{"plan": map[string]any{"device": "/dev/nvme0n1", "size": 960197124096, "controller": "nvme", "model": "PM9A3", "serial": "S64G"},
+		"status": "erased", "method": "nvme_format_crypto_erase",
+		"attempts": []any{map[string]any{"method": "nvme_format_crypto_erase", "verification": map[string]any{"pattern": "zeros", "samples": 66, "bytes_checked": 4325376}}}},
+	map[string]any{"plan": map[string]any{"device": "/dev/sda", "size": 4000787030016, "rotational": true, "vendor": "ATA", "model": "ST4000", "serial": "ZC1"},
+		"status": "erased", "method": "overwrite",
+		"attempts": []any{map[string]any{"method": "overwrite", "passes": 2, "verification": map[string]any{"pattern": "zeros", "samples": 66, "bytes_checked": 4325376}}}},
+	map[string]any{"plan": map[string]any{"device": "/dev/sr0", "action": "skip", "reason": "optical drive"}, "status": "skipped"},
+}}
+
+func recordsEnv(t *testing.T, db string) (*testEnv, ed25519.PublicKey) {
+	t.Helper()
+	key, err := erasure.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	signer := erasure.NewSigner(key)
+	cc := agentConfig()
+	cc.Records = signer
+	cc.RamdiskSHA256 = func() string { return "5eed" }
+	return newEnvWith(t, cc, db, func(c *Config) { c.RecordsKey = signer.PublicKey() }), signer.PublicKey()
+}
+
+func recordsOf(t *testing.T, e *testEnv, node string) []json.RawMessage {
+	t.Helper()
+	r := e.do("GET", "/v1/nodes/"+node+"/erase-records", latest, nil)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	var body struct {
+		Records []json.RawMessage `json:"erase_records"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &body))
+	return body.Records
+}
+
+// TestEraseRecordsAPI: a retired node cleaned for disposal gets one signed
+// record per erased disk, listed in its history; the records verify with
+// the served public key, survive a restart and outlive the node.
+func TestEraseRecordsAPI(t *testing.T) {
+	db := t.TempDir() + "/anvil.db"
+	e, pub := recordsEnv(t, db)
+	id := e.agentNode("disp1", map[string]any{"extra": map[string]any{"sanitization_destination": "recycling"}})
+	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/disp1", latest, []map[string]any{
+		{"op": "replace", "path": "/retired", "value": true}, {"op": "add", "path": "/retired_reason", "value": "end of life"}}).status)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "2 disks erased", Result: twoDiskErase}
+	// seed 004: a retired node is cleaned for disposal (manual cleaning;
+	// undeploying a retired node cleans it the same way)
+	require.Equal(t, 202, e.provision("disp1", "clean", map[string]any{
+		"clean_steps": []map[string]any{{"interface": "deploy", "step": "erase_devices"}}}).status)
+	e.waitState("disp1", "clean wait")
+	e.drive(a, "disp1", "manageable", nil)
+
+	key := e.do("GET", "/v1/erase-records/public-key", latest, nil).json(t)
+	assert.Equal(t, erasure.EncodePublicKey(pub), key["public_key"])
+	assert.Equal(t, erasure.Fingerprint(pub), key["fingerprint"])
+
+	docs := recordsOf(t, e, "disp1")
+	require.Len(t, docs, 2, "one per erased disk, none for the skipped DVD")
+	bySerial := map[string]erasure.Record{}
+	for _, d := range docs {
+		v := erasure.Verify(d, pub)
+		require.NoError(t, v.Err)
+		bySerial[v.Record.Media.Serial] = v.Record
+	}
+	nv, hd := bySerial["S64G"], bySerial["ZC1"]
+	assert.Equal(t, "purge", nv.Sanitization.Category)
+	assert.Equal(t, "nvme_format_crypto_erase", nv.Sanitization.Method)
+	assert.Equal(t, int64(960197124096), nv.Media.SizeBytes)
+	assert.Equal(t, "clear", hd.Sanitization.Category)
+	assert.Equal(t, 2, hd.Sanitization.Passes)
+	for _, r := range []erasure.Record{nv, hd} {
+		assert.Equal(t, id, r.Node.UUID)
+		assert.True(t, r.Node.Retired)
+		assert.Equal(t, "end of life", r.Node.RetiredReason)
+		assert.Equal(t, "recycling", r.Destination)
+		assert.Equal(t, "test-host", r.Controller)
+		assert.Equal(t, a.Version, r.Tool.Version)
+		assert.Equal(t, "5eed", r.Tool.ImageSHA256)
+		assert.Contains(t, r.RequestedBy, "manual cleaning")
+	}
+	hist := historyText(e, "disp1")
+	assert.Contains(t, hist, "retired node cleaned for disposal: sanitization records signed: ")
+	assert.Contains(t, hist, "/dev/sda (serial ZC1, clear: overwrite) record "+hd.UUID)
+
+	// restart: the same records; the node deleted: still listed by UUID
+	e.stop()
+	e2, _ := recordsEnv(t, db)
+	assert.Equal(t, docs, recordsOf(t, e2, id))
+	require.Equal(t, 204, e2.do("DELETE", "/v1/nodes/"+id, latest, nil).status)
+	assert.Equal(t, docs, recordsOf(t, e2, id))
+	assert.Equal(t, 404, e2.do("GET", "/v1/nodes/disp1/erase-records", latest, nil).status, "a name is gone with its node")
+}
+
+func TestNoRecordsWithoutAKey(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	assert.Equal(t, 404, e.do("GET", "/v1/erase-records/public-key", latest, nil).status)
+}
