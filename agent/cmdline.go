@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/anvil-metal/anvil/hardware"
@@ -48,6 +50,10 @@ type BootConfig struct {
 	Static *StaticIP
 	// VLAN is anvil.vlan=ID[,device].
 	VLAN *VLAN
+	// Bond comes from network_data only.
+	Bond *Bond
+	// NetNotes are parts of network_data the agent does not configure.
+	NetNotes []string
 	// BootIF is the MAC the node booted from (BOOTIF=01-aa-bb-...), the
 	// interface a static address goes on when ip= names none.
 	BootIF string
@@ -77,13 +83,59 @@ func (c BootConfig) IPAMode() bool { return c.IPA.APIURL != "" && !c.anvilAPI }
 // ParseCmdline reads /proc/cmdline-style text. Unknown parameters are
 // ignored (the line is shared with the kernel and init), and so is
 // everything after "--", which belongs to init.
-func ParseCmdline(s string) BootConfig {
+func ParseCmdline(s string) BootConfig { return parseArgs(kernelArgs(s)) }
+
+// ParseBoot reads the kernel command line and, when the ramdisk was booted
+// from a per-node ISO, the boot config its node slot put at
+// protocol.BootConfigPath (nil: none): its arguments count as if they
+// came after the kernel's, and its network_data replaces any ip=,
+// anvil.ip= and anvil.vlan=. A boot config that does not parse is a
+// problem (logged), not a failure.
+func ParseBoot(cmdline string, bootConfig []byte) BootConfig {
+	args := kernelArgs(cmdline)
+	if bootConfig == nil {
+		return parseArgs(args)
+	}
+	var bc protocol.BootConfig
+	if err := json.Unmarshal(bootConfig, &bc); err != nil {
+		c := parseArgs(args)
+		c.Problems = append(c.Problems, fmt.Sprintf("%s: %v", protocol.BootConfigPath, err))
+		return c
+	}
+	if bc.Placeholder {
+		c := parseArgs(args)
+		c.Problems = append(c.Problems, protocol.BootConfigPath+" is the ISO's empty node slot: the common ISO was booted, not a node's own")
+		return c
+	}
+	c := parseArgs(append(args, splitCmdline(bc.Cmdline)...))
+	if nd := strings.TrimSpace(string(bc.NetworkData)); nd == "" || nd == "null" || nd == "{}" {
+		return c
+	}
+	plan, err := ParseNetworkData(bc.NetworkData)
+	if err != nil {
+		c.Problems = append(c.Problems, err.Error())
+		return c
+	}
+	c.Static, c.VLAN, c.Bond, c.NetNotes = plan.Static, plan.VLAN, plan.Bond, plan.Notes
+	return c
+}
+
+// kernelArgs are the arguments of a command line up to "--" (the rest
+// belongs to init).
+func kernelArgs(s string) []string {
+	args := splitCmdline(s)
+	for i, a := range args {
+		if a == "--" {
+			return args[:i]
+		}
+	}
+	return args
+}
+
+func parseArgs(args []string) BootConfig {
 	var c BootConfig
 	kernelIP := false // c.Static came from ip=, so anvil.ip= may replace it
-	for _, arg := range splitCmdline(s) {
-		if arg == "--" {
-			break
-		}
+	for _, arg := range args {
 		key, val, hasVal := strings.Cut(arg, "=")
 		switch key {
 		case "anvil.api":

@@ -138,6 +138,9 @@ type LinkSetup interface {
 	FirstCarrier(ctx context.Context, names []string) (string, error)
 	// Static configures s on the interface.
 	Static(ctx context.Context, name string, s StaticIP) error
+	// AddBond creates (or finds) the bond name in mode over the member
+	// interfaces, all up, and returns its name.
+	AddBond(name, mode string, members []string) (string, error)
 }
 
 // NetlinkSetup is LinkSetup over netlink.
@@ -168,6 +171,50 @@ func (s NetlinkSetup) AddVLAN(parent string, id int) (string, error) {
 		if err := netlink.LinkAdd(v); err != nil {
 			return "", fmt.Errorf("VLAN %d on %s: %w", id, parent, err)
 		}
+	}
+	return name, nil
+}
+
+// AddBond implements LinkSetup. The members are taken down to be
+// enslaved (the kernel refuses an up interface), then the bond and they
+// come up; the kernel loads the bonding driver on demand
+// (rtnl-link-bond, through /sbin/modprobe).
+func (s NetlinkSetup) AddBond(name, mode string, members []string) (string, error) {
+	m := netlink.StringToBondMode(mode)
+	if m == netlink.BOND_MODE_UNKNOWN {
+		return "", fmt.Errorf("bond %s: unknown mode %q", name, mode)
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		b := netlink.NewLinkBond(netlink.LinkAttrs{Name: name})
+		b.Mode, b.Miimon = m, 100
+		if err := netlink.LinkAdd(b); err != nil {
+			return "", fmt.Errorf("bond %s (%s): %w", name, mode, err)
+		}
+		if l, err = netlink.LinkByName(name); err != nil {
+			return "", fmt.Errorf("bond %s: %w", name, err)
+		}
+	}
+	for _, mem := range members {
+		ml, err := netlink.LinkByName(mem)
+		if err != nil {
+			return "", fmt.Errorf("bond %s: member %s: %w", name, mem, err)
+		}
+		if ml.Attrs().MasterIndex == l.Attrs().Index {
+			continue
+		}
+		if err := netlink.LinkSetDown(ml); err != nil {
+			return "", fmt.Errorf("bond %s: take %s down: %w", name, mem, err)
+		}
+		if err := netlink.LinkSetMasterByIndex(ml, l.Attrs().Index); err != nil {
+			return "", fmt.Errorf("bond %s: enslave %s: %w", name, mem, err)
+		}
+		if err := netlink.LinkSetUp(ml); err != nil {
+			return "", fmt.Errorf("bond %s: bring %s up: %w", name, mem, err)
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return "", fmt.Errorf("bond %s: bring it up: %w", name, err)
 	}
 	return name, nil
 }

@@ -60,6 +60,11 @@ func (f *fakeSetup) AddVLAN(parent string, id int) (string, error) {
 	return fmt.Sprintf("%s.%d", parent, id), nil
 }
 
+func (f *fakeSetup) AddBond(name, mode string, members []string) (string, error) {
+	f.calls = append(f.calls, fmt.Sprintf("bond %s %s %v", name, mode, members))
+	return name, nil
+}
+
 func (f *fakeSetup) FirstCarrier(_ context.Context, names []string) (string, error) {
 	f.calls = append(f.calls, fmt.Sprintf("carrier %v", names))
 	if f.carrier == "" {

@@ -55,6 +55,9 @@ type Interfaces struct {
 	Setup  LinkSetup
 	Static *StaticIP
 	VLAN   *VLAN
+	// Bond is created over its ports first (network_data); Static and
+	// VLAN then go on it.
+	Bond   *Bond
 	BootIF string // MAC; where Static goes when it names no device
 	Log    *slog.Logger
 }
@@ -86,7 +89,7 @@ func (n *Interfaces) Up(ctx context.Context) ([]string, error) {
 			need = append(need, l.Name)
 		}
 	}
-	if n.Setup != nil && (n.Static != nil || n.VLAN != nil) {
+	if n.Setup != nil && (n.Static != nil || n.VLAN != nil || n.Bond != nil) {
 		// Every MAC is still reported: the lookup needs them, whichever
 		// interface carries the traffic.
 		if err := n.configure(ctx, log, use); err != nil {
@@ -125,6 +128,40 @@ func (n *Interfaces) configure(ctx context.Context, log *slog.Logger, use []Link
 	for _, l := range use {
 		names = append(names, l.Name)
 	}
+	if n.Bond != nil {
+		var members []string
+		for _, m := range n.Bond.Links {
+			name, err := byDevice(m)
+			if err != nil {
+				return fmt.Errorf("bond %s: %w", n.Bond.Name, err)
+			}
+			members = append(members, name)
+		}
+		bond, err := n.Setup.AddBond(n.Bond.Name, n.Bond.Mode, members)
+		if err != nil {
+			return err
+		}
+		log.InfoContext(ctx, "bond created", "bond", bond, "mode", n.Bond.Mode, "links", members)
+		lookup := byDevice
+		byDevice = func(dev string) (string, error) {
+			if dev == n.Bond.Name {
+				return bond, nil
+			}
+			return lookup(dev)
+		}
+		names = []string{bond}
+	}
+	if n.Static == nil && n.VLAN == nil { // bond + DHCP
+		if n.DHCP == nil {
+			return nil
+		}
+		got, err := n.DHCP.Configure(ctx, names)
+		log.InfoContext(ctx, "DHCPv4 on bond", "interfaces", names, "leased", got, "err", err)
+		if err != nil {
+			return fmt.Errorf("DHCPv4 on %v: %w", names, err)
+		}
+		return nil
+	}
 	if n.Static == nil { // VLAN + DHCP
 		parents := names
 		if n.VLAN.Device != "" {
@@ -159,6 +196,9 @@ func (n *Interfaces) configure(ctx context.Context, log *slog.Logger, use []Link
 	dev := n.Static.Device
 	if dev == "" && n.VLAN != nil {
 		dev = n.VLAN.Device
+	}
+	if dev == "" && n.Bond != nil {
+		dev = n.Bond.Name
 	}
 	if dev == "" {
 		dev = n.BootIF

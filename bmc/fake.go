@@ -39,6 +39,8 @@ type FakeNodeState struct {
 	Power PowerState
 	Boot  BootDevice
 	Opts  BootOptions
+	// Media is the URL of the inserted virtual CD ("": none).
+	Media string
 }
 
 // FakeCall records one command the Manager sent to a fake node.

@@ -50,6 +50,8 @@ type session interface {
 	// bootOverride returns an error wrapping ErrUnsupported when the
 	// protocol cannot read the override back.
 	bootOverride(ctx context.Context) (bootOverride, error)
+	// setMedia inserts the ISO at url as the virtual CD ("": ejects).
+	setMedia(ctx context.Context, url string) error
 	close(ctx context.Context)
 }
 

@@ -312,6 +312,10 @@ func (tr *redfishTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		req.SetBasicAuth(tr.user, tr.password)
 	}
 	resp, err := tr.base.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusOK && req.Method == http.MethodGet &&
+		strings.TrimSuffix(req.URL.Path, "/") == managersPath && tr.systemID != "" {
+		return tr.narrowManagers(req, resp)
+	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if err != nil {
@@ -371,6 +375,64 @@ func (tr *redfishTransport) narrowSystems(resp *http.Response) (*http.Response, 
 	// let the GET of the member itself say whether it exists.
 	coll["Members"] = []any{map[string]any{"@odata.id": tr.systemID}}
 	coll["Members@odata.count"] = 1
+	delete(coll, "Members@odata.nextLink")
+	out, err := json.Marshal(coll)
+	if err != nil {
+		return nil, err
+	}
+	return replaceBody(resp, out), nil
+}
+
+const managersPath = "/redfish/v1/Managers"
+
+// narrowManagers rewrites the Managers collection to the managers of the
+// selected system (its Links.ManagedBy): bmclib's virtual media calls eject
+// and insert on every manager, which on a BMC serving several systems
+// would reach the other systems' CDs.
+func (tr *redfishTransport) narrowManagers(req *http.Request, resp *http.Response) (*http.Response, error) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*http.Response, error) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		tr.selErr = fmt.Errorf("redfish_system_id %s: cannot tell which manager serves it: %w", tr.systemID, err)
+		return nil, tr.selErr
+	}
+	sub := req.Clone(req.Context())
+	sub.URL.Path, sub.Body, sub.ContentLength = tr.systemID, nil, 0
+	sresp, err := tr.base.RoundTrip(sub)
+	if err != nil {
+		return fail(err)
+	}
+	defer sresp.Body.Close()
+	if sresp.StatusCode != http.StatusOK {
+		return fail(fmt.Errorf("GET %s: HTTP %d", tr.systemID, sresp.StatusCode))
+	}
+	var sys struct {
+		Links struct {
+			ManagedBy []struct {
+				ID string `json:"@odata.id"`
+			}
+		}
+	}
+	if err := json.NewDecoder(io.LimitReader(sresp.Body, 4<<20)).Decode(&sys); err != nil {
+		return fail(err)
+	}
+	var keep []any
+	for _, m := range sys.Links.ManagedBy {
+		keep = append(keep, map[string]any{"@odata.id": m.ID})
+	}
+	if len(keep) == 0 {
+		return fail(errors.New("the system lists no Links.ManagedBy"))
+	}
+	var coll map[string]any
+	if err := json.Unmarshal(body, &coll); err != nil {
+		return fail(fmt.Errorf("managers collection: %w", err))
+	}
+	coll["Members"], coll["Members@odata.count"] = keep, len(keep)
 	delete(coll, "Members@odata.nextLink")
 	out, err := json.Marshal(coll)
 	if err != nil {

@@ -33,19 +33,23 @@ import (
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 	"github.com/anvil-metal/anvil/controller/ui"
+	"github.com/anvil-metal/anvil/controller/vmedia"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen              string        // address to listen on
-	Database            string        // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                string        // noauth | http_basic
-	HTPasswd            string        // htpasswd file for http_basic
-	AllowInsecureNoAuth bool          // allow noauth on a non-loopback address
-	PublicURL           string        // URL clients and agents use to reach us
-	BootDir             string        // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
-	BMCMinInterval      time.Duration // minimum spacing of commands to one BMC
+	Listen              string // address to listen on
+	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth                string // noauth | http_basic
+	HTPasswd            string // htpasswd file for http_basic
+	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
+	PublicURL           string // URL clients and agents use to reach us
+	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	// VMediaDir keeps the per-node ISOs of redfish-virtual-media boots
+	// (default: a temporary directory, removed at exit).
+	VMediaDir      string
+	BMCMinInterval time.Duration // minimum spacing of commands to one BMC
 	// Boot is the network-boot service (DHCP, TFTP); off unless set.
 	// BootDir, the public URL and the API port are filled in by Run.
 	Boot boot.Config
@@ -237,11 +241,25 @@ func Run(ctx context.Context, cfg Config) error {
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
+	media, err := openVirtualMedia(cfg, log, pin != "", func() string {
+		if cfg.PublicURL != "" {
+			return cfg.PublicURL
+		}
+		return listenURL
+	})
+	if err != nil {
+		return err
+	}
+	var apiMedia api.VirtualMedia
+	if media != nil {
+		cc.Media, apiMedia = media, media
+		defer media.Close()
+	}
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	metrics := api.NewMetrics(apiStore)
-	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir,
+	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
 		RecordsKey: signer.PublicKey()})
 
@@ -392,6 +410,36 @@ func redactURL(raw string) string {
 		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// openVirtualMedia sets up per-node ISOs when --boot-dir has the agent
+// ISO (nil, nil when it has none: redfish-virtual-media boots then fail
+// with a message saying why).
+func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func() string) (*vmedia.Builder, error) {
+	if cfg.BootDir == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(filepath.Join(cfg.BootDir, vmedia.ISOName)); err != nil {
+		log.Info("no agent ISO in --boot-dir: redfish-virtual-media boots are off", "boot_dir", cfg.BootDir)
+		return nil, nil
+	}
+	dir, temp := cfg.VMediaDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "anvil-vmedia-")
+		if err != nil {
+			return nil, fmt.Errorf("virtual media: %w", err)
+		}
+		dir, temp = d, true
+	}
+	b, err := vmedia.New(vmedia.Config{BootDir: cfg.BootDir, CacheDir: dir, PublicURL: publicURL, Logger: log.With("component", "vmedia"), RemoveDir: temp,
+		PlainHTTP: plainHTTP})
+	if err != nil {
+		if temp {
+			os.RemoveAll(dir)
+		}
+		return nil, err
+	}
+	return b, nil
 }
 
 // recordSigner loads (or creates) the key that signs sanitization records.

@@ -46,7 +46,9 @@ type Environment struct {
 //     mount's filesystem is rootfs/ramfs/tmpfs (u-root's init runs the agent
 //     as a child, so PID 1 alone is not enough);
 //   - the kernel command line carries anvil.api=, which only the
-//     controller's boot script puts there. A host that boots diskless with a
+//     controller's boot script puts there, or anvil.vmedia, which only the
+//     agent ISO's boot loaders put there (its per-node slot then holds
+//     anvil.api=). A host that boots diskless with a
 //     tmpfs root passes the first test; without this one an agent started
 //     there by mistake would erase every disk it can see.
 //
@@ -81,10 +83,14 @@ func DetectEnvironment(procDir string, pid int) Environment {
 
 // hasAPIParam reports whether a kernel command line sets anvil.api (or
 // IPA's ipa-api-url, which the agent accepts as its alias) to a non-empty
-// value, quotes around the parameter or its value allowed.
+// value, quotes around the parameter or its value allowed, or carries the
+// agent ISO's anvil.vmedia.
 func hasAPIParam(cmdline string) bool {
 	for _, f := range strings.Fields(cmdline) {
 		f = strings.TrimPrefix(f, `"`)
+		if strings.Trim(f, `"`) == "anvil.vmedia" {
+			return true
+		}
 		for _, key := range []string{"anvil.api=", "ipa-api-url="} {
 			if v, ok := strings.CutPrefix(f, key); ok && strings.Trim(v, `"`) != "" {
 				return true

@@ -30,6 +30,7 @@ func TestDetectEnvironment(t *testing.T) {
 		{"diskless-tmpfs", 1, false},
 		{"empty-api", 412, false},  // anvil.api= with no value
 		{"ipa-cmdline", 412, true}, // IPA's ipa-api-url= alias
+		{"vmedia-iso", 412, true},  // the agent ISO's boot loaders: anvil.vmedia
 		{"does-not-exist", 55, false},
 	}
 	for _, tt := range tests {

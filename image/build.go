@@ -63,6 +63,11 @@ type Config struct {
 	// Netboot lists first-stage boot binaries copied into OutDir for the
 	// controller's boot service (NetbootFiles; nil: none).
 	Netboot []NetbootFile
+	// ISO also writes the hybrid ISO (ISOName) for virtual media.
+	ISO bool
+	// SourceDateEpoch is every timestamp in the ISO (0:
+	// DefaultSourceDateEpoch).
+	SourceDateEpoch int64
 }
 
 // DefaultConfig is the standard image for a checkout at repo.
@@ -78,6 +83,7 @@ func DefaultConfig(repo string) Config {
 		CACerts:       true,
 		AgentPackage:  "./cmd/anvil-agent",
 		Netboot:       NetbootFiles(),
+		ISO:           true,
 	}
 }
 
@@ -261,6 +267,18 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 		}
 		m.Netboot = &Netboot{Packages: pkgs, Files: files}
 		m.Timings["netboot"] = since(t)
+	}
+	if cfg.ISO {
+		t = time.Now()
+		epoch := cfg.SourceDateEpoch
+		if epoch == 0 {
+			epoch = DefaultSourceDateEpoch
+		}
+		if m.ISO, err = BuildISO(ctx, deb, ISOInputs{Kernel: k.Vmlinuz, Initramfs: initrd, Out: filepath.Join(cfg.OutDir, ISOName),
+			WorkDir: filepath.Join(cfg.CacheDir, "iso"), Epoch: epoch}); err != nil {
+			return nil, err
+		}
+		m.Timings["iso"] = since(t)
 	}
 	m.Compression = cfg.Compression
 	// One initramfs in OutDir: a stale one of the other compression would

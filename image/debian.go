@@ -265,10 +265,15 @@ func (d Debian) FetchProgram(ctx context.Context, plan Plan, name string) ([]Pac
 	return pkgs, nil
 }
 
-// run runs a command, returning its stdout; the error carries stderr.
+// run runs a command in dir, returning its stdout; the error carries stderr.
 func run(ctx context.Context, dir, name string, args ...string) (string, error) {
+	return runEnv(ctx, dir, nil, name, args...)
+}
+
+// runEnv is run with an environment (nil: inherit).
+func runEnv(ctx context.Context, dir string, env []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
+	cmd.Dir, cmd.Env = dir, env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -55,6 +55,8 @@ type Manifest struct {
 	// Netboot are the first-stage boot binaries (iPXE, shim, GRUB) and
 	// the Debian packages they come from.
 	Netboot *Netboot `json:"netboot,omitempty"`
+	// ISO is the hybrid ISO for virtual media (BIOS and UEFI).
+	ISO *ISO `json:"iso,omitempty"`
 	// UncompressedBytes is base + overlay cpio size.
 	UncompressedBytes int64 `json:"uncompressed_bytes"`
 	// Timings of this build, not part of the image identity.

@@ -42,10 +42,10 @@ func DefaultClasses() []ModuleClass {
 	return []ModuleClass{
 		{
 			Name: "ethernet",
-			Doc:  "wired NICs (drivers/net/ethernet), their PHYs, virtio/Hyper-V/VMware NICs, 802.1Q VLANs",
+			Doc:  "wired NICs (drivers/net/ethernet), their PHYs, virtio/Hyper-V/VMware NICs, 802.1Q VLANs, bonding",
 			Include: []string{
 				"drivers/net/ethernet/", "drivers/net/phy/", "drivers/net/mdio/", "drivers/net/pcs/",
-				"drivers/net/virtio_net", "drivers/net/vmxnet3/", "drivers/net/hyperv/", "net/8021q/",
+				"drivers/net/virtio_net", "drivers/net/vmxnet3/", "drivers/net/hyperv/", "net/8021q/", "drivers/net/bonding/",
 			},
 			Exclude: []string{
 				// 10/100, ISA/PCMCIA-era and long-gone vendors.

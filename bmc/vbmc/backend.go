@@ -43,7 +43,10 @@ type Memory struct {
 	on             bool
 	bootedFrom     string
 	boots          int
+	media          string
 	IgnoreShutdown bool
+	// NoMedia: a BMC without virtual media.
+	NoMedia bool
 }
 
 // NewMemory returns a powered-off in-memory backend.

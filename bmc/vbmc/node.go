@@ -48,6 +48,8 @@ type Node struct {
 
 	mu         sync.Mutex
 	boot       BootOverride
+	media      Media
+	mediaFile  string
 	lastAction map[string]time.Time // for de-duplicating ipmi_sim re-runs
 }
 

@@ -43,6 +43,9 @@ type QEMUConfig struct {
 	// ShutdownTimeoutSeconds: after a graceful shutdown request (ACPI), the
 	// power is forced off after this long. Default 60.
 	ShutdownTimeoutSeconds float64 `json:"shutdown_timeout_seconds,omitempty"`
+	// VirtualMedia adds a CD drive the BMC's Redfish VirtualMedia fills
+	// (InsertMedia fetches the image into StateDir).
+	VirtualMedia bool `json:"virtual_media,omitempty"`
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string `json:"extra_args,omitempty"`
 }
@@ -85,7 +88,8 @@ type QEMU struct {
 	cmd        *exec.Cmd
 	exited     chan struct{} // closed when the current process has exited
 	bootedFrom string
-	generation int // increments per start, so a stale shutdown timer does nothing
+	generation int    // increments per start, so a stale shutdown timer does nothing
+	media      string // the image file in the CD drive ("": empty)
 }
 
 // NewQEMU validates cfg, creates the state dir and missing disks, and
@@ -200,6 +204,7 @@ func (q *QEMU) Args(dev string) []string {
 	// Checked by NewQEMU.
 	disks, _ := diskArgs(c.Disks, dev == BootDisk, nextIndex)
 	a = append(a, disks...)
+	a = append(a, q.cdArgs(dev)...)
 	switch {
 	case direct:
 		a = append(a, "-kernel", c.abs(c.Kernel))

@@ -108,6 +108,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /redfish/v1/Systems/{id}", s.auth(s.withNode(s.getSystem)))
 	mux.HandleFunc("PATCH /redfish/v1/Systems/{id}", s.auth(s.withNode(s.patchSystem)))
 	mux.HandleFunc("POST /redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset", s.auth(s.withNode(s.resetSystem)))
+	mux.HandleFunc("GET /redfish/v1/Managers", s.auth(s.listManagers))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}", s.auth(s.withNode(s.getManager)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia", s.auth(s.withNode(s.listVirtualMedia)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia/{media}", s.auth(s.withNode(s.withMedia(s.getVirtualMedia))))
+	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.InsertMedia", s.auth(s.withNode(s.withMedia(s.insertMedia))))
+	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.EjectMedia", s.auth(s.withNode(s.withMedia(s.ejectMedia))))
 	mux.HandleFunc("GET /control/{id}/{param}", s.auth(s.withNode(s.controlGet)))
 	mux.HandleFunc("POST /control/{id}/{param}", s.auth(s.withNode(s.controlSet)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -159,6 +165,7 @@ func (s *Server) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 	root["Name"] = "anvil-vbmc"
 	root["RedfishVersion"] = "1.6.0"
 	root["Systems"] = link("/redfish/v1/Systems")
+	root["Managers"] = link("/redfish/v1/Managers")
 	root["SessionService"] = link("/redfish/v1/SessionService")
 	root["Links"] = map[string]any{"Sessions": link("/redfish/v1/SessionService/Sessions")}
 	writeJSON(w, http.StatusOK, root)
@@ -367,6 +374,7 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	sys["SystemType"] = "Virtual"
 	sys["PowerState"] = power
 	sys["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
+	sys["Links"] = map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/" + n.Name)}}
 	sys["Boot"] = map[string]any{
 		"BootSourceOverrideTarget":                         b.Target,
 		"BootSourceOverrideEnabled":                        b.Enabled,

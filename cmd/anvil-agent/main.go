@@ -69,6 +69,7 @@ type options struct {
 	ifaces     []string
 	logFile    string
 	cmdline    string
+	bootConfig string
 	proc       string
 	debug      bool
 	// discovery: anvil.discovery or --discovery: report the machine for
@@ -82,6 +83,8 @@ type options struct {
 	// boot interface, and parameters that did not parse.
 	static      *agent.StaticIP
 	vlan        *agent.VLAN
+	bond        *agent.Bond
+	netNotes    []string
 	bootIF      string
 	netProblems []string
 }
@@ -98,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	macs := fs.String("macs", "", "comma-separated MACs to look up with, instead of discovering interfaces (and without configuring the network)")
 	fs.StringVar(&o.logFile, "log-file", "", "also write the log here, for collect_logs (default in the ramdisk: /var/log/anvil-agent.log)")
 	fs.StringVar(&o.cmdline, "cmdline", "/proc/cmdline", "kernel command line to read defaults from")
+	fs.StringVar(&o.bootConfig, "boot-config", "/"+protocol.BootConfigPath, "per-node boot config a virtual-media ISO puts into the ramdisk (read if present)")
 	fs.StringVar(&o.proc, "proc", systemProc, "procfs used to detect the ramdisk and read the uptime (another procfs never gets ramdisk powers)")
 	fs.BoolVar(&o.debug, "debug", false, "debug logging (default: anvil.debug)")
 	fs.BoolVar(&o.discovery, "discovery", false, "discovery mode: report this machine's inventory for enrolment as a new node (default: anvil.discovery)")
@@ -110,12 +114,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	var boot agent.BootConfig
-	if raw, err := os.ReadFile(o.cmdline); err == nil {
-		boot = agent.ParseCmdline(string(raw))
-	} else if set["cmdline"] {
+	raw, err := os.ReadFile(o.cmdline)
+	if err != nil && set["cmdline"] {
 		return o, fmt.Errorf("read kernel command line: %w", err)
 	}
+	bootConfig, err := os.ReadFile(o.bootConfig)
+	if err != nil && set["boot-config"] {
+		return o, fmt.Errorf("read boot config: %w", err)
+	}
+	boot := agent.ParseBoot(string(raw), bootConfig)
 	if !set["api"] {
 		o.api = boot.API
 	}
@@ -142,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
-	o.static, o.vlan, o.bootIF, o.netProblems = boot.Static, boot.VLAN, boot.BootIF, boot.Problems
+	o.static, o.vlan, o.bond, o.bootIF, o.netProblems, o.netNotes = boot.Static, boot.VLAN, boot.Bond, boot.BootIF, boot.Problems, boot.NetNotes
 	return o, nil
 }
 
@@ -438,13 +445,16 @@ func network(o options, powers bool, log *slog.Logger) agent.Network {
 		return agent.StaticMACs(o.macs)
 	}
 	n := &agent.Interfaces{Links: agent.SysfsLinks{Root: o.root}, Hints: o.ifaces, Log: log,
-		Static: o.static, VLAN: o.vlan, BootIF: o.bootIF}
+		Static: o.static, VLAN: o.vlan, Bond: o.bond, BootIF: o.bootIF}
 	if powers {
 		n.DHCP = &agent.DHCPv4Client{Log: log}
 		n.Setup = agent.NetlinkSetup{}
 	}
 	for _, p := range o.netProblems {
 		log.Warn("kernel command line parameter ignored", "problem", p)
+	}
+	for _, note := range o.netNotes {
+		log.Info("network_data", "note", note)
 	}
 	return n
 }

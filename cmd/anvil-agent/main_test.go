@@ -368,10 +368,26 @@ func TestParseFlags(t *testing.T) {
 			path := cmdline(tt.cmdline)
 			got, err := parseFlags(append([]string{"--cmdline", path}, tt.args...), &bytes.Buffer{})
 			require.NoError(t, err)
-			tt.want.root, tt.want.cmdline, tt.want.proc = "/", path, "/proc"
+			tt.want.root, tt.want.cmdline, tt.want.proc, tt.want.bootConfig = "/", path, "/proc", "/etc/anvil/boot.json"
 			assert.Equal(t, tt.want, got)
 		})
 	}
+	t.Run("the ISO's boot config: its arguments and network_data", func(t *testing.T) {
+		bc := filepath.Join(dir, "boot.json")
+		require.NoError(t, os.WriteFile(bc, []byte(`{"cmdline":"anvil.api=http://10.0.2.100:6385 anvil.node=n3 anvil.token=t0k",
+			"network_data":{"links":[{"id":"p","type":"phy","ethernet_mac_address":"52:54:00:aa:bb:cc"}],
+			"networks":[{"id":"n","type":"ipv4","link":"p","ip_address":"10.0.2.50/24"}]}}`), 0o600))
+		got, err := parseFlags([]string{"--cmdline", cmdline("console=ttyS0 anvil.vmedia anvil.vlan=9"), "--boot-config", bc}, &bytes.Buffer{})
+		require.NoError(t, err)
+		assert.Equal(t, "http://10.0.2.100:6385", got.api)
+		assert.Equal(t, "n3", got.node)
+		assert.Equal(t, "t0k", got.token)
+		require.NotNil(t, got.static)
+		assert.Equal(t, &agent.StaticIP{Address: netip.MustParsePrefix("10.0.2.50/24"), Device: "52:54:00:aa:bb:cc"}, got.static)
+		assert.Nil(t, got.vlan, "network_data replaces the command line's network setup")
+		_, err = parseFlags([]string{"--boot-config", filepath.Join(dir, "missing.json")}, &bytes.Buffer{})
+		assert.Error(t, err, "an explicit --boot-config must exist")
+	})
 	_, err := parseFlags([]string{"--cmdline", filepath.Join(dir, "missing")}, &bytes.Buffer{})
 	assert.Error(t, err, "an explicit --cmdline must exist")
 	_, err = parseFlags([]string{"stray"}, &bytes.Buffer{})

@@ -55,7 +55,8 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
 		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
-		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes")
+		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes; with anvil.iso, also per-node ISOs for redfish-virtual-media")
+		vmediaDir = fs.String("vmedia-dir", "", "where per-node virtual media ISOs are kept while their nodes boot (default: a temporary directory)")
 		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 		simStep   = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
 		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
@@ -154,7 +155,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
-		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, BMCMinInterval: *bmcGap,
+		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, VMediaDir: *vmediaDir, BMCMinInterval: *bmcGap,
 		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Discovery: dc, Logger: log,
 		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc, DataDir: *dataDir})
 }

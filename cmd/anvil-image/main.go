@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rebuild := fs.Bool("rebuild", false, "rebuild the u-root busybox and the base even if cached")
 	compress := fs.String("compress", "", "initramfs compression: gzip or zstd (default: zstd if the kernel has CONFIG_RD_ZSTD, else gzip)")
 	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
+	noISO := fs.Bool("no-iso", false, "do not write the hybrid ISO ("+image.ISOName+") for virtual media")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,6 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.KernelPackage, cfg.Mdadm, cfg.Rebuild = *kernel, !*noMdadm, *rebuild
 	cfg.Compression = image.Compression(*compress)
+	cfg.ISO = !*noISO
+	if cfg.SourceDateEpoch, err = image.ParseSourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH")); err != nil {
+		return err
+	}
 	if cfg.Modules, err = parseSelection(*classes, *modules); err != nil {
 		return err
 	}
@@ -115,6 +120,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		budget = "OVER"
 	}
 	fmt.Fprintf(stdout, "budget     initramfs %s compressed: %s the %s budget\n", mib(m.Initramfs.Bytes), budget, mib(image.InitramfsBudget))
+	if m.ISO != nil {
+		fmt.Fprintf(stdout, "iso        %s  %s  sha256 %s  BIOS+UEFI hybrid, node slot at byte %d (%s, %s)\n",
+			m.ISO.Path, mib(m.ISO.Bytes), m.ISO.SHA256[:16], m.ISO.Slot.Offset, m.ISO.Tool, m.Timings["iso"])
+	}
 	fmt.Fprintf(stdout, "manifest   %s  (build %s)\n", filepath.Join(cfg.OutDir, "manifest.json"), m.Timings["total"])
 	if *checkRepro {
 		return checkReproducible(ctx, log, cfg, m, stdout)
@@ -149,6 +158,12 @@ func checkReproducible(ctx context.Context, log *slog.Logger, cfg image.Config, 
 			first.Initramfs.SHA256, m.Initramfs.SHA256, first.Base.SHA256, m.Base.SHA256, first.Overlay.SHA256, m.Overlay.SHA256)
 	}
 	fmt.Fprintf(stdout, "reproducible: a from-scratch rebuild gave the same initramfs (sha256 %s)\n", m.Initramfs.SHA256)
+	if first.ISO != nil && m.ISO != nil {
+		if m.ISO.SHA256 != first.ISO.SHA256 {
+			return fmt.Errorf("not reproducible: ISO sha256 %s, then %s", first.ISO.SHA256, m.ISO.SHA256)
+		}
+		fmt.Fprintf(stdout, "reproducible: and the same ISO (sha256 %s)\n", m.ISO.SHA256)
+	}
 	return nil
 }
 

@@ -34,6 +34,7 @@ type Server struct {
 	metrics   *Metrics
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
+	media     VirtualMedia
 	// tlsPin is the fingerprint of the controller's TLS certificate
 	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
 	// the controller serves plain HTTP.
@@ -59,6 +60,8 @@ type Config struct {
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
 	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// Media serves the per-node ISOs of virtual-media boots (nil: none).
+	Media VirtualMedia
 	// PublicLimit bounds the unauthenticated endpoints per source; the zero
 	// value is no limit (DefaultPublicLimit is a production controller's).
 	PublicLimit PublicLimit
@@ -80,7 +83,7 @@ type Config struct {
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, tlsPin: cfg.TLSFingerprint,
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
 		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
 	if s.log == nil {
@@ -230,6 +233,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
+	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
 	for _, p := range []string{"/ports", "/ports/"} {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,8 +12,68 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/vmedia"
 	"github.com/anvil-metal/anvil/protocol"
 )
+
+// VirtualMedia opens a node's per-node ISO (controller/vmedia): only with
+// the key of the node's current virtual-media boot, building it with
+// config at the first fetch.
+type VirtualMedia interface {
+	Open(nodeUUID, key string, config func() (protocol.BootConfig, error)) (*os.File, error)
+}
+
+// bootISO serves GET /v1/boot/{node}/vmedia/{key}.iso: the node's ISO for
+// its BMC's virtual CD. Public like the iPXE script (a BMC fetching
+// virtual media cannot authenticate to us), but only under the per-boot
+// key the controller gave the BMC over its authenticated Redfish: anybody
+// else gets a 404 that says nothing more. The first fetch after the
+// controller booted the node builds the ISO with the boot nonce (as the
+// iPXE script's first fetch does); later fetches (BMCs read ranges, again
+// and again) get the same bytes. The node's network_data goes into it for
+// networks without DHCP.
+func (s *Server) bootISO(w http.ResponseWriter, r *http.Request) error {
+	missing := notFound("Boot file", "virtual media ISO")
+	if s.media == nil {
+		return missing
+	}
+	n, err := s.bootNode(r)
+	if err != nil {
+		return missing
+	}
+	if !state.LookupAllowed(state.State(n.ProvisionState)) {
+		return missing
+	}
+	f, err := s.media.Open(n.UUID, muxVar(r, "key"), func() (protocol.BootConfig, error) {
+		_, args, err := s.agentBoot(r, n)
+		if err != nil {
+			return protocol.BootConfig{}, err
+		}
+		bc := protocol.BootConfig{Cmdline: strings.Join(args, " ")}
+		if len(n.NetworkData) > 0 {
+			if bc.NetworkData, err = json.Marshal(n.NetworkData); err != nil {
+				return bc, err
+			}
+		}
+		return bc, nil
+	})
+	if errors.Is(err, vmedia.ErrNotFound) {
+		return missing
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	extendWrite(w, bootFileWriteTimeout)
+	http.ServeContent(w, r, n.UUID+".iso", st.ModTime(), f)
+	return nil
+}
 
 // bootFiles are the files a node fetches over HTTP, by name: the first of
 // the candidates that exists (make image writes a zstd initramfs when the

@@ -95,6 +95,7 @@ func (c *engine) agentDeployStep(ctx context.Context, n *store.Node, d Driver, s
 	case "prepare_instance_boot":
 		return StepDone, d.SetBootDevice(ctx, n, "disk", true)
 	case "tear_down_agent":
+		c.ejectMedia(ctx, n, d, "deploy: leaving the ramdisk", true)
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
 			return StepDone, err
 		}
@@ -169,6 +170,7 @@ func (c *engine) startAgentInspection(ctx context.Context, n *store.Node, d Driv
 // properties, creates ports for NICs that have none, and powers off.
 func (c *engine) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
 	fail := func(msg string) error {
+		c.ejectMedia(ctx, n, d, "inspection failed, leaving the ramdisk", true)
 		_ = d.SetPower(ctx, n, PowerOff)
 		_, err := c.transition(ctx, n.UUID, state.InspectWait, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(msg)
@@ -195,6 +197,7 @@ func (c *engine) finishInspection(ctx context.Context, n *store.Node, d Driver, 
 	if err != nil {
 		return err
 	}
+	c.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
 	if err := d.SetPower(ctx, n, PowerOff); err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
 	}

@@ -22,12 +22,20 @@ func awaitBoot(m *store.Node, aw *store.Await) {
 	newBoot(&m.Operation.Agent)
 }
 
-// bootRamdisk sets PXE for the next boot and reboots the node into the
-// agent ramdisk; the caller moves the node to a wait state with the await
+// bootRamdisk sets PXE (or, for virtual media, inserts the node's ISO and
+// sets the CD) for the next boot and reboots the node into the agent
+// ramdisk; the caller moves the node to a wait state with the await
 // record this returns.
 func (c *engine) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
-	if err := d.SetBootDevice(ctx, n, "pxe", false); err != nil {
-		return nil, fmt.Errorf("set boot device pxe: %w", err)
+	dev := "pxe"
+	if usesVirtualMedia(n) {
+		if err := c.insertMedia(ctx, n, d); err != nil {
+			return nil, err
+		}
+		dev = "cdrom"
+	}
+	if err := d.SetBootDevice(ctx, n, dev, false); err != nil {
+		return nil, fmt.Errorf("set boot device %s: %w", dev, err)
 	}
 	if err := d.SetPower(ctx, n, Rebooting); err != nil {
 		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
@@ -140,6 +148,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 
 // agentIsBack continues after the ramdisk (re)booted.
 func (c *engine) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw store.Await) error {
+	c.ejectMedia(ctx, n, d, "the agent called back", false)
 	cur := state.State(n.ProvisionState)
 	ready := func(m *store.Node) error {
 		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true

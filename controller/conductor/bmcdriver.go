@@ -113,6 +113,29 @@ func (d *BMCDriver) SetBootDevice(ctx context.Context, n *store.Node, device str
 	return err
 }
 
+// InsertMedia implements MediaDriver. The URL (which carries the boot's
+// key) stays out of the history.
+func (d *BMCDriver) InsertMedia(ctx context.Context, n *store.Node, url string) error {
+	t, err := d.target(n)
+	if err != nil {
+		return err
+	}
+	o, err := d.m.InsertMedia(ctx, t, url)
+	d.record(ctx, n, "virtual media inserted", o, err)
+	return err
+}
+
+// EjectMedia implements MediaDriver.
+func (d *BMCDriver) EjectMedia(ctx context.Context, n *store.Node) error {
+	t, err := d.target(n)
+	if err != nil {
+		return err
+	}
+	o, err := d.m.EjectMedia(ctx, t)
+	d.record(ctx, n, "virtual media ejected", o, err)
+	return err
+}
+
 // containsBootMode reads Ironic's "boot_mode:uefi" capability.
 func containsBootMode(capabilities, mode string) bool {
 	for _, kv := range splitComma(capabilities) {

@@ -42,6 +42,9 @@ type Config struct {
 	RamdiskSHA256 func() string
 	Logger        *slog.Logger
 	Now           func() time.Time
+	// Media makes per-node ISOs for redfish-virtual-media boots (nil:
+	// such boots fail with a message saying so).
+	Media VirtualMedia
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the

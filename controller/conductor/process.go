@@ -45,6 +45,11 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 
 func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
+	if resultingPower(target) == PowerOff && c.mediaActive(n) && !state.LookupAllowed(state.State(n.ProvisionState)) {
+		// A failed or aborted agent operation (tearDownAgent) ends with
+		// this power-off: the node leaves the ramdisk here.
+		c.ejectMedia(ctx, n, d, "the agent operation ended", true)
+	}
 	err := d.SetPower(ctx, n, target)
 	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
 	if err != nil {
@@ -297,6 +302,7 @@ func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manua
 	}
 	agent := UsesAgent(n) && n.Operation.Agent.Booted
 	if agent {
+		c.ejectMedia(ctx, n, d, "cleaning done, leaving the ramdisk", true)
 		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
 			return c.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cleaning of node %s finished but powering it off failed: %v", n.UUID, err), false)

@@ -47,6 +47,8 @@ type Agent struct {
 	// Outcomes by step key ("deploy.erase_devices") or command name ("inventory").
 	Outcomes  map[string]Outcome
 	Inventory protocol.Inventory
+	// Nonce is presented at lookup (the boot's anvil.token=), if set.
+	Nonce string
 	// IgnoreAbort makes the agent ignore an abort (as an agent predating
 	// aborts does); otherwise an aborted step stops at once, reporting
 	// CommandAborted with its outcome's Result and Summary as the partial
@@ -181,6 +183,9 @@ func (a *Agent) Steps() []string {
 // Lookup finds the node and gets this boot's token.
 func (a *Agent) Lookup(ctx context.Context) error {
 	q := url.Values{"addresses": {strings.Join(a.MACs, ",")}, "boot_id": {a.bootID}}
+	if a.Nonce != "" {
+		q.Set("nonce", a.Nonce)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.API+protocol.LookupPath+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
