@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/state"
@@ -168,60 +167,11 @@ func hasTraits(n *store.Node, want []string) bool {
 }
 
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	if err := atLeast(ctx, 52); err != nil {
-		return err
-	}
-	q, err := parseQuery(r, "node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir")
-	if err != nil {
-		return err
-	}
-	f := store.ResourceFilter{}
-	if ident := q.str("node"); ident != nil {
-		n, err := s.st.GetNode(ctx, *ident)
-		if errors.Is(err, store.ErrNotFound) {
-			return notFound("Node", *ident)
-		} else if err != nil {
-			return err
-		}
-		f.NodeUUID = &n.UUID
-	}
-	p, err := q.page([]string{"id"})
-	if err != nil {
-		return err
-	}
-	list, err := s.st.ListAllocations(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
-	if err != nil {
-		return markerError(err, p)
-	}
-	out := []map[string]any{}
-	for _, a := range list {
-		if rc := q.str("resource_class"); rc != nil && a.ResourceClass != *rc {
-			continue
-		}
-		if st := q.str("state"); st != nil && a.State != *st {
-			continue
-		}
-		out = append(out, s.allocationView(r, a))
-	}
-	body := map[string]any{"allocations": out}
-	if len(list) == p.limit {
-		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), list[len(list)-1].UUID, p)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	return listResource(s, w, r, allocationResource, false, "")
 }
 
 func (s *Server) loadAllocation(r *http.Request) (*store.Allocation, error) {
-	if err := atLeast(r.Context(), 52); err != nil {
-		return nil, err
-	}
-	id := mux.Vars(r)["alloc"]
-	a, err := s.st.GetAllocation(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound("Allocation", id)
-	}
-	return a, err
+	return loadResource(s, r, allocationResource)
 }
 
 func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {

@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -162,10 +164,23 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 	if err != nil {
 		return nil, err
 	}
+	if loader, ok := s.st.(agentStateLoader); ok && (view == nil || slices.Contains(view, "driver_internal_info")) {
+		// driver_internal_info shows the agent's step cache and command
+		// status, which lists do not read: one query for the page.
+		if err := loader.LoadAgentState(r.Context(), nodes); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range nodes {
 		rows = append(rows, nodeRow{n.UUID, s.nodeView(r, n, view)})
 	}
 	return rows, nil
+}
+
+// agentStateLoader is a store whose node lists leave out the agent's state
+// (store.Node.Partial) and that reads it for a page on request.
+type agentStateLoader interface {
+	LoadAgentState(ctx context.Context, nodes []*store.Node) error
 }
 
 // pageChunk is how much of a node page is written to the connection at a

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -44,61 +43,17 @@ func (s *Server) listNodePortgroups(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) listPortgroupsFor(w http.ResponseWriter, r *http.Request, detail bool, nodeUUID string) error {
-	ctx := r.Context()
-	if err := atLeast(ctx, 23); err != nil {
-		return err
+	return listResource(s, w, r, portgroupResource, detail, nodeUUID)
+}
+
+func portgroupWriteError(pg *store.Portgroup, err error) error {
+	switch {
+	case errors.Is(err, store.ErrDuplicateName):
+		return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
+	case errors.Is(err, store.ErrDuplicateAddr):
+		return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
 	}
-	q, err := parseQuery(r, "node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
-	if err != nil {
-		return err
-	}
-	f := store.ResourceFilter{}
-	if nodeUUID != "" {
-		f.NodeUUID = &nodeUUID
-	}
-	if ident := q.str("node"); ident != nil {
-		n, err := s.st.GetNode(ctx, *ident)
-		if errors.Is(err, store.ErrNotFound) {
-			return notFound("Node", *ident)
-		} else if err != nil {
-			return err
-		}
-		f.NodeUUID = &n.UUID
-	}
-	if a := q.str("address"); a != nil {
-		mac, err := normalizeMAC(*a)
-		if err != nil {
-			return err
-		}
-		f.Address = &mac
-	}
-	if d, err := q.boolean("detail"); err != nil {
-		return err
-	} else if d != nil {
-		detail = *d
-	}
-	p, err := q.page([]string{"id"})
-	if err != nil {
-		return err
-	}
-	pgs, err := s.st.ListPortgroups(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
-	if err != nil {
-		return markerError(err, p)
-	}
-	view := []string{"uuid", "address", "name"}
-	if detail {
-		view = nil
-	}
-	out := make([]map[string]any, 0, len(pgs))
-	for _, pg := range pgs {
-		out = append(out, s.portgroupView(r, pg, view))
-	}
-	body := map[string]any{"portgroups": out}
-	if len(pgs) == p.limit {
-		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), pgs[len(pgs)-1].UUID, p)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	return err
 }
 
 type portgroupBody struct {
@@ -152,13 +107,7 @@ func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
 		pg.StandalonePortsSupported = *b.StandalonePortsSupported
 	}
 	if err := s.st.CreatePortgroup(ctx, pg); err != nil {
-		switch {
-		case errors.Is(err, store.ErrDuplicateName):
-			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
-		case errors.Is(err, store.ErrDuplicateAddr):
-			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
-		}
-		return err
+		return portgroupWriteError(pg, err)
 	}
 	w.Header().Set("Location", s.baseURL(r)+"/v1/portgroups/"+pg.UUID)
 	writeJSON(w, http.StatusCreated, s.portgroupView(r, pg, nil))
@@ -166,15 +115,7 @@ func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) loadPortgroup(r *http.Request) (*store.Portgroup, error) {
-	if err := atLeast(r.Context(), 23); err != nil {
-		return nil, err
-	}
-	id := mux.Vars(r)["pg"]
-	pg, err := s.st.GetPortgroup(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound("Portgroup", id)
-	}
-	return pg, err
+	return loadResource(s, r, portgroupResource)
 }
 
 func (s *Server) getPortgroup(w http.ResponseWriter, r *http.Request) error {
@@ -263,13 +204,7 @@ func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now().UTC()
 	pg.UpdatedAt = &now
 	if err := s.st.UpdatePortgroup(r.Context(), pg); err != nil {
-		switch {
-		case errors.Is(err, store.ErrDuplicateName):
-			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
-		case errors.Is(err, store.ErrDuplicateAddr):
-			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
-		}
-		return err
+		return portgroupWriteError(pg, err)
 	}
 	writeJSON(w, http.StatusOK, s.portgroupView(r, pg, nil))
 	return nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -79,83 +78,11 @@ func (s *Server) listNodePorts(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listPortsFor(w http.ResponseWriter, r *http.Request, detail bool, nodeUUID string) error {
-	ctx := r.Context()
-	q, err := parseQuery(r, "node", "node_uuid", "address", "portgroup", "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
-	if err != nil {
-		return err
-	}
-	f := store.ResourceFilter{}
-	if nodeUUID != "" {
-		f.NodeUUID = &nodeUUID
-	}
-	for _, k := range []string{"node", "node_uuid"} {
-		if ident := q.str(k); ident != nil {
-			n, err := s.st.GetNode(ctx, *ident)
-			if errors.Is(err, store.ErrNotFound) {
-				return notFound("Node", *ident)
-			}
-			if err != nil {
-				return err
-			}
-			f.NodeUUID = &n.UUID
-		}
-	}
-	if a := q.str("address"); a != nil {
-		mac, err := normalizeMAC(*a)
-		if err != nil {
-			return err
-		}
-		f.Address = &mac
-	}
-	if d, err := q.boolean("detail"); err != nil {
-		return err
-	} else if d != nil {
-		detail = *d
-	}
-	fields := fieldsArg(q)
-	if err := checkFields(ctx, fields, portFieldMin); err != nil {
-		return err
-	}
-	p, err := q.page([]string{"id"})
-	if err != nil {
-		return err
-	}
-	ports, err := s.st.ListPorts(ctx, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
-	if err != nil {
-		return markerError(err, p)
-	}
-	view := []string{"uuid", "address"}
-	if detail {
-		view = nil
-	} else if fields != nil {
-		view = fields
-	}
-	out := make([]map[string]any, 0, len(ports))
-	for _, port := range ports {
-		out = append(out, s.portView(r, port, view))
-	}
-	body := map[string]any{"ports": out}
-	if len(ports) == p.limit {
-		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), ports[len(ports)-1].UUID, p)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
-}
-
-func markerError(err error, p pageArgs) error {
-	if errors.Is(err, store.ErrNotFound) && p.marker != "" {
-		return badRequest("Marker %s could not be found.", p.marker)
-	}
-	return err
+	return listResource(s, w, r, portResource, detail, nodeUUID)
 }
 
 func (s *Server) loadPort(r *http.Request) (*store.Port, error) {
-	id := mux.Vars(r)["port"]
-	p, err := s.st.GetPort(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound("Port", id)
-	}
-	return p, err
+	return loadResource(s, r, portResource)
 }
 
 func (s *Server) getPort(w http.ResponseWriter, r *http.Request) error {

@@ -76,6 +76,15 @@ type Node struct {
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
 	Operation Operation `json:"-"`
+	// Partial marks a node read by a list: the agent's step cache and
+	// command status (Operation.Agent.Steps, CommandStatus), kept apart
+	// from the node, were not read, and writing the node leaves the stored
+	// ones as they are. A store's LoadAgentState fills them in.
+	Partial bool `json:"-"`
+	// AgentStateRead is the agent state as the store last read or wrote
+	// it (opaque to callers), so that writing the node rewrites that state
+	// only when it changed: most heartbeats leave it as it was.
+	AgentStateRead []byte `json:"-"`
 }
 
 // Interfaces are the per-node driver interface names (1.31+).
@@ -226,8 +235,9 @@ type Nodes interface {
 	// ListNodeSummaries is ListNodes for the fields of a plain node list,
 	// read from indexed columns only (the most frequent API call).
 	ListNodeSummaries(ctx context.Context, f NodeFilter, p Page) ([]*NodeSummary, error)
-	// DeleteNode removes n with its ports, portgroups, inventory, lease,
-	// history and step results (not its erase records) if its Revision is still current (else ErrConflict), so checks
+	// DeleteNode removes n with its ports, portgroups, allocations,
+	// inventory, agent state, lease, history and step results (not its
+	// erase records) if its Revision is still current (else ErrConflict), so checks
 	// made on n hold at the moment it goes.
 	DeleteNode(ctx context.Context, n *Node) error
 	CountNodesByState(ctx context.Context) (map[string]int, error)

@@ -28,13 +28,39 @@ type ExportOptions struct {
 // It refuses, unless opts.Force, while any node is reserved: the operation
 // holding it runs in a controller attached to src, and a copy taken
 // mid-operation (a step half done, an agent about to call back) cannot be
-// resumed reliably from another database. The export is not one database
-// transaction (the Store interface has none): stop the controllers first
-// for a consistent copy.
+// resumed reliably from another database. A source that can read a
+// snapshot (the SQLite and PostgreSQL stores) is exported in one read
+// transaction, so the document is one moment of the fleet even while
+// controllers keep writing; another source is read query by query.
 //
 // Memory stays bounded by one page of objects (and one node's history), plus
 // the fleet's node UUIDs, which the history and inventory sections walk.
 func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (Summary, error) {
+	snap, ok := src.(snapshotReader)
+	if !ok {
+		return exportFleet(ctx, src, w, opts)
+	}
+	var sum Summary
+	err := snap.ReadSnapshot(ctx, func(st store.Store) error {
+		var err error
+		sum, err = exportFleet(ctx, st, w, opts)
+		return err
+	})
+	return sum, err
+}
+
+// agentStateLoader is a source whose node lists leave out the agent's
+// state (store.Node.Partial) and that reads it for a page on request.
+type agentStateLoader interface {
+	LoadAgentState(ctx context.Context, nodes []*store.Node) error
+}
+
+// snapshotReader is a source that can read one consistent snapshot.
+type snapshotReader interface {
+	ReadSnapshot(ctx context.Context, fn func(st store.Store) error) error
+}
+
+func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (Summary, error) {
 	var sum Summary
 	if !opts.Force {
 		if err := refuseReserved(ctx, src); err != nil {
@@ -50,7 +76,15 @@ func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (S
 
 	var uuids []string
 	d.open("nodes", '[')
-	err := eachPage(ctx, func(p store.Page) ([]*store.Node, error) { return src.ListNodes(ctx, store.NodeFilter{}, p) },
+	err := eachPage(ctx, func(p store.Page) ([]*store.Node, error) {
+		nodes, err := src.ListNodes(ctx, store.NodeFilter{}, p)
+		if l, ok := src.(agentStateLoader); ok && err == nil {
+			// The document keeps each node's whole operation, the agent's
+			// step cache and command status included, which lists leave out.
+			err = l.LoadAgentState(ctx, nodes)
+		}
+		return nodes, err
+	},
 		func(n *store.Node) string { return n.UUID },
 		func(n *store.Node) error {
 			if n.Reservation != nil && !opts.Force {

@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/controller/store/sqlstore"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
 
@@ -25,7 +28,7 @@ func testLegacyMigration(t *testing.T, url string) {
 	_, err = conn.Exec(ctx, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)`)
 	require.NoError(t, err)
 	for v := 1; v <= 3; v++ {
-		_, err := conn.Exec(ctx, migrations[v-1])
+		_, err := conn.Exec(ctx, sqlstore.Migration(sqlstore.Postgres(), v))
 		require.NoError(t, err)
 		_, err = conn.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, now())`, v)
 		require.NoError(t, err)
@@ -51,6 +54,26 @@ func testLegacyMigration(t *testing.T, url string) {
 	s := openStore(t, url)
 	v, err := s.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, len(migrations), v)
+	require.Equal(t, sqlstore.LatestSchemaVersion(), v)
 	storetest.CheckLegacyMigrated(t, s, rows)
+}
+
+// testReleaseDatabase: a database written by the last release with a store
+// of its own per database (schema 5; testdata/release5/postgres.sql is its
+// pg_dump) opens with the unified store and reads back as written.
+func testReleaseDatabase(t *testing.T, url string) {
+	ctx := context.Background()
+	dump, err := os.ReadFile(filepath.Join(storetest.ReleaseFixtureDir, "postgres.sql"))
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, string(dump)) // no arguments: the simple protocol, which runs a script
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SET search_path = public`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, storetest.ReleaseOrphanSQL)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx)) // the dump empties search_path for its session
+	s := openStore(t, url)
+	storetest.CheckRelease(t, s)
 }

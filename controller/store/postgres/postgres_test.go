@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/store/sqlstore"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
 
@@ -30,6 +31,9 @@ func TestPostgres(t *testing.T) {
 	t.Run("DHCPLeases", func(t *testing.T) {
 		storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
 	})
+	t.Run("Snapshot", func(t *testing.T) {
+		storetest.RunSnapshot(t, func(t *testing.T) store.Store { return openStore(t, srv.NewDatabase(t)) })
+	})
 	t.Run("TwoControllers", func(t *testing.T) { testTwoControllers(t, srv.NewDatabase(t)) })
 	t.Run("TwoControllersRace", func(t *testing.T) { testTwoControllersRace(t, srv.NewDatabase(t)) })
 	t.Run("NoLostUpdates", func(t *testing.T) { testNoLostUpdates(t, srv.NewDatabase(t)) })
@@ -44,6 +48,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("ReopenKeepsDataAndMigratesOnce", func(t *testing.T) { testReopen(t, srv.NewDatabase(t)) })
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
 	t.Run("LegacyMigration", func(t *testing.T) { testLegacyMigration(t, srv.NewDatabase(t)) })
+	t.Run("ReleaseDatabase", func(t *testing.T) { testReleaseDatabase(t, srv.NewDatabase(t)) })
 	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's
@@ -247,10 +252,10 @@ func testConcurrentMigrations(t *testing.T, url string) {
 	}
 	v, err := stores[0].SchemaVersion(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, len(migrations), v)
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), v)
 	var rows int
-	require.NoError(t, stores[0].pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&rows))
-	assert.Equal(t, len(migrations), rows, "each migration recorded once")
+	require.NoError(t, stores[0].DB().QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&rows))
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), rows, "each migration recorded once")
 }
 
 func testReopen(t *testing.T, url string) {
@@ -264,7 +269,7 @@ func testReopen(t *testing.T, url string) {
 	s = openStore(t, url)
 	v, err := s.SchemaVersion(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, len(migrations), v)
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), v)
 	got, err := s.GetNode(ctx, "survivor")
 	require.NoError(t, err)
 	assert.Equal(t, n.UUID, got.UUID)
@@ -273,7 +278,7 @@ func testReopen(t *testing.T, url string) {
 func testRefusesNewerSchema(t *testing.T, url string) {
 	ctx := context.Background()
 	s := openStore(t, url)
-	_, err := s.pool.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (999, now())`)
+	_, err := s.DB().ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (999, now())`)
 	require.NoError(t, err)
 	_, err = Open(ctx, url)
 	assert.ErrorContains(t, err, "newer than this controller")
@@ -409,4 +414,13 @@ func testNotifications(t *testing.T, url string) {
 	}
 	cancel()
 	require.NoError(t, <-done, "ending the context ends ListenNodes cleanly")
+}
+
+func BenchmarkStore(b *testing.B) {
+	srv := pgserver.ForTest(b)
+	storetest.Bench(b, func(b *testing.B) store.Store {
+		s, err := Open(context.Background(), srv.NewDatabase(b))
+		require.NoError(b, err)
+		return s
+	})
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,23 +11,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlstore"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
 
+// openFile opens a store on a new database file.
+func openFile(t testing.TB) store.Store {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
+	require.NoError(t, err)
+	return s
+}
+
 func TestSuiteFile(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
-		require.NoError(t, err)
-		return s
-	})
+	storetest.Run(t, func(t *testing.T) store.Store { return openFile(t) })
+}
+
+func TestSnapshot(t *testing.T) {
+	storetest.RunSnapshot(t, func(t *testing.T) store.Store { return openFile(t) })
 }
 
 func TestDHCPLeases(t *testing.T) {
-	storetest.RunDHCPLeases(t, func(t *testing.T) store.Store {
-		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "anvil.db"))
-		require.NoError(t, err)
-		return s
-	})
+	storetest.RunDHCPLeases(t, func(t *testing.T) store.Store { return openFile(t) })
 }
 
 func TestSuiteMemory(t *testing.T) {
@@ -51,7 +56,7 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 	defer s.Close()
 	v, err := s.SchemaVersion(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, len(migrations), v)
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), v)
 	got, err := s.GetNode(ctx, "survivor")
 	require.NoError(t, err)
 	assert.Equal(t, n.UUID, got.UUID)
@@ -62,7 +67,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "anvil.db")
 	s, err := Open(ctx, path)
 	require.NoError(t, err)
-	_, err = s.w.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (999, 'x')`)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (999, 'x')`)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	_, err = Open(ctx, path)
@@ -85,7 +90,7 @@ func TestVolatileWritesRestoreFullSync(t *testing.T) {
 		require.NoError(t, s.UpdateNode(store.Volatile(ctx), n))
 	}
 	var mode int
-	require.NoError(t, s.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode))
+	require.NoError(t, s.DB().QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&mode))
 	assert.Equal(t, 2, mode, "FULL (2) again after the volatile batches")
 	require.NoError(t, s.Close())
 
@@ -128,6 +133,29 @@ func TestLegacyDatabaseMigrates(t *testing.T) {
 	defer s.Close()
 	v, err := s.SchemaVersion(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, len(migrations), v)
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), v)
 	storetest.CheckLegacyMigrated(t, s, rows)
+}
+
+func BenchmarkStore(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) store.Store { return openFile(b) })
+}
+
+// A database written by the last release with a store of its own per
+// database (schema 5, testdata/release5) opens with the unified store and
+// reads back as written.
+func TestReleaseDatabaseOpens(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(storetest.ReleaseFixtureDir, "anvil.db"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	require.NoError(t, os.WriteFile(path, src, 0o600))
+	db, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	_, err = db.Exec(storetest.ReleaseOrphanSQL)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	s, err := Open(context.Background(), path)
+	require.NoError(t, err)
+	defer s.Close()
+	storetest.CheckRelease(t, s)
 }

@@ -47,7 +47,26 @@ func testOperation(t *testing.T, s store.Store) {
 	list, err := s.ListNodes(ctx, store.NodeFilter{}, store.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	assert.Equal(t, op, list[0].Operation, "lists read the operation too")
+	listed := op
+	listed.Agent.Steps, listed.Agent.CommandStatus = nil, nil
+	assert.Equal(t, listed, list[0].Operation, "lists read the operation, but not the agent's step cache and command status")
+	assert.True(t, list[0].Partial)
+
+	// Writing a listed node leaves the agent state it did not read.
+	list[0].Extra = map[string]any{"listed": true}
+	require.NoError(t, s.UpdateNode(ctx, list[0]))
+	read, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, op, read.Operation)
+	got = read
+
+	loader, ok := s.(interface {
+		LoadAgentState(ctx context.Context, nodes []*store.Node) error
+	})
+	require.True(t, ok, "%T loads agent state", s)
+	require.NoError(t, loader.LoadAgentState(ctx, list))
+	assert.Equal(t, op, list[0].Operation, "LoadAgentState makes a listed node whole")
+	assert.False(t, list[0].Partial)
 
 	// A writer holding an old revision changes neither the node nor its
 	// operation.
@@ -59,6 +78,14 @@ func testOperation(t *testing.T, s store.Store) {
 	read, err = s.GetNode(ctx, n.UUID)
 	require.NoError(t, err)
 	assert.Equal(t, op, read.Operation)
+
+	// Dropping the command status (a new command) drops it from the table.
+	read.Operation.Agent.CommandStatus = nil
+	require.NoError(t, s.UpdateNode(ctx, read))
+	read, err = s.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Nil(t, read.Operation.Agent.CommandStatus)
+	assert.NotNil(t, read.Operation.Agent.Steps)
 
 	// Back to idle: nothing is left.
 	read.Operation = store.Operation{}

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"MutateNodeRetries": testMutateNodeRetries,
 		"Ports":             testPorts,
 		"Allocations":       testAllocations,
+		"NoOrphans":         testNoOrphans,
 		"Events":            testEvents,
 		"CountByState":      testCountByState,
 		"EventsWithUpdate":  testEventsWithUpdate,
@@ -273,15 +274,50 @@ func testAllocations(t *testing.T, s store.Store) {
 	got, err := s.GetAllocation(ctx, "alloc-1")
 	require.NoError(t, err)
 	assert.Equal(t, a.UUID, got.UUID)
-	node := uuid.NewString()
-	got.NodeUUID, got.State = &node, "active"
+	ghost := uuid.NewString()
+	got.NodeUUID = &ghost
+	assert.ErrorIs(t, s.UpdateAllocation(ctx, got), store.ErrNotFound, "an allocation of a node that does not exist")
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	got.NodeUUID, got.State = &n.UUID, "active"
 	require.NoError(t, s.UpdateAllocation(ctx, got))
-	list, err := s.ListAllocations(ctx, store.ResourceFilter{NodeUUID: &node}, store.Page{})
+	list, err := s.ListAllocations(ctx, store.ResourceFilter{NodeUUID: &n.UUID}, store.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, "active", list[0].State)
 	require.NoError(t, s.DeleteAllocation(ctx, a.UUID))
 	assert.ErrorIs(t, s.DeleteAllocation(ctx, a.UUID), store.ErrNotFound)
+
+	// Deleting a node deletes its allocation, as in Ironic.
+	b := &store.Allocation{UUID: uuid.NewString(), NodeUUID: &n.UUID, State: "active", ResourceClass: "gold"}
+	require.NoError(t, s.CreateAllocation(ctx, b))
+	require.NoError(t, s.DeleteNode(ctx, n))
+	_, err = s.GetAllocation(ctx, b.UUID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "allocations go with their node")
+}
+
+// testNoOrphans: no port, port group, allocation or inventory of a node
+// that does not exist can be written.
+func testNoOrphans(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ghost := uuid.NewString()
+	assert.ErrorIs(t, s.CreatePort(ctx, &store.Port{UUID: uuid.NewString(), Address: "52:54:00:0f:0f:0f", NodeUUID: ghost}), store.ErrNotFound)
+	assert.ErrorIs(t, s.CreatePortgroup(ctx, &store.Portgroup{UUID: uuid.NewString(), NodeUUID: ghost}), store.ErrNotFound)
+	assert.ErrorIs(t, s.CreateAllocation(ctx, &store.Allocation{UUID: uuid.NewString(), NodeUUID: &ghost, State: "active"}), store.ErrNotFound)
+	assert.ErrorIs(t, s.PutInventory(ctx, ghost, []byte(`{}`)), store.ErrNotFound)
+
+	n := NewNode("")
+	require.NoError(t, s.CreateNode(ctx, n))
+	p := &store.Port{UUID: uuid.NewString(), Address: "52:54:00:0f:0f:0e", NodeUUID: n.UUID}
+	require.NoError(t, s.CreatePort(ctx, p))
+	p.NodeUUID = ghost
+	assert.ErrorIs(t, s.UpdatePort(ctx, p), store.ErrNotFound, "a port moved to a node that does not exist")
+	got, err := s.GetPort(ctx, p.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, n.UUID, got.NodeUUID, "the refused update changed nothing")
+	ports, err := s.ListPorts(ctx, store.ResourceFilter{}, store.Page{})
+	require.NoError(t, err)
+	assert.Len(t, ports, 1)
 }
 
 func testEvents(t *testing.T, s store.Store) {

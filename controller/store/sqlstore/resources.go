@@ -1,46 +1,48 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// Ports, portgroups and allocations share one table: they are small documents
-// looked up by uuid, name, address or node, which is all the table indexes.
-// revision is kept for future optimistic updates.
+// Ports, portgroups, allocations and inventories share one table: small
+// documents looked up by uuid, name, address or node, which is all the
+// table indexes. Their documents are written with encoding/json.
 
 type resourceKeys struct {
 	uuid, node string
 	name, addr *string
 }
 
-func createResource(ctx context.Context, s *Store, kind string, k resourceKeys, v any) (int64, error) {
-	data, err := json.Marshal(v)
+func (s *Store) createResource(ctx context.Context, kind string, k resourceKeys, v any) (int64, error) {
+	data, err := stdjson.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
 	}
-	res, err := s.w.ExecContext(ctx, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
-		VALUES (?, ?, ?, ?, ?, 1, ?)`, kind, k.uuid, nullable(k.node), k.name, k.addr, data)
+	var id int64
+	err = s.queryRow(ctx, s.w, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
+		VALUES ($1, $2, $3, $4, $5, 1, $6) RETURNING id`, kind, k.uuid, nullable(k.node), k.name, k.addr, data).Scan(&id)
 	if err != nil {
-		return 0, mapErr(err, "create "+kind+" "+k.uuid)
+		return 0, s.resourceErr(err, "create", kind, k)
 	}
-	return res.LastInsertId()
+	return id, nil
 }
 
-func updateResource(ctx context.Context, s *Store, kind string, k resourceKeys, v any) error {
-	data, err := json.Marshal(v)
+func (s *Store) updateResource(ctx context.Context, kind string, k resourceKeys, v any) error {
+	data, err := stdjson.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE resources SET node_uuid = ?, name = ?, address = ?, revision = revision + 1,
-		data = ? WHERE kind = ? AND uuid = ?`, nullable(k.node), k.name, k.addr, data, kind, k.uuid)
+	res, err := s.exec(ctx, s.w, `UPDATE resources SET node_uuid = $1, name = $2, address = $3, revision = revision + 1,
+		data = $4 WHERE kind = $5 AND uuid = $6`, nullable(k.node), k.name, k.addr, data, kind, k.uuid)
 	if err != nil {
-		return mapErr(err, "update "+kind+" "+k.uuid)
+		return s.resourceErr(err, "update", kind, k)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
 		return fmt.Errorf("%s %s: %w", kind, k.uuid, store.ErrNotFound)
@@ -48,8 +50,17 @@ func updateResource(ctx context.Context, s *Store, kind string, k resourceKeys, 
 	return nil
 }
 
-func deleteResource(ctx context.Context, s *Store, kind, uuid string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM resources WHERE kind = ? AND uuid = ?`, kind, uuid)
+// resourceErr maps a failed write of a resource: a node that does not
+// exist (the foreign key) is ErrNotFound, a duplicate its sentinel.
+func (s *Store) resourceErr(err error, verb, kind string, k resourceKeys) error {
+	if s.d.missingParent(err) {
+		return fmt.Errorf("%s %s %s: node %s: %w", verb, kind, k.uuid, k.node, store.ErrNotFound)
+	}
+	return s.mapErr(err, verb+" "+kind+" "+k.uuid)
+}
+
+func (s *Store) deleteResource(ctx context.Context, kind, uuid string) error {
+	res, err := s.exec(ctx, s.w, `DELETE FROM resources WHERE kind = $1 AND uuid = $2`, kind, uuid)
 	if err != nil {
 		return fmt.Errorf("delete %s %s: %w", kind, uuid, err)
 	}
@@ -59,22 +70,15 @@ func deleteResource(ctx context.Context, s *Store, kind, uuid string) error {
 	return nil
 }
 
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func scanResource[T any](setID func(*T, int64)) func(interface{ Scan(...any) error }) (*T, error) {
-	return func(sc interface{ Scan(...any) error }) (*T, error) {
+func scanResource[T any](setID func(*T, int64)) func(scanner) (*T, error) {
+	return func(sc scanner) (*T, error) {
 		var id int64
 		var data []byte
 		if err := sc.Scan(&id, &data); err != nil {
 			return nil, err
 		}
 		v := new(T)
-		if err := json.Unmarshal(data, v); err != nil {
+		if err := stdjson.Unmarshal(data, v); err != nil {
 			return nil, fmt.Errorf("decode resource %d: %w", id, err)
 		}
 		setID(v, id)
@@ -82,30 +86,32 @@ func scanResource[T any](setID func(*T, int64)) func(interface{ Scan(...any) err
 	}
 }
 
-// getResource finds by uuid, or by name when byName.
+// getResource finds by uuid, or by uuid then name when byName.
 func getResource[T any](ctx context.Context, s *Store, kind, ident string, byName bool, setID func(*T, int64)) (*T, error) {
-	q := `SELECT id, data FROM resources WHERE kind = ?1 AND uuid = ?2`
+	q := `SELECT id, data FROM resources WHERE kind = $1 AND uuid = $2`
 	if byName {
-		q = `SELECT id, data FROM resources WHERE kind = ?1 AND (uuid = ?2 OR name = ?2) ORDER BY uuid = ?2 DESC LIMIT 1`
+		q = `SELECT id, data FROM resources WHERE kind = $1 AND (uuid = $2 OR name = $2) ORDER BY uuid = $2 DESC LIMIT 1`
 	}
-	v, err := scanResource(setID)(s.r.QueryRowContext(ctx, q, kind, ident))
+	v, err := scanResource(setID)(s.queryRow(ctx, s.r, q, kind, ident))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%s %s: %w", kind, ident, store.ErrNotFound)
 	}
-	return v, err
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", kind, ident, err)
+	}
+	return v, nil
 }
 
 func listResources[T any](ctx context.Context, s *Store, kind string, f store.ResourceFilter, p store.Page, setID func(*T, int64)) ([]*T, error) {
-	where := []string{"kind = ?"}
-	args := []any{kind}
-	if f.NodeUUID != nil {
-		where, args = append(where, "node_uuid = ?"), append(args, *f.NodeUUID)
-	}
-	if f.Address != nil {
-		where, args = append(where, "address = ?"), append(args, *f.Address)
-	}
-	if f.Name != nil {
-		where, args = append(where, "name = ?"), append(args, *f.Name)
+	var args params
+	where := []string{"kind = " + args.add(kind)}
+	for _, c := range []struct {
+		col string
+		v   *string
+	}{{"node_uuid", f.NodeUUID}, {"address", f.Address}, {"name", f.Name}} {
+		if c.v != nil {
+			where = append(where, c.col+" = "+args.add(*c.v))
+		}
 	}
 	return listPage(ctx, s, "resources", "id, data", where, args, p, scanResource(setID))
 }
@@ -132,7 +138,7 @@ func allocationKeys(a *store.Allocation) resourceKeys {
 
 // CreatePort inserts a port.
 func (s *Store) CreatePort(ctx context.Context, p *store.Port) (err error) {
-	p.ID, err = createResource(ctx, s, "port", portKeys(p), p)
+	p.ID, err = s.createResource(ctx, "port", portKeys(p), p)
 	return err
 }
 
@@ -148,17 +154,17 @@ func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.P
 
 // UpdatePort writes a port.
 func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
-	return updateResource(ctx, s, "port", portKeys(p), p)
+	return s.updateResource(ctx, "port", portKeys(p), p)
 }
 
 // DeletePort removes a port.
 func (s *Store) DeletePort(ctx context.Context, uuid string) error {
-	return deleteResource(ctx, s, "port", uuid)
+	return s.deleteResource(ctx, "port", uuid)
 }
 
 // CreatePortgroup inserts a portgroup.
 func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) (err error) {
-	p.ID, err = createResource(ctx, s, "portgroup", portgroupKeys(p), p)
+	p.ID, err = s.createResource(ctx, "portgroup", portgroupKeys(p), p)
 	return err
 }
 
@@ -174,17 +180,17 @@ func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p st
 
 // UpdatePortgroup writes a portgroup.
 func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
-	return updateResource(ctx, s, "portgroup", portgroupKeys(p), p)
+	return s.updateResource(ctx, "portgroup", portgroupKeys(p), p)
 }
 
 // DeletePortgroup removes a portgroup.
 func (s *Store) DeletePortgroup(ctx context.Context, uuid string) error {
-	return deleteResource(ctx, s, "portgroup", uuid)
+	return s.deleteResource(ctx, "portgroup", uuid)
 }
 
 // CreateAllocation inserts an allocation.
 func (s *Store) CreateAllocation(ctx context.Context, a *store.Allocation) (err error) {
-	a.ID, err = createResource(ctx, s, "allocation", allocationKeys(a), a)
+	a.ID, err = s.createResource(ctx, "allocation", allocationKeys(a), a)
 	return err
 }
 
@@ -200,61 +206,47 @@ func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p s
 
 // UpdateAllocation writes an allocation.
 func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
-	return updateResource(ctx, s, "allocation", allocationKeys(a), a)
+	return s.updateResource(ctx, "allocation", allocationKeys(a), a)
 }
 
 // DeleteAllocation removes an allocation.
 func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
-	return deleteResource(ctx, s, "allocation", uuid)
+	return s.deleteResource(ctx, "allocation", uuid)
+}
+
+// encodeEvent is the event document.
+func encodeEvent(e *store.Event) ([]byte, error) {
+	data, err := stdjson.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	return data, nil
 }
 
 // AppendEvent adds an entry to a node's history.
 func (s *Store) AppendEvent(ctx context.Context, e *store.Event) error {
-	return appendEvent(ctx, s.w, e)
+	return s.insertEvents(ctx, s.w, []*store.Event{e})
 }
 
 // AppendEvents adds history entries in one transaction, in order: a bulk
 // load (an import) pays one commit per batch instead of one per entry.
 func (s *Store) AppendEvents(ctx context.Context, events []*store.Event) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	err := s.inTx(ctx, func(tx *sql.Tx) error { return s.insertEvents(ctx, tx, events) })
 	if err != nil {
-		return fmt.Errorf("append events: %w", err)
-	}
-	defer tx.Rollback()
-	for _, e := range events {
-		if err := appendEvent(ctx, tx, e); err != nil {
-			return err
-		}
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("append events: %w", err)
 	}
 	return nil
 }
 
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func appendEvent(ctx context.Context, db execer, e *store.Event) error {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
-	}
-	_, err = db.ExecContext(ctx, `INSERT INTO events (uuid, node_uuid, created_at, data) VALUES (?, ?, ?, ?)`,
-		e.UUID, e.NodeUUID, fmtTime(&e.CreatedAt), data)
-	return mapErr(err, "append event")
-}
-
 // ListEvents returns a node's history, oldest first; limit > 0 keeps the
 // newest limit entries.
 func (s *Store) ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*store.Event, error) {
-	q := `SELECT data FROM (SELECT id, data FROM events WHERE node_uuid = ? ORDER BY id DESC`
+	q := `SELECT data FROM (SELECT id, data FROM events WHERE node_uuid = $1 ORDER BY id DESC`
 	if limit > 0 {
-		q += fmt.Sprintf(" LIMIT %d", limit)
+		q += " LIMIT " + strconv.Itoa(limit)
 	}
-	q += `) ORDER BY id ASC`
-	rows, err := s.r.QueryContext(ctx, q, nodeUUID)
+	q += `) newest ORDER BY id ASC`
+	rows, err := s.query(ctx, s.r, q, nodeUUID)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -263,37 +255,46 @@ func (s *Store) ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*
 	for rows.Next() {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list events: %w", err)
 		}
 		e := &store.Event{}
-		if err := json.Unmarshal(data, e); err != nil {
+		if err := stdjson.Unmarshal(data, e); err != nil {
 			return nil, fmt.Errorf("decode event: %w", err)
 		}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
 }
 
-// PutInventory stores (replaces) a node's inventory document.
+// PutInventory stores (replaces) a node's inventory document. The upsert
+// is atomic, so two controllers storing the same node's inventory at once
+// cannot both insert.
 func (s *Store) PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error {
-	if !json.Valid(inventory) {
+	if !stdjson.Valid(inventory) {
 		return fmt.Errorf("inventory of node %s is not valid JSON", nodeUUID)
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
-		VALUES ('inventory', ?1, ?2, 1, ?3)
-		ON CONFLICT(uuid) DO UPDATE SET data = excluded.data, revision = revision + 1`, "inventory-"+nodeUUID, nodeUUID, inventory)
+	_, err := s.exec(ctx, s.w, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
+		VALUES ('inventory', $1, $2, 1, $3)
+		ON CONFLICT (uuid) DO UPDATE SET data = excluded.data, revision = resources.revision + 1`,
+		"inventory-"+nodeUUID, nodeUUID, inventory)
 	if err != nil {
-		return fmt.Errorf("store inventory of node %s: %w", nodeUUID, err)
+		return s.resourceErr(err, "store", "inventory", resourceKeys{uuid: "of node " + nodeUUID, node: nodeUUID})
 	}
 	return nil
 }
 
-// GetInventory returns a node's inventory document.
+// GetInventory returns a node's inventory document, byte for byte as stored.
 func (s *Store) GetInventory(ctx context.Context, nodeUUID string) ([]byte, error) {
 	var data []byte
-	err := s.r.QueryRowContext(ctx, `SELECT data FROM resources WHERE kind = 'inventory' AND uuid = ?`, "inventory-"+nodeUUID).Scan(&data)
+	err := s.queryRow(ctx, s.r, `SELECT data FROM resources WHERE kind = 'inventory' AND uuid = $1`, "inventory-"+nodeUUID).Scan(&data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("inventory of node %s: %w", nodeUUID, store.ErrNotFound)
 	}
-	return data, err
+	if err != nil {
+		return nil, fmt.Errorf("inventory of node %s: %w", nodeUUID, err)
+	}
+	return data, nil
 }

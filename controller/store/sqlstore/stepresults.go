@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/anvil-metal/anvil/controller/store"
@@ -14,28 +15,27 @@ import (
 // Step results and erase records: both tables are (id, uuid, node_uuid,
 // time, data) with data the JSON document; pages walk id, newest first.
 
-// PutStepResult implements store.StepResults.
+// PutStepResult implements store.StepResults: the insert and the pruning
+// to store.MaxStepResultsPerNode run in one transaction; concurrent
+// writers for one node (PostgreSQL) can only prune more than needed by
+// the rows they add themselves.
 func (s *Store) PutStepResult(ctx context.Context, r *store.StepResult) error {
 	r.Bound()
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode step result: %w", err)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO step_results (uuid, node_uuid, finished_at, data) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, s.d.stamp(&r.FinishedAt), data); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, `DELETE FROM step_results WHERE node_uuid = $1 AND id <= (
+			SELECT id FROM step_results WHERE node_uuid = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)`,
+			r.NodeUUID, store.MaxStepResultsPerNode)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("put step result: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO step_results (uuid, node_uuid, finished_at, data) VALUES (?, ?, ?, ?)
-		ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, fmtTime(&r.FinishedAt), data); err != nil {
-		return fmt.Errorf("put step result: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM step_results WHERE node_uuid = ?1 AND id <= (
-		SELECT id FROM step_results WHERE node_uuid = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)`,
-		r.NodeUUID, store.MaxStepResultsPerNode); err != nil {
-		return fmt.Errorf("prune step results: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("put step result: %w", err)
 	}
 	return nil
@@ -43,27 +43,25 @@ func (s *Store) PutStepResult(ctx context.Context, r *store.StepResult) error {
 
 // ListStepResults implements store.StepResults.
 func (s *Store) ListStepResults(ctx context.Context, p store.ResultPage) ([]*store.StepResult, error) {
-	return listResults[store.StepResult](ctx, s.r, "step_results", p)
+	return listResults[store.StepResult](ctx, s, "step_results", p)
 }
 
 // PutEraseRecords implements store.StepResults.
 func (s *Store) PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, r := range recs {
+			data, err := json.Marshal(r)
+			if err != nil {
+				return fmt.Errorf("encode erase record: %w", err)
+			}
+			if _, err := s.exec(ctx, tx, `INSERT INTO erase_records (uuid, node_uuid, created_at, data) VALUES ($1, $2, $3, $4)
+				ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, s.d.stamp(&r.CreatedAt), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("put erase records: %w", err)
-	}
-	defer tx.Rollback()
-	for _, r := range recs {
-		data, err := json.Marshal(r)
-		if err != nil {
-			return fmt.Errorf("encode erase record: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO erase_records (uuid, node_uuid, created_at, data) VALUES (?, ?, ?, ?)
-			ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, fmtTime(&r.CreatedAt), data); err != nil {
-			return fmt.Errorf("put erase record: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("put erase records: %w", err)
 	}
 	return nil
@@ -71,14 +69,14 @@ func (s *Store) PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) 
 
 // ListEraseRecords implements store.StepResults.
 func (s *Store) ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*store.EraseRecord, error) {
-	return listResults[store.EraseRecord](ctx, s.r, "erase_records", p)
+	return listResults[store.EraseRecord](ctx, s, "erase_records", p)
 }
 
-func listResults[T any](ctx context.Context, db *sql.DB, table string, p store.ResultPage) ([]*T, error) {
+func listResults[T any](ctx context.Context, s *Store, table string, p store.ResultPage) ([]*T, error) {
 	var where []string
-	var args []any
+	var args params
 	if p.NodeUUID != "" {
-		where, args = append(where, "node_uuid = ?"), append(args, p.NodeUUID)
+		where = append(where, "node_uuid = "+args.add(p.NodeUUID))
 	}
 	order, cmp := "DESC", "<"
 	if p.Ascending {
@@ -86,14 +84,14 @@ func listResults[T any](ctx context.Context, db *sql.DB, table string, p store.R
 	}
 	if p.Marker != "" {
 		var id int64
-		err := db.QueryRowContext(ctx, `SELECT id FROM `+table+` WHERE uuid = ?`, p.Marker).Scan(&id)
+		err := s.queryRow(ctx, s.r, `SELECT id FROM `+table+` WHERE uuid = $1`, p.Marker).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("marker %s: %w", p.Marker, store.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", table, err)
 		}
-		where, args = append(where, "id "+cmp+" ?"), append(args, id)
+		where = append(where, "id "+cmp+" "+args.add(id))
 	}
 	q := `SELECT data FROM ` + table
 	if len(where) > 0 {
@@ -101,9 +99,9 @@ func listResults[T any](ctx context.Context, db *sql.DB, table string, p store.R
 	}
 	q += " ORDER BY id " + order
 	if p.Limit > 0 {
-		q += fmt.Sprintf(" LIMIT %d", p.Limit)
+		q += " LIMIT " + strconv.Itoa(p.Limit)
 	}
-	rows, err := db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, s.r, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", table, err)
 	}
@@ -120,5 +118,8 @@ func listResults[T any](ctx context.Context, db *sql.DB, table string, p store.R
 		}
 		out = append(out, v)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %s: %w", table, err)
+	}
+	return out, nil
 }
