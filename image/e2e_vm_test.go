@@ -184,7 +184,7 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"serial": disks[0].Serial}},
 	})
 	e.verb(t, "e2e", "active")
-	got = c.waitState(t, "e2e", "active", 5*time.Minute)
+	c.waitState(t, "e2e", "active", 5*time.Minute)
 	step("active: image written and node powered on from disk")
 	written, err := os.ReadFile(disks[0].Path)
 	if err != nil {
