@@ -24,16 +24,18 @@ const ModuleExt = ".zst"
 func CompressModules(dir string, files []string) ([][]byte, error) {
 	out := make([][]byte, len(files))
 	errs := make([]error, len(files))
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(1))
+	// EncodeAll is safe for concurrent use but takes one of the encoder's
+	// Concurrency states per call: as many as workers, one file each,
+	// keeps a 250-module build to a few seconds.
+	workers := runtime.GOMAXPROCS(0)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithEncoderConcurrency(workers))
 	if err != nil {
 		return nil, fmt.Errorf("modules: %w", err)
 	}
 	defer enc.Close()
-	// EncodeAll is safe for concurrent use; one file per worker keeps
-	// a 250-module build to a few seconds.
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -51,28 +49,10 @@ const (
 	bootMarker = "ANVIL-DEMO: booted the deployed disk"
 )
 
-// ensureQEMU installs QEMU with apt-get when it is missing (as root), or
-// says what to run.
-func ensureQEMU(out io.Writer) error {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return errors.New("QEMU is not installed and installing it needs root: run `sudo apt-get install -y qemu-system-x86`, or `make demo` as root")
-	}
-	fmt.Fprintln(out, "installing qemu-system-x86 with apt-get (needed to run the virtual node)...")
-	cmd := exec.Command("apt-get", "install", "-y", "-qq", "qemu-system-x86")
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get install qemu-system-x86: %w: %s", err, b)
-	}
-	return nil
-}
-
 // runVM provisions a QEMU virtual machine behind an in-process anvil-vbmc
 // (Redfish) through its whole lifecycle with the real agent ramdisk.
 func runVM(ctx context.Context, out io.Writer, controllerBin, imageDir, dir string) error {
-	if err := ensureQEMU(out); err != nil {
+	if err := image.EnsureTools(ctx, out, "needed to run the virtual node", image.Tool{Command: "qemu-system-x86_64", Package: "qemu-system-x86"}); err != nil {
 		return err
 	}
 	kernel := filepath.Join(imageDir, "vmlinuz")

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -71,7 +70,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Compression = image.Compression(*compress)
 	cfg.ISO = !*noISO
 	if cfg.ISO {
-		if err := ensureISOTools(ctx, stderr); err != nil {
+		// As make demo does for QEMU, so the README's one command works on
+		// a fresh machine.
+		if err := image.EnsureTools(ctx, stderr, "needed for the virtual-media ISO; -no-iso skips it",
+			image.Tool{Command: "xorriso", Package: "xorriso"}, image.Tool{Command: "mformat", Package: "mtools"},
+			image.Tool{Command: "mcopy", Package: "mtools"}, image.Tool{Command: "mmd", Package: "mtools"}); err != nil {
 			return err
 		}
 	}
@@ -230,33 +233,4 @@ func short(rev string) string {
 		return rev[:12]
 	}
 	return rev
-}
-
-// ensureISOTools installs xorriso and mtools with apt-get when they are
-// missing (as root, the way make demo installs QEMU), so that the README's
-// one command builds the image on a fresh Debian machine; otherwise it
-// says what to run, or -no-iso.
-func ensureISOTools(ctx context.Context, stderr io.Writer) error {
-	// The commands the ISO needs, and the Debian packages that have them.
-	tools := [][2]string{{"xorriso", "xorriso"}, {"mformat", "mtools"}, {"mcopy", "mtools"}, {"mmd", "mtools"}}
-	var missing []string
-	for _, t := range tools {
-		if _, err := exec.LookPath(t[0]); err != nil && !slices.Contains(missing, t[1]) {
-			missing = append(missing, t[1])
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("the virtual-media ISO needs %s: run `sudo apt-get install -y %s`, or build with -no-iso",
-			strings.Join(missing, " and "), strings.Join(missing, " "))
-	}
-	fmt.Fprintf(stderr, "installing %s with apt-get (needed for the virtual-media ISO; -no-iso skips it)...\n", strings.Join(missing, " "))
-	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "-qq"}, missing...)...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(missing, " "), err, b)
-	}
-	return nil
 }
