@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/internal/ironicserver"
+)
+
+// "anvil-bench ironic" runs the same workload, over the HTTP API only,
+// against anvil-controller (SQLite) and against Debian's stock Ironic 21.4
+// (standalone, noauth, SQLite), one after the other in one run, and prints
+// them side by side with the ratios issue #22 sets as targets. Both use
+// the fake-hardware type with fake boot, power, management and deploy
+// interfaces, which both implement, so 100 nodes go enroll -> manageable ->
+// available -> active without hardware or an agent.
+
+// ironicConfig are the knobs of one side-by-side run.
+type ironicConfig struct {
+	bin       string
+	nodes     int // enrolled for the list benchmark
+	lifecycle int // taken enroll -> active
+	requests  int // timed full listings per client count
+	clients   int // the concurrent client count
+	conc      int // concurrent requests while enrolling and acting
+	timeout   time.Duration
+	only      string // "", "anvil" or "ironic"
+}
+
+func parseIronic(args []string) (ironicConfig, error) {
+	fs := flag.NewFlagSet("anvil-bench ironic", flag.ContinueOnError)
+	self, _ := os.Executable()
+	var c ironicConfig
+	fs.StringVar(&c.bin, "controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
+	fs.IntVar(&c.nodes, "nodes", 1000, "nodes in the detailed-list benchmark (the lifecycle's and more enrolled after it)")
+	fs.IntVar(&c.lifecycle, "lifecycle", 100, "nodes enrolled and taken to active while CPU and memory are measured")
+	fs.IntVar(&c.requests, "requests", 10, "timed full listings of /v1/nodes/detail by one client (several clients: 2 each; warm-up not counted)")
+	fs.IntVar(&c.clients, "clients", 8, "concurrent clients of the second list measurement")
+	fs.IntVar(&c.conc, "concurrency", 8, "concurrent requests while enrolling, deleting and acting on nodes")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "abort the whole run after this long")
+	fs.StringVar(&c.only, "only", "", "run one side only: anvil or ironic (no ratios)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case c.lifecycle < 1 || c.requests < 1 || c.clients < 1 || c.conc < 1:
+		return c, errors.New("-lifecycle, -requests, -clients and -concurrency must be positive")
+	case c.nodes < c.lifecycle:
+		return c, errors.New("-nodes must be at least -lifecycle (the lifecycle's nodes are listed too)")
+	case c.only != "" && c.only != "anvil" && c.only != "ironic":
+		return c, fmt.Errorf("-only %q: want anvil or ironic", c.only)
+	}
+	return c, nil
+}
+
+// sideResult is what one server measured.
+type sideResult struct {
+	Server       string     `json:"server"`
+	IdleRSSMB    float64    `json:"idle_rss_mb"`
+	EnrolSeconds float64    `json:"enrol_seconds"`
+	List1        latencies  `json:"list_1_client"`
+	ListN        latencies  `json:"list_n_clients"`
+	Lifecycle    float64    `json:"lifecycle_seconds"`
+	CPUSeconds   float64    `json:"lifecycle_cpu_seconds"`
+	PeakRSSMB    float64    `json:"lifecycle_peak_rss_mb"`
+	HWMMB        float64    `json:"lifecycle_hwm_mb"`
+	Processes    int        `json:"processes"`
+	Conflicts    int64      `json:"conflicts_retried"`
+	LoadAverage  [2]string  `json:"load_average"` // 1-minute, at start and at end
+	Phases       []phaseLog `json:"phases,omitempty"`
+}
+
+type latencies struct {
+	Clients  int     `json:"clients"`
+	Listings int     `json:"listings"`
+	Requests int     `json:"requests"` // HTTP requests per listing (pages, incl. the last, empty one)
+	P50ms    float64 `json:"p50_ms"`
+	P95ms    float64 `json:"p95_ms"`
+}
+
+type phaseLog struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// ironicReport is the whole run: both sides and the ratios.
+type ironicReport struct {
+	Nodes     int                `json:"nodes"`
+	Lifecycle int                `json:"lifecycle_nodes"`
+	Sides     []sideResult       `json:"sides"`
+	Ratios    map[string]float64 `json:"ratios,omitempty"`
+	Targets   map[string]bool    `json:"targets,omitempty"`
+}
+
+func runIronic(args []string, out io.Writer) error {
+	cfg, err := parseIronic(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	rep, err := ironicBench(ctx, cfg, out)
+	if err != nil {
+		return err
+	}
+	rep.print(out)
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+func ironicBench(ctx context.Context, cfg ironicConfig, out io.Writer) (*ironicReport, error) {
+	rep := &ironicReport{Nodes: cfg.nodes, Lifecycle: cfg.lifecycle}
+	if cfg.only != "ironic" {
+		if _, err := os.Stat(cfg.bin); err != nil {
+			return nil, fmt.Errorf("controller binary: %w (make build)", err)
+		}
+		r, err := benchSide(ctx, cfg, out, startAnvil)
+		if err != nil {
+			return nil, fmt.Errorf("anvil: %w", err)
+		}
+		rep.Sides = append(rep.Sides, r)
+	}
+	if cfg.only != "anvil" {
+		r, err := benchSide(ctx, cfg, out, startIronic)
+		if err != nil {
+			return nil, fmt.Errorf("ironic: %w", err)
+		}
+		rep.Sides = append(rep.Sides, r)
+	}
+	if len(rep.Sides) == 2 {
+		rep.ratios()
+	}
+	return rep, nil
+}
+
+// server is one side while it runs: where to reach it, which processes
+// are it, and how to stop it.
+type server struct {
+	name   string
+	url    string
+	leader int
+	pids   func() []int
+	stop   func()
+	logs   func() string
+}
+
+func startAnvil(cfg ironicConfig, dir string) (*server, error) {
+	proc, url, err := startWith(cfg.bin, []string{"--database", "sqlite://" + filepath.Join(dir, "anvil.db"), "--log-level", "warn"}, os.Stderr, nil)
+	if err != nil {
+		return nil, err
+	}
+	pid := proc.Process.Pid
+	return &server{name: "anvil", url: url, leader: pid, pids: func() []int { return []int{pid} },
+		stop: func() {
+			_ = proc.Process.Signal(os.Interrupt)
+			_, _ = proc.Process.Wait()
+		},
+		logs: func() string { return "" }}, nil
+}
+
+func startIronic(_ ironicConfig, dir string) (*server, error) {
+	srv, err := ironicserver.Start(dir, ironicserver.Options{Quiet: true})
+	if err != nil {
+		return nil, err
+	}
+	return &server{name: "ironic 21.4", url: srv.URL, leader: srv.Pid, pids: srv.Pids, stop: srv.Stop,
+		logs: func() string { return srv.LogTail(3000) }}, nil
+}
+
+// benchSide starts one server and runs the workload against it: idle
+// memory, the measured lifecycle, enrolment of the rest of the fleet, then
+// detailed listings with one and with several clients.
+func benchSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(ironicConfig, string) (*server, error)) (sideResult, error) {
+	var r sideResult
+	dir, err := os.MkdirTemp("", "anvil-bench-ironic")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	t0 := time.Now()
+	srv, err := start(cfg, dir)
+	if err != nil {
+		return r, err
+	}
+	defer srv.stop()
+	r.Server = srv.name
+	r.LoadAverage[0] = loadAverage()
+	fmt.Fprintf(out, "== %s at %s (started in %s), load average %s\n", srv.name, srv.url, fmtDur(time.Since(t0)), r.LoadAverage[0])
+	w := newWorkload(srv.url, cfg.conc)
+	phase := func(name string, f func() error) error {
+		t := time.Now()
+		if err := f(); err != nil {
+			if l := srv.logs(); l != "" {
+				return fmt.Errorf("%s: %w\nserver log:\n%s", name, err, l)
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		d := time.Since(t)
+		r.Phases = append(r.Phases, phaseLog{Name: name, Seconds: d.Seconds()})
+		fmt.Fprintf(out, "   %-44s %s (load average %s)\n", name, fmtDur(d), loadAverage())
+		return nil
+	}
+
+	// Idle: after start-up has settled, before any request but the
+	// readiness probe.
+	if !sleep(ctx, 3*time.Second) {
+		return r, ctx.Err()
+	}
+	idle := sumProcs(srv.pids(), srv.leader)
+	r.IdleRSSMB = kbToMB(idle.rssKB)
+
+	// The lifecycle: CPU is the servers' utime+stime over it, memory the
+	// peak of the summed RSS sampled every 20 ms and the summed VmHWM,
+	// reset first (clear_refs 5) so it is this phase's peak.
+	pids := srv.pids()
+	for _, pid := range pids {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+	}
+	before := sumProcs(pids, srv.leader)
+	sampler := startSampler(srv.pids, 20*time.Millisecond)
+	err = phase(fmt.Sprintf("%d nodes enroll -> active", cfg.lifecycle), func() error { return w.lifecycle(ctx, "life", cfg.lifecycle) })
+	peak, procs := sampler.stop()
+	if err != nil {
+		return r, err
+	}
+	after := sumProcs(srv.pids(), srv.leader)
+	r.Lifecycle = r.Phases[len(r.Phases)-1].Seconds
+	r.CPUSeconds = (after.cpu - before.cpu).Seconds()
+	r.PeakRSSMB = kbToMB(max(peak, after.rssKB))
+	r.HWMMB = kbToMB(after.hwmKB)
+	r.Processes = procs
+
+	// The rest of the fleet, so that the list holds cfg.nodes nodes, the
+	// lifecycle's active ones among them: nothing is deleted, as Ironic
+	// deletes nodes slowly (about 4 per second here).
+	err = phase(fmt.Sprintf("enrol %d more nodes", cfg.nodes-cfg.lifecycle), func() error {
+		_, err := w.enrol(ctx, "n", cfg.nodes-cfg.lifecycle)
+		return err
+	})
+	if err != nil {
+		return r, err
+	}
+	r.EnrolSeconds = r.Phases[len(r.Phases)-1].Seconds
+	if err := phase("GET /v1/nodes/detail, 1 client", func() error {
+		r.List1, err = w.listBench(ctx, 1, cfg.requests, cfg.nodes)
+		return err
+	}); err != nil {
+		return r, err
+	}
+	if err := phase(fmt.Sprintf("GET /v1/nodes/detail, %d clients", cfg.clients), func() error {
+		r.ListN, err = w.listBench(ctx, cfg.clients, 2*cfg.clients, cfg.nodes)
+		return err
+	}); err != nil {
+		return r, err
+	}
+
+	r.Conflicts = w.conflicts.Load()
+	r.LoadAverage[1] = loadAverage()
+	return r, nil
+}
+
+func kbToMB(kb int) float64 { return float64(kb) / 1024 }
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// sumProcs adds up the processes' memory and CPU; the leader's reaped
+// children count too (a worker that exited keeps its CPU time).
+func sumProcs(pids []int, leader int) procStat {
+	var total procStat
+	for _, pid := range pids {
+		s, err := readProc(pid, pid == leader)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		total.rssKB += s.rssKB
+		total.hwmKB += s.hwmKB
+		total.cpu += s.cpu
+	}
+	return total
+}
+
+// sampler records the peak of the summed RSS of a changing set of processes.
+type sampler struct {
+	done  chan struct{}
+	peak  chan [2]int
+	pids  func() []int
+	every time.Duration
+}
+
+func startSampler(pids func() []int, every time.Duration) *sampler {
+	s := &sampler{done: make(chan struct{}), peak: make(chan [2]int, 1), pids: pids, every: every}
+	go func() {
+		peak, procs := 0, 0
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			p := pids()
+			peak, procs = max(peak, sumProcs(p, 0).rssKB), max(procs, len(p))
+			select {
+			case <-s.done:
+				s.peak <- [2]int{peak, procs}
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends sampling and returns the peak summed RSS (kB) and the most
+// processes seen at once.
+func (s *sampler) stop() (int, int) {
+	close(s.done)
+	p := <-s.peak
+	return p[0], p[1]
+}
