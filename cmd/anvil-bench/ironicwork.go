@@ -117,9 +117,10 @@ func (w *workload) enrol(ctx context.Context, prefix string, n int) ([]string, e
 //
 // The pages are not decoded: the bench shares the machine's CPU with the
 // server it measures, and decoding megabytes of JSON would take as long
-// as the controller takes to send them. Nodes are counted by their "uuid"
-// keys (other keys only end in uuid) and the next link is read from the
-// page's tail; check, in the warm-up, decodes the page to confirm both.
+// as the controller takes to send them. Nodes are counted by their "uuid":
+// keys (other keys only end in uuid; a value is never followed by a colon)
+// and the next link is read from the page's tail (or head); check, in the
+// warm-up, decodes the page to confirm both.
 func (w *workload) listAll(ctx context.Context, check bool) (int, int, error) {
 	path, nodes, requests := "/v1/nodes/detail", 0, 0
 	for path != "" {
@@ -127,9 +128,15 @@ func (w *workload) listAll(ctx context.Context, check bool) (int, int, error) {
 		if err := w.call(ctx, http.MethodGet, path, nil, http.StatusOK, &body); err != nil {
 			return nodes, requests, err
 		}
-		count, next := bytes.Count(body, []byte(`"uuid"`)), ""
-		if m := nextRE.FindSubmatch(body[max(0, len(body)-1024):]); m != nil {
-			next = string(m[1])
+		count, next := bytes.Count(body, []byte(`"uuid":`)), ""
+		m := nextLast.FindSubmatch(body[max(0, len(body)-1024):])
+		if m == nil {
+			m = nextFirst.FindSubmatch(body[:min(len(body), 1024)])
+		}
+		if m != nil {
+			if err := json.Unmarshal(m[1], &next); err != nil {
+				return nodes, requests, fmt.Errorf("next link %s: %w", m[1], err)
+			}
 		}
 		if check {
 			var page struct {
@@ -155,9 +162,12 @@ func (w *workload) listAll(ctx context.Context, check bool) (int, int, error) {
 	return nodes, requests, nil
 }
 
-// nextRE finds a page's next link (JSON escapes "/" as nothing else but
-// itself here: both servers write plain URLs).
-var nextRE = regexp.MustCompile(`"next"\s*:\s*"([^"]*)"\s*}\s*$`)
+// nextLast and nextFirst find a page's next link, the page's last or
+// first key (both servers write it last), as a JSON string.
+var (
+	nextLast  = regexp.MustCompile(`"next"\s*:\s*("(?:[^"\\]|\\.)*")\s*}\s*$`)
+	nextFirst = regexp.MustCompile(`^\s*{\s*"next"\s*:\s*("(?:[^"\\]|\\.)*")`)
+)
 
 // listBench times total full listings with clients concurrent clients,
 // after one untimed warm-up listing; every listing must see want nodes.
