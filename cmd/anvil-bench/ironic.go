@@ -42,7 +42,7 @@ func parseIronic(args []string) (ironicConfig, error) {
 	fs.StringVar(&c.bin, "controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
 	fs.IntVar(&c.nodes, "nodes", 1000, "nodes in the detailed-list benchmark (the lifecycle's and more enrolled after it)")
 	fs.IntVar(&c.lifecycle, "lifecycle", 100, "nodes enrolled and taken to active while CPU and memory are measured")
-	fs.IntVar(&c.requests, "requests", 10, "timed full listings of /v1/nodes/detail by one client (several clients: 2 each; warm-up not counted)")
+	fs.IntVar(&c.requests, "requests", 15, "rounds of one full listing of /v1/nodes/detail per side, alternating sides; then 2 rounds of -clients concurrent listings (a warm-up listing is not counted)")
 	fs.IntVar(&c.clients, "clients", 8, "concurrent clients of the second list measurement")
 	fs.IntVar(&c.conc, "concurrency", 8, "concurrent requests while enrolling, deleting and acting on nodes")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "abort the whole run after this long")
@@ -68,6 +68,7 @@ type sideResult struct {
 	EnrolSeconds float64    `json:"enrol_seconds"`
 	List1        latencies  `json:"list_1_client"`
 	ListN        latencies  `json:"list_n_clients"`
+	ListCPUms    float64    `json:"list_cpu_ms"` // server CPU per single-client listing: what load from others does not change
 	Lifecycle    float64    `json:"lifecycle_seconds"`
 	CPUSeconds   float64    `json:"lifecycle_cpu_seconds"`
 	PeakRSSMB    float64    `json:"lifecycle_peak_rss_mb"`
@@ -122,27 +123,108 @@ func runIronic(args []string, out io.Writer) error {
 
 func ironicBench(ctx context.Context, cfg ironicConfig, out io.Writer) (*ironicReport, error) {
 	rep := &ironicReport{Nodes: cfg.nodes, Lifecycle: cfg.lifecycle}
+	var sides []*side
+	defer func() {
+		for _, sd := range sides {
+			sd.close()
+		}
+	}()
 	if cfg.only != "ironic" {
 		if _, err := os.Stat(cfg.bin); err != nil {
 			return nil, fmt.Errorf("controller binary: %w (make build)", err)
 		}
-		r, err := benchSide(ctx, cfg, out, startAnvil)
+		sd, err := prepareSide(ctx, cfg, out, startAnvil)
+		if sd != nil {
+			sides = append(sides, sd)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("anvil: %w", err)
 		}
-		rep.Sides = append(rep.Sides, r)
 	}
 	if cfg.only != "anvil" {
-		r, err := benchSide(ctx, cfg, out, startIronic)
+		sd, err := prepareSide(ctx, cfg, out, startIronic)
+		if sd != nil {
+			sides = append(sides, sd)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ironic: %w", err)
 		}
-		rep.Sides = append(rep.Sides, r)
+	}
+	if err := listSides(ctx, cfg, out, sides); err != nil {
+		return nil, err
+	}
+	for _, sd := range sides {
+		sd.r.Conflicts = sd.w.conflicts.Load()
+		sd.r.LoadAverage[1] = loadAverage()
+		rep.Sides = append(rep.Sides, sd.r)
 	}
 	if len(rep.Sides) == 2 {
 		rep.ratios()
 	}
 	return rep, nil
+}
+
+// listSides times full detailed listings on every side, in alternating
+// rounds (one side's round, then the other's), so that both see the same
+// share of a machine whose load from others comes and goes: cfg.requests
+// rounds of one listing, then two rounds of cfg.clients concurrent ones.
+func listSides(ctx context.Context, cfg ironicConfig, out io.Writer, sides []*side) error {
+	one := make([][]time.Duration, len(sides))
+	many := make([][]time.Duration, len(sides))
+	cpu := make([]time.Duration, len(sides)) // over the single-client rounds
+	for _, sd := range sides {
+		req, err := sd.w.warmUp(ctx, cfg.nodes)
+		if err != nil {
+			return fmt.Errorf("%s: warm-up listing: %w", sd.r.Server, err)
+		}
+		sd.r.List1.Requests, sd.r.ListN.Requests = req, req
+		sd.r.List1.Clients, sd.r.ListN.Clients = 1, cfg.clients
+	}
+	t := time.Now()
+	for round := 0; round < cfg.requests+2; round++ {
+		clients := 1
+		if round >= cfg.requests {
+			clients = cfg.clients
+		}
+		for i, sd := range sides {
+			before := sumProcs(sd.srv.pids(), sd.srv.leader)
+			d, err := sd.w.listRound(ctx, clients, cfg.nodes)
+			if err != nil {
+				return fmt.Errorf("%s: listing: %w", sd.r.Server, err)
+			}
+			if clients == 1 {
+				cpu[i] += sumProcs(sd.srv.pids(), sd.srv.leader).cpu - before.cpu
+			}
+			if clients == 1 && round < cfg.requests {
+				one[i] = append(one[i], d...)
+			} else {
+				many[i] = append(many[i], d...)
+			}
+		}
+	}
+	for i, sd := range sides {
+		sd.r.List1.summarise(one[i])
+		sd.r.ListN.summarise(many[i])
+		sd.r.ListCPUms = float64(cpu[i].Microseconds()) / 1000 / float64(len(one[i]))
+	}
+	fmt.Fprintf(out, "== GET /v1/nodes/detail, alternating rounds: %s (load average %s)\n", fmtDur(time.Since(t)), loadAverage())
+	return nil
+}
+
+// side is one server prepared for the listings: started, measured idle
+// and through the lifecycle, its fleet enrolled.
+type side struct {
+	srv *server
+	w   *workload
+	r   sideResult
+	dir string
+}
+
+func (sd *side) close() {
+	if sd.srv != nil {
+		sd.srv.stop()
+	}
+	os.RemoveAll(sd.dir)
 }
 
 // server is one side while it runs: where to reach it, which processes
@@ -179,26 +261,27 @@ func startIronic(_ ironicConfig, dir string) (*server, error) {
 		logs: func() string { return srv.LogTail(3000) }}, nil
 }
 
-// benchSide starts one server and runs the workload against it: idle
-// memory, the measured lifecycle, enrolment of the rest of the fleet, then
-// detailed listings with one and with several clients.
-func benchSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(ironicConfig, string) (*server, error)) (sideResult, error) {
-	var r sideResult
+// prepareSide starts one server and runs the first part of the workload
+// against it: idle memory, the measured lifecycle, enrolment of the rest
+// of the fleet. The returned side, even with an error, must be closed.
+func prepareSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(ironicConfig, string) (*server, error)) (*side, error) {
 	dir, err := os.MkdirTemp("", "anvil-bench-ironic")
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	sd := &side{dir: dir}
 	t0 := time.Now()
 	srv, err := start(cfg, dir)
 	if err != nil {
-		return r, err
+		return sd, err
 	}
-	defer srv.stop()
+	sd.srv = srv
+	r := &sd.r
 	r.Server = srv.name
 	r.LoadAverage[0] = loadAverage()
 	fmt.Fprintf(out, "== %s at %s (started in %s), load average %s\n", srv.name, srv.url, fmtDur(time.Since(t0)), r.LoadAverage[0])
 	w := newWorkload(srv.url, cfg.conc)
+	sd.w = w
 	phase := func(name string, f func() error) error {
 		t := time.Now()
 		if err := f(); err != nil {
@@ -216,7 +299,7 @@ func benchSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(
 	// Idle: after start-up has settled, before any request but the
 	// readiness probe.
 	if !sleep(ctx, 3*time.Second) {
-		return r, ctx.Err()
+		return sd, ctx.Err()
 	}
 	idle := sumProcs(srv.pids(), srv.leader)
 	r.IdleRSSMB = kbToMB(idle.rssKB)
@@ -233,7 +316,7 @@ func benchSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(
 	err = phase(fmt.Sprintf("%d nodes enroll -> active", cfg.lifecycle), func() error { return w.lifecycle(ctx, "life", cfg.lifecycle) })
 	peak, procs := sampler.stop()
 	if err != nil {
-		return r, err
+		return sd, err
 	}
 	after := sumProcs(srv.pids(), srv.leader)
 	r.Lifecycle = r.Phases[len(r.Phases)-1].Seconds
@@ -250,25 +333,10 @@ func benchSide(ctx context.Context, cfg ironicConfig, out io.Writer, start func(
 		return err
 	})
 	if err != nil {
-		return r, err
+		return sd, err
 	}
 	r.EnrolSeconds = r.Phases[len(r.Phases)-1].Seconds
-	if err := phase("GET /v1/nodes/detail, 1 client", func() error {
-		r.List1, err = w.listBench(ctx, 1, cfg.requests, cfg.nodes)
-		return err
-	}); err != nil {
-		return r, err
-	}
-	if err := phase(fmt.Sprintf("GET /v1/nodes/detail, %d clients", cfg.clients), func() error {
-		r.ListN, err = w.listBench(ctx, cfg.clients, 2*cfg.clients, cfg.nodes)
-		return err
-	}); err != nil {
-		return r, err
-	}
-
-	r.Conflicts = w.conflicts.Load()
-	r.LoadAverage[1] = loadAverage()
-	return r, nil
+	return sd, nil
 }
 
 func kbToMB(kb int) float64 { return float64(kb) / 1024 }

@@ -169,20 +169,22 @@ var (
 	nextFirst = regexp.MustCompile(`^\s*{\s*"next"\s*:\s*("(?:[^"\\]|\\.)*")`)
 )
 
-// listBench times total full listings with clients concurrent clients,
-// after one untimed warm-up listing; every listing must see want nodes.
-func (w *workload) listBench(ctx context.Context, clients, total, want int) (latencies, error) {
-	l := latencies{Clients: clients, Listings: max(total, clients)}
-	if n, req, err := w.listAll(ctx, true); err != nil {
-		return l, err
-	} else if n != want {
-		return l, fmt.Errorf("listing saw %d nodes, want %d", n, want)
-	} else {
-		l.Requests = req
+// warmUp lists once, decoding and checking the pages, and returns how
+// many requests a listing takes.
+func (w *workload) warmUp(ctx context.Context, want int) (int, error) {
+	n, req, err := w.listAll(ctx, true)
+	if err == nil && n != want {
+		err = fmt.Errorf("listing saw %d nodes, want %d", n, want)
 	}
+	return req, err
+}
+
+// listRound runs one full listing on each of clients concurrent clients
+// and returns how long each took.
+func (w *workload) listRound(ctx context.Context, clients, want int) ([]time.Duration, error) {
 	var mu sync.Mutex
 	var d []time.Duration
-	err := forEach(ctx, clients, make([]int, l.Listings), func(int) error {
+	err := forEach(ctx, clients, make([]int, clients), func(int) error {
 		t := time.Now()
 		n, _, err := w.listAll(ctx, false)
 		el := time.Since(t)
@@ -197,13 +199,14 @@ func (w *workload) listBench(ctx context.Context, clients, total, want int) (lat
 		mu.Unlock()
 		return nil
 	})
-	if err != nil {
-		return l, err
-	}
+	return d, err
+}
+
+// summarise fills p50 and p95 from the listings' durations.
+func (l *latencies) summarise(d []time.Duration) {
 	slices.Sort(d)
 	ms := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
-	l.P50ms, l.P95ms = ms(0.50), ms(0.95)
-	return l, nil
+	l.Listings, l.P50ms, l.P95ms = len(d), ms(0.50), ms(0.95)
 }
 
 // lifecycle enrols n nodes and takes them manage -> provide -> active,
@@ -300,6 +303,7 @@ func (r *ironicReport) ratios() {
 	r.Ratios = map[string]float64{
 		"list_1_p50_speedup":     div(i.List1.P50ms, a.List1.P50ms),
 		"list_n_p50_speedup":     div(i.ListN.P50ms, a.ListN.P50ms),
+		"list_cpu_ratio":         div(i.ListCPUms, a.ListCPUms),
 		"lifecycle_cpu_ratio":    div(i.CPUSeconds, a.CPUSeconds),
 		"lifecycle_time_speedup": div(i.Lifecycle, a.Lifecycle),
 		"peak_rss_fraction":      div(a.PeakRSSMB, i.PeakRSSMB),
@@ -354,6 +358,7 @@ func (r *ironicReport) print(out io.Writer) {
 	}
 	row("GET /v1/nodes/detail (all pages), 1 client p50", func(s sideResult) string { return ms(s.List1.P50ms) }, x("list_1_p50_speedup"), mark("list_1_p50_20x", "≥20×"))
 	row("  p95", func(s sideResult) string { return ms(s.List1.P95ms) }, "", "")
+	row("  server CPU per listing (1 client)", func(s sideResult) string { return ms(s.ListCPUms) }, x("list_cpu_ratio"), "")
 	row(fmt.Sprintf("GET /v1/nodes/detail, %d clients p50", n), func(s sideResult) string { return ms(s.ListN.P50ms) }, x("list_n_p50_speedup"), mark("list_n_p50_25x", "≥25×"))
 	row("  p95", func(s sideResult) string { return ms(s.ListN.P95ms) }, "", "")
 	row(fmt.Sprintf("%d nodes enroll -> active, wall", r.Lifecycle), func(x sideResult) string { return s(x.Lifecycle) }, x("lifecycle_time_speedup"), "")
