@@ -165,25 +165,24 @@ func TestVMStockIronic(t *testing.T) {
 	// itself up again for the next. Without automated cleaning, provide
 	// needs no agent. The image goes to the disk the root device hint
 	// names.
-	ir.MustBaremetal(ctx, "node", "set", "vm-node", "--no-automated-clean",
-		"--property", `root_device={"serial": "ANVIL-IPA-0001"}`)
-	ir.MustBaremetal(ctx, "node", "provide", "vm-node", "--wait", "60")
 	bad := sha256.Sum256([]byte("not the image"))
-	setImage := func(sum string) {
-		ir.MustBaremetal(ctx, "node", "set", "vm-node", "--instance-info", "image_source="+img.url,
-			"--instance-info", "image_os_hash_algo=sha256", "--instance-info", "image_os_hash_value="+sum)
+	setImage := func(sum string, more ...string) {
+		ir.MustBaremetal(ctx, append([]string{"node", "set", "vm-node", "--instance-info", "image_source=" + img.url,
+			"--instance-info", "image_os_hash_algo=sha256", "--instance-info", "image_os_hash_value=" + sum}, more...)...)
 	}
-	setImage(hex.EncodeToString(bad[:]))
+	setImage(hex.EncodeToString(bad[:]), "--no-automated-clean", "--property", `root_device={"serial": "ANVIL-IPA-0001"}`)
+	ir.MustBaremetal(ctx, "node", "provide", "vm-node", "--wait", "60")
 	start := time.Now()
 	if _, err := ir.Baremetal(ctx, "node", "deploy", "vm-node", "--wait", "600"); err == nil {
 		t.Fatalf("a deploy with a wrong SHA-256 succeeded")
 	}
 	t.Logf("deploy with a wrong SHA-256, until it failed: %s", time.Since(start).Round(time.Millisecond))
-	if got := ir.Field(ctx, "vm-node", "provision_state"); got != "deploy failed" {
+	st := ir.Fields(ctx, "vm-node", "provision_state", "last_error")
+	lastErr := st["last_error"]
+	if st["provision_state"] != "deploy failed" {
 		t.Fatalf("provision_state %q after a wrong checksum, want deploy failed\nlast_error: %s\nironic log:\n%s",
-			got, ir.Field(ctx, "vm-node", "last_error"), ir.LogTail(4000))
+			st["provision_state"], lastErr, ir.LogTail(4000))
 	}
-	lastErr := ir.Field(ctx, "vm-node", "last_error")
 	t.Logf("last_error after the wrong SHA-256: %s", lastErr)
 	for _, want := range []string{"Deploy step deploy.write_image failed",
 		"checksum mismatch: image is sha256:" + img.sha256 + ", expected sha256:" + hex.EncodeToString(bad[:])} {
@@ -192,14 +191,23 @@ func TestVMStockIronic(t *testing.T) {
 		}
 	}
 
-	// The failed write may have left bytes of the image on the disk (IPA
-	// too checks the sum while it writes); zero them, so only the next
-	// deploy can put the image there.
+	// The sum is known only once the image is written (IPA too checks it
+	// while writing): the host finds what last_error says, the image's
+	// first MiB zeroed so the disk cannot boot it, the rest written.
+	// Zero it all, so that only the next deploy can put the image there.
+	head := disks()[0][:len(img.data)]
+	if !bytes.Equal(head[:1<<20], make([]byte, 1<<20)) {
+		t.Errorf("after the failed write the first MiB of disk 1 is not zeroed")
+	}
+	if !bytes.Equal(head[1<<20:], img.data[1<<20:]) {
+		t.Errorf("after the failed write disk 1 does not hold the rest of the image: did the agent write to another disk?")
+	}
 	for _, f := range v.disks {
 		writeAt(t, f, 0, make([]byte, len(img.data)))
 	}
 	setImage(img.sha256)
 	wait("deploy with the right SHA-256, from deploy failed", "node", "deploy", "vm-node", "--wait", "600")
+	deployed := time.Now()
 	if got := ir.Field(ctx, "vm-node", "provision_state"); got != "active" {
 		t.Fatalf("provision_state %q after deploy, want active", got)
 	}
@@ -207,6 +215,7 @@ func TestVMStockIronic(t *testing.T) {
 	// switches itself off, and its disks are then all written.
 	select {
 	case <-v.exited:
+		t.Logf("the VM was off %s after baremetal's deploy --wait returned", time.Since(deployed).Round(time.Millisecond))
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("the VM still runs 2 minutes after the deploy ended: standby.power_off did not switch it off")
 	}

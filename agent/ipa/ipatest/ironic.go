@@ -6,6 +6,7 @@ package ipatest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -226,6 +227,32 @@ func (ir *Ironic) MustBaremetal(ctx context.Context, args ...string) string {
 func (ir *Ironic) Field(ctx context.Context, node, field string) string {
 	ir.t.Helper()
 	return ir.MustBaremetal(ctx, "node", "show", node, "-f", "value", "-c", field)
+}
+
+// Fields are some fields of a node in one CLI run (the CLI's start is
+// most of its time); null is "", other non-strings their JSON.
+func (ir *Ironic) Fields(ctx context.Context, node string, fields ...string) map[string]string {
+	ir.t.Helper()
+	args := []string{"node", "show", node, "-f", "json"}
+	for _, f := range fields {
+		args = append(args, "-c", f)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(ir.MustBaremetal(ctx, args...)), &raw); err != nil {
+		ir.t.Fatalf("baremetal node show: %v", err)
+	}
+	out := map[string]string{}
+	for k, v := range raw {
+		var s string
+		switch {
+		case string(v) == "null":
+		case json.Unmarshal(v, &s) == nil:
+			out[k] = s
+		default:
+			out[k] = string(v)
+		}
+	}
+	return out
 }
 
 // LogTail is the end of Ironic's log.
