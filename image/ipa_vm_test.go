@@ -260,8 +260,8 @@ func TestVMStockIronic(t *testing.T) {
 }
 
 // ipaImageHost is where the guest finds the image server, through a
-// guestfwd relay; inside the test's namespace it is the server's own
-// address, where Ironic finds it too.
+// guestfwd relay; inside the test's namespace (which holds guestAPI's
+// host) it is the server's own address, where Ironic finds it too.
 const ipaImageHost = "10.0.2.100:8080"
 
 // imageServer serves a random whole-disk image at ipaImageHost inside a
