@@ -7,6 +7,7 @@
 package ironicserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -50,6 +51,12 @@ type Options struct {
 	// Extra is appended to ironic.conf (oslo.config merges a section
 	// that appears twice), e.g. step priority overrides.
 	Extra string
+	// Command makes the commands that run Ironic, e.g. inside a network
+	// namespace; nil: exec.CommandContext, on this host.
+	Command func(ctx context.Context, name string, args ...string) *exec.Cmd
+	// Dial reaches Ironic's port for the readiness probe (with a Command
+	// that runs it in a namespace); nil: this host's loopback.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Server is a running Ironic.
@@ -144,9 +151,13 @@ func Start(dir string, opts Options) (*Server, error) {
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
+	command := opts.Command
+	if command == nil {
+		command = exec.CommandContext
+	}
 	py := func(module string, args ...string) *exec.Cmd {
 		script := fmt.Sprintf("import sys; sys.argv=['ironic']+sys.argv[1:]; from %s import main; sys.exit(main())", module)
-		return exec.Command(Python, append([]string{"-c", script, "--config-file", confPath}, args...)...)
+		return command(context.Background(), Python, append([]string{"-c", script, "--config-file", confPath}, args...)...)
 	}
 	if out, err := py("ironic.cmd.dbsync", "create_schema").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ironic-dbsync: %w\n%s", err, out)
@@ -166,9 +177,13 @@ func Start(dir string, opts Options) (*Server, error) {
 	}
 	s := &Server{URL: url, Dir: dir, Pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
+	hc := http.DefaultClient
+	if opts.Dial != nil {
+		hc = &http.Client{Transport: &http.Transport{DialContext: opts.Dial}}
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Get(url + "/v1/drivers")
+		resp, err := hc.Get(url + "/v1/drivers")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

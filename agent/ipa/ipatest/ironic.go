@@ -6,6 +6,7 @@ package ipatest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,10 +39,33 @@ type Ironic struct {
 	Dir string
 	srv *ironicserver.Server
 	t   testing.TB
+	ns  *Netns
 }
 
 // Options tune the Ironic started.
-type Options = ironicserver.Options
+type Options struct {
+	// AgentURL is Ironic's URL as the agent sees it (it goes into
+	// [service_catalog]endpoint_override, which Ironic checks when it
+	// prepares the ramdisk); default the loopback URL.
+	AgentURL string
+	// HeartbeatTimeout is [api]ramdisk_heartbeat_timeout: the agent
+	// heartbeats every 30-60 % of it. Default 10 s.
+	HeartbeatTimeout int
+	// Extra is appended to ironic.conf (oslo.config merges a section
+	// that appears twice), e.g. step priority overrides.
+	Extra string
+	// Netns runs Ironic and the baremetal CLI inside that namespace
+	// (URL is then its loopback); nil: the host's loopback.
+	Netns *Netns
+}
+
+// command is name args... inside the namespace if there is one.
+func (ir *Ironic) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if ir.ns != nil {
+		return ir.ns.Command(ctx, name, args...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
 
 // FreePort returns a loopback port nobody listens on right now.
 func FreePort(t testing.TB) int {
@@ -55,17 +79,21 @@ func FreePort(t testing.TB) int {
 // Start runs Ironic until the test ends.
 func Start(t testing.TB, opts Options) *Ironic {
 	t.Helper()
-	srv, err := ironicserver.Start(t.TempDir(), opts)
+	sopts := ironicserver.Options{AgentURL: opts.AgentURL, HeartbeatTimeout: opts.HeartbeatTimeout, Extra: opts.Extra}
+	if opts.Netns != nil {
+		sopts.Command, sopts.Dial = opts.Netns.Command, opts.Netns.DialContext
+	}
+	srv, err := ironicserver.Start(t.TempDir(), sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	return &Ironic{URL: srv.URL, Dir: srv.Dir, srv: srv, t: t}
+	return &Ironic{URL: srv.URL, Dir: srv.Dir, srv: srv, t: t, ns: opts.Netns}
 }
 
 // Baremetal runs Ironic's own CLI against it and returns its output.
 func (ir *Ironic) Baremetal(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "baremetal", args...)
+	cmd := ir.command(ctx, "baremetal", args...)
 	cmd.Env = append(os.Environ(), "OS_ENDPOINT="+ir.URL, "OS_AUTH_TYPE=none", "OS_BAREMETAL_API_VERSION=1.81")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -88,6 +116,32 @@ func (ir *Ironic) MustBaremetal(ctx context.Context, args ...string) string {
 func (ir *Ironic) Field(ctx context.Context, node, field string) string {
 	ir.t.Helper()
 	return ir.MustBaremetal(ctx, "node", "show", node, "-f", "value", "-c", field)
+}
+
+// Fields are some fields of a node in one CLI run (the CLI's start is
+// most of its time); null is "", other non-strings their JSON.
+func (ir *Ironic) Fields(ctx context.Context, node string, fields ...string) map[string]string {
+	ir.t.Helper()
+	args := []string{"node", "show", node, "-f", "json"}
+	for _, f := range fields {
+		args = append(args, "-c", f)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(ir.MustBaremetal(ctx, args...)), &raw); err != nil {
+		ir.t.Fatalf("baremetal node show: %v", err)
+	}
+	out := map[string]string{}
+	for k, v := range raw {
+		var s string
+		switch {
+		case string(v) == "null":
+		case json.Unmarshal(v, &s) == nil:
+			out[k] = s
+		default:
+			out[k] = string(v)
+		}
+	}
+	return out
 }
 
 // LogTail is the end of Ironic's log.
