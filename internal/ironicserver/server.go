@@ -26,7 +26,7 @@ import (
 const Python = "/usr/bin/python3"
 
 // ErrNotInstalled says Debian's python3-ironic is missing.
-var ErrNotInstalled = errors.New("Debian's python3-ironic is not installed (apt-get install python3-ironic)")
+var ErrNotInstalled = errors.New("python3-ironic (Debian's Ironic) is not installed: apt-get install python3-ironic")
 
 // Installed reports ErrNotInstalled when Ironic cannot run here.
 func Installed() error {
