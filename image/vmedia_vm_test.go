@@ -131,7 +131,8 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	c.mustCall(t, "PUT", "/v1/nodes/vm/states/provision", map[string]any{"target": "provide"})
 
 	// Cleaning: the CD is inserted before the boot.
-	md := cd.waitInserted(t, c, 2*time.Minute)
+	cd.waitInserted(t, c, 2*time.Minute)
+	md := node.Media() // as the BMC fetched it
 	step("virtual media inserted: " + strings.Replace(md.Image, md.Image[strings.LastIndex(md.Image, "/")+1:], "<key>.iso", 1) + fmt.Sprintf(" (%.1f MiB)", float64(md.Bytes)/(1<<20)))
 	if md.Bytes != m.ISO.Bytes {
 		t.Errorf("the BMC fetched %d bytes, the ISO has %d", md.Bytes, m.ISO.Bytes)
@@ -139,6 +140,7 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	// A controller restart while the node boots from the ISO: the BMC
 	// (which reads the medium as the node needs it) still gets the same
 	// bytes from the URL it was given.
+	c.waitState(t, "vm", "clean wait", time.Minute)
 	before := fetchISO(t, md.Image)
 	c.restart(t)
 	if after := fetchISO(t, md.Image); !bytes.Equal(before, after) {
@@ -192,6 +194,19 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	wants := []string{"static address configured", "10.0.2.50/24", "anvil.vmedia"}
 	if bond {
 		wants = append(wants, "bond created", "bond0", "active-backup")
+		// The kernel's bonding driver on the console: the pulled link
+		// went down and the other took over.
+		var lines []string
+		for _, l := range strings.Split(string(serial), "\n") {
+			if strings.Contains(l, "bond") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		t.Logf("bonding on the serial console:\n%s", strings.Join(lines, "\n"))
+		down := bytes.Index(serial, []byte("link status definitely down"))
+		if down < 0 || !bytes.Contains(serial[down:], []byte("making interface the new active one")) {
+			t.Errorf("the serial console does not show the bond failing over to its second link")
+		}
 	}
 	for _, want := range wants {
 		if !bytes.Contains(serial, []byte(want)) {
@@ -270,14 +285,13 @@ func (v *virtualCD) qemuMedium(t *testing.T) (inserted, ok bool) {
 	return false, false
 }
 
-// waitInserted waits until the BMC shows an inserted medium, and returns
-// it as the BMC fetched it.
-func (v *virtualCD) waitInserted(t *testing.T, c *controller, timeout time.Duration) vbmc.Media {
+// waitInserted waits until the BMC shows an inserted medium.
+func (v *virtualCD) waitInserted(t *testing.T, c *controller, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		if md := v.redfish(t); md.Inserted {
-			return md
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no virtual media inserted; provision state %v", c.mustCall(t, "GET", "/v1/nodes/vm", nil)["provision_state"])
