@@ -4,6 +4,7 @@ package image
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +39,8 @@ import (
 // active-backup bond of both: the agent must come up over the bond, and
 // when the active link's cable is pulled (QMP set_link) during cleaning,
 // the agent must go on talking to the controller over the other link.
+// QEMU captures what each NIC sends (filter-dump): all IPv4 on the first
+// link before the pull (active-backup), some on the second after it.
 //
 // The controller is also restarted while the BMC holds the inserted
 // ISO: the ISO's URL must still serve the same bytes afterwards (real BMCs
@@ -79,6 +82,14 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 		NIC: nic, ShutdownTimeoutSeconds: 5}
 	if firmware == "uefi" {
 		qc.ExtraArgs = ovmfArgs(t, dir)
+	}
+	// What each of the bond's NICs sends, captured by QEMU (queue rx of
+	// the NIC's hub port: the frames the guest transmits on it).
+	dumps := []string{filepath.Join(dir, "nic0.pcap"), filepath.Join(dir, "nic1.pcap")}
+	if bond {
+		for i, f := range dumps {
+			qc.ExtraArgs = append(qc.ExtraArgs, "-object", fmt.Sprintf("filter-dump,id=dump%d,netdev=net%d,queue=rx,file=%s", i, i, f))
+		}
 	}
 	q, err := vbmc.NewQEMU(nil, qc)
 	if err != nil {
@@ -148,6 +159,7 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	}
 	step("controller restarted while the node boots: its ISO's URL still serves the same ISO")
 
+	failedOver := func() {}
 	// Ejected once the agent called back, while the agent runs.
 	waitHistory(t, c, "vm", "virtual media ejected (the agent called back)", 1, 5*time.Minute)
 	cd.assertEmpty(t, "after the agent called back (cleaning)", true)
@@ -159,10 +171,23 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 			cs, _ := n["clean_step"].(map[string]any)
 			return cs["step"] != nil
 		})
+		sent0, sent1 := countIPv4(t, dumps[0]), countIPv4(t, dumps[1])
 		if _, err := vbmc.QMP(t.Context(), q.QMPSocket(), "set_link", map[string]any{"name": "nic0", "up": false}); err != nil {
 			t.Fatal(err)
 		}
-		step("pulled the cable of the bond's first link (QMP set_link nic0 off)")
+		step(fmt.Sprintf("pulled the cable of the bond's first link (QMP set_link nic0 off); so far the guest sent %d IPv4 frames on nic0, %d on nic1", sent0, sent1))
+		// active-backup: the first link carried everything, the second
+		// (backup) nothing (balance-rr would use both).
+		if sent0 == 0 || sent1 != 0 {
+			t.Errorf("before the pull the guest sent %d IPv4 frames on nic0 and %d on nic1: want all on the active link nic0", sent0, sent1)
+		}
+		failedOver = func() {
+			after0, after1 := countIPv4(t, dumps[0]), countIPv4(t, dumps[1])
+			t.Logf("after the pull: %d more IPv4 frames on nic0, %d on nic1", after0-sent0, after1)
+			if after1 == 0 {
+				t.Errorf("nothing went out on nic1 after nic0's cable was pulled: the bond did not fail over")
+			}
+		}
 	}
 
 	got := c.waitState(t, "vm", "available", 10*time.Minute)
@@ -172,6 +197,7 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	}
 	cd.assertEmpty(t, "after cleaning", false)
 	assertErased(t, disks)
+	failedOver()
 	serial, _ := os.ReadFile(filepath.Join(dir, "qemu", "serial.log"))
 
 	// Deploy: another virtual-media boot, the agent writes the image.
@@ -194,19 +220,6 @@ func vmediaBoot(t *testing.T, firmware string, bond bool) {
 	wants := []string{"static address configured", "10.0.2.50/24", "anvil.vmedia"}
 	if bond {
 		wants = append(wants, "bond created", "bond0", "active-backup")
-		// The kernel's bonding driver on the console: the pulled link
-		// went down and the other took over.
-		var lines []string
-		for _, l := range strings.Split(string(serial), "\n") {
-			if strings.Contains(l, "bond") {
-				lines = append(lines, strings.TrimSpace(l))
-			}
-		}
-		t.Logf("bonding on the serial console:\n%s", strings.Join(lines, "\n"))
-		down := bytes.Index(serial, []byte("link status definitely down"))
-		if down < 0 || !bytes.Contains(serial[down:], []byte("making interface the new active one")) {
-			t.Errorf("the serial console does not show the bond failing over to its second link")
-		}
 	}
 	for _, want := range wants {
 		if !bytes.Contains(serial, []byte(want)) {
@@ -362,4 +375,27 @@ func waitSerial(t *testing.T, path, marker string, timeout time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// countIPv4 counts the IPv4 frames in a pcap file QEMU's filter-dump
+// wrote (what one NIC sent).
+func countIPv4(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 24 || binary.LittleEndian.Uint32(b) != 0xa1b2c3d4 {
+		t.Fatalf("%s: not a little-endian pcap file (%d bytes)", path, len(b))
+	}
+	n := 0
+	for off := 24; off+16 <= len(b); {
+		caplen := int(binary.LittleEndian.Uint32(b[off+8:]))
+		frame := b[off+16 : min(off+16+caplen, len(b))]
+		if len(frame) >= 14 && binary.BigEndian.Uint16(frame[12:]) == 0x0800 {
+			n++
+		}
+		off += 16 + caplen
+	}
+	return n
 }
