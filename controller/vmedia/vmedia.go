@@ -192,7 +192,9 @@ func (b *Builder) Prepare(nodeUUID, publicURL string) (string, error) {
 	defer b.mu.Unlock()
 	b.remove(nodeUUID)
 	if err := writeFile(b.keyFile(nodeUUID), []byte(secret+"\n")); err != nil {
+		// The previous boot ends here too, also for a later restart.
 		delete(b.boots, nodeUUID)
+		os.Remove(b.keyFile(nodeUUID))
 		return "", fmt.Errorf("virtual media: keep the boot's key: %w", err)
 	}
 	b.boots[nodeUUID] = secret
