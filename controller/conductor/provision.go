@@ -154,12 +154,19 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 
 // applyAbort handles abort in a wait state. An abortable (or absent) current
 // step fails the operation now; a non-abortable one is marked and the node
-// fails as soon as that step finishes.
+// fails as soon as that step finishes. In wait call-back (an anvil
+// extension, see state.Extension) only a step the agent is running counts:
+// a deploy waiting for the ramdisk to boot is aborted at once.
 func (c *engine) applyAbort(n *store.Node) error {
 	cur := state.State(n.ProvisionState)
-	step := n.CleanStep
-	if cur != state.CleanWait {
-		step = nil
+	var step map[string]any
+	switch cur {
+	case state.CleanWait:
+		step = n.CleanStep
+	case state.DeployWait:
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil {
+			step = n.DeployStep
+		}
 	}
 	if len(step) > 0 {
 		if abortable, _ := step["abortable"].(bool); !abortable {
@@ -167,7 +174,7 @@ func (c *engine) applyAbort(n *store.Node) error {
 			return nil
 		}
 		// An agent running the step stops it itself: the node stays in
-		// clean wait until the agent reports (or AbortTimeout passes).
+		// its wait state until the agent reports (or AbortTimeout passes).
 		if p, st := n.Operation.Agent.Command, n.Operation.Agent.CommandStatus; p != nil && p.Step != nil && st != nil &&
 			st.ID == p.ID && st.State == protocol.CommandRunning {
 			if p.AbortRequestedAt == nil {
@@ -183,14 +190,24 @@ func (c *engine) applyAbort(n *store.Node) error {
 	}
 	c.applyState(n, next, state.EvAbort)
 	c.tearDownAgent(n) // an aborted erase really stops
+	name := "(none)"
+	if len(step) > 0 {
+		name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
+	}
 	switch cur {
 	case state.CleanWait:
-		name := "(none)"
-		if len(step) > 0 {
-			name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
-		}
 		n.LastError = strp(fmt.Sprintf("By request, the clean operation was aborted during or after the completion of step %q", name))
 		n.CleanStep = map[string]any{}
+	case state.DeployWait:
+		if len(step) == 0 && len(n.DeployStep) > 0 {
+			name = fmt.Sprintf("%v.%v", n.DeployStep["interface"], n.DeployStep["step"])
+		}
+		msg := fmt.Sprintf("Deploy aborted by operator during step %q", name)
+		if UsesAgent(n) {
+			msg += ": no agent step was running; the node is powered off"
+		}
+		n.LastError = strp(msg)
+		n.DeployStep = map[string]any{}
 	case state.InspectWait:
 		n.LastError = strp("By request, the inspection operation has been aborted")
 	case state.RescueWait:
