@@ -1,13 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/simagent"
@@ -109,4 +112,65 @@ func TestEraseRecordsAPI(t *testing.T) {
 func TestNoRecordsWithoutAKey(t *testing.T) {
 	e := newEnvWith(t, agentConfig(), ":memory:")
 	assert.Equal(t, 404, e.do("GET", "/v1/erase-records/public-key", latest, nil).status)
+}
+
+// TestEraseRecordsNameTheRequester: requested_by names the policy and the
+// user of the request that started the cleaning: the http_basic user of a
+// provide (automated cleaning), kept in driver_internal_info while the
+// cleaning runs; under noauth, the unverified identity header.
+func TestEraseRecordsNameTheRequester(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	h, err := ParseHTPasswd(strings.NewReader("alice:" + string(hash) + "\n"))
+	require.NoError(t, err)
+	key, err := erasure.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	signer := erasure.NewSigner(key)
+	cc := agentConfig()
+	cc.Records = signer
+	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.Auth, c.RecordsKey = h, signer.PublicKey() })
+	e.user, e.pass = "alice", "s3cret"
+	e.agentNode("req1", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "2 disks erased", Result: twoDiskErase}
+	require.Equal(t, 202, e.provision("req1", "provide", nil).status)
+	want := `automated cleaning (controller policy) on provide requested by user "alice" (http_basic)`
+	var during any
+	e.drive(a, "req1", "available", func(n map[string]any) {
+		if v, ok := n["driver_internal_info"].(map[string]any)["cleaning_requested_by"]; ok {
+			during = v
+		}
+	})
+	assert.Equal(t, want, during, "shown while the cleaning runs")
+	assert.NotContains(t, e.do("GET", "/v1/nodes/req1", latest, nil).json(t)["driver_internal_info"], "cleaning_requested_by", "gone when it is done")
+	docs := recordsOf(t, e, "req1")
+	require.Len(t, docs, 2)
+	for _, d := range docs {
+		v := erasure.Verify(d, signer.PublicKey())
+		require.NoError(t, v.Err)
+		assert.Equal(t, want, v.Record.RequestedBy)
+	}
+
+	// noauth: a manual clean by whoever the identity headers claim
+	e2, pub := recordsEnv(t, ":memory:")
+	e2.agentNode("req2", nil)
+	a2 := simagent.New(e2.srv.URL, mac1)
+	a2.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "2 disks erased", Result: twoDiskErase}
+	body, err := json.Marshal(map[string]any{"target": "clean", "clean_steps": []map[string]any{{"interface": "deploy", "step": "erase_devices"}}})
+	require.NoError(t, err)
+	req, err := http.NewRequest("PUT", e2.srv.URL+"/v1/nodes/req2/states/provision", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(versionHeader, latest)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Name", "bob")
+	res, err := e2.srv.Client().Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, 202, res.StatusCode)
+	e2.drive(a2, "req2", "manageable", nil)
+	for _, d := range recordsOf(t, e2, "req2") {
+		v := erasure.Verify(d, pub)
+		require.NoError(t, v.Err)
+		assert.Equal(t, `manual cleaning requested by noauth (unverified X-User-Name "bob")`, v.Record.RequestedBy)
+	}
 }

@@ -19,6 +19,9 @@ type ProvisionRequest struct {
 	ConfigDrive    any
 	RescuePassword string
 	DisableRamdisk bool
+	// RequestedBy names who sent the request (the API's account of its
+	// user); kept for the sanitization records of the cleaning it starts.
+	RequestedBy string
 }
 
 // Provision validates and commits a provision verb, then schedules the work.
@@ -125,6 +128,7 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 	switch verb.Event {
 	case state.EvProvide, state.EvClean:
 		op.Clean, op.ManualClean, op.UserCleanSteps, op.Agent.Booted = nil, false, nil, false
+		op.CleaningRequestedBy = cleaningRequester(verb, req)
 		n.CleanStep = map[string]any{}
 		if verb.Event == state.EvClean {
 			// resolved against the node's steps when cleaning starts (after
@@ -142,6 +146,9 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 		if req.ConfigDrive != nil {
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
+	case state.EvDelete:
+		// undeploy: the automated cleaning that follows is this request's
+		op.CleaningRequestedBy = cleaningRequester(verb, req)
 	case state.EvInspect:
 		op.Agent.Booted = false
 		now := c.now()
@@ -150,6 +157,24 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 		n.InstanceInfo["rescue_password"] = req.RescuePassword
 	}
 	return nil
+}
+
+// cleaningRequester is the requested_by of the sanitization records of the
+// cleaning verb starts: the policy (automated cleaning on provide or
+// undeploy, or a manual clean) and who asked.
+func cleaningRequester(verb state.Verb, req ProvisionRequest) string {
+	who := req.RequestedBy
+	if who == "" {
+		who = "the controller"
+	}
+	if verb.Event == state.EvClean {
+		return "manual cleaning requested by " + who
+	}
+	on := "provide"
+	if verb.Event == state.EvDelete {
+		on = "undeploy" // "deleted" on the wire
+	}
+	return fmt.Sprintf("automated cleaning (controller policy) on %s requested by %s", on, who)
 }
 
 // applyAbort handles abort in a wait state. An abortable (or absent) current

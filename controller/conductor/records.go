@@ -25,7 +25,7 @@ func (c *engine) signRecords(ctx context.Context, n *store.Node, res *store.Step
 		image = c.cfg.RamdiskSHA256()
 	}
 	recs, err := erasure.Build(erasure.Input{Node: n, Controller: c.cfg.Host, Result: res,
-		Manual: n.Operation.ManualClean, ImageSHA: image, Now: c.now()})
+		Manual: n.Operation.ManualClean, RequestedBy: n.Operation.CleaningRequestedBy, ImageSHA: image, Now: c.now()})
 	if err != nil {
 		// A result the controller cannot read is kept as it is (the step
 		// result has it); it just certifies nothing.

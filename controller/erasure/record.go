@@ -118,8 +118,12 @@ type Input struct {
 	Controller string
 	Result     *store.StepResult // the run's stored result
 	Manual     bool              // manual cleaning (else the automated policy)
-	ImageSHA   string
-	Now        time.Time
+	// RequestedBy is the policy and the user of the request that started
+	// the cleaning; "" (a cleaning started before it was kept) falls back
+	// to naming the policy only.
+	RequestedBy string
+	ImageSHA    string
+	Now         time.Time
 }
 
 // recordNamespace derives record ids from the run and the device, so a
@@ -147,6 +151,9 @@ func Build(in Input) ([]Record, error) {
 	who := "automated cleaning (controller policy on provide/undeploy)"
 	if in.Manual {
 		who = "manual cleaning requested by an operator"
+	}
+	if in.RequestedBy != "" {
+		who = in.RequestedBy
 	}
 	var out []Record
 	for _, d := range res.Devices {
