@@ -113,9 +113,9 @@ func TestRequester(t *testing.T) {
 		headers map[string]string
 		want    string
 	}{
-		"http_basic: the authenticated user":         {auth: h, basic: "alice", want: `user "alice" (http_basic)`},
+		"http_basic: the authenticated user":           {auth: h, basic: "alice", want: `user "alice" (http_basic)`},
 		"http_basic: identity headers are not trusted": {auth: h, basic: "alice", headers: map[string]string{"X-User-Name": "mallory"}, want: `user "alice" (http_basic)`},
-		"noauth: nobody known":                        {want: "noauth (no user known)"},
+		"noauth: nobody known":                         {want: "noauth (no user known)"},
 		"noauth: Keystone headers, unverified": {headers: map[string]string{"X-User-Name": "bob", "X-User-Id": "7f3c"},
 			want: `noauth (unverified X-User-Name "bob", X-User-Id "7f3c")`},
 		"noauth: a long claimed name is cut": {headers: map[string]string{"X-User-Name": strings.Repeat("x", 100)},
