@@ -67,6 +67,10 @@ type Sanitization struct {
 	Technique string `json:"technique"`
 	Method    string `json:"method"` // the agent's method name
 	Passes    int    `json:"passes,omitempty"`
+	// Scope says what of the medium the technique reached when that is
+	// less than all of it (a member of software RAID erased through the
+	// array); empty: the whole device.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Tool is what sanitized it.
