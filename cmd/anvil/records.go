@@ -167,6 +167,9 @@ func retirementLines(node map[string]any, docs []json.RawMessage, disks []protoc
 			continue
 		}
 		state := "record " + r.UUID
+		if r.Sanitization.Scope != "" {
+			state = "covers only " + r.Sanitization.Scope + "; " + state
+		}
 		if v.Err != nil {
 			state += " (signature INVALID: " + v.Err.Error() + ")"
 		}

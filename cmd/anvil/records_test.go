@@ -145,6 +145,14 @@ func TestRetirementLines(t *testing.T) {
 	before := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","node":{"retired":false},"media":{"device":"/dev/vda","serial":"A"}},"signature":{}}`)
 	lines := retirementLines(map[string]any{"retired": true}, []json.RawMessage{before}, []protocol.Disk{{Name: "/dev/vda", Serial: "A"}})
 	assert.Equal(t, []string{"RETIREMENT: /dev/vda serial A has NO sanitization record since retirement"}, lines)
+	// a RAID member certified through its array says what the record covers
+	member := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","uuid":"r1","node":{"retired":true},"media":{"device":"/dev/sdc","serial":"C"},
+		"sanitization":{"category":"clear","method":"overwrite via /dev/md1","scope":"the data area of software RAID member /dev/sdc, written through /dev/md1"},
+		"finished_at":"2026-11-25T10:00:00Z"},"signature":{}}`)
+	lines = retirementLines(map[string]any{"retired": true}, []json.RawMessage{member}, []protocol.Disk{{Name: "/dev/sdc", Serial: "C"}})
+	require.Len(t, lines, 1)
+	assert.True(t, strings.HasPrefix(lines[0], "RETIREMENT: /dev/sdc serial C sanitized after retirement: clear by overwrite via /dev/md1, finished 2026-11-25T10:00:00Z; "+
+		"covers only the data area of software RAID member /dev/sdc, written through /dev/md1; record r1"), lines[0])
 }
 
 // otherKey is the public key of another controller.

@@ -85,6 +85,11 @@ func TestPlanSoftwareRAID(t *testing.T) {
 			for _, member := range []string{"/dev/sda2", "/dev/sdb2"} {
 				assert.NotContains(t, plans, member, "members are erased through the array")
 			}
+			// what the controller certifies the member disks from
+			assert.Equal(t, []string{"/dev/md0", "/dev/sda1"}, plans["/dev/sda"].ErasedThrough)
+			assert.Equal(t, []string{"/dev/sda2"}, plans["/dev/sda"].MDMembers)
+			assert.Equal(t, []string{"/dev/md0", "/dev/sdb1"}, plans["/dev/sdb"].ErasedThrough)
+			assert.Empty(t, plans["/dev/md0"].ErasedThrough)
 			if p := plans["/dev/sda1"]; p.Action == ActionErase {
 				assert.Equal(t, uint64(1048576*512), p.Size, "the partition's size, not the disk's")
 				assert.Equal(t, []Method{MethodOverwrite}, p.Methods)
