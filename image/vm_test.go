@@ -314,6 +314,9 @@ type vmBoot struct {
 	netOpts []string
 	// prepareDisk runs on each disk's backing file before QEMU starts.
 	prepareDisk func(path string)
+	// netns runs QEMU (with its guestfwd relays and hostfwd listeners)
+	// inside that network namespace; "" = the host's.
+	netns string
 }
 
 // nicROM leaves the NIC's iPXE option ROM out of direct kernel boots:
@@ -395,6 +398,10 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 	}
 	v := &vm{serial: filepath.Join(dir, "serial.log"), exited: make(chan struct{}), disks: files}
 	v.cmd = exec.Command("qemu-system-x86_64", args...)
+	if boot.netns != "" {
+		// ip netns exec execs QEMU: the pid stays QEMU's.
+		v.cmd = exec.Command("ip", append([]string{"netns", "exec", boot.netns, "qemu-system-x86_64"}, args...)...)
+	}
 	v.cmd.Env = append(os.Environ(), guestfwdEnv+"="+controllerAddr)
 	var qout bytes.Buffer
 	v.cmd.Stdout, v.cmd.Stderr = &qout, &qout

@@ -6,6 +6,7 @@ package ipatest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -40,6 +41,7 @@ type Ironic struct {
 	URL string // where the test and the baremetal CLI reach it
 	Dir string
 	t   testing.TB
+	ns  *Netns
 }
 
 // Options tune the Ironic started.
@@ -54,6 +56,17 @@ type Options struct {
 	// Extra is appended to ironic.conf (oslo.config merges a section
 	// that appears twice), e.g. step priority overrides.
 	Extra string
+	// Netns runs Ironic and the baremetal CLI inside that namespace
+	// (URL is then its loopback); nil: the host's loopback.
+	Netns *Netns
+}
+
+// command is name args... inside the namespace if there is one.
+func (ir *Ironic) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	if ir.ns != nil {
+		return ir.ns.Command(ctx, name, args...)
+	}
+	return exec.CommandContext(ctx, name, args...)
 }
 
 func freePort(t testing.TB) int {
@@ -136,9 +149,10 @@ func Start(t testing.TB, opts Options) *Ironic {
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ir := &Ironic{URL: url, Dir: dir, t: t, ns: opts.Netns}
 	py := func(module string, args ...string) *exec.Cmd {
 		script := fmt.Sprintf("import sys; sys.argv=['ironic']+sys.argv[1:]; from %s import main; sys.exit(main())", module)
-		return exec.Command(Python, append([]string{"-c", script, "--config-file", confPath}, args...)...)
+		return ir.command(context.Background(), Python, append([]string{"-c", script, "--config-file", confPath}, args...)...)
 	}
 	if out, err := py("ironic.cmd.dbsync", "create_schema").CombinedOutput(); err != nil {
 		t.Fatalf("ironic-dbsync: %v\n%s", err, out)
@@ -164,10 +178,13 @@ func Start(t testing.TB, opts Options) *Ironic {
 			<-done
 		}
 	})
-	ir := &Ironic{URL: url, Dir: dir, t: t}
+	hc := http.DefaultClient
+	if opts.Netns != nil {
+		hc = &http.Client{Transport: &http.Transport{DialContext: opts.Netns.DialContext}}
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Get(url + "/v1/drivers")
+		resp, err := hc.Get(url + "/v1/drivers")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -187,7 +204,7 @@ func Start(t testing.TB, opts Options) *Ironic {
 
 // Baremetal runs Ironic's own CLI against it and returns its output.
 func (ir *Ironic) Baremetal(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "baremetal", args...)
+	cmd := ir.command(ctx, "baremetal", args...)
 	cmd.Env = append(os.Environ(), "OS_ENDPOINT="+ir.URL, "OS_AUTH_TYPE=none", "OS_BAREMETAL_API_VERSION=1.81")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -210,6 +227,32 @@ func (ir *Ironic) MustBaremetal(ctx context.Context, args ...string) string {
 func (ir *Ironic) Field(ctx context.Context, node, field string) string {
 	ir.t.Helper()
 	return ir.MustBaremetal(ctx, "node", "show", node, "-f", "value", "-c", field)
+}
+
+// Fields are some fields of a node in one CLI run (the CLI's start is
+// most of its time); null is "", other non-strings their JSON.
+func (ir *Ironic) Fields(ctx context.Context, node string, fields ...string) map[string]string {
+	ir.t.Helper()
+	args := []string{"node", "show", node, "-f", "json"}
+	for _, f := range fields {
+		args = append(args, "-c", f)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(ir.MustBaremetal(ctx, args...)), &raw); err != nil {
+		ir.t.Fatalf("baremetal node show: %v", err)
+	}
+	out := map[string]string{}
+	for k, v := range raw {
+		var s string
+		switch {
+		case string(v) == "null":
+		case json.Unmarshal(v, &s) == nil:
+			out[k] = s
+		default:
+			out[k] = string(v)
+		}
+	}
+	return out
 }
 
 // LogTail is the end of Ironic's log.
