@@ -97,6 +97,35 @@ func TestAgentDeployAbort(t *testing.T) {
 			return e.do("GET", "/v1/nodes/da2", latest, nil).json(t)["power_state"] == "power off"
 		}, 5*time.Second, 20*time.Millisecond)
 	})
+	t.Run("a step that is not abortable runs to its end first", func(t *testing.T) {
+		e := newEnvWith(t, agentConfig(), ":memory:")
+		a := imageNode(e, "da4")
+		a.Deploy = append(a.Deploy, simagentStep("deploy", "install_extras"))
+		release := make(chan struct{})
+		a.Outcomes["deploy.install_extras"] = simagent.Outcome{Release: release}
+		require.Equal(t, 202, e.provision("da4", "provide", nil).status)
+		e.waitState("da4", "available")
+		a.Boot()
+		require.Equal(t, 202, e.provision("da4", "active", map[string]any{"deploy_steps": []map[string]any{
+			{"interface": "deploy", "step": "install_extras", "args": map[string]any{}, "priority": 70}}}).status)
+		aborted := false
+		n := e.drive(a, "da4", "deploy failed", func(n map[string]any) {
+			step, _ := n["deploy_step"].(map[string]any)
+			if !aborted && step["step"] == "install_extras" && stepRunning(n) {
+				require.Equal(t, 202, e.provision("da4", "abort", nil).status)
+				got := e.do("GET", "/v1/nodes/da4", latest, nil).json(t)
+				assert.Equal(t, "wait call-back", got["provision_state"], "it keeps running")
+				assert.Equal(t, true, got["deploy_step"].(map[string]any)["abort_after"])
+				aborted = true
+				close(release)
+			}
+		})
+		require.True(t, aborted)
+		assert.Empty(t, a.Aborts(), "no abort was sent for a step that cannot stop")
+		assert.Equal(t, `By request, the deploy operation was aborted during or after the completion of step "deploy.install_extras"`, n["last_error"])
+		ran := a.Ran()
+		assert.Equal(t, "deploy.install_extras", ran[len(ran)-1], "no step ran after it")
+	})
 	t.Run("refused outside a wait state", func(t *testing.T) {
 		e := newEnvWith(t, agentConfig(), ":memory:")
 		imageNode(e, "da3")
