@@ -464,6 +464,29 @@ func TestVME2ESoftwareRAID(t *testing.T) {
 	}
 	step("inspection: the array is in the inventory: " + toJSON(arrays[0]))
 
+	// erase_devices erases the array through md, and each member disk
+	// gets the signed record (#21), by its own serial and size, saying
+	// what the writes through the array did not reach.
+	clean(map[string]any{"interface": "deploy", "step": "erase_devices"})
+	step("manual clean: erase_devices through the array")
+	_, body := c.call(t, "GET", "/v1/nodes/raid/erase-records", nil)
+	recs, _ := body["erase_records"].([]any)
+	out := toJSON(recs)
+	if len(recs) != 2 {
+		t.Errorf("%d records, want one per member disk (none for the array):\n%s", len(recs), out)
+	}
+	for _, d := range e.disks {
+		if !strings.Contains(out, `"serial":"`+d.Serial+`"`) {
+			t.Errorf("no record names member disk %s:\n%s", d.Serial, out)
+		}
+	}
+	for _, want := range []string{`"size_bytes":67108864`, `through software RAID /dev/md`, `"scope":"the data areas of software RAID member partition(s) `} {
+		if n := strings.Count(out, want); n != 2 {
+			t.Errorf("%d records with %s, want 2:\n%s", n, want, out)
+		}
+	}
+	step("records for both member disks, through the array")
+
 	clean(map[string]any{"interface": "raid", "step": "delete_configuration"})
 	step("manual clean: delete_configuration")
 	for _, d := range e.disks {
