@@ -178,22 +178,16 @@ func (s NetlinkSetup) AddVLAN(parent string, id int) (string, error) {
 // AddBond implements LinkSetup. The members are taken down to be
 // enslaved (the kernel refuses an up interface), then the bond and they
 // come up; the kernel loads the bonding driver on demand
-// (rtnl-link-bond, through /sbin/modprobe).
+// (rtnl-link-bond, through /sbin/modprobe). It returns the bond's name;
+// its mode is the kernel's, read back.
 func (s NetlinkSetup) AddBond(name, mode string, members []string) (string, error) {
 	m := netlink.StringToBondMode(mode)
 	if m == netlink.BOND_MODE_UNKNOWN {
 		return "", fmt.Errorf("bond %s: unknown mode %q", name, mode)
 	}
-	l, err := netlink.LinkByName(name)
+	l, err := bondLink(name, m)
 	if err != nil {
-		b := netlink.NewLinkBond(netlink.LinkAttrs{Name: name})
-		b.Mode, b.Miimon = m, 100
-		if err := netlink.LinkAdd(b); err != nil {
-			return "", fmt.Errorf("bond %s (%s): %w", name, mode, err)
-		}
-		if l, err = netlink.LinkByName(name); err != nil {
-			return "", fmt.Errorf("bond %s: %w", name, err)
-		}
+		return "", err
 	}
 	for _, mem := range members {
 		ml, err := netlink.LinkByName(mem)
@@ -217,6 +211,37 @@ func (s NetlinkSetup) AddBond(name, mode string, members []string) (string, erro
 		return "", fmt.Errorf("bond %s: bring it up: %w", name, err)
 	}
 	return name, nil
+}
+
+// bondLink finds the bond name in mode m, or makes it. Loading the
+// bonding driver (which the first bond's creation does) also creates a
+// bond0 of the driver's default mode, balance-rr: creating bond0 then
+// fails with EEXIST, and the bond found must not be kept in that mode
+// (a balance-rr bond sends on both links, which a switch that expects
+// active-backup does not take). A bond in another mode is replaced; the
+// driver's refuses mode changes while it has members, and the agent's own
+// bond in the right mode keeps them.
+func bondLink(name string, m netlink.BondMode) (netlink.Link, error) {
+	for range 3 {
+		if l, err := netlink.LinkByName(name); err == nil {
+			b, ok := l.(*netlink.Bond)
+			if !ok {
+				return nil, fmt.Errorf("bond %s: an interface of that name exists and is a %s", name, l.Type())
+			}
+			if b.Mode == m {
+				return l, nil
+			}
+			if err := netlink.LinkDel(l); err != nil {
+				return nil, fmt.Errorf("bond %s: replace the %s bond: %w", name, b.Mode, err)
+			}
+		}
+		b := netlink.NewLinkBond(netlink.LinkAttrs{Name: name})
+		b.Mode, b.Miimon = m, 100
+		if err := netlink.LinkAdd(b); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("bond %s (%s): %w", name, m, err)
+		}
+	}
+	return nil, fmt.Errorf("bond %s (%s): the kernel keeps another bond of that name", name, m)
 }
 
 // FirstCarrier implements LinkSetup.

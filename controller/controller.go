@@ -47,7 +47,8 @@ type Config struct {
 	PublicURL           string // URL clients and agents use to reach us
 	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
 	// VMediaDir keeps the per-node ISOs of redfish-virtual-media boots
-	// (default: a temporary directory, removed at exit).
+	// and the secrets of their URLs (default: vmedia/ in the data
+	// directory; without one a temporary directory, removed at exit).
 	VMediaDir      string
 	BMCMinInterval time.Duration // minimum spacing of commands to one BMC
 	// Boot is the network-boot service (DHCP, TFTP); off unless set.
@@ -77,8 +78,10 @@ type Config struct {
 	MetricsListen string
 	MetricsPublic bool
 	// DataDir holds the key that signs sanitization records (created on
-	// first start); "" means the SQLite database's directory, and with a
-	// database that has none (:memory:, PostgreSQL) a throwaway key.
+	// first start) and, unless VMediaDir says otherwise, the per-node ISOs
+	// of virtual-media boots under way (vmedia/); "" means the SQLite
+	// database's directory, and with a database that has none (:memory:,
+	// PostgreSQL) a throwaway key and a temporary directory.
 	DataDir string
 	// TLS makes the controller serve HTTPS (the zero value: plain HTTP).
 	TLS    TLSConfig
@@ -423,8 +426,14 @@ func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL fu
 		log.Info("no agent ISO in --boot-dir: redfish-virtual-media boots are off", "boot_dir", cfg.BootDir)
 		return nil, nil
 	}
+	// In the data directory, boots under way survive a restart of the
+	// controller (controller/vmedia); in a temporary one they do not.
 	dir, temp := cfg.VMediaDir, false
+	if dir == "" && dataDir(cfg) != "" {
+		dir = filepath.Join(dataDir(cfg), "vmedia")
+	}
 	if dir == "" {
+		log.Warn("no --data-dir or --vmedia-dir: virtual-media boots under way do not survive a restart of the controller")
 		d, err := os.MkdirTemp("", "anvil-vmedia-")
 		if err != nil {
 			return nil, fmt.Errorf("virtual media: %w", err)
@@ -442,12 +451,22 @@ func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL fu
 	return b, nil
 }
 
+// dataDir is where the controller keeps what must survive a restart
+// besides the database: --data-dir, else the SQLite database's directory,
+// else "" (none: an in-memory or PostgreSQL database).
+func dataDir(cfg Config) string {
+	if cfg.DataDir != "" {
+		return cfg.DataDir
+	}
+	if path, ok := strings.CutPrefix(cfg.Database, "sqlite://"); ok && path != ":memory:" {
+		return filepath.Dir(path)
+	}
+	return ""
+}
+
 // recordSigner loads (or creates) the key that signs sanitization records.
 func recordSigner(cfg Config, log *slog.Logger) (*erasure.Signer, error) {
-	dir := cfg.DataDir
-	if path, ok := strings.CutPrefix(cfg.Database, "sqlite://"); ok && dir == "" && path != ":memory:" {
-		dir = filepath.Dir(path)
-	}
+	dir := dataDir(cfg)
 	if dir == "" {
 		_, key, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -43,4 +47,51 @@ func TestRamdiskSHA256(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.zst"), []byte("zstd image"), 0o644))
 	sum = sha256.Sum256([]byte("zstd image"))
 	assert.Equal(t, hex.EncodeToString(sum[:]), ramdiskSHA256(dir, log), "the file nodes are served")
+}
+
+// Virtual-media boots under way live in the data directory (--data-dir,
+// else the SQLite database's), so a restarted controller takes them over;
+// --vmedia-dir overrides it; without either they are temporary.
+func TestVirtualMediaDir(t *testing.T) {
+	boot := t.TempDir()
+	slot, err := protocol.BootConfig{Placeholder: true}.Slot()
+	require.NoError(t, err)
+	iso := make([]byte, 2*len(slot))
+	copy(iso[len(slot):], slot)
+	require.NoError(t, os.WriteFile(filepath.Join(boot, vmedia.ISOName), iso, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(boot, "manifest.json"),
+		fmt.Appendf(nil, `{"iso": {"path": "anvil.iso", "node_slot": {"offset": %d, "bytes": %d}}}`, len(slot), len(slot)), 0o644))
+	log := slog.New(slog.DiscardHandler)
+	url := func() string { return "http://192.0.2.1:6385" }
+
+	data, db, own := t.TempDir(), t.TempDir(), t.TempDir()
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"--data-dir":     {Config{DataDir: data, Database: "sqlite://" + filepath.Join(db, "a.db")}, filepath.Join(data, "vmedia")},
+		"SQLite's dir":   {Config{Database: "sqlite://" + filepath.Join(db, "a.db")}, filepath.Join(db, "vmedia")},
+		"--vmedia-dir":   {Config{DataDir: data, VMediaDir: own}, own},
+		"no data dir":    {Config{Database: "sqlite://:memory:"}, ""},
+		"PostgreSQL too": {Config{Database: "postgres://a@h/db"}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.cfg.BootDir = boot
+			b, err := openVirtualMedia(tc.cfg, log, false, url)
+			require.NoError(t, err)
+			_, err = b.Prepare("node-1", "")
+			require.NoError(t, err)
+			b.Close()
+			b, err = openVirtualMedia(tc.cfg, log, false, url)
+			require.NoError(t, err)
+			defer b.Close()
+			if tc.want == "" {
+				assert.False(t, b.Active("node-1"), "a temporary directory does not outlive the controller")
+				return
+			}
+			assert.True(t, b.Active("node-1"), "the boot under way survives the restart")
+			assert.FileExists(t, filepath.Join(tc.want, "node-1.key"))
+			b.Release("node-1")
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -84,18 +85,11 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 		writePattern(t, d.Path, size)
 		e.disks = append(e.disks, d)
 	}
-	// The whole-disk image a deploy writes: a boot sector that prints a
-	// marker on the serial console. The guest fetches it through a second
-	// forward to a server on the host's loopback.
-	e.image = BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
-	imgSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(e.image) }))
-	t.Cleanup(imgSrv.Close)
-	const imageHost = "10.0.2.101:8080"
-	e.imageURL = "http://" + imageHost + "/disk.raw"
+	var imageFwd string
+	e.image, e.imageURL, imageFwd = serveDeployImage(t, self)
 
 	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
-		NIC: &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self,
-			"tcp:" + imageHost + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(imgSrv.URL, "http://")}},
+		NIC:    &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self, imageFwd}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5}
 	if cfg.netboot {
@@ -128,6 +122,50 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 		}
 	})
 	return e
+}
+
+// serveDeployImage serves the whole-disk image a deploy writes (a boot
+// sector that prints ANVIL-BOOTED-FROM-DISK on the serial console) on the
+// host's loopback, and returns it, the URL the guest fetches it from and
+// the guestfwd rule (for the slirp network; self is the test binary,
+// which relays the one connection slirp hands it) that makes it reachable.
+func serveDeployImage(t *testing.T, self string) (image []byte, guestURL, guestFwd string) {
+	image = BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(image) }))
+	t.Cleanup(srv.Close)
+	const imageHost = "10.0.2.101:8080"
+	return image, "http://" + imageHost + "/disk.raw", "tcp:" + imageHost + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(srv.URL, "http://")
+}
+
+// deployImage sets the node's instance_info to the image at url (its
+// sha256 checked by the agent) on the disk with the given serial, and
+// moves the node to active.
+func deployImage(t *testing.T, c *controller, node, url string, image []byte, serial string) {
+	sum := sha256.Sum256(image)
+	c.mustCall(t, "PATCH", "/v1/nodes/"+node, []map[string]any{
+		{"op": "add", "path": "/instance_info/image_source", "value": url},
+		{"op": "add", "path": "/instance_info/image_checksum", "value": "sha256:" + hex.EncodeToString(sum[:])},
+		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"serial": serial}},
+	})
+	c.mustCall(t, "PUT", "/v1/nodes/"+node+"/states/provision", map[string]any{"target": "active"})
+}
+
+// assertImageOnDisk reads the disk image file from the host: it must
+// start with the deployed image.
+func assertImageOnDisk(t *testing.T, path string, image []byte) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(image))
+	if _, err := io.ReadFull(f, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, image) {
+		t.Errorf("%s does not hold the deployed image", path)
+	}
 }
 
 // enroll creates a redfish node for the VM (password as given) and its port.
@@ -177,22 +215,10 @@ func TestVME2ERedfishCleanAndDeploy(t *testing.T) {
 	// Deploy: the agent writes the image to the disk named by the hint,
 	// checks its sha256, the controller switches the boot device to disk
 	// and powers the node on; the VM must boot the deployed image.
-	sum := sha256.Sum256(diskImage)
-	c.mustCall(t, "PATCH", "/v1/nodes/e2e", []map[string]any{
-		{"op": "add", "path": "/instance_info/image_source", "value": e.imageURL},
-		{"op": "add", "path": "/instance_info/image_checksum", "value": "sha256:" + hex.EncodeToString(sum[:])},
-		{"op": "add", "path": "/properties/root_device", "value": map[string]any{"serial": disks[0].Serial}},
-	})
-	e.verb(t, "e2e", "active")
+	deployImage(t, c, "e2e", e.imageURL, diskImage, disks[0].Serial)
 	c.waitState(t, "e2e", "active", 5*time.Minute)
 	step("active: image written and node powered on from disk")
-	written, err := os.ReadFile(disks[0].Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(written[:len(diskImage)], diskImage) {
-		t.Errorf("the root device does not hold the image")
-	}
+	assertImageOnDisk(t, disks[0].Path, diskImage)
 	serial := filepath.Join(dir, "qemu", "serial.log")
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -437,6 +463,29 @@ func TestVME2ESoftwareRAID(t *testing.T) {
 		t.Fatalf("the next inventory should show one RAID1 array: %s", toJSON(arrays))
 	}
 	step("inspection: the array is in the inventory: " + toJSON(arrays[0]))
+
+	// erase_devices erases the array through md, and each member disk
+	// gets the signed record (#21), by its own serial and size, saying
+	// what the writes through the array did not reach.
+	clean(map[string]any{"interface": "deploy", "step": "erase_devices"})
+	step("manual clean: erase_devices through the array")
+	_, body := c.call(t, "GET", "/v1/nodes/raid/erase-records", nil)
+	recs, _ := body["erase_records"].([]any)
+	out := toJSON(recs)
+	if len(recs) != 2 {
+		t.Errorf("%d records, want one per member disk (none for the array):\n%s", len(recs), out)
+	}
+	for _, d := range e.disks {
+		if !strings.Contains(out, `"serial":"`+d.Serial+`"`) {
+			t.Errorf("no record names member disk %s:\n%s", d.Serial, out)
+		}
+	}
+	for _, want := range []string{`"size_bytes":67108864`, `through software RAID /dev/md`, `"scope":"the data areas of software RAID member partition(s) `} {
+		if n := strings.Count(out, want); n != 2 {
+			t.Errorf("%d records with %s, want 2:\n%s", n, want, out)
+		}
+	}
+	step("records for both member disks, through the array")
 
 	clean(map[string]any{"interface": "raid", "step": "delete_configuration"})
 	step("manual clean: delete_configuration")

@@ -48,6 +48,11 @@ type EraseDevicePlan struct {
 		Model  string `json:"model,omitempty"`
 		Serial string `json:"serial,omitempty"`
 	} `json:"nvme,omitempty"`
+	// ErasedThrough: for a disk holding software RAID members (MDMembers:
+	// the disk itself or its partitions), the arrays and other partitions
+	// whose erasure reaches it.
+	ErasedThrough []string `json:"erased_through,omitempty"`
+	MDMembers     []string `json:"md_members,omitempty"`
 }
 
 // EraseDevice is the outcome for one device; Method is set only when a

@@ -74,6 +74,11 @@ type QEMUNIC struct {
 	// TFTP root and BootFile for slirp's built-in PXE server.
 	TFTP     string `json:"tftp,omitempty"`
 	BootFile string `json:"bootfile,omitempty"`
+	// MoreMACs are further NICs on the same network, as a bond's second
+	// link on the same switch: a QEMU hub (-netdev hubport) joins every
+	// NIC and the user network. The NICs are QEMU devices nic0, nic1...
+	// (in this order, MAC first), so QMP set_link can pull a cable.
+	MoreMACs []string `json:"more_macs,omitempty"`
 }
 
 // QEMU is a Backend running qemu-system-x86_64 (TCG: KVM hangs on the
@@ -191,7 +196,7 @@ func (q *QEMU) Args(dev string) []string {
 		if c.NIC.BootFile != "" {
 			netdev += ",bootfile=" + c.NIC.BootFile
 		}
-		nic := "virtio-net-pci,netdev=net0"
+		nic := "virtio-net-pci,netdev=net0,id=nic0"
 		if c.NIC.MAC != "" {
 			nic += ",mac=" + c.NIC.MAC
 		}
@@ -199,7 +204,19 @@ func (q *QEMU) Args(dev string) []string {
 			nic += ",bootindex=" + strconv.Itoa(nextIndex)
 			nextIndex++
 		}
-		a = append(a, "-netdev", netdev, "-device", nic)
+		if len(c.NIC.MoreMACs) == 0 {
+			a = append(a, "-netdev", netdev, "-device", nic)
+		} else {
+			// The user network becomes a port of hub 0; every NIC is another.
+			a = append(a, "-netdev", strings.Replace(netdev, "id=net0", "id=uplink0", 1),
+				"-netdev", "hubport,id=hub0uplink,hubid=0,netdev=uplink0",
+				"-netdev", "hubport,id=net0,hubid=0", "-device", nic)
+			for i, mac := range c.NIC.MoreMACs {
+				id := strconv.Itoa(i + 1)
+				a = append(a, "-netdev", "hubport,id=net"+id+",hubid=0",
+					"-device", "virtio-net-pci,netdev=net"+id+",id=nic"+id+",mac="+mac)
+			}
+		}
 	}
 	// Checked by NewQEMU.
 	disks, _ := diskArgs(c.Disks, dev == BootDisk, nextIndex)

@@ -32,9 +32,9 @@ func TestQEMUArgs(t *testing.T) {
 		excludes []string
 	}{
 		"pxe boots the NIC first": {vbmc.BootPXE,
-			[]string{"-accel tcg", "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56,bootindex=1", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:19999-:9999,guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:18080", "nvme,drive=disk0,serial=SN-0001 ", "virtio-rng-pci", "serial.log,append=on", "qmp.sock,server=on,wait=off"},
+			[]string{"-accel tcg", "virtio-net-pci,netdev=net0,id=nic0,mac=52:54:00:12:34:56,bootindex=1", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:19999-:9999,guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:18080", "nvme,drive=disk0,serial=SN-0001 ", "virtio-rng-pci", "serial.log,append=on", "qmp.sock,server=on,wait=off"},
 			[]string{"-kernel", "-daemonize", "kvm"}},
-		"disk boots the first NVMe": {vbmc.BootDisk, []string{"nvme,drive=disk0,serial=SN-0001,bootindex=1", "nvme,drive=disk1,serial=ANVIL-DISK-1 "}, []string{"netdev=net0,mac=52:54:00:12:34:56,bootindex"}},
+		"disk boots the first NVMe": {vbmc.BootDisk, []string{"nvme,drive=disk0,serial=SN-0001,bootindex=1", "nvme,drive=disk1,serial=ANVIL-DISK-1 "}, []string{"netdev=net0,id=nic0,mac=52:54:00:12:34:56,bootindex", "hubport"}},
 		"cdrom":                     {vbmc.BootCDROM, []string{"-boot order=d"}, nil},
 		"bios":                      {vbmc.BootBIOS, []string{"-boot menu=on"}, nil},
 	}
@@ -60,6 +60,19 @@ func TestQEMUArgs(t *testing.T) {
 
 	_, err = vbmc.NewQEMU(nil, vbmc.QEMUConfig{})
 	require.Error(t, err)
+}
+
+// A second NIC on the same network (a bond's other link): a hub joins both
+// NICs and the user network, whose forwards stay on the one slirp.
+func TestQEMUArgsTwoNICsOnOneNetwork(t *testing.T) {
+	q, err := vbmc.NewQEMU(nil, vbmc.QEMUConfig{StateDir: t.TempDir(), NIC: &vbmc.QEMUNIC{MAC: "52:54:00:00:00:01",
+		GuestFwd: []string{"tcp:10.0.2.100:80-cmd:relay"}, MoreMACs: []string{"52:54:00:00:00:02"}}})
+	require.NoError(t, err)
+	line := strings.Join(q.Args(vbmc.BootCDROM), " ")
+	assert.Contains(t, line, "-netdev user,id=uplink0,restrict=on,guestfwd=tcp:10.0.2.100:80-cmd:relay -netdev hubport,id=hub0uplink,hubid=0,netdev=uplink0 "+
+		"-netdev hubport,id=net0,hubid=0 -device virtio-net-pci,netdev=net0,id=nic0,mac=52:54:00:00:00:01 "+
+		"-netdev hubport,id=net1,hubid=0 -device virtio-net-pci,netdev=net1,id=nic1,mac=52:54:00:00:00:02")
+	assert.Equal(t, 1, strings.Count(line, "user,"), "one user network")
 }
 
 // Disks on the storage controllers of real servers: the disks of one bus

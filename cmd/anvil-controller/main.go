@@ -56,7 +56,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes; with anvil.iso, also per-node ISOs for redfish-virtual-media")
-		vmediaDir = fs.String("vmedia-dir", "", "where per-node virtual media ISOs are kept while their nodes boot (default: a temporary directory)")
+		vmediaDir = fs.String("vmedia-dir", "", "where per-node virtual media ISOs (and their URLs' secrets) are kept while their nodes boot, so boots under way survive a restart (default: vmedia/ in the data directory; without one a temporary directory)")
 		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 		simStep   = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
 		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
@@ -64,7 +64,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json")
 		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
-		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start (default: the SQLite database's directory; none: a throwaway key)")
+		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start, and of virtual-media boots under way (default: the SQLite database's directory; none: a throwaway key)")
 	)
 	// The conductor's settings, their defaults from the conductor's one place.
 	cc := conductor.DefaultConfig()

@@ -14,10 +14,11 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/controller/erasure/erasurepdf"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
-const recordsUsage = `usage: anvil erase-records NODE [--format json|text] | verify FILE [--key PUBLIC-KEY] | public-key`
+const recordsUsage = `usage: anvil erase-records NODE [--format json|text|pdf] | verify FILE [--key PUBLIC-KEY] | public-key`
 
 // eraseRecords is "anvil erase-records ...": export a node's signed
 // sanitization records, verify an export offline, or print the key.
@@ -41,15 +42,12 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 	}
 	node := args[0]
 	fs := flag.NewFlagSet("erase-records", flag.ContinueOnError)
-	format := fs.String("format", "json", "json (signed, for verify) or text (a certificate per disk)")
+	format := fs.String("format", "json", "json (signed, for verify), text (a certificate per disk) or pdf (the same, a page per disk)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if *format != "json" && *format != "text" {
-		if *format == "pdf" {
-			return errors.New("--format pdf is not available: no maintained PDF library is packaged for anvil; use --format text")
-		}
-		return fmt.Errorf("--format %q: want json or text", *format)
+	if *format != "json" && *format != "text" && *format != "pdf" {
+		return fmt.Errorf("--format %q: want json, text or pdf", *format)
 	}
 	f := erasure.File{Format: erasure.FileFormat, Node: node, Records: []json.RawMessage{}}
 	marker := ""
@@ -79,10 +77,13 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 		}
 		marker = last.Record.UUID
 	}
-	if *format == "text" {
+	if *format == "text" || *format == "pdf" {
 		vs := make([]erasure.Verified, len(f.Records))
 		for i, d := range f.Records {
 			vs[i] = erasure.Verify(d)
+		}
+		if *format == "pdf" {
+			return erasurepdf.Write(out, "node "+node, vs)
 		}
 		return erasure.WriteText(out, "node "+node, vs)
 	}
@@ -166,6 +167,9 @@ func retirementLines(node map[string]any, docs []json.RawMessage, disks []protoc
 			continue
 		}
 		state := "record " + r.UUID
+		if r.Sanitization.Scope != "" {
+			state = "covers only " + r.Sanitization.Scope + "; " + state
+		}
 		if v.Err != nil {
 			state += " (signature INVALID: " + v.Err.Error() + ")"
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	pdfapi "github.com/pdfcpu/pdfcpu/pkg/api"
+	"github.com/pdfcpu/pdfcpu/pkg/pdfcpu/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -105,8 +108,25 @@ func TestEraseRecordsCLI(t *testing.T) {
 	assert.Contains(t, text, "CERTIFICATES OF SANITIZATION")
 	assert.Contains(t, text, "Method type:               clear")
 	assert.Contains(t, text, "Signature:                 valid")
-	_, err = cli("erase-records", "old-box", "--format", "pdf")
-	assert.ErrorContains(t, err, "no maintained PDF library")
+	// PDF: the same certificates, a page per disk, read back with pdfcpu
+	pdf, err := cli("erase-records", "old-box", "--format", "pdf")
+	require.NoError(t, err)
+	pdfapi.DisableConfigDir()
+	conf := model.NewDefaultConfiguration()
+	require.NoError(t, pdfapi.Validate(strings.NewReader(pdf), conf))
+	pages, err := pdfapi.PageCount(strings.NewReader(pdf), conf)
+	require.NoError(t, err)
+	assert.Equal(t, 2, pages, "a page per record")
+	var content strings.Builder
+	require.NoError(t, pdfapi.ExtractContent(strings.NewReader(pdf), nil, func(r io.Reader, _ int) error {
+		_, err := io.Copy(&content, r)
+		return err
+	}, conf))
+	for _, want := range []string{"CERTIFICATES OF SANITIZATION", ", serial VD-A)", ", serial VD-B)", "(Method type:)", "(valid, Ed25519 key " + erasure.Fingerprint(signer.PublicKey()) + ")"} {
+		assert.Contains(t, content.String(), want)
+	}
+	_, err = cli("erase-records", "old-box", "--format", "docx")
+	assert.ErrorContains(t, err, "want json, text or pdf")
 
 	// anvil node show: which disks of the retired node have a record
 	show, err := cli("node", "show", "old-box")
@@ -125,6 +145,14 @@ func TestRetirementLines(t *testing.T) {
 	before := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","node":{"retired":false},"media":{"device":"/dev/vda","serial":"A"}},"signature":{}}`)
 	lines := retirementLines(map[string]any{"retired": true}, []json.RawMessage{before}, []protocol.Disk{{Name: "/dev/vda", Serial: "A"}})
 	assert.Equal(t, []string{"RETIREMENT: /dev/vda serial A has NO sanitization record since retirement"}, lines)
+	// a RAID member certified through its array says what the record covers
+	member := json.RawMessage(`{"record":{"format":"anvil-sanitization-record/1","uuid":"r1","node":{"retired":true},"media":{"device":"/dev/sdc","serial":"C"},
+		"sanitization":{"category":"clear","method":"overwrite via /dev/md1","scope":"the data area of software RAID member /dev/sdc, written through /dev/md1"},
+		"finished_at":"2026-11-25T10:00:00Z"},"signature":{}}`)
+	lines = retirementLines(map[string]any{"retired": true}, []json.RawMessage{member}, []protocol.Disk{{Name: "/dev/sdc", Serial: "C"}})
+	require.Len(t, lines, 1)
+	assert.True(t, strings.HasPrefix(lines[0], "RETIREMENT: /dev/sdc serial C sanitized after retirement: clear by overwrite via /dev/md1, finished 2026-11-25T10:00:00Z; "+
+		"covers only the data area of software RAID member /dev/sdc, written through /dev/md1; record r1"), lines[0])
 }
 
 // otherKey is the public key of another controller.

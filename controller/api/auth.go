@@ -71,6 +71,39 @@ func (h *HTPasswd) Authenticate(r *http.Request) bool {
 
 var dummyHash = []byte("$2a$10$7EqJtq98hPqEX7fNZaFWoOhi5BWX4Z5P0PTMYpwMPlUK5QWbSRKDa")
 
+// requester names who sent r, for the records of what it started
+// (sanitization records' requested_by). With http_basic it is the
+// authenticated user. Without authentication (noauth) nobody is known:
+// a user named in Keystone's identity headers (X-User-Name, X-User-Id,
+// set by an authenticating proxy in front) is kept, marked unverified,
+// since any client can send them.
+func (s *Server) requester(r *http.Request) string {
+	if s.auth != nil {
+		if user, _, ok := r.BasicAuth(); ok {
+			return fmt.Sprintf("user %q (http_basic)", user)
+		}
+		return "an authenticated user"
+	}
+	var claimed []string
+	for _, h := range []string{"X-User-Name", "X-User-Id"} {
+		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
+			claimed = append(claimed, fmt.Sprintf("%s %q", h, truncateRunes(v, 64)))
+		}
+	}
+	if len(claimed) == 0 {
+		return "noauth (no user known)"
+	}
+	return "noauth (unverified " + strings.Join(claimed, ", ") + ")"
+}
+
+// truncateRunes cuts s to at most n runes.
+func truncateRunes(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
 func (s *Server) requireAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.auth != nil && !s.auth.Authenticate(r) {

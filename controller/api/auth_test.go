@@ -3,6 +3,7 @@ package api
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -96,6 +97,41 @@ func TestMetricsNeedAuth(t *testing.T) {
 					assert.NotContains(t, string(body), "go_goroutines")
 				}
 			}
+		})
+	}
+}
+
+// TestRequester: who a request names for the records of what it starts.
+func TestRequester(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	h, err := ParseHTPasswd(strings.NewReader("alice:" + string(hash) + "\n"))
+	require.NoError(t, err)
+	tests := map[string]struct {
+		auth    Authenticator
+		basic   string
+		headers map[string]string
+		want    string
+	}{
+		"http_basic: the authenticated user":           {auth: h, basic: "alice", want: `user "alice" (http_basic)`},
+		"http_basic: identity headers are not trusted": {auth: h, basic: "alice", headers: map[string]string{"X-User-Name": "mallory"}, want: `user "alice" (http_basic)`},
+		"noauth: nobody known":                         {want: "noauth (no user known)"},
+		"noauth: Keystone headers, unverified": {headers: map[string]string{"X-User-Name": "bob", "X-User-Id": "7f3c"},
+			want: `noauth (unverified X-User-Name "bob", X-User-Id "7f3c")`},
+		"noauth: a long claimed name is cut": {headers: map[string]string{"X-User-Name": strings.Repeat("x", 100)},
+			want: `noauth (unverified X-User-Name "` + strings.Repeat("x", 64) + `…")`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := &Server{auth: tc.auth}
+			r := httptest.NewRequest("PUT", "/v1/nodes/n/states/provision", nil)
+			if tc.basic != "" {
+				r.SetBasicAuth(tc.basic, "s3cret")
+			}
+			for k, v := range tc.headers {
+				r.Header.Set(k, v)
+			}
+			assert.Equal(t, tc.want, s.requester(r))
 		})
 	}
 }

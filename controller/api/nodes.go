@@ -597,7 +597,7 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("\"disable_ramdisk\" is only valid when setting target provision state to clean")
 		}
 	}
-	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive}
+	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r)}
 	if b.RescuePassword != nil {
 		req.RescuePassword = *b.RescuePassword
 	}

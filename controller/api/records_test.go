@@ -1,13 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/simagent"
@@ -109,4 +112,117 @@ func TestEraseRecordsAPI(t *testing.T) {
 func TestNoRecordsWithoutAKey(t *testing.T) {
 	e := newEnvWith(t, agentConfig(), ":memory:")
 	assert.Equal(t, 404, e.do("GET", "/v1/erase-records/public-key", latest, nil).status)
+}
+
+// TestEraseRecordsNameTheRequester: requested_by names the policy and the
+// user of the request that started the cleaning: the http_basic user of a
+// provide (automated cleaning), kept in driver_internal_info while the
+// cleaning runs; under noauth, the unverified identity header.
+func TestEraseRecordsNameTheRequester(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	h, err := ParseHTPasswd(strings.NewReader("alice:" + string(hash) + "\n"))
+	require.NoError(t, err)
+	key, err := erasure.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	signer := erasure.NewSigner(key)
+	cc := agentConfig()
+	cc.Records = signer
+	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.Auth, c.RecordsKey = h, signer.PublicKey() })
+	e.user, e.pass = "alice", "s3cret"
+	e.agentNode("req1", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "2 disks erased", Result: twoDiskErase}
+	require.Equal(t, 202, e.provision("req1", "provide", nil).status)
+	want := `automated cleaning (controller policy) on provide requested by user "alice" (http_basic)`
+	var during any
+	e.drive(a, "req1", "available", func(n map[string]any) {
+		if v, ok := n["driver_internal_info"].(map[string]any)["cleaning_requested_by"]; ok {
+			during = v
+		}
+	})
+	assert.Equal(t, want, during, "shown while the cleaning runs")
+	assert.NotContains(t, e.do("GET", "/v1/nodes/req1", latest, nil).json(t)["driver_internal_info"], "cleaning_requested_by", "gone when it is done")
+	docs := recordsOf(t, e, "req1")
+	require.Len(t, docs, 2)
+	for _, d := range docs {
+		v := erasure.Verify(d, signer.PublicKey())
+		require.NoError(t, v.Err)
+		assert.Equal(t, want, v.Record.RequestedBy)
+	}
+
+	// noauth: a manual clean by whoever the identity headers claim
+	e2, pub := recordsEnv(t, ":memory:")
+	e2.agentNode("req2", nil)
+	a2 := simagent.New(e2.srv.URL, mac1)
+	a2.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "2 disks erased", Result: twoDiskErase}
+	body, err := json.Marshal(map[string]any{"target": "clean", "clean_steps": []map[string]any{{"interface": "deploy", "step": "erase_devices"}}})
+	require.NoError(t, err)
+	req, err := http.NewRequest("PUT", e2.srv.URL+"/v1/nodes/req2/states/provision", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set(versionHeader, latest)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-Name", "bob")
+	res, err := e2.srv.Client().Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, 202, res.StatusCode)
+	e2.drive(a2, "req2", "manageable", nil)
+	for _, d := range recordsOf(t, e2, "req2") {
+		v := erasure.Verify(d, pub)
+		require.NoError(t, v.Err)
+		assert.Equal(t, `manual cleaning requested by noauth (unverified X-User-Name "bob")`, v.Record.RequestedBy)
+	}
+}
+
+// TestEraseRecordsFromEveryEraseStep: a manual clean running every erase
+// step. erase_devices with arguments certifies what it erased, the member
+// disks of a software RAID through their array (not the array itself);
+// erase_devices_express the NVMe namespaces it formatted; the metadata
+// wipes certify nothing, and the history says why.
+func TestEraseRecordsFromEveryEraseStep(t *testing.T) {
+	e, pub := recordsEnv(t, ":memory:")
+	e.agentNode("all", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Summary: "/dev/sda metadata wiped",
+		Result: map[string]any{"devices": []any{map[string]any{"device": "/dev/sda", "removed": []any{"gpt"}}}}}
+	a.Outcomes["deploy.erase_devices_express"] = simagent.Outcome{Summary: "/dev/nvme0n1 formatted; /dev/sdd metadata wiped",
+		Result: map[string]any{"nvme": map[string]any{"devices": []any{
+			map[string]any{"plan": map[string]any{"device": "/dev/nvme0n1", "size": 64 << 30, "controller": "nvme", "serial": "SIM-0001"},
+				"status": "erased", "method": "nvme_format_crypto_erase",
+				"attempts": []any{map[string]any{"method": "nvme_format_crypto_erase", "verification": map[string]any{"pattern": "zeros", "samples": 66, "bytes_checked": 1}}}}}},
+			"metadata": map[string]any{"devices": []any{map[string]any{"device": "/dev/sdd"}}}}}
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "md1 erased", Result: json.RawMessage(`{"devices":[
+		{"plan":{"device":"/dev/sdc","size":1000000000,"action":"skip","serial":"SC","controller":"sata","erased_through":["/dev/md1"],"md_members":["/dev/sdc"]},"status":"skipped"},
+		{"plan":{"device":"/dev/sde","size":1000000000,"action":"skip","serial":"SE","controller":"sata","erased_through":["/dev/md1"],"md_members":["/dev/sde"]},"status":"skipped"},
+		{"plan":{"device":"/dev/md1","size":990000000,"action":"erase","controller":"md"},"status":"erased","method":"overwrite",
+		 "attempts":[{"method":"overwrite","passes":3,"verification":{"pattern":"zeros","samples":66,"bytes_checked":270336}}]}]}`)}
+	require.Equal(t, 202, e.provision("all", "clean", map[string]any{"clean_steps": []map[string]any{
+		{"interface": "deploy", "step": "erase_devices_metadata"},
+		{"interface": "deploy", "step": "erase_devices_express"},
+		{"interface": "deploy", "step": "erase_devices", "args": map[string]any{"iterations": 2, "enable_ata_secure_erase": false}}}}).status)
+	e.drive(a, "all", "manageable", nil)
+	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices_express", "deploy.erase_devices"}, a.Steps())
+
+	got := map[string]erasure.Record{}
+	for _, d := range recordsOf(t, e, "all") {
+		v := erasure.Verify(d, pub)
+		require.NoError(t, v.Err)
+		got[v.Record.Media.Device] = v.Record
+	}
+	require.Len(t, got, 3, "the NVMe namespace and both RAID members; no array, no metadata-wiped disk: %v", got)
+	assert.Equal(t, "purge", got["/dev/nvme0n1"].Sanitization.Category)
+	for _, dev := range []string{"/dev/sdc", "/dev/sde"} {
+		r := got[dev]
+		assert.Equal(t, "clear", r.Sanitization.Category, dev)
+		assert.Equal(t, "overwrite via /dev/md1", r.Sanitization.Method, dev)
+		assert.Equal(t, "through software RAID /dev/md1: overwrite, 3 pass(es), the last with zeros", r.Sanitization.Technique, dev)
+		assert.Contains(t, r.Sanitization.Scope, "written through /dev/md1", dev)
+		assert.Contains(t, r.RequestedBy, "manual cleaning requested by noauth", dev)
+	}
+	hist := historyText(e, "all")
+	assert.Contains(t, hist, "no sanitization records for deploy.erase_devices_metadata: a metadata wipe removes partition tables and signatures, not the data")
+	assert.Contains(t, hist, "sanitization records signed: /dev/nvme0n1 (serial SIM-0001, purge: nvme_format_crypto_erase) record ")
+	assert.Contains(t, hist, "erase_devices_express only wiped the metadata of devices without NVMe Format, which is not a clear or purge")
+	assert.Contains(t, hist, "/dev/sdc (serial SC, clear: overwrite via /dev/md1) record ")
 }

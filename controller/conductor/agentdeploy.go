@@ -18,7 +18,9 @@ import (
 // ramdisk, write the image in-band, make the disk boot, power the instance.
 var agentDeploySteps = []protocol.Step{
 	{Interface: protocol.InterfaceDeploy, Step: "deploy", Priority: 100},
-	{Interface: protocol.InterfaceDeploy, Step: "write_image", Priority: 80},
+	// abortable: an anvil extension (abort in wait call-back); the agent
+	// stops the write between chunks and zeroes the disk's first MiB.
+	{Interface: protocol.InterfaceDeploy, Step: "write_image", Priority: 80, Abortable: true},
 	{Interface: protocol.InterfaceDeploy, Step: "prepare_instance_boot", Priority: 60},
 	{Interface: protocol.InterfaceDeploy, Step: "tear_down_agent", Priority: 40},
 	{Interface: protocol.InterfaceDeploy, Step: "boot_instance", Priority: 20},

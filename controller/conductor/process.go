@@ -311,6 +311,7 @@ func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manua
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil
+		m.Operation.CleaningRequestedBy = ""
 		if agent {
 			wipeAgent(m)
 			m.PowerState = strp(PowerOff)

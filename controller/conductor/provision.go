@@ -19,6 +19,9 @@ type ProvisionRequest struct {
 	ConfigDrive    any
 	RescuePassword string
 	DisableRamdisk bool
+	// RequestedBy names who sent the request (the API's account of its
+	// user); kept for the sanitization records of the cleaning it starts.
+	RequestedBy string
 }
 
 // Provision validates and commits a provision verb, then schedules the work.
@@ -125,6 +128,7 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 	switch verb.Event {
 	case state.EvProvide, state.EvClean:
 		op.Clean, op.ManualClean, op.UserCleanSteps, op.Agent.Booted = nil, false, nil, false
+		op.CleaningRequestedBy = cleaningRequester(verb, req)
 		n.CleanStep = map[string]any{}
 		if verb.Event == state.EvClean {
 			// resolved against the node's steps when cleaning starts (after
@@ -142,6 +146,9 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 		if req.ConfigDrive != nil {
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
+	case state.EvDelete:
+		// undeploy: the automated cleaning that follows is this request's
+		op.CleaningRequestedBy = cleaningRequester(verb, req)
 	case state.EvInspect:
 		op.Agent.Booted = false
 		now := c.now()
@@ -152,14 +159,39 @@ func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) e
 	return nil
 }
 
+// cleaningRequester is the requested_by of the sanitization records of the
+// cleaning verb starts: the policy (automated cleaning on provide or
+// undeploy, or a manual clean) and who asked.
+func cleaningRequester(verb state.Verb, req ProvisionRequest) string {
+	who := req.RequestedBy
+	if who == "" {
+		who = "the controller"
+	}
+	if verb.Event == state.EvClean {
+		return "manual cleaning requested by " + who
+	}
+	on := "provide"
+	if verb.Event == state.EvDelete {
+		on = "undeploy" // "deleted" on the wire
+	}
+	return fmt.Sprintf("automated cleaning (controller policy) on %s requested by %s", on, who)
+}
+
 // applyAbort handles abort in a wait state. An abortable (or absent) current
 // step fails the operation now; a non-abortable one is marked and the node
-// fails as soon as that step finishes.
+// fails as soon as that step finishes. In wait call-back (an anvil
+// extension, see state.Extension) only a step the agent is running counts:
+// a deploy waiting for the ramdisk to boot is aborted at once.
 func (c *engine) applyAbort(n *store.Node) error {
 	cur := state.State(n.ProvisionState)
-	step := n.CleanStep
-	if cur != state.CleanWait {
-		step = nil
+	var step map[string]any
+	switch cur {
+	case state.CleanWait:
+		step = n.CleanStep
+	case state.DeployWait:
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil {
+			step = n.DeployStep
+		}
 	}
 	if len(step) > 0 {
 		if abortable, _ := step["abortable"].(bool); !abortable {
@@ -167,7 +199,7 @@ func (c *engine) applyAbort(n *store.Node) error {
 			return nil
 		}
 		// An agent running the step stops it itself: the node stays in
-		// clean wait until the agent reports (or AbortTimeout passes).
+		// its wait state until the agent reports (or AbortTimeout passes).
 		if p, st := n.Operation.Agent.Command, n.Operation.Agent.CommandStatus; p != nil && p.Step != nil && st != nil &&
 			st.ID == p.ID && st.State == protocol.CommandRunning {
 			if p.AbortRequestedAt == nil {
@@ -183,14 +215,24 @@ func (c *engine) applyAbort(n *store.Node) error {
 	}
 	c.applyState(n, next, state.EvAbort)
 	c.tearDownAgent(n) // an aborted erase really stops
+	name := "(none)"
+	if len(step) > 0 {
+		name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
+	}
 	switch cur {
 	case state.CleanWait:
-		name := "(none)"
-		if len(step) > 0 {
-			name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
-		}
 		n.LastError = strp(fmt.Sprintf("By request, the clean operation was aborted during or after the completion of step %q", name))
 		n.CleanStep = map[string]any{}
+	case state.DeployWait:
+		if len(step) == 0 && len(n.DeployStep) > 0 {
+			name = fmt.Sprintf("%v.%v", n.DeployStep["interface"], n.DeployStep["step"])
+		}
+		msg := fmt.Sprintf("Deploy aborted by operator during step %q", name)
+		if UsesAgent(n) {
+			msg += ": no agent step was running; the node is powered off"
+		}
+		n.LastError = strp(msg)
+		n.DeployStep = map[string]any{}
 	case state.InspectWait:
 		n.LastError = strp("By request, the inspection operation has been aborted")
 	case state.RescueWait:

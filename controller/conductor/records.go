@@ -9,15 +9,20 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// eraseStep is the step whose runs produce sanitization records.
-const eraseStep = "deploy.erase_devices"
-
 // signRecords signs and stores a record for every device the erase run
 // res erased, and returns the history event that lists them. Records are
 // stored before the node moves on: a failure here is retried with the
 // agent's repeated report (record ids derive from the run and device).
 func (c *engine) signRecords(ctx context.Context, n *store.Node, res *store.StepResult) ([]*store.Event, error) {
-	if c.cfg.Records == nil || res.Step != eraseStep || len(res.Result) == 0 {
+	if c.cfg.Records == nil || len(res.Result) == 0 {
+		return nil, nil
+	}
+	if res.Step == erasure.StepEraseMetadata && res.Outcome == store.OutcomeSucceeded {
+		// Said once per run, so nobody takes the wipe for a sanitization.
+		return []*store.Event{c.newEvent(n.UUID, "INFO", "cleaning", "no sanitization records for "+res.Step+
+			": a metadata wipe removes partition tables and signatures, not the data (not an SP 800-88 clear or purge)")}, nil
+	}
+	if !erasure.Certifies(res.Step) {
 		return nil, nil
 	}
 	image := ""
@@ -25,14 +30,18 @@ func (c *engine) signRecords(ctx context.Context, n *store.Node, res *store.Step
 		image = c.cfg.RamdiskSHA256()
 	}
 	recs, err := erasure.Build(erasure.Input{Node: n, Controller: c.cfg.Host, Result: res,
-		Manual: n.Operation.ManualClean, ImageSHA: image, Now: c.now()})
+		Manual: n.Operation.ManualClean, RequestedBy: n.Operation.CleaningRequestedBy, ImageSHA: image, Now: c.now()})
 	if err != nil {
 		// A result the controller cannot read is kept as it is (the step
 		// result has it); it just certifies nothing.
-		c.log.Error("reading erase_devices result for sanitization records failed", "node", n.UUID, "err", err)
+		c.log.Error("reading an erase result for sanitization records failed", "node", n.UUID, "step", res.Step, "err", err)
 		return []*store.Event{c.newEvent(n.UUID, "WARNING", "cleaning", "no sanitization records: "+err.Error())}, nil
 	}
+	const expressNote = "erase_devices_express only wiped the metadata of devices without NVMe Format, which is not a clear or purge: no record for them"
 	if len(recs) == 0 {
+		if res.Step == erasure.StepEraseExpress && res.Outcome == store.OutcomeSucceeded {
+			return []*store.Event{c.newEvent(n.UUID, "INFO", "cleaning", "no sanitization records: "+expressNote)}, nil
+		}
 		return nil, nil
 	}
 	signed := make([]*store.EraseRecord, 0, len(recs))
@@ -53,7 +62,11 @@ func (c *engine) signRecords(ctx context.Context, n *store.Node, res *store.Step
 	if n.Retired {
 		what = "retired node cleaned for disposal: sanitization records signed"
 	}
-	return []*store.Event{c.newEvent(n.UUID, "INFO", "cleaning", what+": "+strings.Join(parts, "; "))}, nil
+	msg := what + ": " + strings.Join(parts, "; ")
+	if res.Step == erasure.StepEraseExpress {
+		msg += "; " + expressNote
+	}
+	return []*store.Event{c.newEvent(n.UUID, "INFO", "cleaning", msg)}, nil
 }
 
 func orNone(s string) string {

@@ -52,3 +52,34 @@ func signedRecordsF(f *testing.F, key ed25519.PrivateKey) [][]byte {
 	}
 	return out
 }
+
+// FuzzBuild: whatever an agent reports as an erase step's result (it comes
+// over the network), building records answers without panicking, and a
+// record is only made for a device the result says was erased, or for a
+// disk all of whose erased_through devices were.
+func FuzzBuild(f *testing.F) {
+	for _, s := range []string{eraseResult, raidErase,
+		`{"nvme":{"devices":[{"plan":{"device":"/dev/nvme0n1","controller":"nvme"},"status":"erased","method":"nvme_format_crypto_erase"}]}}`,
+		`{"devices":[{"plan":{"device":"/dev/sda","erased_through":["/dev/sda","/dev/md0"]},"status":"erased","method":"overwrite"}]}`,
+		`{"devices":[{"plan":{"device":"/dev/sda","erased_through":["/dev/sda"]},"status":"skipped"}]}`,
+		`{"devices":null}`, `[]`, `{"nvme":null}`} {
+		f.Add(StepErase, []byte(s))
+		f.Add(StepEraseExpress, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, step string, data []byte) {
+		in := testInput(t)
+		in.Result.Step, in.Result.Result = step, data
+		recs, err := Build(in)
+		if err != nil {
+			return
+		}
+		if !Certifies(step) && len(recs) > 0 {
+			t.Fatalf("step %q certified %d records", step, len(recs))
+		}
+		for _, r := range recs {
+			if r.Sanitization.Category != "clear" && r.Sanitization.Category != "purge" {
+				t.Fatalf("category %q", r.Sanitization.Category)
+			}
+		}
+	})
+}

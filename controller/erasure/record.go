@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -67,6 +65,10 @@ type Sanitization struct {
 	Technique string `json:"technique"`
 	Method    string `json:"method"` // the agent's method name
 	Passes    int    `json:"passes,omitempty"`
+	// Scope says what of the medium the technique reached when that is
+	// less than all of it (a member of software RAID erased through the
+	// array); empty: the whole device.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Tool is what sanitized it.
@@ -110,90 +112,6 @@ var techniques = map[string]struct{ category, technique string }{
 	"blkdiscard":                  {"clear", "block discard (TRIM/UNMAP), read back as zeros"},
 	"blkzeroout":                  {"clear", "overwrite with zeros (BLKZEROOUT)"},
 	"overwrite":                   {"clear", "overwrite"},
-}
-
-// Input is what the controller knows of one erase_devices run.
-type Input struct {
-	Node       *store.Node
-	Controller string
-	Result     *store.StepResult // the run's stored result
-	Manual     bool              // manual cleaning (else the automated policy)
-	ImageSHA   string
-	Now        time.Time
-}
-
-// recordNamespace derives record ids from the run and the device, so a
-// report the agent repeats signs the same records again, not new ones.
-var recordNamespace = uuid.MustParse("0d6c1f7e-9a5b-4c2e-8f3d-7b1a2e4c6d80")
-
-// Build writes one record per device the run erased and verified.
-func Build(in Input) ([]Record, error) {
-	var res protocol.EraseResult
-	if len(in.Result.Result) == 0 {
-		return nil, nil
-	}
-	if err := json.Unmarshal(in.Result.Result, &res); err != nil {
-		return nil, fmt.Errorf("read erase_devices result: %w", err)
-	}
-	n := in.Node
-	ref := NodeRef{UUID: n.UUID, Driver: n.Driver, BMCAddress: bmcAddress(n.DriverInfo), Retired: n.Retired}
-	if n.Name != nil {
-		ref.Name = *n.Name
-	}
-	if n.RetiredReason != nil {
-		ref.RetiredReason = *n.RetiredReason
-	}
-	dest, _ := n.Extra["sanitization_destination"].(string)
-	who := "automated cleaning (controller policy on provide/undeploy)"
-	if in.Manual {
-		who = "manual cleaning requested by an operator"
-	}
-	var out []Record
-	for _, d := range res.Devices {
-		if d.Status != "erased" || d.Method == "" {
-			continue
-		}
-		t := techniques[d.Method]
-		if t.category == "" {
-			t.category, t.technique = "clear", d.Method
-		}
-		if d.Method == "ata_security_erase" && !d.Plan.Rotational {
-			t.category = "clear"
-		}
-		var att protocol.EraseAttempt
-		for _, a := range d.Attempts {
-			if a.Method == d.Method && a.Error == "" {
-				att = a
-			}
-		}
-		san := Sanitization{Category: t.category, Technique: t.technique, Method: d.Method, Passes: att.Passes}
-		if d.Method == "overwrite" && att.Passes > 0 {
-			san.Technique = fmt.Sprintf("overwrite, %d pass(es), the last with %s", att.Passes, patternText(att.Verification))
-		}
-		ver := Verification{Method: "none", Result: "not verified"}
-		if v := att.Verification; v != nil {
-			ver = Verification{Method: fmt.Sprintf("sampled read-back of %d regions spread over the device, first and last always", v.Samples),
-				Samples: v.Samples, BytesChecked: v.BytesChecked, ExpectedPattern: v.Pattern, Result: "passed: every byte read matched"}
-		}
-		start, end := in.Result.StartedAt, in.Result.FinishedAt
-		if d.StartedAt != nil {
-			start = *d.StartedAt
-		}
-		if d.FinishedAt != nil {
-			end = *d.FinishedAt
-		}
-		out = append(out, Record{
-			Format: RecordFormat, UUID: uuid.NewSHA1(recordNamespace, []byte(in.Result.UUID+"/"+d.Plan.Device)).String(),
-			Node: ref, Controller: in.Controller,
-			Media: Media{Manufacturer: d.Plan.Vendor, Model: firstOf(d.Plan.Model, nvmeField(d, false)), Serial: firstOf(d.Plan.Serial, nvmeField(d, true)),
-				WWN: d.Plan.WWN, Type: mediaType(d.Plan), Interface: d.Plan.Controller, SizeBytes: int64(d.Plan.Size), Device: d.Plan.Device},
-			Sanitization: san,
-			Tool:         Tool{Name: "anvil-agent", Version: in.Result.AgentVersion, ImageSHA256: in.ImageSHA},
-			Verification: ver, Destination: dest,
-			StartedAt: stamp(start), FinishedAt: stamp(end), RequestedBy: who, StepResult: in.Result.UUID, SignedAt: stamp(in.Now),
-		})
-	}
-	return out, nil
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -6,20 +6,36 @@ import (
 	"strings"
 )
 
-// WriteText writes records as a human-readable document: one certificate
-// of sanitization per device, with every field of the record and, when
-// verified, the signing key's fingerprint.
-func WriteText(w io.Writer, title string, recs []Verified) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "CERTIFICATES OF SANITIZATION (NIST SP 800-88)\n%s\n%d record(s)\n", title, len(recs))
+// Document is records as human-readable certificates of sanitization, one
+// per device with every field of its record and, when verified, the
+// signing key's fingerprint: what the text and the PDF export both show.
+type Document struct {
+	Title        string // "CERTIFICATES OF SANITIZATION (NIST SP 800-88)"
+	Subject      string // what the records are of: "node NAME"
+	Count        string // "2 record(s)"
+	Certificates []Certificate
+}
+
+// Certificate is one record's certificate.
+type Certificate struct {
+	Heading string // "1. ATA ST4000, serial ZC1"
+	Fields  []Field
+}
+
+// Field is one labelled line of a certificate.
+type Field struct{ Label, Value string }
+
+// NewDocument lays recs out as certificates; subject says what they are of.
+func NewDocument(subject string, recs []Verified) Document {
+	d := Document{Title: "CERTIFICATES OF SANITIZATION (NIST SP 800-88)", Subject: subject, Count: fmt.Sprintf("%d record(s)", len(recs))}
 	for i, v := range recs {
 		r := v.Record
+		c := Certificate{Heading: fmt.Sprintf("%d. %s %s, serial %s", i+1, orDash(r.Media.Manufacturer), orDash(r.Media.Model), orDash(r.Media.Serial))}
 		line := func(k, val string) {
 			if val != "" {
-				fmt.Fprintf(&b, "  %-26s %s\n", k+":", val)
+				c.Fields = append(c.Fields, Field{k, val})
 			}
 		}
-		fmt.Fprintf(&b, "\n%d. %s %s, serial %s\n", i+1, orDash(r.Media.Manufacturer), orDash(r.Media.Model), orDash(r.Media.Serial))
 		line("Record", r.UUID)
 		line("Node", strings.TrimSpace(r.Node.Name+" "+r.Node.UUID))
 		if r.Node.Retired {
@@ -34,6 +50,7 @@ func WriteText(w io.Writer, title string, recs []Verified) error {
 		line("WWN", r.Media.WWN)
 		line("Method type", r.Sanitization.Category)
 		line("Technique", r.Sanitization.Technique)
+		line("Scope", r.Sanitization.Scope)
 		line("Tool", strings.TrimSpace(r.Tool.Name+" "+r.Tool.Version))
 		line("Image SHA-256", r.Tool.ImageSHA256)
 		line("Verification", r.Verification.Method)
@@ -52,6 +69,21 @@ func WriteText(w io.Writer, title string, recs []Verified) error {
 			line("Signature", "INVALID: "+v.Err.Error())
 		case v.Key != nil:
 			line("Signature", "valid, Ed25519 key "+Fingerprint(v.Key))
+		}
+		d.Certificates = append(d.Certificates, c)
+	}
+	return d
+}
+
+// WriteText writes records as a human-readable document (NewDocument).
+func WriteText(w io.Writer, title string, recs []Verified) error {
+	d := NewDocument(title, recs)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%s\n%s\n", d.Title, d.Subject, d.Count)
+	for _, c := range d.Certificates {
+		fmt.Fprintf(&b, "\n%s\n", c.Heading)
+		for _, f := range c.Fields {
+			fmt.Fprintf(&b, "  %-26s %s\n", f.Label+":", f.Value)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -1,5 +1,6 @@
 // Package state is the node provision state machine of Ironic 21.4: the 24
-// states, the 63 transitions between them and the API verbs that drive them.
+// states, the 63 transitions between them and the API verbs that drive them,
+// plus anvil's documented extensions (see extensions).
 // It is pure (no I/O) so it can be tested exhaustively and shared by the API
 // layer (is this verb allowed now?) and the conductor (where does this go?).
 package state
@@ -134,6 +135,26 @@ var transitions = map[edge]State{
 	{UnrescueFailed, EvDelete}:   Deleting,
 }
 
+// Extensions are anvil's transitions beyond Ironic 21.4's table, each
+// documented in the README. They are kept apart from transitions so the
+// reference table stays exactly Ironic's (TestEveryReferenceTransition).
+//
+// abort in wait call-back: Ironic has none (an operator must wait for the
+// deploy to fail or time out). anvil aborts the running deploy step as it
+// aborts a clean step: the agent stops at its next safe point (an image
+// write between chunks) and reports a partial result, and the node lands
+// in deploy failed; power-off is the fallback when the agent does not stop.
+var extensions = map[edge]State{
+	{DeployWait, EvAbort}: DeployFailed,
+}
+
+// Extension reports whether from --ev--> is an anvil extension rather
+// than one of Ironic's transitions.
+func Extension(from State, ev Event) bool {
+	_, ok := extensions[edge{from, ev}]
+	return ok
+}
+
 // defaultTarget is what target_provision_state shows while a node is in a
 // non-stable state (the FSM's "target" of each state).
 var defaultTarget = map[State]State{
@@ -174,17 +195,19 @@ func (e *ErrNotAllowed) Error() string {
 
 // Next returns the state that event ev leads to from state from.
 func Next(from State, ev Event) (State, error) {
-	to, ok := transitions[edge{from, ev}]
-	if !ok {
-		return "", &ErrNotAllowed{From: from, Event: ev}
+	if to, ok := transitions[edge{from, ev}]; ok {
+		return to, nil
 	}
-	return to, nil
+	if to, ok := extensions[edge{from, ev}]; ok {
+		return to, nil
+	}
+	return "", &ErrNotAllowed{From: from, Event: ev}
 }
 
 // Allowed reports whether ev is actionable in from.
 func Allowed(from State, ev Event) bool {
-	_, ok := transitions[edge{from, ev}]
-	return ok
+	_, err := Next(from, ev)
+	return err == nil
 }
 
 // DefaultTarget is the target_provision_state shown while in s (NoState for

@@ -56,6 +56,9 @@ func TestEveryOtherPairIsRefused(t *testing.T) {
 			if _, ok := table[edge{s, ev}]; ok {
 				continue
 			}
+			if Extension(s, ev) {
+				continue // TestExtensions
+			}
 			_, err := Next(s, ev)
 			var na *ErrNotAllowed
 			require.ErrorAs(t, err, &na, "%s --%s--> must be refused", s, ev)
@@ -63,7 +66,26 @@ func TestEveryOtherPairIsRefused(t *testing.T) {
 			refused++
 		}
 	}
-	assert.Equal(t, 24*15-63, refused)
+	assert.Equal(t, 24*15-63-len(extensions), refused)
+}
+
+// TestExtensions pins anvil's transitions beyond Ironic's: each is new
+// (not a reference pair, so it cannot change Ironic's behaviour), allowed,
+// and leads where the README says.
+func TestExtensions(t *testing.T) {
+	table := loadTable(t)
+	want := map[edge]State{{DeployWait, EvAbort}: DeployFailed}
+	assert.Equal(t, want, extensions)
+	for e, to := range want {
+		_, inRef := table[e]
+		assert.False(t, inRef, "%s --%s--> is Ironic's, not an extension", e.from, e.ev)
+		assert.True(t, Extension(e.from, e.ev))
+		assert.True(t, Allowed(e.from, e.ev))
+		got, err := Next(e.from, e.ev)
+		require.NoError(t, err)
+		assert.Equal(t, to, got)
+	}
+	assert.False(t, Extension(CleanWait, EvAbort), "clean wait abort is Ironic's own")
 }
 
 func TestStatesAndClasses(t *testing.T) {

@@ -23,6 +23,10 @@ type Operation struct {
 	// ManualClean: the cleaning was requested with steps (manageable
 	// after it), not the automated cleaning of provide/undeploy.
 	ManualClean bool `json:"manual_clean,omitempty"`
+	// CleaningRequestedBy: the policy and the user of the request that
+	// started the cleaning (provide, undeploy or clean), for the
+	// sanitization records.
+	CleaningRequestedBy string `json:"cleaning_requested_by,omitempty"`
 	// UserCleanSteps and UserDeploySteps are what the request asked for,
 	// resolved against the node's steps when the plan is made.
 	UserCleanSteps  []protocol.Step `json:"user_clean_steps,omitempty"`
@@ -132,6 +136,7 @@ const (
 	keyCleanSteps      = "clean_steps"
 	keyCleanStepIndex  = "clean_step_index"
 	keyManualClean     = "cleaning_manual"
+	keyRequestedBy     = "cleaning_requested_by"
 	keyDeploySteps     = "deploy_steps"
 	keyDeployStepIndex = "deploy_step_index"
 	keyUserCleanSteps  = "user_clean_steps"
@@ -156,7 +161,7 @@ const (
 const TokenKey = keyToken
 
 // operationKeys lists every key InternalInfo writes.
-var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyDeploySteps, keyDeployStepIndex,
+var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims}
 
@@ -185,6 +190,9 @@ func (n *Node) InternalInfo() map[string]any {
 	}
 	if op.ManualClean {
 		out[keyManualClean] = true
+	}
+	if op.CleaningRequestedBy != "" {
+		out[keyRequestedBy] = op.CleaningRequestedBy
 	}
 	if op.UserCleanSteps != nil {
 		set(keyUserCleanSteps, op.UserCleanSteps)
@@ -235,7 +243,7 @@ func (n *Node) InternalInfo() map[string]any {
 
 func (op *Operation) empty() bool {
 	a := &op.Agent
-	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
+	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
 		!a.NonceServed && a.Address == "" && len(a.Claims) == 0
@@ -292,6 +300,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	op.Clean = plan(keyCleanSteps, keyCleanStepIndex)
 	op.Deploy = plan(keyDeploySteps, keyDeployStepIndex)
 	take(keyManualClean, &op.ManualClean)
+	take(keyRequestedBy, &op.CleaningRequestedBy)
 	take(keyUserCleanSteps, &op.UserCleanSteps)
 	take(keyUserDeploySteps, &op.UserDeploySteps)
 	a := &op.Agent

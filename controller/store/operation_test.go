@@ -19,7 +19,7 @@ func TestInternalInfoRoundTrip(t *testing.T) {
 	version := "1.0"
 	steps := []protocol.Step{{Interface: "deploy", Step: "erase_devices", Priority: 10, Args: map[string]any{"iterations": 2.0}}}
 	op := Operation{Clean: &StepPlan{Steps: steps, Index: 0}, Deploy: &StepPlan{Steps: steps, Index: 1},
-		ManualClean: true, UserCleanSteps: steps, UserDeploySteps: steps,
+		ManualClean: true, CleaningRequestedBy: `manual cleaning requested by user "alice" (http_basic)`, UserCleanSteps: steps, UserDeploySteps: steps,
 		Agent: AgentSession{Token: "t", BootID: "b", Version: &version, LastHeartbeat: at,
 			BootTimings: []protocol.BootPhase{{Phase: "kernel", Seconds: 1}}, Steps: &StepCache{Fingerprint: "fp", RefreshedAt: at},
 			Command:       &AgentCommand{Command: protocol.Command{ID: "c", Name: "n"}, IssuedAt: at},

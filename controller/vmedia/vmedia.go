@@ -8,6 +8,12 @@
 // The URL of a node's ISO carries a per-boot secret that only the
 // controller and (through the BMC's authenticated Redfish) the BMC know:
 // the ISO holds the boot nonce, and a stranger must not fetch it.
+//
+// The secrets and ISOs of boots under way are files in the cache
+// directory, so a restarted controller (on the same directory: by default
+// the data directory's vmedia/) serves the same ISO under the same URL: a
+// BMC reads the medium on demand all through the node's boot, and the
+// boot nonce in the ISO is minted only once per boot.
 package vmedia
 
 import (
@@ -40,13 +46,16 @@ var ErrNotFound = errors.New("no virtual media for this node and key")
 type Config struct {
 	// BootDir holds anvil.iso and manifest.json (make image: out/image).
 	BootDir string
-	// CacheDir keeps the per-node ISOs while their nodes boot from them.
+	// CacheDir keeps the per-node ISOs, and the secrets of their URLs,
+	// while their nodes boot from them; a Builder on the same directory
+	// takes them over.
 	CacheDir string
 	// PublicURL is how BMCs reach the controller (called per boot: the
 	// listener's address may be known only after start).
 	PublicURL func() string
 	Logger    *slog.Logger
-	// RemoveDir: Close removes CacheDir (a temporary one).
+	// RemoveDir: Close removes CacheDir (a temporary one) and with it
+	// the boots under way; otherwise they outlive the Builder.
 	RemoveDir bool
 	// PlainHTTP gives BMCs http:// URLs although the controller serves
 	// HTTPS: like boot loaders, a BMC cannot be told to trust the
@@ -114,24 +123,53 @@ func New(cfg Config) (*Builder, error) {
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("virtual media: %w", err)
 	}
+	if err := b.resume(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-// Close removes every per-node ISO (and CacheDir if RemoveDir).
+// keySuffix names the file that holds a boot's secret: <node>.key.
+const keySuffix = ".key"
+
+// resume takes over the boots a previous Builder on CacheDir left under
+// way (a controller restart).
+func (b *Builder) resume() error {
+	ents, err := os.ReadDir(b.cfg.CacheDir)
+	if err != nil {
+		return fmt.Errorf("virtual media: %w", err)
+	}
+	for _, e := range ents {
+		node, ok := strings.CutSuffix(e.Name(), keySuffix)
+		if !ok || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") { // .tmp-*: a write a crash cut short
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(b.cfg.CacheDir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("virtual media: %w", err)
+		}
+		secret := strings.TrimSpace(string(raw))
+		if _, err := hex.DecodeString(secret); err != nil || len(secret) != 2*keyBytes {
+			b.cfg.Logger.Warn("virtual media: ignoring a malformed key file", "file", e.Name())
+			continue
+		}
+		b.boots[node] = secret
+		b.cfg.Logger.Info("virtual media: boot under way taken over", "node", node)
+	}
+	return nil
+}
+
+// Close ends the Builder. With RemoveDir it removes CacheDir, and with it
+// every per-node ISO; otherwise boots under way stay on disk for the next
+// Builder (the controller's next start).
 func (b *Builder) Close() {
-	b.mu.Lock()
-	nodes := make([]string, 0, len(b.boots))
-	for n := range b.boots {
-		nodes = append(nodes, n)
-	}
-	b.mu.Unlock()
-	for _, n := range nodes {
-		b.Release(n)
-	}
 	if b.cfg.RemoveDir {
 		os.RemoveAll(b.cfg.CacheDir)
 	}
 }
+
+// keyBytes is the size of a boot's secret.
+const keyBytes = 24
 
 // Prepare starts a new virtual-media boot of the node and returns the
 // URL its BMC fetches the ISO from. The ISO itself is built when first
@@ -145,15 +183,21 @@ func (b *Builder) Prepare(nodeUUID, publicURL string) (string, error) {
 	if publicURL == "" {
 		return "", errors.New("virtual media needs the URL the BMC reaches the controller at: set --public-url or the node's driver_info anvil_public_url")
 	}
-	key := make([]byte, 24)
+	key := make([]byte, keyBytes)
 	if _, err := rand.Read(key); err != nil {
 		return "", fmt.Errorf("virtual media: %w", err)
 	}
 	secret := hex.EncodeToString(key)
 	b.mu.Lock()
-	b.boots[nodeUUID] = secret
-	b.mu.Unlock()
+	defer b.mu.Unlock()
 	b.remove(nodeUUID)
+	if err := writeFile(b.keyFile(nodeUUID), []byte(secret+"\n")); err != nil {
+		// The previous boot ends here too, also for a later restart.
+		delete(b.boots, nodeUUID)
+		os.Remove(b.keyFile(nodeUUID))
+		return "", fmt.Errorf("virtual media: keep the boot's key: %w", err)
+	}
+	b.boots[nodeUUID] = secret
 	base := strings.TrimRight(publicURL, "/")
 	if rest, ok := strings.CutPrefix(base, "https://"); ok && b.cfg.PlainHTTP {
 		base = "http://" + rest
@@ -182,8 +226,11 @@ func (b *Builder) Release(nodeUUID string) {
 	b.mu.Lock()
 	_, had := b.boots[nodeUUID]
 	delete(b.boots, nodeUUID)
-	b.mu.Unlock()
 	b.remove(nodeUUID)
+	if err := os.Remove(b.keyFile(nodeUUID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		b.cfg.Logger.Warn("virtual media: removing a boot's key", "node", nodeUUID, "err", err)
+	}
+	b.mu.Unlock()
 	if had {
 		b.cfg.Logger.Info("virtual media: per-node ISO removed", "node", nodeUUID)
 	}
@@ -191,6 +238,31 @@ func (b *Builder) Release(nodeUUID string) {
 
 func (b *Builder) file(nodeUUID string) string {
 	return filepath.Join(b.cfg.CacheDir, filepath.Base(nodeUUID)+".iso")
+}
+
+func (b *Builder) keyFile(nodeUUID string) string {
+	return filepath.Join(b.cfg.CacheDir, filepath.Base(nodeUUID)+keySuffix)
+}
+
+// writeFile replaces path with data (0600) at once: a crash leaves the old
+// or the new file, never half of one.
+func writeFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*"+keySuffix)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	return err
 }
 
 func (b *Builder) remove(nodeUUID string) {

@@ -145,3 +145,75 @@ func BenchmarkBuild(b *testing.B) {
 	st, _ := os.Stat(out)
 	b.ReportMetric(float64(st.Size())/(1<<20), "MiB")
 }
+
+// A controller restart in the middle of a node's virtual-media boot: the
+// next Builder on the same cache directory serves the same ISO under the
+// same URL (BMCs read the medium all through the boot; the boot nonce in
+// it is minted once), keeps the boot active (so it is ejected when the
+// node leaves the ramdisk), and a released boot stays released. Only a
+// temporary directory's boots die with the Builder.
+func TestBuilderSurvivesRestart(t *testing.T) {
+	dir, _ := fakeBootDir(t, 1<<20, 512<<10)
+	cache := t.TempDir()
+	open := func() *Builder {
+		b, err := New(Config{BootDir: dir, CacheDir: cache, PublicURL: func() string { return "http://192.0.2.10:6385" }})
+		require.NoError(t, err)
+		return b
+	}
+	keyOf := func(url string) string { return strings.TrimSuffix(url[strings.LastIndex(url, "/")+1:], ".iso") }
+	nonces := 0
+	config := func() (protocol.BootConfig, error) {
+		nonces++
+		return protocol.BootConfig{Cmdline: fmt.Sprintf("anvil.token=nonce-%d", nonces)}, nil
+	}
+	read := func(b *Builder, node, key string) ([]byte, error) {
+		f, err := b.Open(node, key, config)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return os.ReadFile(f.Name())
+	}
+
+	b := open()
+	url1, err := b.Prepare("node-1", "")
+	require.NoError(t, err)
+	url2, err := b.Prepare("node-2", "")
+	require.NoError(t, err)
+	first, err := read(b, "node-1", keyOf(url1))
+	require.NoError(t, err)
+	b.Release("node-2")
+	b.Close()
+
+	b = open()
+	assert.True(t, b.Active("node-1"), "the boot under way is taken over")
+	assert.False(t, b.Active("node-2"), "a released boot stays released")
+	again, err := read(b, "node-1", keyOf(url1))
+	require.NoError(t, err)
+	assert.Equal(t, first, again, "the same ISO (and nonce) after the restart")
+	assert.Equal(t, 1, nonces, "not built again")
+	_, err = read(b, "node-2", keyOf(url2))
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = read(b, "node-1", strings.Repeat("0", 48))
+	assert.ErrorIs(t, err, ErrNotFound, "still only under its own key")
+
+	st, err := os.Stat(filepath.Join(cache, "node-1"+keySuffix))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the key file is the controller's alone")
+
+	// Junk in the directory (a cut-short write, a foreign file) is not a boot.
+	require.NoError(t, os.WriteFile(filepath.Join(cache, ".tmp-123"+keySuffix), []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(cache, "node-3"+keySuffix), []byte("not hex"), 0o600))
+	b = open()
+	assert.False(t, b.Active("node-3"))
+	assert.False(t, b.Active(".tmp-123"))
+	assert.True(t, b.Active("node-1"))
+
+	temp := t.TempDir()
+	tb, err := New(Config{BootDir: dir, CacheDir: filepath.Join(temp, "c"), RemoveDir: true, PublicURL: func() string { return "http://x" }})
+	require.NoError(t, err)
+	_, err = tb.Prepare("node-1", "")
+	require.NoError(t, err)
+	tb.Close()
+	assert.NoDirExists(t, filepath.Join(temp, "c"), "a temporary cache dies with its Builder")
+}

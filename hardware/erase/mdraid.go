@@ -60,6 +60,25 @@ func mdMemberReason(d disk.Disk) string {
 	return r
 }
 
+// erasedThrough lists the devices whose erasure reaches member disk d (its
+// arrays, then its other partitions) and which of d are members.
+func erasedThrough(d disk.Disk) (through, members []string) {
+	for _, a := range d.MDHolders() {
+		through = append(through, "/dev/"+a)
+	}
+	if d.IsWholeMDMember() {
+		return through, []string{d.Path}
+	}
+	for _, p := range d.Partitions {
+		if p.IsMDMember() {
+			members = append(members, p.Path)
+		} else {
+			through = append(through, p.Path)
+		}
+	}
+	return through, members
+}
+
 // otherPartitions returns, for a disk some of whose partitions are array
 // members (but not the disk itself), its remaining partitions as devices
 // to erase on their own, carrying the disk's properties.

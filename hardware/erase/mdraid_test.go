@@ -2,6 +2,7 @@ package erase
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/anvil-metal/anvil/hardware/disk"
 	"github.com/anvil-metal/anvil/hardware/internal/testdev"
+	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -85,6 +87,11 @@ func TestPlanSoftwareRAID(t *testing.T) {
 			for _, member := range []string{"/dev/sda2", "/dev/sdb2"} {
 				assert.NotContains(t, plans, member, "members are erased through the array")
 			}
+			// what the controller certifies the member disks from
+			assert.Equal(t, []string{"/dev/md0", "/dev/sda1"}, plans["/dev/sda"].ErasedThrough)
+			assert.Equal(t, []string{"/dev/sda2"}, plans["/dev/sda"].MDMembers)
+			assert.Equal(t, []string{"/dev/md0", "/dev/sdb1"}, plans["/dev/sdb"].ErasedThrough)
+			assert.Empty(t, plans["/dev/md0"].ErasedThrough)
 			if p := plans["/dev/sda1"]; p.Action == ActionErase {
 				assert.Equal(t, uint64(1048576*512), p.Size, "the partition's size, not the disk's")
 				assert.Equal(t, []Method{MethodOverwrite}, p.Methods)
@@ -154,4 +161,29 @@ func TestEraseMetadataSoftwareRAID(t *testing.T) {
 		assert.Empty(t, DetectSignatures(f, st.Size()), "%s wiped", p)
 		f.Close()
 	}
+}
+
+// TestMemberDiskResultNamesWhatReachesIt: a member disk's entry in the
+// erase result carries erased_through and md_members as the controller
+// reads them (protocol.EraseResult), for its sanitization record.
+func TestMemberDiskResultNamesWhatReachesIt(t *testing.T) {
+	var skipped []DevicePlan
+	for _, p := range Plan(context.Background(), mdSnapshot(t, nil), DefaultPolicy(), nil, allowAll{}) {
+		if p.Action == ActionSkip {
+			skipped = append(skipped, p) // erasing nothing: the snapshot's sizes are real disks'
+		}
+	}
+	res, err := (&Eraser{Opener: allowAll{}}).Erase(context.Background(), skipped, DefaultPolicy(), nil)
+	require.NoError(t, err)
+	raw, err := json.Marshal(res)
+	require.NoError(t, err)
+	var wire protocol.EraseResult
+	require.NoError(t, json.Unmarshal(raw, &wire))
+	got := map[string]protocol.EraseDevicePlan{}
+	for _, d := range wire.Devices {
+		got[d.Plan.Device] = d.Plan
+	}
+	require.Contains(t, got, "/dev/sda")
+	assert.Equal(t, []string{"/dev/md0", "/dev/sda1"}, got["/dev/sda"].ErasedThrough)
+	assert.Equal(t, []string{"/dev/sda2"}, got["/dev/sda"].MDMembers)
 }

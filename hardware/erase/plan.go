@@ -53,6 +53,13 @@ type DevicePlan struct {
 	NVMe             *NVMeController    `json:"nvme,omitempty"`
 	Shared           []SharedFilesystem `json:"shared_filesystems,omitempty"` // why it was refused
 	NVMeLBAFormat    uint8              `json:"nvme_lba_format,omitempty"`
+	// ErasedThrough lists, for a disk that is (or has partitions that
+	// are) software RAID members, the devices whose erasure reaches it:
+	// its arrays and its other partitions (erased as devices of their
+	// own); MDMembers names which of the disk (itself or partitions) are
+	// members. The controller certifies such a disk from them.
+	ErasedThrough []string `json:"erased_through,omitempty"`
+	MDMembers     []string `json:"md_members,omitempty"`
 	// NVMeReadsOnes: the namespace reports (DLFEAT) that deallocated
 	// blocks read as 0xFF, the value a format leaves: verification then
 	// expects 0xFF rather than zeros.
@@ -178,6 +185,9 @@ func planOne(d disk.Disk, pol Policy, prober Prober, opener Opener, siblings []s
 		DeviceIdentity: protocol.DeviceIdentity{Vendor: d.Vendor, Model: d.Model, Serial: d.Serial, WWN: d.WWN, Controller: d.Controller}}
 	if r := skipReason(d, opener); r != "" {
 		p.Action, p.Reason = ActionSkip, r
+		if d.IsMDMember() && !d.VirtualMedia && !d.Optical {
+			p.ErasedThrough, p.MDMembers = erasedThrough(d)
+		}
 		return p
 	}
 	if d.ReadOnly {

@@ -318,6 +318,16 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 				msg += fmt.Sprintf("; the first MiB of %s was zeroed so it will not boot a partial image", req.Device)
 			}
 		}
+		if ctx.Err() != nil {
+			// An operator's abort (the step's context cancelled): the
+			// write stopped between chunks; say how far it got.
+			of := ""
+			if total > 0 {
+				of = fmt.Sprintf(" of %d", total)
+			}
+			return res, &protocol.Error{Type: protocol.ErrTypeAborted, Code: 500, Message: fmt.Sprintf(
+				"write image %s to %s aborted after writing %d%s bytes: %s", imageURL, req.Device, res.BytesWritten, of, msg)}
+		}
 		return res, writeError("write image %s to %s: %s", imageURL, req.Device, msg)
 	}
 	res.PartitionReread = reread(f)

@@ -402,3 +402,36 @@ func TestCAHint(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteImageAbort: an operator's abort (the step's context cancelled)
+// stops the write between chunks with CommandAborted, says how far it got
+// in the error and the partial result, and leaves the disk unbootable.
+func TestWriteImageAbort(t *testing.T) {
+	img := randomImage(t, 6<<20)
+	const sent = 5 << 20
+	flushed := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+		w.Write(img[:sent])
+		w.(http.Flusher).Flush()
+		close(flushed)
+		<-r.Context().Done() // the rest never comes: only the abort ends it
+	}))
+	t.Cleanup(srv.Close)
+	dev := target(t, 8<<20)
+	w := &Writer{Opener: hardware.NewGuard(outside, []string{dev})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-flushed
+		time.Sleep(300 * time.Millisecond) // the first chunks reach the disk
+		cancel()
+	}()
+	start := time.Now()
+	res, err := w.Write(ctx, Request{URL: srv.URL + "/img", Checksum: sha256sum(img), Device: dev}, nil)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	failedCleanly(t, dev, err, protocol.ErrTypeAborted, "aborted after writing ", true)
+	assert.Contains(t, err.Error(), " of "+strconv.Itoa(len(img))+" bytes")
+	assert.Greater(t, res.BytesWritten, int64(0), "the partial result names the bytes written")
+	assert.Contains(t, err.Error(), "aborted after writing "+strconv.FormatInt(res.BytesWritten, 10))
+}

@@ -30,6 +30,7 @@ func testOperation(t *testing.T, s store.Store) {
 	version := "agent 1.0"
 	op := store.Operation{
 		Clean: &store.StepPlan{Steps: steps, Index: 1}, ManualClean: true, UserCleanSteps: steps,
+		CleaningRequestedBy: "manual cleaning requested by noauth (no user known)",
 		Agent: store.AgentSession{Token: "secret", BootID: "boot-1", Version: &version, LastHeartbeat: at,
 			BootTimings: []protocol.BootPhase{{Phase: "kernel", Seconds: 1.5}},
 			Steps:       &store.StepCache{Fingerprint: "fp", Clean: steps, RefreshedAt: at},
