@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load demo demo-sim demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,6 +47,10 @@ bench-load: build ## load test: 10,000 nodes, 500 cleaning, API reads; SQLite x1
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database sqlite $(BENCH_LOAD_FLAGS)
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres $(BENCH_LOAD_FLAGS)
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres -controllers 2 $(BENCH_LOAD_FLAGS)
+
+BENCH_IRONIC_FLAGS ?=
+bench-ironic: build ## the same workload against anvil-controller and Debian's stock Ironic 21.4, side by side with the ratios (about 15 min; BENCH_IRONIC_FLAGS adds flags)
+	$(BIN)/anvil-bench ironic -controller $(BIN)/anvil-controller $(BENCH_IRONIC_FLAGS)
 
 demo: build image ## a QEMU node behind anvil-vbmc (Redfish) through its whole lifecycle with the real agent
 	$(BIN)/anvil-demo -vm -image out/image -controller $(BIN)/anvil-controller

@@ -5,6 +5,9 @@
 // "anvil-bench load" is the fleet load test (load.go): thousands of nodes,
 // hundreds cleaning at once with simulated agents, API traffic alongside,
 // on one or more controllers.
+//
+// "anvil-bench ironic" runs one workload against the controller and
+// against stock Ironic 21.4 and prints them side by side (ironic.go).
 package main
 
 import (
@@ -47,6 +50,9 @@ type bench struct {
 func run(args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "load" {
 		return runLoad(args[1:], out)
+	}
+	if len(args) > 0 && args[0] == "ironic" {
+		return runIronic(args[1:], out)
 	}
 	fs := flag.NewFlagSet("anvil-bench", flag.ContinueOnError)
 	self, _ := os.Executable()

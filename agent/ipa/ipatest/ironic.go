@@ -1,34 +1,31 @@
-// Package ipatest runs a real OpenStack Ironic (Debian's python3-ironic,
-// 21.4 in bookworm) for tests of the IPA adapter: one standalone process
-// (API and conductor, no message bus), noauth, SQLite, fake-hardware, on
-// loopback. Nothing it runs contacts anything off the machine.
+// Package ipatest runs a real OpenStack Ironic (internal/ironicserver:
+// Debian's python3-ironic 21.4, standalone, noauth, SQLite, fake-hardware,
+// loopback only) for tests of the IPA adapter, and drives it with Ironic's
+// own CLI.
 package ipatest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/anvil-metal/anvil/internal/ironicserver"
 )
 
-// Python is the interpreter Debian's Ironic is installed for (a pyenv
-// python3 earlier in PATH would not find it).
-const Python = "/usr/bin/python3"
+// Python is the interpreter Debian's Ironic is installed for.
+const Python = ironicserver.Python
 
 // Available says why Ironic cannot run here, or "" when it can.
 func Available() string {
-	if err := exec.Command(Python, "-c", "import ironic.cmd.singleprocess").Run(); err != nil {
-		return "Debian's python3-ironic is not installed (apt-get install python3-ironic)"
+	if err := ironicserver.Installed(); err != nil {
+		return err.Error()
 	}
 	if _, err := exec.LookPath("baremetal"); err != nil {
 		return "the baremetal CLI is not installed (apt-get install python3-ironicclient)"
@@ -40,6 +37,7 @@ func Available() string {
 type Ironic struct {
 	URL string // where the test and the baremetal CLI reach it
 	Dir string
+	srv *ironicserver.Server
 	t   testing.TB
 	ns  *Netns
 }
@@ -69,137 +67,28 @@ func (ir *Ironic) command(ctx context.Context, name string, args ...string) *exe
 	return exec.CommandContext(ctx, name, args...)
 }
 
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // FreePort returns a loopback port nobody listens on right now.
-func FreePort(t testing.TB) int { return freePort(t) }
-
-const config = `[DEFAULT]
-auth_strategy = noauth
-debug = true
-host = anvil-test-conductor
-state_path = {{dir}}
-rpc_transport = none
-enabled_hardware_types = fake-hardware
-enabled_boot_interfaces = fake
-enabled_deploy_interfaces = direct,fake
-enabled_power_interfaces = fake
-# fake management cannot set the boot device to disk, which a local-boot
-# deploy does (prepare_instance_boot); noop accepts it.
-enabled_management_interfaces = fake,noop
-enabled_inspect_interfaces = no-inspect
-enabled_network_interfaces = noop
-enabled_raid_interfaces = agent,no-raid
-enabled_vendor_interfaces = no-vendor
-enabled_console_interfaces = no-console
-enabled_bios_interfaces = no-bios
-enabled_rescue_interfaces = no-rescue
-default_deploy_interface = direct
-default_network_interface = noop
-[api]
-host_ip = 127.0.0.1
-port = {{port}}
-ramdisk_heartbeat_timeout = {{hbtimeout}}
-[database]
-connection = sqlite:///{{dir}}/ironic.sqlite
-[conductor]
-automated_clean = true
-sync_power_state_interval = -1
-check_provision_state_interval = 5
-[agent]
-image_download_source = http
-post_deploy_get_power_state_retries = 1
-post_deploy_get_power_state_retry_interval = 1
-deploy_logs_collect = never
-command_timeout = 60
-[deploy]
-http_url = http://127.0.0.1:9
-http_root = {{dir}}/http
-fast_track = false
-[nova]
-send_power_notifications = false
-[service_catalog]
-endpoint_override = {{agenturl}}
-[oslo_concurrency]
-lock_path = {{dir}}/locks
-`
+func FreePort(t testing.TB) int {
+	port, err := ironicserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
 
 // Start runs Ironic until the test ends.
 func Start(t testing.TB, opts Options) *Ironic {
 	t.Helper()
-	dir := t.TempDir()
-	port := freePort(t)
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if opts.AgentURL == "" {
-		opts.AgentURL = url
+	sopts := ironicserver.Options{AgentURL: opts.AgentURL, HeartbeatTimeout: opts.HeartbeatTimeout, Extra: opts.Extra}
+	if opts.Netns != nil {
+		sopts.Command, sopts.Dial = opts.Netns.Command, opts.Netns.DialContext
 	}
-	if opts.HeartbeatTimeout == 0 {
-		opts.HeartbeatTimeout = 10
-	}
-	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", fmt.Sprint(port), "{{agenturl}}", opts.AgentURL,
-		"{{hbtimeout}}", fmt.Sprint(opts.HeartbeatTimeout)).Replace(config) + opts.Extra
-	confPath := filepath.Join(dir, "ironic.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ir := &Ironic{URL: url, Dir: dir, t: t, ns: opts.Netns}
-	py := func(module string, args ...string) *exec.Cmd {
-		script := fmt.Sprintf("import sys; sys.argv=['ironic']+sys.argv[1:]; from %s import main; sys.exit(main())", module)
-		return ir.command(context.Background(), Python, append([]string{"-c", script, "--config-file", confPath}, args...)...)
-	}
-	if out, err := py("ironic.cmd.dbsync", "create_schema").CombinedOutput(); err != nil {
-		t.Fatalf("ironic-dbsync: %v\n%s", err, out)
-	}
-	logf, err := os.Create(filepath.Join(dir, "ironic.log"))
+	srv, err := ironicserver.Start(t.TempDir(), sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := py("ironic.cmd.singleprocess")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	hc := http.DefaultClient
-	if opts.Netns != nil {
-		hc = &http.Client{Transport: &http.Transport{DialContext: opts.Netns.DialContext}}
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := hc.Get(url + "/v1/drivers")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return ir
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("ironic exited at start:\n%s", ir.LogTail(4000))
-		case <-time.After(250 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ironic did not start within 2 minutes:\n%s", ir.LogTail(4000))
-		}
-	}
+	t.Cleanup(srv.Stop)
+	return &Ironic{URL: srv.URL, Dir: srv.Dir, srv: srv, t: t, ns: opts.Netns}
 }
 
 // Baremetal runs Ironic's own CLI against it and returns its output.
@@ -256,13 +145,7 @@ func (ir *Ironic) Fields(ctx context.Context, node string, fields ...string) map
 }
 
 // LogTail is the end of Ironic's log.
-func (ir *Ironic) LogTail(n int) string {
-	b, _ := os.ReadFile(filepath.Join(ir.Dir, "ironic.log"))
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func (ir *Ironic) LogTail(n int) string { return ir.srv.LogTail(n) }
 
 var agentCommandRE = regexp.MustCompile(`Executing agent command (\S+) for node`)
 

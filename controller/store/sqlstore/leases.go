@@ -17,34 +17,32 @@ import (
 // whose file serves one controller.
 
 // AcquireLease takes the node's lease if it is free, expired or already
-// holder's. The upsert's condition decides: on PostgreSQL at READ
-// COMMITTED, two controllers racing for an expired lease serialise on the
-// row lock and the loser re-checks the condition against the winner's row,
-// so exactly one gets it.
+// holder's, in one statement: the upsert's condition decides, and its
+// RETURNING carries the holder it replaced (prev_holder, set from the old
+// row), for the history. On PostgreSQL at READ COMMITTED, two controllers
+// racing for an expired lease serialise on the row lock and the loser
+// re-checks the condition against the winner's row, so exactly one gets
+// it. Only when the lease is someone else's does a second statement read
+// who holds it.
 func (s *Store) AcquireLease(ctx context.Context, nodeUUID, holder string, ttl time.Duration) (bool, string, error) {
-	// prev is the holder whose expired lease this takes over, for the
-	// history; under a race it may be stale, which only affects a message.
-	var prev string
-	err := s.queryRow(ctx, s.w, `SELECT holder FROM node_leases WHERE node_uuid = $1`, nodeUUID).Scan(&prev)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
-	}
 	p := params{nodeUUID, holder}
 	q := `INSERT INTO node_leases (node_uuid, holder, expires_at) VALUES ($1, $2, ` + s.d.later(&p, ttl) + `)
-		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-			WHERE node_leases.holder = excluded.holder OR node_leases.expires_at <= ` + s.d.now(&p)
-	res, err := s.exec(ctx, s.w, q, p...)
-	if s.d.conflict(err) {
-		return false, "", nil // lost a race (stricter isolation): someone else has it
-	}
-	if err != nil {
-		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
-	}
-	if c, _ := res.RowsAffected(); c == 1 {
+		ON CONFLICT (node_uuid) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,
+			prev_holder = node_leases.holder
+			WHERE node_leases.holder = excluded.holder OR node_leases.expires_at <= ` + s.d.now(&p) + `
+		RETURNING COALESCE(prev_holder, '')`
+	var prev string
+	err := s.queryRow(ctx, s.w, q, p...).Scan(&prev)
+	switch {
+	case err == nil:
 		if prev == holder {
 			prev = ""
 		}
 		return true, prev, nil
+	case s.d.conflict(err):
+		return false, "", nil // lost a race (stricter isolation): someone else has it
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, "", fmt.Errorf("acquire lease of node %s: %w", nodeUUID, err)
 	}
 	var current string
 	err = s.queryRow(ctx, s.w, `SELECT holder FROM node_leases WHERE node_uuid = $1`, nodeUUID).Scan(&current)

@@ -296,4 +296,12 @@ var migrations = []migration{
 		data bytea NOT NULL
 	);`,
 	},
+	{
+		// 9: a lease's previous holder, set by the upsert that takes it
+		// over, so AcquireLease is one statement on both dialects
+		// (RETURNING shows the new row; SQLite has no other way to
+		// return the row as it was).
+		sqlite:   `ALTER TABLE node_leases ADD COLUMN prev_holder TEXT;`,
+		postgres: `ALTER TABLE node_leases ADD COLUMN prev_holder text COLLATE "C";`,
+	},
 }
