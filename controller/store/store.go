@@ -188,6 +188,7 @@ type Portgroup struct {
 // Allocation claims an available node for an instance (standalone scheduler).
 type Allocation struct {
 	ID             int64          `json:"-"`
+	Revision       int64          `json:"-"` // optimistic concurrency (UpdateAllocation)
 	UUID           string         `json:"uuid"`
 	Name           *string        `json:"name"`
 	NodeUUID       *string        `json:"node_uuid"`
@@ -200,6 +201,10 @@ type Allocation struct {
 	Extra          map[string]any `json:"extra"`
 	CreatedAt      time.Time      `json:"created_at"`
 	UpdatedAt      *time.Time     `json:"updated_at"`
+	// ConductorAffinity is the controller (lease holder) processing an
+	// allocation in state allocating; another takes it over when that one
+	// is no longer alive. Not shown by the API.
+	ConductorAffinity string `json:"conductor_affinity,omitempty"`
 }
 
 // Event is one entry of a node's history (Ironic's node history, plus our
@@ -266,6 +271,8 @@ type Allocations interface {
 	CreateAllocation(ctx context.Context, a *Allocation) error
 	GetAllocation(ctx context.Context, ident string) (*Allocation, error)
 	ListAllocations(ctx context.Context, f ResourceFilter, p Page) ([]*Allocation, error)
+	// UpdateAllocation writes a if its Revision is still current (else
+	// ErrConflict) and bumps a.Revision.
 	UpdateAllocation(ctx context.Context, a *Allocation) error
 	DeleteAllocation(ctx context.Context, uuid string) error
 }
@@ -452,6 +459,30 @@ func MutateNodeWith(ctx context.Context, s Nodes, ident string, fn func(n *Node)
 		err = s.UpdateNode(wctx, n, events...)
 		if err == nil {
 			return n, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt >= 50 {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// MutateAllocation is MutateNode for an allocation: read, apply fn, write
+// back if nobody wrote it meanwhile, else again.
+func MutateAllocation(ctx context.Context, s Allocations, ident string, fn func(a *Allocation) error) (*Allocation, error) {
+	for attempt := 0; ; attempt++ {
+		a, err := s.GetAllocation(ctx, ident)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(a); err != nil {
+			return nil, err
+		}
+		err = s.UpdateAllocation(ctx, a)
+		if err == nil {
+			return a, nil
 		}
 		if !errors.Is(err, ErrConflict) || attempt >= 50 {
 			return nil, err
