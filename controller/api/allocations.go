@@ -289,7 +289,7 @@ func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error 
 // refusal when it has none.
 func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
 	if version(r.Context()) < 52 {
-		return nil, errf(http.StatusNotFound, "The API version does not allow allocations")
+		return nil, errf(http.StatusNotFound, "The resource could not be found.")
 	}
 	n, err := s.loadNode(r)
 	if err != nil {

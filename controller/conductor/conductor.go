@@ -14,7 +14,8 @@
 //   - the agent-session service (session.go): lookup, heartbeats, tokens and
 //     the commands left for the agent;
 //   - the allocator (allocations.go): allocations completed in the
-//     background, as Ironic's conductor does.
+//     background, as Ironic's conductor does; beside it the VIFs of a
+//     node's ports (vifs.go).
 //
 // A node's working state is its store.Operation record.
 package conductor
@@ -45,6 +46,7 @@ type Conductor struct {
 	*engine
 	*sessions
 	*allocator
+	*vifs
 	core *core
 }
 
@@ -60,7 +62,7 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	rt.advance, rt.checkTimers = eng.advance, eng.checkTimeouts
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
-	return &Conductor{runtime: rt, engine: eng, sessions: &sessions{core: co, kick: rt.Kick}, allocator: al, core: co}
+	return &Conductor{runtime: rt, engine: eng, sessions: &sessions{core: co, kick: rt.Kick}, allocator: al, vifs: &vifs{core: co}, core: co}
 }
 
 // Host is the name this conductor writes into reservations.

@@ -411,6 +411,12 @@ func (c *engine) tearDown(ctx context.Context, n *store.Node, d Driver) error {
 		m.CleanStep = map[string]any{}
 		return nil
 	})
+	if err == nil {
+		// The instance's VIFs go too (Ironic's remove_vifs_from_node).
+		if verr := (&vifs{core: c.core}).removeVIFs(ctx, n.UUID); verr != nil {
+			c.log.Warn("detaching the VIFs of a torn-down node failed", "node", n.UUID, "err", verr)
+		}
+	}
 	if err == nil && alloc != nil {
 		if derr := c.st.DeleteAllocation(ctx, *alloc); derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			c.log.Warn("deleting the allocation of a torn-down node failed", "node", n.UUID, "allocation", *alloc, "err", derr)

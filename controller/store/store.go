@@ -156,6 +156,7 @@ type Page struct {
 // Port binds a MAC address to a node; agent lookup finds nodes through it.
 type Port struct {
 	ID                  int64          `json:"-"`
+	Revision            int64          `json:"-"` // optimistic concurrency (UpdatePort)
 	UUID                string         `json:"uuid"`
 	Address             string         `json:"address"`
 	NodeUUID            string         `json:"node_uuid"`
@@ -166,13 +167,17 @@ type Port struct {
 	PhysicalNetwork     *string        `json:"physical_network"`
 	Extra               map[string]any `json:"extra"`
 	IsSmartNIC          bool           `json:"is_smartnic"`
-	CreatedAt           time.Time      `json:"created_at"`
-	UpdatedAt           *time.Time     `json:"updated_at"`
+	// InternalInfo is Ironic's internal_info: read-only to clients; the
+	// attached VIF is its tenant_vif_port_id.
+	InternalInfo map[string]any `json:"internal_info,omitempty"`
+	CreatedAt    time.Time      `json:"created_at"`
+	UpdatedAt    *time.Time     `json:"updated_at"`
 }
 
 // Portgroup bonds ports of one node.
 type Portgroup struct {
 	ID                       int64          `json:"-"`
+	Revision                 int64          `json:"-"` // optimistic concurrency (UpdatePortgroup)
 	UUID                     string         `json:"uuid"`
 	Name                     *string        `json:"name"`
 	Address                  *string        `json:"address"`
@@ -181,6 +186,7 @@ type Portgroup struct {
 	Properties               map[string]any `json:"properties"`
 	StandalonePortsSupported bool           `json:"standalone_ports_supported"`
 	Extra                    map[string]any `json:"extra"`
+	InternalInfo             map[string]any `json:"internal_info,omitempty"` // as Port's
 	CreatedAt                time.Time      `json:"created_at"`
 	UpdatedAt                *time.Time     `json:"updated_at"`
 }
@@ -253,6 +259,8 @@ type Ports interface {
 	CreatePort(ctx context.Context, p *Port) error
 	GetPort(ctx context.Context, uuid string) (*Port, error)
 	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
+	// UpdatePort writes p; if p.Revision is set (p was read from the
+	// store), only if it is still current (else ErrConflict).
 	UpdatePort(ctx context.Context, p *Port) error
 	DeletePort(ctx context.Context, uuid string) error
 }
@@ -262,6 +270,7 @@ type Portgroups interface {
 	CreatePortgroup(ctx context.Context, p *Portgroup) error
 	GetPortgroup(ctx context.Context, ident string) (*Portgroup, error)
 	ListPortgroups(ctx context.Context, f ResourceFilter, p Page) ([]*Portgroup, error)
+	// UpdatePortgroup is UpdatePort for a port group.
 	UpdatePortgroup(ctx context.Context, p *Portgroup) error
 	DeletePortgroup(ctx context.Context, uuid string) error
 }

@@ -137,8 +137,8 @@ func listResources[T any](ctx context.Context, s *Store, kind string, f store.Re
 	return listPage(ctx, s, "resources", "id, revision, data", where, args, p, scanResource(setID))
 }
 
-func setPortID(p *store.Port, id, _ int64)           { p.ID = id }
-func setPortgroupID(p *store.Portgroup, id, _ int64) { p.ID = id }
+func setPortID(p *store.Port, id, rev int64)           { p.ID, p.Revision = id, rev }
+func setPortgroupID(p *store.Portgroup, id, rev int64) { p.ID, p.Revision = id, rev }
 func setAllocationID(a *store.Allocation, id, rev int64) {
 	a.ID, a.Revision = id, rev
 }
@@ -162,6 +162,9 @@ func allocationKeys(a *store.Allocation) resourceKeys {
 // CreatePort inserts a port.
 func (s *Store) CreatePort(ctx context.Context, p *store.Port) (err error) {
 	p.ID, err = s.createResource(ctx, "port", portKeys(p), p)
+	if err == nil {
+		p.Revision = 1
+	}
 	return err
 }
 
@@ -175,9 +178,15 @@ func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.P
 	return listResources(ctx, s, "port", f, p, setPortID)
 }
 
-// UpdatePort writes a port.
+// UpdatePort writes a port (if read from the store: at the revision read).
 func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
-	return s.updateResource(ctx, "port", portKeys(p), p, 0)
+	if err := s.updateResource(ctx, "port", portKeys(p), p, p.Revision); err != nil {
+		return err
+	}
+	if p.Revision > 0 {
+		p.Revision++
+	}
+	return nil
 }
 
 // DeletePort removes a port.
@@ -188,6 +197,9 @@ func (s *Store) DeletePort(ctx context.Context, uuid string) error {
 // CreatePortgroup inserts a portgroup.
 func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) (err error) {
 	p.ID, err = s.createResource(ctx, "portgroup", portgroupKeys(p), p)
+	if err == nil {
+		p.Revision = 1
+	}
 	return err
 }
 
@@ -201,9 +213,15 @@ func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p st
 	return listResources(ctx, s, "portgroup", f, p, setPortgroupID)
 }
 
-// UpdatePortgroup writes a portgroup.
+// UpdatePortgroup writes a portgroup (if read: at the revision read).
 func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
-	return s.updateResource(ctx, "portgroup", portgroupKeys(p), p, 0)
+	if err := s.updateResource(ctx, "portgroup", portgroupKeys(p), p, p.Revision); err != nil {
+		return err
+	}
+	if p.Revision > 0 {
+		p.Revision++
+	}
+	return nil
 }
 
 // DeletePortgroup removes a portgroup.
