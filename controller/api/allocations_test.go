@@ -1,11 +1,16 @@
 package api
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/store"
 )
 
 // availableNode enrols a fake-hardware node and makes it available.
@@ -161,4 +166,36 @@ func TestAllocations(t *testing.T) {
 	e.waitState("a1", "available")
 	assert.Equal(t, 404, e.do("GET", "/v1/allocations/"+inst, latest, nil).status, "undeploy removes the allocation")
 	assert.Nil(t, e.do("GET", "/v1/nodes/a1", latest, nil).json(t)["allocation_uuid"])
+}
+
+// TestAllocationInstanceRemoved: removing a node's instance_uuid removes
+// its allocation, as Ironic's update_node does.
+func TestAllocationInstanceRemoved(t *testing.T) {
+	e := newEnv(t)
+	e.availableNode("r1", map[string]any{"resource_class": "gold"})
+	r := e.do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold"})
+	require.Equal(t, 201, r.status, string(r.body))
+	id := r.json(t)["uuid"].(string)
+	require.Equal(t, "active", e.waitAllocation(id)["state"])
+	r = e.do("PATCH", "/v1/nodes/r1", latest, []map[string]any{{"op": "remove", "path": "/instance_uuid"}})
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Nil(t, r.json(t)["allocation_uuid"])
+	assert.Equal(t, 404, e.do("GET", "/v1/allocations/"+id, latest, nil).status)
+}
+
+// TestAllocationResumedAfterRestart: an allocation a previous controller
+// left in allocating is finished when the controller starts again.
+func TestAllocationResumedAfterRestart(t *testing.T) {
+	path := t.TempDir() + "/anvil.db"
+	e := newEnvWith(t, conductor.Config{CheckInterval: time.Hour}, path)
+	node := e.availableNode("s1", map[string]any{"resource_class": "gold"})["uuid"].(string)
+	id := uuid.NewString()
+	require.NoError(t, e.st.CreateAllocation(context.Background(), &store.Allocation{UUID: id, State: "allocating",
+		ResourceClass: "gold", CreatedAt: time.Now().UTC(), ConductorAffinity: "previous-run/0001"}))
+	e.stop()
+
+	e = newEnvWith(t, conductor.Config{CheckInterval: time.Hour}, path)
+	a := e.waitAllocation(id)
+	assert.Equal(t, "active", a["state"])
+	assert.Equal(t, node, a["node_uuid"])
 }
