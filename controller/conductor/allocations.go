@@ -191,6 +191,12 @@ func (a *allocator) processAllocation(ctx context.Context, uuid string) {
 	if al.State != AllocAllocating || al.ConductorAffinity != a.holder {
 		return
 	}
+	if done, err := a.resume(ctx, al); done || err != nil {
+		if err != nil && !errors.Is(err, errAllocationLost) && ctx.Err() == nil {
+			a.log.Error("finishing an interrupted allocation failed", "allocation", uuid, "err", err)
+		}
+		return
+	}
 	nodes, err := a.candidates(ctx, al)
 	if err == nil {
 		err = a.reserve(ctx, al, nodes)
@@ -199,6 +205,29 @@ func (a *allocator) processAllocation(ctx context.Context, uuid string) {
 		return
 	}
 	a.fail(ctx, al.UUID, err)
+}
+
+// resume finishes an allocation whose node was reserved by a controller
+// that stopped before it recorded the node on the allocation.
+func (a *allocator) resume(ctx context.Context, al *store.Allocation) (bool, error) {
+	nodes, err := a.st.ListNodes(ctx, store.NodeFilter{InstanceUUID: &al.UUID}, store.Page{Limit: 2})
+	if err != nil {
+		return false, err
+	}
+	for _, n := range nodes {
+		if n.AllocationUUID == nil || *n.AllocationUUID != al.UUID {
+			continue
+		}
+		_, err := store.MutateAllocation(ctx, a.st, al.UUID, func(cur *store.Allocation) error {
+			if cur.State != AllocAllocating || cur.ConductorAffinity != a.holder {
+				return errAllocationLost
+			}
+			cur.NodeUUID, cur.State, cur.LastError = &n.UUID, AllocActive, nil
+			return nil
+		})
+		return true, err
+	}
+	return false, nil
 }
 
 // fail records why an allocation failed (Ironic's _allocation_failed).
@@ -375,6 +404,8 @@ func (a *allocator) checkInstanceFree(ctx context.Context, uuid, node string) er
 // and on still being this controller's; if the allocation's write fails,
 // the node is given back.
 func (a *allocator) claim(ctx context.Context, al *store.Allocation, nodeUUID string, check func(*store.Node) error) error {
+	// A few short writes that belong together: a shutdown waits for them.
+	ctx = context.WithoutCancel(ctx)
 	_, err := store.MutateNode(ctx, a.st, nodeUUID, func(n *store.Node) error {
 		if err := check(n); err != nil {
 			return err

@@ -54,6 +54,7 @@ func TestAllocations(t *testing.T) {
 		"TakeOver":          testAllocationTakeOver,
 		"DeleteWhileBusy":   testAllocationDeletedMeanwhile,
 		"NameFirstAndOwner": testAllocationNameAndOwner,
+		"Interrupted":       testAllocationInterrupted,
 	}
 	for _, sn := range []string{"SQLite", "PostgreSQL"} {
 		t.Run(sn, func(t *testing.T) {
@@ -382,4 +383,25 @@ func testAllocationNameAndOwner(t *testing.T, open func(t *testing.T) store.Stor
 	b := e.allocate(&store.Allocation{ResourceClass: "silver", Owner: strp("proj-1")})
 	require.Equal(t, AllocActive, b.State)
 	assert.Equal(t, owned.UUID, *b.NodeUUID, "owner matches a node's owner or lessee")
+}
+
+// testAllocationInterrupted: a controller that stopped between reserving
+// the node and recording it on the allocation left the node reserved; the
+// allocation is finished with that node, not another.
+func testAllocationInterrupted(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	e := newAllocEnv(t, open(t), true)
+	e.node("free", "gold")
+	held := e.node("held", "gold")
+	a := &store.Allocation{ResourceClass: "gold"}
+	e.create(a)
+	_, err := store.MutateNode(ctx, e.st, held.UUID, func(n *store.Node) error {
+		n.AllocationUUID, n.InstanceUUID = &a.UUID, &a.UUID
+		return nil
+	})
+	require.NoError(t, err)
+	e.cond.processAllocation(ctx, a.UUID)
+	got := e.get(a.UUID)
+	assert.Equal(t, AllocActive, got.State)
+	assert.Equal(t, held.UUID, *got.NodeUUID)
 }
