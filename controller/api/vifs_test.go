@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,4 +89,38 @@ func TestVIFs(t *testing.T) {
 	require.Equal(t, 202, e.provision("v1", "deleted", nil).status)
 	e.waitState("v1", "available")
 	assert.Equal(t, []any{}, e.do("GET", "/v1/nodes/v1/vifs", latest, nil).json(t)["vifs"])
+}
+
+// TestVIFsConcurrent: VIFs attached at once never share a port; those
+// beyond the free ports are refused.
+func TestVIFsConcurrent(t *testing.T) {
+	e := newEnv(t)
+	node := e.createNode("vc", nil)["uuid"].(string)
+	const ports, vifs = 4, 8
+	for i := range ports {
+		r := e.do("POST", "/v1/ports", latest, map[string]any{"node_uuid": node, "address": fmt.Sprintf("52:54:00:00:01:%02x", i)})
+		require.Equal(t, 201, r.status, string(r.body))
+	}
+	statuses := make([]int, vifs)
+	var wg sync.WaitGroup
+	for i := range vifs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = e.do("POST", "/v1/nodes/vc/vifs", latest, map[string]any{"id": fmt.Sprintf("vif-%d", i)}).status
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	assert.Equal(t, map[int]int{204: ports, 400: vifs - ports}, count)
+	seen := map[any]bool{}
+	for _, p := range e.do("GET", "/v1/nodes/vc/ports?detail=true", latest, nil).json(t)["ports"].([]any) {
+		v := p.(map[string]any)["internal_info"].(map[string]any)["tenant_vif_port_id"]
+		require.NotNil(t, v)
+		assert.False(t, seen[v], "VIF %v on two ports", v)
+		seen[v] = true
+	}
 }
