@@ -187,6 +187,9 @@ func allocationsGate(h handler) handler {
 }
 
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Query().Has("owner") && version(r.Context()) < 60 {
+		return notAcceptable()
+	}
 	return listResource(s, w, r, allocationResource, false, "")
 }
 

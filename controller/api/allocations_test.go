@@ -72,6 +72,8 @@ func TestAllocations(t *testing.T) {
 	assert.Equal(t, a["uuid"], got.json(t)["uuid"])
 	assert.Equal(t, map[string]any{"uuid": a["uuid"], "state": "active", "links": a["links"]},
 		e.do("GET", "/v1/allocations/job1?fields=uuid,state", latest, nil).json(t))
+	assert.Equal(t, map[string]any{"allocations": []any{map[string]any{"uuid": a["uuid"], "links": a["links"]}}},
+		e.do("GET", "/v1/allocations?fields=uuid&state=active", latest, nil).json(t), "fields= on the list")
 
 	failures := map[string]struct {
 		body   map[string]any
@@ -114,13 +116,15 @@ func TestAllocations(t *testing.T) {
 		"PATCH state":          {"PATCH", "/v1/allocations/job1", latest, []map[string]any{{"op": "replace", "path": "/state", "value": "error"}}, 400, "Cannot patch /state. Only the following can be updated: name, extra"},
 		"PATCH bad name":       {"PATCH", "/v1/allocations/job1", latest, []map[string]any{{"op": "replace", "path": "/name", "value": "a b"}}, 400, "Cannot update allocation with invalid name 'a b'"},
 		"PATCH unknown":        {"PATCH", "/v1/allocations/nope", latest, []map[string]any{{"op": "replace", "path": "/name", "value": "x"}}, 404, "Allocation nope could not be found."},
+		"owner filter < 1.60":  {"GET", "/v1/allocations?owner=p", "1.59", nil, 406, "Request not acceptable."},
+		"owner field < 1.60":   {"GET", "/v1/allocations/job1?fields=owner", "1.59", nil, 406, "Request not acceptable."},
 		"no node allocation":   {"GET", "/v1/nodes/a1/allocation", latest, nil, 404, "Allocation for node a1 was not found"},
 		"backfill not active":  {"POST", "/v1/allocations", latest, map[string]any{"node": "a1"}, 500, "Cannot backfill an allocation for node"},
 		"delete node's absent": {"DELETE", "/v1/nodes/a2/allocation", latest, nil, 404, "Allocation for node a2 was not found"},
 	}
 	for _, name := range []string{"no resource class", "unknown candidate", "bad name", "bad uuid", "duplicate name", "unknown field",
 		"node before 1.58", "owner before 1.60", "unknown backfill", "POST before 1.52", "GET before 1.52", "PATCH before 1.57",
-		"PATCH state", "PATCH bad name", "PATCH unknown", "no node allocation", "backfill not active"} {
+		"PATCH state", "PATCH bad name", "PATCH unknown", "owner filter < 1.60", "owner field < 1.60", "no node allocation", "backfill not active"} {
 		tc := refusals[name]
 		t.Run(name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.ver, tc.body)
