@@ -123,4 +123,37 @@ func TestVIFsConcurrent(t *testing.T) {
 		assert.False(t, seen[v], "VIF %v on two ports", v)
 		seen[v] = true
 	}
+
+	// One VIF attached by several requests at once ends on one port at
+	// most, and only a request that answered 204 put it there.
+	node2 := e.createNode("vc2", nil)["uuid"].(string)
+	for i := range ports {
+		r := e.do("POST", "/v1/ports", latest, map[string]any{"node_uuid": node2, "address": fmt.Sprintf("52:54:00:00:02:%02x", i)})
+		require.Equal(t, 201, r.status, string(r.body))
+	}
+	ok := 0
+	var mu sync.Mutex
+	for range vifs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.do("POST", "/v1/nodes/vc2/vifs", latest, map[string]any{"id": "same"})
+			mu.Lock()
+			defer mu.Unlock()
+			if r.status == 204 {
+				ok++
+			} else {
+				assert.Equal(t, 409, r.status, string(r.body))
+			}
+		}()
+	}
+	wg.Wait()
+	on := 0
+	for _, p := range e.do("GET", "/v1/nodes/vc2/ports?detail=true", latest, nil).json(t)["ports"].([]any) {
+		if p.(map[string]any)["internal_info"].(map[string]any)["tenant_vif_port_id"] == "same" {
+			on++
+		}
+	}
+	assert.LessOrEqual(t, on, 1, "a VIF on two ports")
+	assert.Equal(t, ok, on)
 }

@@ -93,13 +93,8 @@ func (v *vifs) ListVIFs(ctx context.Context, nodeUUID string) ([]string, error) 
 		return nil, err
 	}
 	out := []string{}
-	for _, p := range ports {
-		if id := (portLike{port: p}).vif(); id != "" {
-			out = append(out, id)
-		}
-	}
-	for _, pg := range pgs {
-		if id := (portLike{pg: pg}).vif(); id != "" {
+	for _, pl := range portLikes(ports, pgs) {
+		if id := pl.vif(); id != "" {
 			out = append(out, id)
 		}
 	}
@@ -220,10 +215,53 @@ func (v *vifs) AttachVIF(ctx context.Context, n *store.Node, vif string, to VIFT
 			if err != nil {
 				return fmt.Errorf("attach VIF %s to %s %s: %w", vif, target.kind(), target.uuid(), err)
 			}
+			if err := v.undoDuplicate(ctx, n.UUID, vif, target.uuid()); err != nil {
+				return err
+			}
 			v.log.Info("VIF attached", "node", n.UUID, "vif", vif, "to", target.kind(), "uuid", target.uuid())
 			return nil
 		}
 	}
+}
+
+// undoDuplicate takes the VIF off mine again if another request attached
+// it elsewhere at the same time. Of two racing attaches the one that reads
+// after the other wrote sees both and yields (both may yield, none stays
+// twice): Ironic serializes them under the node's lock instead.
+func (v *vifs) undoDuplicate(ctx context.Context, nodeUUID, vif, mine string) error {
+	ports, pgs, err := v.portsOf(ctx, nodeUUID)
+	if err != nil {
+		return err
+	}
+	var own, other *portLike
+	for _, pl := range append(portLikes(ports, nil), portLikes(nil, pgs)...) {
+		if pl.vif() != vif {
+			continue
+		}
+		if pl.uuid() == mine {
+			own = &pl
+		} else {
+			other = &pl
+		}
+	}
+	if own == nil || other == nil {
+		return nil
+	}
+	if err := v.setVIF(ctx, *own, ""); err != nil {
+		return err
+	}
+	return Conflict("Unable to attach VIF because VIF %s is already attached to Ironic %s %s", vif, other.kind(), other.uuid())
+}
+
+func portLikes(ports []*store.Port, pgs []*store.Portgroup) []portLike {
+	out := make([]portLike, 0, len(ports)+len(pgs))
+	for _, p := range ports {
+		out = append(out, portLike{port: p})
+	}
+	for _, pg := range pgs {
+		out = append(out, portLike{pg: pg})
+	}
+	return out
 }
 
 // DetachVIF is Ironic's vif_detach.
@@ -237,15 +275,11 @@ func (v *vifs) DetachVIF(ctx context.Context, n *store.Node, vif string) error {
 			return err
 		}
 		var target *portLike
-		for _, pg := range pgs {
-			if pl := (portLike{pg: pg}); pl.vif() == vif {
+		// Port groups first, as Ironic looks.
+		for _, pl := range append(portLikes(nil, pgs), portLikes(ports, nil)...) {
+			if pl.vif() == vif {
 				target = &pl
 				break
-			}
-		}
-		for _, p := range ports {
-			if pl := (portLike{port: p}); target == nil && pl.vif() == vif {
-				target = &pl
 			}
 		}
 		if target == nil {
@@ -266,13 +300,8 @@ func (v *vifs) removeVIFs(ctx context.Context, nodeUUID string) error {
 		return err
 	}
 	var errs []error
-	for _, p := range ports {
-		if pl := (portLike{port: p}); pl.vif() != "" {
-			errs = append(errs, v.setVIF(ctx, pl, ""))
-		}
-	}
-	for _, pg := range pgs {
-		if pl := (portLike{pg: pg}); pl.vif() != "" {
+	for _, pl := range portLikes(ports, pgs) {
+		if pl.vif() != "" {
 			errs = append(errs, v.setVIF(ctx, pl, ""))
 		}
 	}
