@@ -162,9 +162,12 @@ var portgroupResource = &resource[store.Portgroup]{
 var allocationResource = &resource[store.Allocation]{
 	plural: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
 	params:     []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"},
-	nodeParams: []string{"node"},
+	nodeParams: []string{"node"}, fieldMin: allocationFieldMin,
 	keep: func(q query, a *store.Allocation) bool {
 		if rc := q.str("resource_class"); rc != nil && a.ResourceClass != *rc {
+			return false
+		}
+		if o := q.str("owner"); o != nil && deref(a.Owner) != *o {
 			return false
 		}
 		st := q.str("state")
@@ -177,7 +180,5 @@ var allocationResource = &resource[store.Allocation]{
 		return st.ListAllocations(ctx, f, p)
 	},
 	uuid: func(a *store.Allocation) string { return a.UUID },
-	view: func(s *Server, r *http.Request, a *store.Allocation, _ []string) map[string]any {
-		return s.allocationView(r, a)
-	},
+	view: (*Server).allocationView,
 }
