@@ -78,7 +78,11 @@ alias scsi:t-0x00* sd_mod
 	f.device("pci0000:00/0000:00:03.0", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00")
 	var mu sync.Mutex
 	var loaded []string
+	var started []string
 	loader := loaderFunc(func(name string) error {
+		mu.Lock()
+		started = append(started, name)
+		mu.Unlock()
 		switch name {
 		case "ata_piix": // the slow probe, which exposes a disk
 			time.Sleep(600 * time.Millisecond)
@@ -106,6 +110,8 @@ alias scsi:t-0x00* sd_mod
 	assert.Equal(t, 1, calls)
 	assert.Equal(t, []string{"virtio_pci", "virtio_net"}, atForeground, "the NIC's drivers, not the disks'")
 	assert.Less(t, res.ForegroundAt, 500*time.Millisecond, "Foreground does not wait for the ATA probe")
+	assert.Equal(t, []string{"virtio_pci", "virtio_net", "ata_piix", "sd_mod"}, started,
+		"storage loads wait for the network's, with which they would share a CPU")
 	assert.ElementsMatch(t, []string{"virtio_pci", "virtio_net", "ata_piix", "sd_mod"}, res.Loaded, "Run waits for the storage and what it exposes")
 	assert.GreaterOrEqual(t, res.Took, 600*time.Millisecond)
 	assert.Positive(t, res.Scans)
