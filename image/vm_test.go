@@ -344,6 +344,12 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		tb.Skipf("test binary path %q cannot be used in a QEMU option", self)
 	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
+	if shift := os.Getenv("ANVIL_VM_ICOUNT"); shift != "" {
+		// The guest's clock counts instructions (2^shift ns each), not host
+		// time, so its boot timings do not depend on how busy the host
+		// is: a way to compare changes on a shared machine.
+		args = append(args, "-icount", "shift="+shift+",sleep=off")
+	}
 	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
 	for _, o := range boot.netOpts {
 		netdev += "," + o
@@ -354,7 +360,7 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 			kargs = boot.cmdline
 		}
 		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
-			"-append", "console=ttyS0 panic=-1 "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
+			"-append", "console=ttyS0 panic=-1 "+protocol.RamdiskKernelArgs+" "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
 	} else {
 		tftp := filepath.Join(dir, "tftp")
 		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/" + boot.pxeNode + "/ipxe\n"

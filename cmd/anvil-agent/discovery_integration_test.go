@@ -61,10 +61,13 @@ func TestBinaryDiscovery(t *testing.T) {
 	log1 := filepath.Join(dir, "agent1.log")
 	agentRun(log1)
 	var nodes nodeList
-	require.Eventually(t, func() bool {
-		get("/v1/nodes?detail=true", &nodes)
-		return len(nodes.Nodes) == 1
-	}, 60*time.Second, 100*time.Millisecond, "agent log:\n%s", tail(log1))
+	// The controller creates the node, then its ports and inventory, so
+	// the node is listed before it is whole: wait for the agent to hear
+	// that its report was taken.
+	require.Eventually(t, func() bool { return strings.Contains(tail(log1), "discovery: enrolled") },
+		60*time.Second, 100*time.Millisecond, "agent log:\n%s", tail(log1))
+	get("/v1/nodes?detail=true", &nodes)
+	require.Len(t, nodes.Nodes, 1)
 	n := nodes.Nodes[0]
 	assert.Equal(t, "enroll", n.ProvisionState)
 	assert.Equal(t, true, n.Extra["auto_discovered"])

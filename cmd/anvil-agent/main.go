@@ -40,7 +40,7 @@ func main() {
 	case "modprobe":
 		os.Exit(modprobe(os.Args[1:], os.Stderr))
 	case "coldplug":
-		coldplug(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)), false)
+		coldplug(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		return
 	}
 	os.Exit(run(ctx, os.Args[1:], os.Stderr))
@@ -220,45 +220,48 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			"reason", why)
 	}
 
+	gates := openGates()
 	if powers {
-		// Before the network: the NIC drivers are among what it loads.
-		coldplug(ctx, log, true)
+		gates = startBoot(ctx, log)
 	}
-
-	guard := deviceGuard(o, env, powers, why)
-	log.Info("device guard", "mode", guard.String())
+	// The guard resolves its allow-list's names (/dev/disk/by-id/...)
+	// when made, so it is made once the disks' drivers are loaded; every
+	// user of it waits for that anyway.
+	var guard *hardware.Guard
 	// mdadm --assemble writes superblocks and may start a resync on every
 	// member it finds, so it runs only where every disk is ours to write.
-	// It runs beside the network bring-up (about 0.3 s of a TCG boot);
-	// the inventory and the step dispatcher wait for it, as both must see
-	// the arrays.
+	// It runs beside the network bring-up, once the disks are there; the
+	// inventory and the step dispatcher wait for it, as both must see the
+	// arrays.
 	arrays := make(chan struct{})
-	if powers && o.allowList() == nil {
-		go func() {
-			defer close(arrays)
+	go func() {
+		defer close(arrays)
+		if wait(ctx, gates.disks) != nil {
+			return
+		}
+		guard = deviceGuard(o, env, powers, why)
+		log.Info("device guard", "mode", guard.String())
+		if powers && o.allowList() == nil {
 			assembleArrays(ctx, log)
-		}()
-	} else {
-		if powers {
+		} else if powers {
 			log.Info("not assembling software RAID arrays: mdadm would write to disks outside the device allow-list",
 				"devices", o.allowList())
 		}
-		close(arrays)
-	}
-	waitArrays := func(ctx context.Context) error {
-		select {
-		case <-arrays:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+	}()
+	// disksReady returns the guard once the disks and arrays are there.
+	disksReady := func(ctx context.Context) (*hardware.Guard, error) {
+		if err := wait(ctx, arrays); err != nil {
+			return nil, err
 		}
+		return guard, nil
 	}
 
 	if o.ipa {
-		if err := waitArrays(ctx); err != nil {
+		g, err := disksReady(ctx)
+		if err != nil {
 			return 0
 		}
-		return runIPA(ctx, o, env, powers, why, guard, log, stderr)
+		return runIPA(ctx, o, env, powers, why, g, log, stderr)
 	}
 
 	// anvil.token= is the per-boot nonce the controller put in the node's
@@ -280,14 +283,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	root := o.root
 	a := &agent.Agent{
 		Controller: client,
-		Hardware:   hardwareFor(root, guard, log, waitArrays),
-		Network:    network(o, powers, log),
+		Hardware:   hardwareFor(root, log, disksReady),
+		Network:    gatedNetwork{Network: network(o, powers, log), gate: gates.network},
 		Inventory: func(ctx context.Context) (protocol.Inventory, error) {
-			if err := waitArrays(ctx); err != nil {
+			g, err := disksReady(ctx)
+			if err != nil {
 				return protocol.Inventory{}, err
 			}
 			inv, err := hardware.Inventory(ctx, root)
-			return guard.ScopeInventory(inv), err
+			return g.ScopeInventory(inv), err
 		},
 		Logs:     agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},
 		Log:      log,
@@ -309,27 +313,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	runForever(ctx, a.Run, log)
 	log.Info("shutting down")
 	return 0
-}
-
-// coldplug loads the kernel modules the machine's devices ask for (by
-// modalias), then (watch) keeps watching for devices that appear late. Nothing
-// here stops the boot: without a module tree or with unknown hardware the
-// agent carries on with what the kernel already drives.
-func coldplug(ctx context.Context, log *slog.Logger, watch bool) {
-	c, err := kmod.ForRunningKernel(log)
-	if err != nil {
-		log.Warn("coldplug: no module loading by modalias", "err", err)
-		return
-	}
-	res := c.Run(ctx)
-	log.Info("coldplug done", "took", res.Took.Round(time.Millisecond).String(), "rounds", res.Rounds,
-		"devices", res.Devices, "loaded", res.Loaded, "failed", res.Failed, "unmatched", len(res.Unmatched))
-	if len(res.Unmatched) > 0 {
-		log.Debug("coldplug: devices no included module claims", "modaliases", res.Unmatched)
-	}
-	if watch {
-		go c.Watch(ctx, 5*time.Second)
-	}
 }
 
 // modprobe is the kernel's module loader in the ramdisk (see kmod.Modprobe):
@@ -461,9 +444,10 @@ func network(o options, powers bool, log *slog.Logger) agent.Network {
 
 // hardwareFor builds the dispatcher for the node a lookup found, with the
 // controller's erase policy and the node's root device hints.
-func hardwareFor(root string, guard *hardware.Guard, log *slog.Logger, ready func(context.Context) error) agent.HardwareFunc {
+func hardwareFor(root string, log *slog.Logger, ready func(context.Context) (*hardware.Guard, error)) agent.HardwareFunc {
 	return func(ctx context.Context, lr *protocol.LookupResponse) (agent.Hardware, error) {
-		if err := ready(ctx); err != nil {
+		guard, err := ready(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("hardware managers: %w", err)
 		}
 		cfg := generic.Config{Root: root, Guard: guard, Logger: log, Policy: erasePolicy(lr.Config.Erase)}

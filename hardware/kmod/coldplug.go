@@ -43,11 +43,24 @@ type Coldplug struct {
 	// Limit bounds one Run (default 60 s), so hardware that keeps adding
 	// devices cannot hold the boot.
 	Limit time.Duration
-	Log   *slog.Logger
+	// Background names modules that what comes next in the boot does not
+	// wait for (nil: none). The agent passes storage drivers: their probes
+	// (ATA link resets, SCSI scans) are the slowest of a boot, and disks
+	// are needed only once the agent inventories them, while the NIC
+	// drivers gate DHCP.
+	Background func(module string) bool
+	// Foreground, if set, is called once, by the first Run: as soon as
+	// every module Background does not name has loaded and Settle has
+	// passed since the last of them, while background loads may still
+	// run; at the latest when that Run returns (ctx ended, Limit passed,
+	// no sysfs), so a caller waiting on it is never left waiting.
+	Foreground func()
+	Log        *slog.Logger
 
-	mu    sync.Mutex
-	seen  map[string]bool // modalias paths handled
-	tried map[string]bool // modules loaded or failed
+	mu         sync.Mutex
+	seen       map[string]bool // device paths handled (bound ones too)
+	tried      map[string]bool // modules loaded or failed
+	foreground bool            // Foreground was called
 }
 
 // Result is what one Run did.
@@ -62,7 +75,14 @@ type Result struct {
 	// claims (chipset functions, devices driven by built-in code, and
 	// hardware the image has no driver for).
 	Unmatched []string
-	Took      time.Duration
+	// Scans is how often sysfs was read, ScanTime how long that took in
+	// all: under emulation, reading sysfs was most of coldplug's time.
+	Scans    int
+	ScanTime time.Duration
+	// ForegroundAt is when (since Run started) Foreground was called, if
+	// this Run called it.
+	ForegroundAt time.Duration
+	Took         time.Duration
 }
 
 // Run loads modules until no new device appears. It returns early, with
@@ -88,12 +108,29 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 	if par <= 0 {
 		par = 8
 	}
+	background := c.Background
+	if background == nil {
+		background = func(string) bool { return false }
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen == nil {
 		c.seen, c.tried = map[string]bool{}, map[string]bool{}
 	}
 	res := Result{Failed: map[string]string{}}
+	callForeground := func() {
+		if c.foreground {
+			return
+		}
+		c.foreground = true
+		res.ForegroundAt = time.Since(start)
+		if c.Foreground != nil {
+			log.InfoContext(ctx, "coldplug: foreground drivers loaded", "after", res.ForegroundAt.Round(time.Millisecond).String())
+			c.Foreground()
+		}
+	}
+	// Whatever ends the Run, Foreground has been called when it returns.
+	defer callForeground()
 	type loaded struct {
 		mod  string
 		err  error
@@ -103,10 +140,18 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 	// after Run returned (ctx ended, Limit passed) never blocks.
 	done := make(chan loaded, 4096)
 	var queue []string // wanted, not started (more than par at once)
-	inFlight := 0
+	inFlight, fgPending := 0, 0
 	startLoads := func() {
 		for len(queue) > 0 && inFlight < par {
 			m := queue[0]
+			if fgPending > 0 && background(m) {
+				// The queue holds the foreground first. Background loads
+				// wait for it: on one CPU (a TCG guest, a small VM) they
+				// compete for it (a load is mostly decompression and
+				// relocation), which made virtio_pci take 1.9 virtual s
+				// beside ata_piix and nvme instead of a fraction of that.
+				break
+			}
 			queue = queue[1:]
 			inFlight++
 			go func() {
@@ -116,8 +161,15 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 			}()
 		}
 	}
+	lastLoad := start.Add(-settle) // nothing loaded yet: no reason to wait
+	lastFG := lastLoad
 	finish := func(l loaded) {
 		inFlight--
+		lastLoad = time.Now()
+		if !background(l.mod) {
+			fgPending--
+			lastFG = lastLoad
+		}
 		if l.err != nil {
 			res.Failed[l.mod] = l.err.Error()
 			log.WarnContext(ctx, "coldplug: module failed to load", "module", l.mod, "err", l.err)
@@ -126,22 +178,24 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 			log.InfoContext(ctx, "coldplug: loaded module", "module", l.mod, "took", l.took.Round(time.Millisecond).String())
 		}
 	}
-	lastLoad := start.Add(-settle) // nothing loaded yet: no reason to wait
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for {
-		devs, err := ScanModaliases(c.Sys)
+		t := time.Now()
+		devs, err := scanModaliases(c.Sys, func(path string) bool { return c.seen[path] })
+		res.Scans++
+		res.ScanTime += time.Since(t)
 		if err != nil {
 			log.WarnContext(ctx, "coldplug: cannot read devices", "sys", c.Sys, "err", err)
 			break
 		}
-		var want []string
+		var fg, bg []string
 		fresh := 0
 		for _, d := range devs {
-			if d.Bound || c.seen[d.Path] {
+			c.seen[d.Path] = true
+			if d.Bound {
 				continue
 			}
-			c.seen[d.Path] = true
 			fresh++
 			res.Devices++
 			mods := c.Aliases.Match(d.Modalias)
@@ -150,31 +204,49 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 				continue
 			}
 			for _, m := range mods {
-				if !c.tried[m] {
-					c.tried[m] = true
-					want = append(want, m)
+				if c.tried[m] {
+					continue
+				}
+				c.tried[m] = true
+				if background(m) {
+					bg = append(bg, m)
+				} else {
+					fg = append(fg, m)
 				}
 			}
 		}
-		if len(want) > 0 {
+		if len(fg)+len(bg) > 0 {
 			// A round is a set of modules wanted by one look at the
 			// devices; its loads overlap with earlier rounds' loads.
 			res.Rounds++
-			sort.Strings(want)
-			log.InfoContext(ctx, "coldplug: loading modules", "round", res.Rounds, "modules", want)
-			queue = append(queue, want...)
+			sort.Strings(fg)
+			sort.Strings(bg)
+			log.InfoContext(ctx, "coldplug: loading modules", "round", res.Rounds, "modules", fg, "background", bg)
+			// The foreground first: with more wanted than Parallel, the
+			// network's drivers must not queue behind the disks'.
+			queue = append(append(fg, queue...), bg...)
+			fgPending += len(fg)
 		}
 		startLoads()
+		if fgPending == 0 && time.Since(lastFG) >= settle {
+			callForeground()
+		}
 		if inFlight == 0 && len(queue) == 0 && fresh == 0 && time.Since(lastLoad) >= settle {
 			break
 		}
 		// Look again when a load finishes (its driver may have exposed
-		// devices) or, while settling, every 50 ms.
-		tick := time.NewTimer(50 * time.Millisecond)
+		// devices) or, while settling, every 50 ms. While only loads are
+		// running, their completion is what brings new devices: a slow
+		// tick keeps the scans (most of coldplug's time under emulation)
+		// from competing with the probes for the CPU.
+		wait := 50 * time.Millisecond
+		if inFlight > 0 && (c.foreground || fgPending > 0) {
+			wait = 250 * time.Millisecond
+		}
+		tick := time.NewTimer(wait)
 		select {
 		case l := <-done:
 			finish(l)
-			lastLoad = time.Now()
 		case <-tick.C:
 		case <-ctx.Done():
 		case <-deadline.C:
@@ -238,6 +310,14 @@ type Device struct {
 // where the walk took seconds). Unreadable entries are skipped: a device
 // may vanish while we look.
 func ScanModaliases(sys string) ([]Device, error) {
+	return scanModaliases(sys, nil)
+}
+
+// scanModaliases is ScanModaliases without the devices skip names (by
+// their /sys/devices path): a device coldplug has handled is not read
+// again, which made each rescan cost a directory listing per bus instead
+// of three files per device.
+func scanModaliases(sys string, skip func(path string) bool) ([]Device, error) {
 	buses, err := os.ReadDir(filepath.Join(sys, "bus"))
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", sys, err)
@@ -251,8 +331,8 @@ func ScanModaliases(sys string) ([]Device, error) {
 			continue
 		}
 		for _, d := range devs {
-			real, err := filepath.EvalSymlinks(filepath.Join(dir, d.Name()))
-			if err != nil || seen[real] {
+			real, err := deviceDir(dir, d.Name())
+			if err != nil || seen[real] || (skip != nil && skip(real)) {
 				continue
 			}
 			seen[real] = true
@@ -270,6 +350,23 @@ func ScanModaliases(sys string) ([]Device, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// deviceDir is the /sys/devices directory a bus's devices/ entry links to.
+// sysfs links are one hop ("../../../devices/pci0000:00/..."), so one
+// readlink does what EvalSymlinks does with an lstat per path component.
+// An entry that is not a link (a tree that is not sysfs) is resolved in
+// full.
+func deviceDir(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	link, err := os.Readlink(p)
+	if err != nil {
+		return filepath.EvalSymlinks(p)
+	}
+	if !filepath.IsAbs(link) {
+		link = filepath.Join(dir, link)
+	}
+	return filepath.Clean(link), nil
 }
 
 // ReadAliases parses a modules.alias file.

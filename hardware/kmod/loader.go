@@ -20,6 +20,7 @@ import (
 type KernelLoader struct {
 	prober   *kmodule.Prober
 	deps     map[string][]string // module -> modules it depends on (modules.dep)
+	paths    map[string]string   // module -> its file, relative to the module tree
 	softdeps Softdeps
 	aliases  *AliasTable
 }
@@ -33,12 +34,26 @@ func NewKernelLoader(dir string, aliases *AliasTable) (*KernelLoader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kernel modules: %w", err)
 	}
-	k := &KernelLoader{prober: p, deps: map[string][]string{}, aliases: aliases, softdeps: Softdeps{}}
 	dep, err := os.ReadFile(filepath.Join(dir, "modules.dep"))
 	if err != nil {
 		return nil, fmt.Errorf("kernel modules: %w", err)
 	}
-	for _, line := range strings.Split(string(dep), "\n") {
+	k := &KernelLoader{prober: p, aliases: aliases, softdeps: Softdeps{}}
+	k.deps, k.paths = parseModulesDep(string(dep))
+	if f, err := os.Open(filepath.Join(dir, "modules.softdep")); err == nil {
+		defer f.Close()
+		if k.softdeps, err = ParseSoftdeps(f); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// parseModulesDep reads modules.dep ("kernel/drivers/x/a.ko.zst: dep.ko
+// ..."): each module's dependencies by name, and its file.
+func parseModulesDep(dep string) (deps map[string][]string, paths map[string]string) {
+	deps, paths = map[string][]string{}, map[string]string{}
+	for _, line := range strings.Split(dep, "\n") {
 		mod, rest, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
@@ -47,15 +62,46 @@ func NewKernelLoader(dir string, aliases *AliasTable) (*KernelLoader, error) {
 		for _, d := range strings.Fields(rest) {
 			names = append(names, moduleName(d))
 		}
-		k.deps[moduleName(mod)] = names
+		name := moduleName(mod)
+		deps[name], paths[name] = names, mod
 	}
-	if f, err := os.Open(filepath.Join(dir, "modules.softdep")); err == nil {
-		defer f.Close()
-		if k.softdeps, err = ParseSoftdeps(f); err != nil {
-			return nil, err
+	return deps, paths
+}
+
+// StorageOnly reports whether module is a storage driver the network does
+// not need: its file is under a storage class of the kernel tree (ATA,
+// SCSI, NVMe, block, CD-ROM, md/dm, Fusion MPT, USB storage) and nothing
+// it depends on is under the network's (drivers/net, net/, InfiniBand),
+// which keeps iSCSI and FCoE offload drivers (bnx2i, qedf: storage on a
+// NIC's silicon) with the NICs. Unknown and built-in modules are not.
+func (k *KernelLoader) StorageOnly(module string) bool {
+	module = NormalizeName(module)
+	if !underAny(k.paths[module], "drivers/ata/", "drivers/scsi/", "drivers/nvme/", "drivers/block/",
+		"drivers/cdrom/", "drivers/md/", "drivers/message/", "drivers/usb/storage/") {
+		return false
+	}
+	for _, d := range k.deps[module] {
+		if underAny(k.paths[d], "drivers/net/", "net/", "drivers/infiniband/") {
+			return false
 		}
 	}
-	return k, nil
+	return true
+}
+
+// underAny reports whether the modules.dep path p ("kernel/drivers/ata/
+// ahci.ko", "updates/...") is under one of the trees, relative to its
+// first component.
+func underAny(p string, trees ...string) bool {
+	_, rel, ok := strings.Cut(p, "/")
+	if !ok {
+		return false
+	}
+	for _, t := range trees {
+		if strings.HasPrefix(rel, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // moduleName is the module name of a modules.dep path.
