@@ -86,8 +86,14 @@ const (
 // scanNode reads nodeFullCols; scanListedNode nodeListCols, marking the
 // node Partial.
 func scanNode(sc scanner) (*store.Node, error) {
-	var agent []byte
-	n, err := scanNodeWith(sc, &agent)
+	var (
+		id, rev         int64
+		data, op, agent []byte
+	)
+	if err := sc.Scan(&id, &rev, &data, &op, &agent); err != nil {
+		return nil, err
+	}
+	n, err := decodeNode(id, rev, data, op)
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +104,18 @@ func scanNode(sc scanner) (*store.Node, error) {
 	return n, nil
 }
 
+// scanListedNode reads the documents as sql.RawBytes, the driver's own
+// buffers: they are decoded (copied) before the next row, and a list reads
+// a thousand of them.
 func scanListedNode(sc scanner) (*store.Node, error) {
-	n, err := scanNodeWith(sc)
+	var (
+		id, rev  int64
+		data, op sql.RawBytes
+	)
+	if err := sc.Scan(&id, &rev, &data, &op); err != nil {
+		return nil, err
+	}
+	n, err := decodeNode(id, rev, data, op)
 	if err != nil {
 		return nil, err
 	}
@@ -107,14 +123,7 @@ func scanListedNode(sc scanner) (*store.Node, error) {
 	return n, nil
 }
 
-func scanNodeWith(sc scanner, extra ...any) (*store.Node, error) {
-	var (
-		id, rev  int64
-		data, op []byte
-	)
-	if err := sc.Scan(append([]any{&id, &rev, &data, &op}, extra...)...); err != nil {
-		return nil, err
-	}
+func decodeNode(id, rev int64, data, op []byte) (*store.Node, error) {
 	n := &store.Node{}
 	if err := json.Unmarshal(data, n); err != nil {
 		return nil, fmt.Errorf("decode node %d: %w", id, err)
