@@ -61,4 +61,4 @@ func BenchmarkListNodes1000(b *testing.B) { benchGet(b, benchServer(b, 1000), "/
 func BenchmarkListNodesDetail1000(b *testing.B) {
 	benchGet(b, benchServer(b, 1000), "/v1/nodes/detail")
 }
-func BenchmarkGetNode(b *testing.B) { benchGet(b, benchServer(b, 10), "/v1/nodes/node-00005") }
+func BenchmarkGetNode(b *testing.B) { benchGet(b, benchServer(b, 10), "/v1/nodes/n-00005") }

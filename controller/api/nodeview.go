@@ -239,7 +239,7 @@ func checkFields(ctx context.Context, fields []string, known map[string]int) err
 type nodeRenderer struct {
 	ver    int
 	host   string
-	fields []nodeField
+	fields []*nodeField
 	// linksHead and linksMid are the JSON around a node's UUID in its
 	// links: `[{"href":"<base>/v1/nodes/` and `","rel":"self"},{"href":"<base>/nodes/`.
 	linksHead, linksMid string
@@ -247,27 +247,37 @@ type nodeRenderer struct {
 	subs                []string // the sub-resources linked (detail only)
 }
 
+// nodeFieldsAt are the fields of a whole node at each microversion.
+var nodeFieldsAt = func() [][]*nodeField {
+	at := make([][]*nodeField, maxMinor+1)
+	for ver := range at {
+		for i := range nodeFields {
+			if nodeFields[i].min <= ver {
+				at[ver] = append(at[ver], &nodeFields[i])
+			}
+		}
+	}
+	return at
+}()
+
+// nodeSubs are the sub-resources a whole node links to, each from a later
+// microversion than the one before: 1.1, 1.14, 1.24 and 1.32.
+var nodeSubs = []string{"/ports", "/states", "/portgroups", "/volume"}
+
 // newNodeRenderer renders nodes for r with the given fields (nil: every
 // field the version has, plus the sub-resource links).
 func (s *Server) newNodeRenderer(r *http.Request, fields []string) *nodeRenderer {
-	ver := version(r.Context())
+	ver := min(max(version(r.Context()), 0), maxMinor)
 	v := &nodeRenderer{ver: ver, host: s.cond.Host(), links: true}
 	if fields == nil {
-		for _, f := range nodeFields {
-			if f.min <= ver {
-				v.fields = append(v.fields, f)
+		v.fields = nodeFieldsAt[ver]
+		subs := 1
+		for _, from := range []int{14, 24, 32} {
+			if ver >= from {
+				subs++
 			}
 		}
-		v.subs = append(v.subs, "/ports")
-		if ver >= 14 {
-			v.subs = append(v.subs, "/states")
-		}
-		if ver >= 24 {
-			v.subs = append(v.subs, "/portgroups")
-		}
-		if ver >= 32 {
-			v.subs = append(v.subs, "/volume")
-		}
+		v.subs = nodeSubs[:subs]
 	} else {
 		for i, name := range fields {
 			if f, ok := nodeFieldByName[name]; ok && f.min <= ver && !slices.Contains(fields[:i], name) {
@@ -281,19 +291,18 @@ func (s *Server) newNodeRenderer(r *http.Request, fields []string) *nodeRenderer
 	base := baseFromContext(r, s)
 	b.WriteString(`[{"href":`)
 	appendString(&b, base+"/v1/nodes/")
-	v.linksHead = strings.TrimSuffix(b.String(), `"`)
-	b.Reset()
+	head := b.Len() - 1 // without the closing quote
 	b.WriteString(`","rel":"self"},{"href":`)
 	appendString(&b, base+"/nodes/")
-	v.linksMid = strings.TrimSuffix(b.String(), `"`)
+	all := b.String()
+	v.linksHead, v.linksMid = all[:head], all[head+1:len(all)-1]
 	return v
 }
 
 // appendNode writes n as a JSON object.
 func (v *nodeRenderer) appendNode(b *bytes.Buffer, n *store.Node) error {
 	b.WriteByte('{')
-	for i := range v.fields {
-		f := &v.fields[i]
+	for i, f := range v.fields {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -349,10 +358,10 @@ func (v *nodeRenderer) render(n *store.Node) (renderedJSON, error) {
 	return b.Bytes(), nil
 }
 
-var nodeFieldByName = func() map[string]nodeField {
-	m := map[string]nodeField{}
-	for _, f := range nodeFields {
-		m[f.name] = f
+var nodeFieldByName = func() map[string]*nodeField {
+	m := map[string]*nodeField{}
+	for i := range nodeFields {
+		m[nodeFields[i].name] = &nodeFields[i]
 	}
 	return m
 }()
