@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,27 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
-	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 )
 
-// benchServer is an API over a file-backed store with n nodes.
+// benchServer is an API over a file-backed store (as the controller
+// runs) with n nodes like anvil-bench's fleet (see fixtureNode).
 func benchServer(b *testing.B, n int) *httptest.Server {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, b.TempDir()+"/anvil.db")
 	require.NoError(b, err)
 	b.Cleanup(func() { st.Close() })
-	for i := 0; i < n; i++ {
-		name := fmt.Sprintf("node-%05d", i)
-		node := &store.Node{UUID: uuid.NewString(), Name: &name, Driver: "fake-hardware", ProvisionState: "available",
-			CreatedAt: time.Now(), Properties: map[string]any{"cpus": 32, "memory_mb": 262144, "local_gb": 960, "cpu_arch": "x86_64"},
-			DriverInfo: map[string]any{"ipmi_address": "127.0.0.1", "ipmi_username": "admin", "ipmi_password": "x"}}
-		require.NoError(b, st.CreateNode(ctx, node))
-	}
+	createFixtureNodes(b, st, n)
 	cond := conductor.New(st, conductor.Config{Host: "bench"}, conductor.FakeDriver{})
 	srv := httptest.NewServer(New(Config{Store: st, Conductor: cond}))
 	b.Cleanup(srv.Close)
@@ -69,4 +61,4 @@ func BenchmarkListNodes1000(b *testing.B) { benchGet(b, benchServer(b, 1000), "/
 func BenchmarkListNodesDetail1000(b *testing.B) {
 	benchGet(b, benchServer(b, 1000), "/v1/nodes/detail")
 }
-func BenchmarkGetNode(b *testing.B) { benchGet(b, benchServer(b, 10), "/v1/nodes/node-00005") }
+func BenchmarkGetNode(b *testing.B) { benchGet(b, benchServer(b, 10), "/v1/nodes/n-00005") }

@@ -101,7 +101,7 @@ func (s *Server) listNodes(detailPath bool) handler {
 			f.ProvisionState = ps
 		}
 		if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
-			return s.writeNodePage(w, nil, "")
+			return s.writeNodePage(w, nil, nil, "")
 		}
 		for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
 			if *dst, err = q.boolean(k); err != nil {
@@ -131,34 +131,29 @@ func (s *Server) listNodes(detailPath bool) handler {
 			if detailPath {
 				path += "/detail"
 			}
-			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].uuid, p)
+			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].UUID, p)
 		}
-		return s.writeNodePage(w, nodes, next)
+		return s.writeNodePage(w, s.newNodeRenderer(r, view), nodes, next)
 	}
 }
 
-type nodeRow struct {
-	uuid string
-	view *object
-}
-
-// listNodeViews reads a page and renders it; when every requested field is
-// an indexed column the node documents are not read at all.
-func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page, view []string) ([]nodeRow, error) {
+// listNodeViews reads a page of nodes for the view; when every requested
+// field is an indexed column the node documents are not read at all.
+func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page, view []string) ([]*store.Node, error) {
 	light := view != nil
 	for _, k := range view {
 		light = light && summaryFields[k]
 	}
-	var rows []nodeRow
 	if light {
 		sums, err := s.st.ListNodeSummaries(r.Context(), f, p)
 		if err != nil {
 			return nil, err
 		}
-		for _, sum := range sums {
-			rows = append(rows, nodeRow{sum.UUID, s.nodeView(r, summaryNode(sum), view)})
+		nodes := make([]*store.Node, len(sums))
+		for i, sum := range sums {
+			nodes[i] = summaryNode(sum)
 		}
-		return rows, nil
+		return nodes, nil
 	}
 	nodes, err := s.st.ListNodes(r.Context(), f, p)
 	if err != nil {
@@ -171,10 +166,7 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 			return nil, err
 		}
 	}
-	for _, n := range nodes {
-		rows = append(rows, nodeRow{n.UUID, s.nodeView(r, n, view)})
-	}
-	return rows, nil
+	return nodes, nil
 }
 
 // agentStateLoader is a store whose node lists leave out the agent's state
@@ -195,7 +187,7 @@ const pageChunk = 64 << 10
 // before the status is sent, so an unrenderable node (only a bug could
 // make one: every value came from JSON) fails the request cleanly; a later
 // one aborts the connection, never ending a truncated body as if complete.
-func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next string) error {
+func (s *Server) writeNodePage(w http.ResponseWriter, view *nodeRenderer, nodes []*store.Node, next string) error {
 	b, _ := s.bufs.Get().(*bytes.Buffer)
 	if b == nil {
 		b = new(bytes.Buffer)
@@ -208,11 +200,11 @@ func (s *Server) writeNodePage(w http.ResponseWriter, nodes []nodeRow, next stri
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		if err := n.view.appendTo(b); err != nil {
+		if err := view.appendNode(b, n); err != nil {
 			if !started {
 				return err
 			}
-			s.log.Error("rendering a node page failed mid-stream; aborting the response", "node", n.uuid, "err", err)
+			s.log.Error("rendering a node page failed mid-stream; aborting the response", "node", n.UUID, "err", err)
 			panic(http.ErrAbortHandler)
 		}
 		if b.Len() >= pageChunk {
@@ -259,7 +251,16 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.nodeView(r, n, fields))
+	return s.writeNode(w, r, http.StatusOK, n, fields)
+}
+
+// writeNode answers with one node's view (fields nil: all of it).
+func (s *Server) writeNode(w http.ResponseWriter, r *http.Request, status int, n *store.Node, fields []string) error {
+	view, err := s.nodeView(r, n, fields)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, view)
 	return nil
 }
 
@@ -335,8 +336,7 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 		return nodeWriteError(n, err)
 	}
 	w.Header().Set("Location", s.baseURL(r)+"/v1/nodes/"+n.UUID)
-	writeJSON(w, http.StatusCreated, s.nodeView(r, n, nil))
-	return nil
+	return s.writeNode(w, r, http.StatusCreated, n, nil)
 }
 
 // defaultInterfaces fills unset interfaces with the hardware type's defaults.
@@ -430,8 +430,7 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, s.nodeView(r, n, nil))
-	return nil
+	return s.writeNode(w, r, http.StatusOK, n, nil)
 }
 
 // applyNodePatch applies ops to n and enforces Ironic's update rules.
@@ -544,10 +543,14 @@ func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	view := s.nodeView(r, n, []string{"console_enabled", "last_error", "power_state", "provision_state",
+	v := s.newNodeRenderer(r, []string{"console_enabled", "last_error", "power_state", "provision_state",
 		"target_power_state", "target_provision_state", "provision_updated_at", "raid_config", "target_raid_config",
 		"boot_mode", "secure_boot"})
-	view.del("links")
+	v.links = false
+	view, err := v.render(n)
+	if err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, view)
 	return nil
 }

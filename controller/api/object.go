@@ -9,76 +9,10 @@ import (
 	"unicode/utf8"
 )
 
-// object is a JSON object with a fixed key order. Node lists are the
-// hottest responses; writing fields in table order avoids the sorting and
-// reflection encoding/json spends on map[string]any.
-type object struct {
-	keys []string
-	vals []any
-}
-
-func newObject(n int) *object { return &object{keys: make([]string, 0, n), vals: make([]any, 0, n)} }
-
-// add appends a key the object does not have yet (no scan: views are built
-// from tables of distinct fields).
-func (o *object) add(k string, v any) {
-	o.keys = append(o.keys, k)
-	o.vals = append(o.vals, v)
-}
-
-func (o *object) set(k string, v any) {
-	for i, key := range o.keys {
-		if key == k {
-			o.vals[i] = v
-			return
-		}
-	}
-	o.keys = append(o.keys, k)
-	o.vals = append(o.vals, v)
-}
-
-func (o *object) get(k string) (any, bool) {
-	for i, key := range o.keys {
-		if key == k {
-			return o.vals[i], true
-		}
-	}
-	return nil, false
-}
-
-func (o *object) del(k string) {
-	for i, key := range o.keys {
-		if key == k {
-			o.keys = append(o.keys[:i], o.keys[i+1:]...)
-			o.vals = append(o.vals[:i], o.vals[i+1:]...)
-			return
-		}
-	}
-}
-
-// MarshalJSON writes the keys in order.
-func (o *object) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	err := o.appendTo(&b)
-	return b.Bytes(), err
-}
-
-func (o *object) appendTo(b *bytes.Buffer) error {
-	b.WriteByte('{')
-	for i, k := range o.keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		appendString(b, k)
-		b.WriteByte(':')
-		if err := appendValue(b, o.vals[i]); err != nil {
-			return err
-		}
-	}
-	b.WriteByte('}')
-	return nil
-}
-
+// appendValue writes v, a value decoded from JSON or one of the API's own
+// (links, string lists), as encoding/json would, minus HTML escaping.
+// Node views are the hottest responses: this avoids the reflection and the
+// copies encoding/json spends on map[string]any.
 func appendValue(b *bytes.Buffer, v any) error {
 	switch x := v.(type) {
 	case nil:
@@ -87,8 +21,6 @@ func appendValue(b *bytes.Buffer, v any) error {
 		appendString(b, x)
 	case bool:
 		b.WriteString(strconv.FormatBool(x))
-	case *object:
-		return x.appendTo(b)
 	case float64:
 		return appendFloat(b, x)
 	case int:
@@ -127,24 +59,7 @@ func appendValue(b *bytes.Buffer, v any) error {
 		}
 		b.WriteByte(']')
 	case map[string]any:
-		// sorted keys, as encoding/json writes maps
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			appendString(b, k)
-			b.WriteByte(':')
-			if err := appendValue(b, x[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
+		return appendMap(b, x, nil)
 	default:
 		raw, err := json.Marshal(x)
 		if err != nil {
@@ -155,12 +70,50 @@ func appendValue(b *bytes.Buffer, v any) error {
 	return nil
 }
 
+// appendMap writes m with sorted keys, as encoding/json writes maps; the
+// values hide (if not nil) picks are written as the masked string.
+func appendMap(b *bytes.Buffer, m map[string]any, hide func(k string, v any) bool) error {
+	var stack [16]string // the keys of most maps: no allocation for them
+	keys := stack[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		appendString(b, k)
+		b.WriteByte(':')
+		v := m[k]
+		if hide != nil && hide(k, v) {
+			appendString(b, masked)
+			continue
+		}
+		if err := appendValue(b, v); err != nil {
+			return err
+		}
+	}
+	b.WriteByte('}')
+	return nil
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendString writes s as a JSON string, escaping like encoding/json
 // (minus HTML escaping, which API clients do not need).
 func appendString(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
+	appendStringBody(b, s)
+	b.WriteByte('"')
+}
+
+// appendStringBody writes s escaped, without the quotes. Pieces of a
+// string escaped one by one give the bytes of the whole escaped at once
+// when each piece after the first starts with ASCII (an invalid UTF-8
+// sequence cut by the split stays invalid byte by byte).
+func appendStringBody(b *bytes.Buffer, s string) {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -212,7 +165,6 @@ func appendString(b *bytes.Buffer, s string) {
 		i += size
 	}
 	b.WriteString(s[start:])
-	b.WriteByte('"')
 }
 
 // appendFloat formats like encoding/json: shortest representation, exponent

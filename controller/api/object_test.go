@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,19 +13,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestObjectKeepsOrderAndEncodesLikeEncodingJSON(t *testing.T) {
-	o := newObject(4)
-	o.set("z", "last\"quote")
-	o.set("a", map[string]any{"k": []any{1.0, "x"}})
-	o.set("m", nil)
-	o.set("b", true)
-	o.set("z", "first") // overwrite keeps position
-	raw, err := json.Marshal(o)
+func TestAppendMapSortsAndMasks(t *testing.T) {
+	// more keys than appendMap keeps on its stack
+	m := map[string]any{"z": "last\"quote", "a": map[string]any{"k": []any{1.0, "x"}}, "m": nil, "b": true,
+		"ipmi_password": "p", "empty_password": "", "nil_password": nil}
+	for i := range 20 {
+		m[fmt.Sprintf("k%02d", i)] = float64(i)
+	}
+	var b bytes.Buffer
+	require.NoError(t, appendMap(&b, m, hideSecret))
+	masked := maps.Clone(m)
+	masked["ipmi_password"] = "******"
+	want, err := json.Marshal(masked)
 	require.NoError(t, err)
-	assert.Equal(t, `{"z":"first","a":{"k":[1,"x"]},"m":null,"b":true}`, string(raw))
-	o.del("a")
-	_, ok := o.get("a")
-	assert.False(t, ok)
+	assert.Equal(t, string(want), b.String())
+	b.Reset()
+	require.NoError(t, appendMap(&b, nil, nil))
+	assert.Equal(t, "{}", b.String())
 }
 
 func FuzzAppendString(f *testing.F) {

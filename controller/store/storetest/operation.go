@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -94,4 +95,48 @@ func testOperation(t *testing.T, s store.Store) {
 	read, err = s.GetNode(ctx, n.UUID)
 	require.NoError(t, err)
 	assert.Equal(t, store.Operation{}, read.Operation)
+}
+
+// testAgentStatePages: LoadAgentState fills in the agent state of exactly
+// the listed nodes that have one, for a page of consecutive nodes (read as
+// an id range) and for a sparse one (read by id), where a node between
+// the page's nodes has agent state too and must not be touched.
+func testAgentStatePages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	loader, ok := s.(interface {
+		LoadAgentState(ctx context.Context, nodes []*store.Node) error
+	})
+	require.True(t, ok, "%T loads agent state", s)
+	withState := map[string]bool{}
+	for i := range 12 {
+		n := NewNode(fmt.Sprintf("as-%02d", i))
+		if i%4 == 0 || i == 11 {
+			n.ProvisionState = "active"
+		}
+		if i%3 == 1 { // 1, 4, 7, 10
+			n.Operation.Agent.Steps = &store.StepCache{Fingerprint: *n.Name}
+			n.Operation.Agent.CommandStatus = &protocol.CommandStatus{ID: *n.Name, State: protocol.CommandRunning}
+			withState[*n.Name] = true
+		}
+		require.NoError(t, s.CreateNode(ctx, n))
+	}
+	active := "active"
+	for name, f := range map[string]store.NodeFilter{"consecutive": {}, "sparse": {ProvisionState: &active}} {
+		t.Run(name, func(t *testing.T) {
+			list, err := s.ListNodes(ctx, f, store.Page{})
+			require.NoError(t, err)
+			require.NoError(t, loader.LoadAgentState(ctx, list))
+			for _, n := range list {
+				assert.False(t, n.Partial, *n.Name)
+				if withState[*n.Name] {
+					require.NotNil(t, n.Operation.Agent.Steps, *n.Name)
+					assert.Equal(t, *n.Name, n.Operation.Agent.Steps.Fingerprint)
+					assert.Equal(t, *n.Name, n.Operation.Agent.CommandStatus.ID)
+				} else {
+					assert.Nil(t, n.Operation.Agent.Steps, *n.Name)
+					assert.Nil(t, n.Operation.Agent.CommandStatus, *n.Name)
+				}
+			}
+		})
+	}
 }

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"UnleasedWork":      testUnleasedWork,
 		"Controllers":       testControllers,
 		"Operation":         testOperation,
+		"AgentStatePages":   testAgentStatePages,
 		"StepResults":       testStepResults,
 		"StepResultsBound":  testStepResultsBound,
 		"EraseRecords":      testEraseRecords,
