@@ -14,7 +14,10 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-func (s *Server) allocationView(r *http.Request, a *store.Allocation) map[string]any {
+var allocationFieldMin = map[string]int{"uuid": 52, "name": 52, "node_uuid": 52, "state": 52, "last_error": 52,
+	"resource_class": 52, "candidate_nodes": 52, "traits": 52, "extra": 52, "created_at": 52, "updated_at": 52, "owner": 60}
+
+func (s *Server) allocationView(r *http.Request, a *store.Allocation, fields []string) map[string]any {
 	cands, traits := a.CandidateNodes, a.Traits
 	if cands == nil {
 		cands = []string{}
@@ -22,14 +25,10 @@ func (s *Server) allocationView(r *http.Request, a *store.Allocation) map[string
 	if traits == nil {
 		traits = []string{}
 	}
-	out := map[string]any{"uuid": a.UUID, "name": sp(a.Name), "node_uuid": sp(a.NodeUUID), "state": a.State,
+	all := map[string]any{"uuid": a.UUID, "name": sp(a.Name), "node_uuid": sp(a.NodeUUID), "state": a.State,
 		"last_error": sp(a.LastError), "resource_class": a.ResourceClass, "candidate_nodes": cands, "traits": traits,
-		"extra": orEmpty(a.Extra), "created_at": fmtTime(a.CreatedAt), "updated_at": ts(a.UpdatedAt),
-		"links": s.links(r, "allocations/"+a.UUID)}
-	if version(r.Context()) >= 60 {
-		out["owner"] = sp(a.Owner)
-	}
-	return out
+		"extra": orEmpty(a.Extra), "created_at": fmtTime(a.CreatedAt), "updated_at": ts(a.UpdatedAt), "owner": sp(a.Owner)}
+	return s.view(r, all, allocationFieldMin, fields, "allocations/"+a.UUID)
 }
 
 type allocationBody struct {
@@ -95,7 +94,7 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	w.Header().Set("Location", s.baseURL(r)+"/v1/allocations/"+a.UUID)
-	writeJSON(w, http.StatusCreated, s.allocationView(r, a))
+	writeJSON(w, http.StatusCreated, s.allocationView(r, a, nil))
 	return nil
 }
 
@@ -175,12 +174,7 @@ func (s *Server) loadAllocation(r *http.Request) (*store.Allocation, error) {
 }
 
 func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.loadAllocation(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.allocationView(r, a))
-	return nil
+	return getResource(s, w, r, allocationResource)
 }
 
 // deleteAllocation frees the node, unless it is being or has been deployed.

@@ -17,6 +17,7 @@ import (
 // unknown one. listResource and loadResource serve every kind from it.
 type resource[T any] struct {
 	plural     string // the list's body key
+	path       string // the collection's path under /v1 ("volume/connectors")
 	title      string // "Port": Ironic's "Port X could not be found."
 	minVersion int    // the microversion the resource appeared in (0: always there)
 	muxVar     string // the route variable naming one
@@ -27,6 +28,11 @@ type resource[T any] struct {
 	detailParam        bool           // "detail=true" asks for every field
 	fieldMin           map[string]int // fields= is honoured, with these fields' microversions
 	summary            []string       // the fields of a plain list
+	// sortKeys are the sort_key values the list takes besides "id"
+	// (they must be keys the store sorts this kind by).
+	sortKeys []string
+	// writes says how clients create and patch one (nil: they cannot).
+	writes *writes[T]
 	// keep filters the page in memory by parameters the store does not
 	// index; nil keeps everything.
 	keep func(q query, v *T) bool
@@ -96,11 +102,15 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 			return err
 		}
 	}
-	p, err := q.page([]string{"id"})
+	p, err := q.page(append([]string{"id"}, res.sortKeys...))
 	if err != nil {
 		return err
 	}
-	items, err := res.list(ctx, s.st, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
+	sortKey := p.sortKey
+	if sortKey == "id" {
+		sortKey = ""
+	}
+	items, err := res.list(ctx, s.st, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: sortKey, Desc: p.desc})
 	if err != nil {
 		return markerError(err, p)
 	}
@@ -124,6 +134,52 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 	return nil
 }
 
+// getResource serves GET of one resource, with fields= when the kind
+// honours it.
+func getResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T]) error {
+	if err := atLeast(r.Context(), res.minVersion); err != nil {
+		return err
+	}
+	var fields []string
+	if res.fieldMin != nil {
+		q, err := parseQuery(r, "fields")
+		if err != nil {
+			return err
+		}
+		fields = fieldsArg(q)
+		if err := checkFields(r.Context(), fields, res.fieldMin); err != nil {
+			return err
+		}
+	}
+	v, err := loadResource(s, r, res)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.view(s, r, v, fields))
+	return nil
+}
+
+// deleteResource serves DELETE: check, if set, may refuse first.
+func deleteResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T],
+	check func(v *T) error, del func(ctx context.Context, st store.Store, uuid string) error) error {
+	v, err := loadResource(s, r, res)
+	if err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(v); err != nil {
+			return err
+		}
+	}
+	if err := del(r.Context(), s.st, res.uuid(v)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
 func markerError(err error, p pageArgs) error {
 	if errors.Is(err, store.ErrNotFound) && p.marker != "" {
 		return badRequest("Marker %s could not be found.", p.marker)
@@ -132,7 +188,7 @@ func markerError(err error, p pageArgs) error {
 }
 
 var portResource = &resource[store.Port]{
-	plural: "ports", title: "Port", muxVar: "port",
+	plural: "ports", path: "ports", title: "Port", muxVar: "port", writes: portWrites,
 	params:     []string{"node", "node_uuid", "address", "portgroup", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node", "node_uuid"}, byAddress: true, detailParam: true,
 	fieldMin: portFieldMin, summary: []string{"uuid", "address"},
@@ -145,10 +201,10 @@ var portResource = &resource[store.Port]{
 }
 
 var portgroupResource = &resource[store.Portgroup]{
-	plural: "portgroups", title: "Portgroup", minVersion: 23, muxVar: "pg",
+	plural: "portgroups", path: "portgroups", title: "Portgroup", minVersion: 23, muxVar: "pg", writes: portgroupWrites,
 	params:     []string{"node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node"}, byAddress: true, detailParam: true,
-	summary: []string{"uuid", "address", "name"},
+	fieldMin: portgroupFieldMin, summary: []string{"uuid", "address", "name"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.Portgroup, error) {
 		return st.GetPortgroup(ctx, id)
 	},
@@ -160,7 +216,8 @@ var portgroupResource = &resource[store.Portgroup]{
 }
 
 var allocationResource = &resource[store.Allocation]{
-	plural: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
+	plural: "allocations", path: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
+	fieldMin: allocationFieldMin,
 	params:     []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node"},
 	keep: func(q query, a *store.Allocation) bool {
@@ -177,7 +234,5 @@ var allocationResource = &resource[store.Allocation]{
 		return st.ListAllocations(ctx, f, p)
 	},
 	uuid: func(a *store.Allocation) string { return a.UUID },
-	view: func(s *Server, r *http.Request, a *store.Allocation, _ []string) map[string]any {
-		return s.allocationView(r, a)
-	},
+	view: (*Server).allocationView,
 }
