@@ -112,9 +112,13 @@ var portgroupWrites = &writes[store.Portgroup]{
 		}
 		return nil
 	},
-	create: func(ctx context.Context, st store.Store, pg *store.Portgroup) error { return st.CreatePortgroup(ctx, pg) },
-	update: func(ctx context.Context, st store.Store, pg *store.Portgroup) error { return st.UpdatePortgroup(ctx, pg) },
-	touch:  func(pg *store.Portgroup) { pg.UpdatedAt = nowp() },
+	create: func(ctx context.Context, st store.Store, pg *store.Portgroup) error {
+		return st.CreatePortgroup(ctx, pg)
+	},
+	update: func(ctx context.Context, st store.Store, pg *store.Portgroup) error {
+		return st.UpdatePortgroup(ctx, pg)
+	},
+	touch: func(pg *store.Portgroup) { pg.UpdatedAt = nowp() },
 	writeErr: func(pg *store.Portgroup, err error) error {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):

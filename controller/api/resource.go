@@ -217,7 +217,7 @@ var portgroupResource = &resource[store.Portgroup]{
 
 var allocationResource = &resource[store.Allocation]{
 	plural: "allocations", path: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
-	fieldMin: allocationFieldMin,
+	fieldMin:   allocationFieldMin,
 	params:     []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node"},
 	keep: func(q query, a *store.Allocation) bool {
