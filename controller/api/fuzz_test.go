@@ -222,7 +222,8 @@ func FuzzResourceBody(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	schemas := map[string]schema{"port": portWrites.schema, "portgroup": portgroupWrites.schema}
+	schemas := map[string]schema{"port": portWrites.schema, "portgroup": portgroupWrites.schema, "chassis": chassisWrites.schema,
+		"connector": connectorWrites.schema, "target": targetWrites.schema}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		doc, err := decodeObject(body)
 		if err != nil {

@@ -98,8 +98,11 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 	var fields []string
 	if res.fieldMin != nil {
 		fields = fieldsArg(q)
-		if err := checkFields(ctx, fields, res.fieldMin); err != nil {
+		if err := checkFieldsArg(ctx, fields, res.fieldMin); err != nil {
 			return err
+		}
+		if fields != nil && detail && q.has("detail") {
+			return badRequest("Can't fetch a subset of fields with 'detail' set")
 		}
 	}
 	p, err := q.page(append([]string{"id"}, res.sortKeys...))
@@ -147,7 +150,7 @@ func getResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *
 			return err
 		}
 		fields = fieldsArg(q)
-		if err := checkFields(r.Context(), fields, res.fieldMin); err != nil {
+		if err := checkFieldsArg(r.Context(), fields, res.fieldMin); err != nil {
 			return err
 		}
 	}
@@ -176,6 +179,17 @@ func deleteResource[T any](s *Server, w http.ResponseWriter, r *http.Request, re
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// checkFieldsArg checks fields= (1.8+) against a resource's fields.
+func checkFieldsArg(ctx context.Context, fields []string, known map[string]int) error {
+	if fields == nil {
+		return nil
+	}
+	if err := atLeast(ctx, 8); err != nil {
+		return err
+	}
+	return checkFields(ctx, fields, known)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

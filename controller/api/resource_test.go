@@ -16,9 +16,12 @@ type writeCase struct {
 	msg               string // the faultstring, for refusals
 }
 
+// runWriteCases runs the cases in name order (later ones may see what
+// earlier ones changed).
 func (e *testEnv) runWriteCases(t *testing.T, cases map[string]writeCase) {
 	t.Helper()
-	for name, tc := range cases {
+	for _, name := range sortedKeys(cases) {
+		tc := cases[name]
 		t.Run(name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.ver, tc.body)
 			require.Equal(t, tc.status, r.status, string(r.body))

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -20,6 +21,8 @@ type writes[T any] struct {
 	body      string   // "port": Ironic's "Schema error for port: ..."
 	schema    schema   // PORT_SCHEMA and its validators
 	patchable []string // PATCH_ALLOWED_FIELDS, in Ironic's order
+	// patchCheck, if set, refuses operations before the resource is read.
+	patchCheck func(ops []patchOp) error
 	// doc is the resource as a PATCH sees it: every schema field.
 	doc func(v *T) map[string]any
 	// fresh is a new resource with its defaults and a new UUID.
@@ -28,8 +31,7 @@ type writes[T any] struct {
 	// body has) from the validated document; create tells which.
 	apply func(s *Server, r *http.Request, v *T, doc map[string]any, changed func(string) bool, create bool) error
 	// check, if set, refuses a write the resource's node forbids (a
-	// volume target of a powered-on node); node is the one before the
-	// write and, if different, the one after.
+	// volume target of a powered-on node), after apply.
 	check func(s *Server, r *http.Request, v *T, create bool) error
 
 	create, update func(ctx context.Context, st store.Store, v *T) error
@@ -108,6 +110,11 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(wr.patchable, ", "))
 		}
 	}
+	if wr.patchCheck != nil {
+		if err := wr.patchCheck(ops); err != nil {
+			return err
+		}
+	}
 	v, err := loadResource(s, r, res)
 	if err != nil {
 		return err
@@ -151,6 +158,16 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 	}
 	writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
 	return nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// pyStr is Python's str() of a decoded JSON value, as "%s" shows it.
+func pyStr(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return pyValue(v)
 }
 
 func contains(list []string, s string) bool {
