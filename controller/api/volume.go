@@ -183,9 +183,13 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		}
 		return s.volumeChange(r.Context(), c.NodeUUID, "volume connector update")
 	},
-	create: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error { return st.CreateVolumeConnector(ctx, c) },
-	update: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error { return st.UpdateVolumeConnector(ctx, c) },
-	touch:  func(c *store.VolumeConnector) { c.UpdatedAt = nowp() },
+	create: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error {
+		return st.CreateVolumeConnector(ctx, c)
+	},
+	update: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error {
+		return st.UpdateVolumeConnector(ctx, c)
+	},
+	touch: func(c *store.VolumeConnector) { c.UpdatedAt = nowp() },
 	writeErr: func(c *store.VolumeConnector, err error) error {
 		switch {
 		case errors.Is(err, store.ErrDuplicateAddr):
@@ -255,9 +259,13 @@ var targetWrites = &writes[store.VolumeTarget]{
 		}
 		return s.volumeChange(r.Context(), t.NodeUUID, "volume target update")
 	},
-	create: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error { return st.CreateVolumeTarget(ctx, t) },
-	update: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error { return st.UpdateVolumeTarget(ctx, t) },
-	touch:  func(t *store.VolumeTarget) { t.UpdatedAt = nowp() },
+	create: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error {
+		return st.CreateVolumeTarget(ctx, t)
+	},
+	update: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error {
+		return st.UpdateVolumeTarget(ctx, t)
+	},
+	touch: func(t *store.VolumeTarget) { t.UpdatedAt = nowp() },
 	writeErr: func(t *store.VolumeTarget, err error) error {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):
