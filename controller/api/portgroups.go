@@ -136,10 +136,6 @@ func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
 	return createResource(s, w, r, portgroupResource)
 }
 
-func (s *Server) loadPortgroup(r *http.Request) (*store.Portgroup, error) {
-	return loadResource(s, r, portgroupResource)
-}
-
 func (s *Server) getPortgroup(w http.ResponseWriter, r *http.Request) error {
 	return getResource(s, w, r, portgroupResource)
 }

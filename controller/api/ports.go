@@ -82,10 +82,6 @@ func (s *Server) listPortsFor(w http.ResponseWriter, r *http.Request, detail boo
 	return listResource(s, w, r, portResource, detail, nodeUUID)
 }
 
-func (s *Server) loadPort(r *http.Request) (*store.Port, error) {
-	return loadResource(s, r, portResource)
-}
-
 func (s *Server) getPort(w http.ResponseWriter, r *http.Request) error {
 	return getResource(s, w, r, portResource)
 }
