@@ -29,7 +29,7 @@ var chassisResource = &resource[store.Chassis]{
 	plural: "chassis", path: "chassis", title: "Chassis", muxVar: "chassis",
 	params:      []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
 	detailParam: true, fieldMin: chassisFieldMin, summary: []string{"uuid", "description"},
-	sortKeys: []string{"uuid", "created_at"},
+	sortKeys: []string{"uuid", "created_at"}, noSort: []string{"extra"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.Chassis, error) {
 		if !isUUIDLike(id) {
 			return nil, badRequest("Expected UUID for chassis_uuid: %s", id)

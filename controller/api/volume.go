@@ -52,7 +52,7 @@ var volumeListParams = []string{"node", "fields", "detail", "limit", "marker", "
 var connectorResource = &resource[store.VolumeConnector]{
 	plural: "connectors", path: "volume/connectors", title: "Volume connector", minVersion: volumeVersion, muxVar: "connector",
 	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, fieldMin: connectorFieldMin,
-	summary: []string{"uuid", "node_uuid", "type", "connector_id"}, sortKeys: []string{"uuid"},
+	summary: []string{"uuid", "node_uuid", "type", "connector_id"}, sortKeys: []string{"uuid"}, noSort: []string{"extra"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.VolumeConnector, error) {
 		if !isUUIDLike(id) {
 			return nil, badRequest("Expected UUID for connector_uuid: %s", id)
@@ -71,6 +71,7 @@ var targetResource = &resource[store.VolumeTarget]{
 	plural: "targets", path: "volume/targets", title: "Volume target", minVersion: volumeVersion, muxVar: "target",
 	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, fieldMin: targetFieldMin,
 	summary: []string{"uuid", "node_uuid", "volume_type", "boot_index", "volume_id"}, sortKeys: []string{"uuid"},
+	noSort: []string{"extra", "properties"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.VolumeTarget, error) {
 		if !isUUIDLike(id) {
 			return nil, badRequest("Expected UUID for target_uuid: %s", id)

@@ -81,6 +81,8 @@ func TestVolumeAsIronic(t *testing.T) {
 			"A volume target with boot index '0' for the same node already exists."},
 		"target not found":   {"GET", "/v1/volume/targets/" + missing, latest, nil, 404, "Volume target " + missing + " could not be found."},
 		"connector not UUID": {"GET", "/v1/volume/connectors/x", latest, nil, 400, "Expected UUID for connector_uuid: x"},
+		"sort by properties": {"GET", "/v1/volume/targets?sort_key=properties", latest, nil, 400,
+			"The sort_key value properties is an invalid field for sorting"},
 		"fields with detail": {"GET", "/v1/volume/connectors?fields=uuid&detail=true", latest, nil, 400, "Can't fetch a subset of fields with 'detail' set"},
 		"patch uuid": {"PATCH", "/v1/volume/connectors/" + conn, latest, patch("/uuid", missing), 400,
 			"Cannot patch /uuid. Only the following can be updated: connector_id, extra, node_uuid, type"},
