@@ -98,6 +98,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 		ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
 		DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
 		TextContains: q.str("text_contains")}
+	if c := f.ChassisUUID; c != nil && !isUUIDLike(*c) {
+		return badRequest("Expected UUID for chassis_uuid: %s", *c)
+	}
 	if chassisUUID != "" {
 		f.ChassisUUID = &chassisUUID
 	}

@@ -24,10 +24,14 @@ type resource[T any] struct {
 	// params are the query parameters the list accepts; nodeParams, those
 	// of them naming a node (by UUID or name) to filter by.
 	params, nodeParams []string
-	byAddress          bool           // "address" filters by MAC address
-	detailParam        bool           // "detail=true" asks for every field
-	fieldMin           map[string]int // fields= is honoured, with these fields' microversions
-	summary            []string       // the fields of a plain list
+	byAddress          bool // "address" filters by MAC address
+	detailParam        bool // "detail=true" asks for every field
+	// volumeLists: the list is one of Ironic's volume controllers', which
+	// take detail= at any version and refuse it with fields= in their own
+	// words (the others, get_request_return_fields: detail= from 1.43).
+	volumeLists bool
+	fieldMin    map[string]int // fields= is honoured, with these fields' microversions
+	summary     []string       // the fields of a plain list
 	// sortKeys are the sort_key values the list takes besides "id"
 	// (they must be keys the store sorts this kind by).
 	sortKeys []string
@@ -95,6 +99,9 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 		if d, err := q.boolean("detail"); err != nil {
 			return err
 		} else if d != nil {
+			if !res.volumeLists && version(ctx) < 43 {
+				return badRequest("Invalid query parameter ?detail=%s received.", pyValue(*d))
+			}
 			detail = *d
 		}
 	}
@@ -105,7 +112,10 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 			return err
 		}
 		if fields != nil && detail && q.has("detail") {
-			return badRequest("Can't fetch a subset of fields with 'detail' set")
+			if res.volumeLists {
+				return badRequest("Can't fetch a subset of fields with 'detail' set")
+			}
+			return badRequest("Can not specify ?detail=True and fields in the same request.")
 		}
 	}
 	if k := q.str("sort_key"); k != nil && contains(res.noSort, *k) {

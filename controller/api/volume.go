@@ -51,8 +51,9 @@ var volumeListParams = []string{"node", "fields", "detail", "limit", "marker", "
 
 var connectorResource = &resource[store.VolumeConnector]{
 	plural: "connectors", path: "volume/connectors", title: "Volume connector", minVersion: volumeVersion, muxVar: "connector",
-	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, fieldMin: connectorFieldMin,
-	summary: []string{"uuid", "node_uuid", "type", "connector_id"}, sortKeys: []string{"uuid"}, noSort: []string{"extra"},
+	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, volumeLists: true,
+	fieldMin: connectorFieldMin,
+	summary:  []string{"uuid", "node_uuid", "type", "connector_id"}, sortKeys: []string{"uuid"}, noSort: []string{"extra"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.VolumeConnector, error) {
 		if !isUUIDLike(id) {
 			return nil, badRequest("Expected UUID for connector_uuid: %s", id)
@@ -69,8 +70,9 @@ var connectorResource = &resource[store.VolumeConnector]{
 
 var targetResource = &resource[store.VolumeTarget]{
 	plural: "targets", path: "volume/targets", title: "Volume target", minVersion: volumeVersion, muxVar: "target",
-	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, fieldMin: targetFieldMin,
-	summary: []string{"uuid", "node_uuid", "volume_type", "boot_index", "volume_id"}, sortKeys: []string{"uuid"},
+	params: volumeListParams, nodeParams: []string{"node"}, detailParam: true, volumeLists: true,
+	fieldMin: targetFieldMin,
+	summary:  []string{"uuid", "node_uuid", "volume_type", "boot_index", "volume_id"}, sortKeys: []string{"uuid"},
 	noSort: []string{"extra", "properties"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.VolumeTarget, error) {
 		if !isUUIDLike(id) {
