@@ -57,7 +57,7 @@ var portgroupWrites = &writes[store.Portgroup]{
 		{name: "extra", types: []string{"object", "null"}},
 		{name: "mode", types: []string{"string", "null"}},
 		{name: "name", types: []string{"string", "null"}},
-		{name: "node_uuid", types: []string{"string"}, uuid: true},
+		{name: "node_uuid", types: []string{"string"}}, // or a node name, as for ports
 		{name: "properties", types: []string{"object", "null"}},
 		{name: "standalone_ports_supported", types: []string{"string", "boolean", "null"}, boolean: true},
 		{name: "uuid", types: []string{"string", "null"}, uuid: true},

@@ -95,7 +95,9 @@ var portWrites = &writes[store.Port]{
 		{name: "extra", types: []string{"object", "null"}},
 		{name: "is_smartnic", types: []string{"string", "boolean", "null"}, boolean: true},
 		{name: "local_link_connection", types: []string{"null", "object"}},
-		{name: "node_uuid", types: []string{"string"}, uuid: true},
+		// a node name is taken too (anvil's extension, which the
+		// README's "baremetal port create ... --node NAME" relies on)
+		{name: "node_uuid", types: []string{"string"}},
 		{name: "physical_network", types: []string{"string", "null"}, maxLen: 64},
 		{name: "portgroup_uuid", types: []string{"string", "null"}, uuid: true},
 		{name: "pxe_enabled", types: []string{"string", "boolean", "null"}, boolean: true},
