@@ -75,6 +75,25 @@ func TestCompatBaremetalCLI(t *testing.T) {
 	ok("node", "undeploy", "cli-1", "--wait", "30")
 	assert.Equal(t, "available", field("cli-1", "provision_state"))
 
+	// Allocations and VIFs, as Metal3 and Nova use them: the CLI waits
+	// for the allocation to leave "allocating".
+	ok("node", "set", "cli-1", "--resource-class", "silver")
+	ok("node", "add", "trait", "cli-1", "CUSTOM_CLI")
+	assert.Equal(t, "active", strings.TrimSpace(ok("allocation", "create", "--resource-class", "silver", "--trait", "CUSTOM_CLI",
+		"--name", "cli-alloc", "--wait", "30", "-f", "value", "-c", "state")))
+	assert.Equal(t, field("cli-1", "uuid"), strings.TrimSpace(ok("allocation", "show", "cli-alloc", "-f", "value", "-c", "node_uuid")))
+	assert.Equal(t, strings.TrimSpace(ok("allocation", "show", "cli-alloc", "-f", "value", "-c", "uuid")), field("cli-1", "allocation_uuid"))
+	out, err := cli("allocation", "create", "--resource-class", "silver", "--wait", "30")
+	require.Error(t, err, "the only silver node is taken")
+	assert.Contains(t, out, "no available nodes match the resource class silver")
+	ok("allocation", "delete", "cli-alloc")
+	assert.Equal(t, "None", field("cli-1", "instance_uuid"), "deleting the allocation frees the node")
+	ok("port", "create", "52:54:00:12:34:57", "--node", "cli-1", "--pxe-enabled", "true")
+	ok("node", "vif", "attach", "cli-1", "vif-cli")
+	assert.Contains(t, ok("node", "vif", "list", "cli-1"), "vif-cli")
+	ok("node", "vif", "detach", "cli-1", "vif-cli")
+	assert.NotContains(t, ok("node", "vif", "list", "cli-1"), "vif-cli")
+
 	ok("node", "maintenance", "set", "cli-1", "--reason", "disk swap")
 	assert.Equal(t, "disk swap", field("cli-1", "maintenance_reason"))
 	assert.Equal(t, []string{"cli-1"}, listNames("--maintenance"))
@@ -85,7 +104,7 @@ func TestCompatBaremetalCLI(t *testing.T) {
 	ok("node", "set", "cli-1", "--retired", "--retired-reason", "end of life")
 	assert.Equal(t, "True", field("cli-1", "retired"))
 	assert.Equal(t, []string{"cli-1"}, listNames("--retired"))
-	out, err := cli("node", "provide", "cli-1")
+	out, err = cli("node", "provide", "cli-1")
 	require.Error(t, err, "providing a retired node must fail")
 	assert.Contains(t, out, "because it is retired")
 

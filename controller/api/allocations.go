@@ -1,21 +1,23 @@
 package api
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
-	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
+// allocationFieldMin are the allocation fields and their microversions.
 var allocationFieldMin = map[string]int{"uuid": 52, "name": 52, "node_uuid": 52, "state": 52, "last_error": 52,
-	"resource_class": 52, "candidate_nodes": 52, "traits": 52, "extra": 52, "created_at": 52, "updated_at": 52, "owner": 60}
+	"resource_class": 52, "candidate_nodes": 52, "traits": 52, "extra": 52, "created_at": 52, "updated_at": 52,
+	"owner": 60}
 
 func (s *Server) allocationView(r *http.Request, a *store.Allocation, fields []string) map[string]any {
 	cands, traits := a.CandidateNodes, a.Traits
@@ -31,6 +33,7 @@ func (s *Server) allocationView(r *http.Request, a *store.Allocation, fields []s
 	return s.view(r, all, allocationFieldMin, fields, "allocations/"+a.UUID)
 }
 
+// allocationBody is Ironic's ALLOCATION_SCHEMA: every field may be null.
 type allocationBody struct {
 	UUID           *string        `json:"uuid"`
 	Name           *string        `json:"name"`
@@ -39,133 +42,154 @@ type allocationBody struct {
 	Traits         []string       `json:"traits"`
 	Extra          map[string]any `json:"extra"`
 	Owner          *string        `json:"owner"`
+	Node           *string        `json:"node"`
 }
 
-// createAllocation claims an available node matching resource class, traits
-// and candidates, as Ironic's standalone allocation API does. Claiming is a
-// compare-and-swap on the node, so two allocations never get the same node.
+// allocationRequest turns a POST body into the allocation to create, with
+// Ironic's checks in Ironic's order; node is the node to backfill, if any.
+func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store.Allocation, node *store.Node, err error) {
+	ctx := r.Context()
+	if b.Owner != nil && version(ctx) < 60 {
+		return nil, nil, notAcceptable()
+	}
+	if rc := b.ResourceClass; rc != nil && len(*rc) > 80 {
+		return nil, nil, badRequest("Schema error for allocation: %s is too long", pyRepr(*rc))
+	}
+	for _, t := range b.Traits {
+		if err := s.traitNames.check("allocation", t); err != nil {
+			return nil, nil, err
+		}
+	}
+	if b.UUID != nil {
+		if _, err := uuid.Parse(*b.UUID); err != nil || len(*b.UUID) != 36 {
+			return nil, nil, badRequest("Expected UUID for uuid: %s", *b.UUID)
+		}
+	}
+	if b.Name != nil && *b.Name != "" && validName(*b.Name) != nil {
+		return nil, nil, badRequest("Cannot create allocation with invalid name '%s'", *b.Name)
+	}
+	if b.Node != nil && *b.Node != "" {
+		if version(ctx) < 58 {
+			return nil, nil, badRequest("Cannot set node when creating an allocation in this API version")
+		}
+		n, err := s.st.GetNode(ctx, *b.Node)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil, badRequest("Node %s could not be found.", *b.Node)
+		} else if err != nil {
+			return nil, nil, err
+		}
+		node = n
+	}
+	a = &store.Allocation{UUID: deref(b.UUID), State: conductor.AllocAllocating, Traits: b.Traits, Extra: b.Extra,
+		Owner: b.Owner, CreatedAt: time.Now().UTC(), ConductorAffinity: s.cond.Holder()}
+	if b.Name != nil && *b.Name != "" {
+		a.Name = b.Name
+	}
+	switch {
+	case b.ResourceClass != nil && *b.ResourceClass != "":
+		a.ResourceClass = *b.ResourceClass
+	case node != nil:
+		a.ResourceClass = deref(node.ResourceClass)
+	default:
+		return nil, nil, badRequest("The resource_class field is mandatory when not backfilling")
+	}
+	if len(b.CandidateNodes) > 0 {
+		var missing []string
+		for _, c := range b.CandidateNodes {
+			n, err := s.st.GetNode(ctx, c)
+			if errors.Is(err, store.ErrNotFound) {
+				if !contains(missing, c) {
+					missing = append(missing, c)
+				}
+				continue
+			} else if err != nil {
+				return nil, nil, err
+			}
+			a.CandidateNodes = append(a.CandidateNodes, n.UUID)
+		}
+		if len(missing) > 0 {
+			return nil, nil, badRequest("Nodes cannot be found: %s", strings.Join(missing, ", "))
+		}
+	}
+	if a.UUID == "" {
+		// Backfilling without a UUID: the instance's is the allocation's.
+		if node != nil && node.InstanceUUID != nil {
+			a.UUID = *node.InstanceUUID
+		} else {
+			a.UUID = uuid.NewString()
+		}
+	}
+	return a, node, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// createAllocation records an allocation in state allocating and leaves
+// finding its node to the conductor, as Ironic does; with node (1.58) it
+// backfills the allocation of a deployed node at once.
 func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	if err := atLeast(ctx, 52); err != nil {
-		return err
-	}
 	var b allocationBody
 	if err := decodeBody(r, &b); err != nil {
 		return err
 	}
-	if b.ResourceClass == nil || *b.ResourceClass == "" {
-		return badRequest("Missing mandatory field: resource_class")
-	}
-	for _, t := range b.Traits {
-		if err := s.traitNames.check("allocation", t); err != nil {
-			return err
-		}
-	}
-	a := &store.Allocation{UUID: uuid.NewString(), Name: b.Name, State: "allocating", ResourceClass: *b.ResourceClass,
-		Traits: b.Traits, Extra: b.Extra, Owner: b.Owner, CreatedAt: time.Now().UTC()}
-	if b.UUID != nil {
-		u, err := uuid.Parse(*b.UUID)
-		if err != nil {
-			return badRequest("Invalid value for uuid: %q is not a UUID", *b.UUID)
-		}
-		a.UUID = u.String()
-	}
-	if b.Name != nil {
-		if err := validName(*b.Name); err != nil {
-			return err
-		}
-	}
-	for _, c := range b.CandidateNodes {
-		n, err := s.st.GetNode(ctx, c)
-		if errors.Is(err, store.ErrNotFound) {
-			return badRequest("Candidate node %s could not be found.", c)
-		} else if err != nil {
-			return err
-		}
-		a.CandidateNodes = append(a.CandidateNodes, n.UUID)
+	a, node, err := s.allocationRequest(r, &b)
+	if err != nil {
+		return err
 	}
 	if err := s.st.CreateAllocation(ctx, a); err != nil {
-		if errors.Is(err, store.ErrDuplicateName) {
+		switch {
+		case errors.Is(err, store.ErrDuplicateName):
 			return conductor.Wrap(conductor.CodeConflict, err, "An allocation with name %s already exists.", deref(a.Name))
+		case errors.Is(err, store.ErrDuplicateUUID):
+			return conductor.Wrap(conductor.CodeConflict, err, "An allocation with UUID %s already exists.", a.UUID)
 		}
 		return err
 	}
-	if err := s.allocate(ctx, r, a); err != nil {
-		return err
+	if node != nil {
+		if err := s.cond.Backfill(ctx, a, node.UUID); err != nil {
+			var af *conductor.AllocationFailed
+			if errors.As(err, &af) {
+				// Ironic's conductor raises AllocationFailed, which its
+				// API answers as an internal error with the message.
+				return errf(http.StatusInternalServerError, "%s", af.Error())
+			}
+			return err
+		}
+	} else {
+		s.cond.Allocate(a.UUID)
 	}
 	w.Header().Set("Location", s.baseURL(r)+"/v1/allocations/"+a.UUID)
 	writeJSON(w, http.StatusCreated, s.allocationView(r, a, nil))
 	return nil
 }
 
-func (s *Server) allocate(ctx context.Context, r *http.Request, a *store.Allocation) error {
-	avail, no := string(state.Available), false
-	cands := map[string]bool{}
-	for _, c := range a.CandidateNodes {
-		cands[c] = true
-	}
-	var matches []*store.Node
-	page := store.Page{Limit: maxLimit}
-	for {
-		nodes, err := s.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &avail, Maintenance: &no, Associated: &no,
-			ResourceClass: &a.ResourceClass}, page)
-		if err != nil {
-			return err
-		}
-		for _, n := range nodes {
-			if (len(cands) == 0 || cands[n.UUID]) && hasTraits(n, a.Traits) && (a.Owner == nil || deref(n.Owner) == *a.Owner) {
-				matches = append(matches, n)
+// allocationsGate answers a request below 1.52 as Ironic's allocation
+// controller does: GET is 404, any other method 405.
+func allocationsGate(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if version(r.Context()) < 52 {
+			status := http.StatusMethodNotAllowed
+			if r.Method == http.MethodGet {
+				status = http.StatusNotFound
 			}
+			return errf(status, "The API version does not allow allocations")
 		}
-		if len(nodes) < page.Limit {
-			break
-		}
-		page.Marker = nodes[len(nodes)-1].UUID
+		return h(w, r)
 	}
-	// Random order spreads concurrent allocations over the matches.
-	rand.Shuffle(len(matches), func(i, j int) { matches[i], matches[j] = matches[j], matches[i] })
-	for _, cand := range matches {
-		_, err := store.MutateNode(ctx, s.st, cand.UUID, func(n *store.Node) error {
-			if n.ProvisionState != avail || n.InstanceUUID != nil || n.Maintenance || n.Reservation != nil {
-				return errTaken
-			}
-			n.InstanceUUID, n.AllocationUUID = &a.UUID, &a.UUID
-			return nil
-		})
-		if errors.Is(err, errTaken) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		a.NodeUUID, a.State = &cand.UUID, "active"
-		return s.st.UpdateAllocation(ctx, a)
-	}
-	a.State = "error"
-	msg := "Failed to process allocation " + a.UUID + ": no available nodes match the resource class " + a.ResourceClass
-	if len(a.Traits) > 0 || len(cands) > 0 {
-		msg += ", traits and candidate nodes requested"
-	}
-	a.LastError = &msg
-	return s.st.UpdateAllocation(ctx, a)
-}
-
-var errTaken = errors.New("node taken")
-
-func hasTraits(n *store.Node, want []string) bool {
-	have := map[string]bool{}
-	for _, t := range n.Traits {
-		have[t] = true
-	}
-	for _, t := range want {
-		if !have[t] {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Query().Has("owner") && version(r.Context()) < 60 {
+		return notAcceptable()
+	}
 	return listResource(s, w, r, allocationResource, false, "")
 }
 
@@ -174,31 +198,141 @@ func (s *Server) loadAllocation(r *http.Request) (*store.Allocation, error) {
 }
 
 func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, allocationResource)
+	q, err := parseQuery(r, "fields")
+	if err != nil {
+		return err
+	}
+	fields := fieldsArg(q)
+	if err := checkFields(r.Context(), fields, allocationFieldMin); err != nil {
+		return err
+	}
+	a, err := s.loadAllocation(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.allocationView(r, a, fields))
+	return nil
 }
 
-// deleteAllocation frees the node, unless it is being or has been deployed.
+// patchAllocation changes an allocation's name and extra (1.57), the only
+// fields Ironic lets a client change.
+func (s *Server) patchAllocation(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if version(ctx) < 57 {
+		return errf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
+	}
+	ops, err := readPatch(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.loadAllocation(r); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if f := strings.SplitN(op.Path, "/", 3)[1]; f != "name" && f != "extra" {
+			return badRequest("Cannot patch %s. Only the following can be updated: name, extra", op.Path)
+		}
+		if op.Path == "/name" && op.Op != "remove" {
+			var name *string
+			if err := json.Unmarshal(op.Value, &name); err == nil && name != nil && *name != "" && validName(*name) != nil {
+				return badRequest("Cannot update allocation with invalid name '%s'", *name)
+			}
+		}
+	}
+	var name string
+	a, err := store.MutateAllocation(ctx, s.st, mux.Vars(r)["alloc"], func(a *store.Allocation) error {
+		changed, err := patchChanges(map[string]any{"name": sp(a.Name), "extra": orEmpty(a.Extra)}, ops)
+		if err != nil {
+			return err
+		}
+		for _, k := range sortedKeys(changed) {
+			v := changed[k]
+			switch k {
+			case "name":
+				if a.Name, err = asOptString(k, v, 255); err == nil && a.Name != nil && *a.Name == "" {
+					a.Name = nil
+				}
+			case "extra":
+				a.Extra, err = asObject(k, v)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		now := time.Now().UTC()
+		a.UpdatedAt, name = &now, deref(a.Name)
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrDuplicateName):
+		return conductor.Wrap(conductor.CodeConflict, err, "An allocation with name %s already exists.", name)
+	case errors.Is(err, store.ErrNotFound):
+		return notFound("Allocation", mux.Vars(r)["alloc"])
+	case err != nil:
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.allocationView(r, a, nil))
+	return nil
+}
+
+// deleteAllocation frees the node, unless it is deployed or busy.
 func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.loadAllocation(r)
 	if err != nil {
 		return err
 	}
-	if a.NodeUUID != nil {
-		_, err := store.MutateNode(r.Context(), s.st, *a.NodeUUID, func(n *store.Node) error {
-			switch state.State(n.ProvisionState) {
-			case state.Active, state.Deploying, state.DeployWait:
-				return conductor.Conflict("Cannot remove allocation %s: node %s is %s; undeploy it first", a.UUID, n.UUID, n.ProvisionState)
-			}
-			if n.AllocationUUID != nil && *n.AllocationUUID == a.UUID {
-				n.AllocationUUID, n.InstanceUUID = nil, nil
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
+	if err := s.cond.Deallocate(r.Context(), a); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
 	}
-	if err := s.st.DeleteAllocation(r.Context(), a.UUID); err != nil {
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// nodeAllocation is the allocation of the node the route names; Ironic's
+// refusal when it has none.
+func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
+	if version(r.Context()) < 52 {
+		return nil, errf(http.StatusNotFound, "The resource could not be found.")
+	}
+	n, err := s.loadNode(r)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.st.ListAllocations(r.Context(), store.ResourceFilter{NodeUUID: &n.UUID}, store.Page{Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, errf(http.StatusNotFound, "Allocation for node %s was not found", mux.Vars(r)["node"])
+	}
+	return list[0], nil
+}
+
+// getNodeAllocation serves GET /v1/nodes/{node}/allocation.
+func (s *Server) getNodeAllocation(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseQuery(r, "fields")
+	if err != nil {
+		return err
+	}
+	fields := fieldsArg(q)
+	if err := checkFields(r.Context(), fields, allocationFieldMin); err != nil {
+		return err
+	}
+	a, err := s.nodeAllocation(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.allocationView(r, a, fields))
+	return nil
+}
+
+// deleteNodeAllocation serves DELETE /v1/nodes/{node}/allocation.
+func (s *Server) deleteNodeAllocation(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.nodeAllocation(r)
+	if err != nil {
+		return err
+	}
+	if err := s.cond.Deallocate(r.Context(), a); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

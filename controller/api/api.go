@@ -253,11 +253,17 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/portgroups/{pg}", authed(s.patchPortgroup)).Methods(http.MethodPatch)
 	r.Handle("/portgroups/{pg}", authed(s.deletePortgroup)).Methods(http.MethodDelete)
 	for _, p := range []string{"/allocations", "/allocations/"} {
-		r.Handle(p, authed(s.listAllocations)).Methods(http.MethodGet)
-		r.Handle(p, authed(s.createAllocation)).Methods(http.MethodPost)
+		r.Handle(p, authed(allocationsGate(s.listAllocations))).Methods(http.MethodGet)
+		r.Handle(p, authed(allocationsGate(s.createAllocation))).Methods(http.MethodPost)
 	}
-	r.Handle("/allocations/{alloc}", authed(s.getAllocation)).Methods(http.MethodGet)
-	r.Handle("/allocations/{alloc}", authed(s.deleteAllocation)).Methods(http.MethodDelete)
+	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.getAllocation))).Methods(http.MethodGet)
+	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.patchAllocation))).Methods(http.MethodPatch)
+	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.deleteAllocation))).Methods(http.MethodDelete)
+	r.Handle(n+"/vifs", authed(s.listVIFs)).Methods(http.MethodGet)
+	r.Handle(n+"/vifs", authed(s.attachVIF)).Methods(http.MethodPost)
+	r.Handle(n+"/vifs/{vif}", authed(s.detachVIF)).Methods(http.MethodDelete)
+	r.Handle(n+"/allocation", authed(s.getNodeAllocation)).Methods(http.MethodGet)
+	r.Handle(n+"/allocation", authed(s.deleteNodeAllocation)).Methods(http.MethodDelete)
 	for _, p := range []string{"/chassis", "/chassis/"} {
 		r.Handle(p, authed(s.listChassis(false))).Methods(http.MethodGet)
 		r.Handle(p, authed(s.createChassis)).Methods(http.MethodPost)

@@ -209,6 +209,42 @@ func FuzzDiscoveryReport(f *testing.F) {
 	})
 }
 
+// FuzzVIFBody feeds arbitrary bodies to the VIF attach parser: a client
+// error or a VIF id that is a UUID or a logical name, never a panic.
+func FuzzVIFBody(f *testing.F) {
+	for _, seed := range []string{`{"id":"vif-1"}`, `{"id":"5e7f1c2a-9a8b-4c3d-8e2f-0a1b2c3d4e5f","port_uuid":"x"}`,
+		`{"id":5}`, `{"id":null}`, `{"port_uuid":"a","portgroup_uuid":"b","id":"c"}`, `[]`, `null`, ``, `{"id":"a b"}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, _, err := decodeVIF(body)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		if uuidOrName("id", id) != nil {
+			t.Fatalf("accepted VIF id %q", id)
+		}
+	})
+}
+
+// FuzzAllocationBody posts arbitrary allocation bodies: each is created
+// (201) or refused with a client error, never a server error.
+func FuzzAllocationBody(f *testing.F) {
+	for _, seed := range []string{`{"resource_class":"gold"}`, `{"resource_class":"gold","traits":["CUSTOM_A"],"name":"a1"}`,
+		`{"node":"x"}`, `{"resource_class":"gold","candidate_nodes":["n1",""]}`, `{"uuid":"x","resource_class":"r"}`,
+		`{"resource_class":null,"extra":{"a":[1]}}`, `{"owner":"p","resource_class":"r"}`, `[]`, `null`, `{`} {
+		f.Add([]byte(seed))
+	}
+	e := newEnv(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := strangerRequest(e, "POST", "/v1/allocations", "", body)
+		if r.status != 201 && (r.status < 400 || r.status >= 500) {
+			t.Fatalf("allocation %q: HTTP %d: %s", body, r.status, r.body)
+		}
+	})
+}
+
 // FuzzResourceBody feeds arbitrary JSON bodies to the resource schemas
 // (ports, port groups, chassis, volume connectors and targets): a body is
 // either accepted or refused with a client error, never a panic.

@@ -432,11 +432,18 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var alloc *string
 	n, err := store.MutateNode(ctx, s.st, cur.UUID, func(n *store.Node) error {
+		alloc = n.AllocationUUID
 		return s.applyNodePatch(r, n, ops)
 	})
 	if err != nil {
 		return nodeWriteError(cur, err)
+	}
+	if alloc != nil && n.AllocationUUID == nil {
+		if err := s.st.DeleteAllocation(ctx, *alloc); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, s.nodeView(r, n, nil))
 	return nil
@@ -516,6 +523,17 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 	}
 	if changed["instance_uuid"] && old.InstanceUUID != nil && n.InstanceUUID != nil {
 		return conductor.Conflict("Node %s is associated with instance %s.", n.UUID, *old.InstanceUUID)
+	}
+	if changed["instance_uuid"] && n.InstanceUUID == nil && old.AllocationUUID != nil {
+		// Removing the instance removes its allocation (patchNode deletes
+		// it once the node is written), as Ironic's update_node does.
+		switch {
+		case n.Maintenance, st == state.Enroll, st == state.Inspecting, st == state.InspectWait, st == state.Manageable, st == state.Available:
+		default:
+			return conductor.Conflict("Node %s with an allocation can not have instance_uuid removed unless it is in one of "+
+				"allowed (enroll, inspecting, inspect wait, manageable, available) states or in maintenance mode.", n.UUID)
+		}
+		n.AllocationUUID = nil
 	}
 	return nil
 }

@@ -23,12 +23,14 @@ func jsonCopy(in any, out any) error {
 }
 
 var portgroupFieldMin = map[string]int{"uuid": 23, "name": 23, "address": 23, "node_uuid": 23, "extra": 23,
-	"mode": 26, "properties": 26, "standalone_ports_supported": 23, "created_at": 23, "updated_at": 23}
+	"mode": 26, "properties": 26, "standalone_ports_supported": 23, "created_at": 23, "updated_at": 23,
+	"internal_info": 23}
 
 func (s *Server) portgroupView(r *http.Request, p *store.Portgroup, fields []string) map[string]any {
 	all := map[string]any{"uuid": p.UUID, "name": sp(p.Name), "address": sp(p.Address), "node_uuid": p.NodeUUID,
 		"extra": orEmpty(p.Extra), "mode": sp(p.Mode), "properties": orEmpty(p.Properties),
-		"standalone_ports_supported": p.StandalonePortsSupported, "created_at": fmtTime(p.CreatedAt), "updated_at": ts(p.UpdatedAt)}
+		"standalone_ports_supported": p.StandalonePortsSupported, "created_at": fmtTime(p.CreatedAt), "updated_at": ts(p.UpdatedAt),
+		"internal_info": orEmpty(p.InternalInfo)}
 	return s.view(r, all, portgroupFieldMin, fields, "portgroups/"+p.UUID)
 }
 
@@ -127,6 +129,8 @@ var portgroupWrites = &writes[store.Portgroup]{
 			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
 		case errors.Is(err, store.ErrDuplicateUUID):
 			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with UUID %s already exists.", pg.UUID)
+		case errors.Is(err, store.ErrConflict):
+			return conductor.Wrap(conductor.CodeConflict, err, "Portgroup %s was changed by another request, please retry.", pg.UUID)
 		}
 		return err
 	},

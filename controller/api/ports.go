@@ -26,13 +26,14 @@ func normalizeMAC(s string) (string, error) {
 
 var portFieldMin = map[string]int{"uuid": 1, "address": 1, "node_uuid": 1, "extra": 1, "created_at": 1,
 	"updated_at": 1, "local_link_connection": 19, "pxe_enabled": 19, "portgroup_uuid": 24,
-	"physical_network": 34, "is_smartnic": 53, "name": 88}
+	"physical_network": 34, "is_smartnic": 53, "name": 88, "internal_info": 18}
 
 func (s *Server) portView(r *http.Request, p *store.Port, fields []string) map[string]any {
 	all := map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
 		"created_at": fmtTime(p.CreatedAt), "updated_at": ts(p.UpdatedAt),
 		"local_link_connection": orEmpty(p.LocalLinkConnection), "pxe_enabled": p.PXEEnabled,
-		"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC}
+		"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC,
+		"internal_info": orEmpty(p.InternalInfo)}
 	return s.view(r, all, portFieldMin, fields, "ports/"+p.UUID)
 }
 
@@ -165,6 +166,11 @@ var portWrites = &writes[store.Port]{
 		}
 		if errors.Is(err, store.ErrDuplicateUUID) {
 			return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			// Ironic serializes writes under the node's lock; a write that
+			// lost a race is refused as a locked node is.
+			return conductor.Wrap(conductor.CodeConflict, err, "Port %s was changed by another request, please retry.", p.UUID)
 		}
 		return err
 	},

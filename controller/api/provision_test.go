@@ -263,38 +263,3 @@ func TestPortsAndPortgroups(t *testing.T) {
 	require.Equal(t, 204, e.do("DELETE", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
 }
-
-func TestAllocations(t *testing.T) {
-	e := newEnv(t)
-	for _, name := range []string{"a1", "a2"} {
-		e.createNode(name, map[string]any{"resource_class": "gold", "automated_clean": false})
-		require.Equal(t, 202, e.provision(name, "manage", nil).status)
-		e.waitState(name, "manageable")
-		require.Equal(t, 202, e.provision(name, "provide", nil).status)
-		e.waitState(name, "available")
-	}
-	require.Equal(t, 204, e.do("PUT", "/v1/nodes/a2/traits", latest, map[string]any{"traits": []string{"CUSTOM_GPU"}}).status)
-
-	r := e.do("POST", "/v1/allocations", latest, map[string]any{"name": "job1", "resource_class": "gold", "traits": []string{"CUSTOM_GPU"}})
-	require.Equal(t, 201, r.status, string(r.body))
-	a := r.json(t)
-	assert.Equal(t, "active", a["state"])
-	a2 := e.do("GET", "/v1/nodes/a2", latest, nil).json(t)
-	assert.Equal(t, a["node_uuid"], a2["uuid"], "the node with the trait was chosen")
-	assert.Equal(t, a["uuid"], a2["instance_uuid"])
-	assert.Equal(t, a["uuid"], a2["allocation_uuid"])
-
-	r = e.do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold", "traits": []string{"CUSTOM_GPU"}})
-	require.Equal(t, 201, r.status)
-	failed := r.json(t)
-	assert.Equal(t, "error", failed["state"], "the only GPU node is taken")
-	assert.Contains(t, failed["last_error"], "no available nodes match")
-
-	assert.Equal(t, 400, e.do("POST", "/v1/allocations", latest, map[string]any{"traits": []string{}}).status)
-	assert.Equal(t, 406, e.do("POST", "/v1/allocations", "1.51", map[string]any{"resource_class": "gold"}).status)
-	assert.Len(t, e.do("GET", "/v1/allocations?node=a2", latest, nil).json(t)["allocations"], 1)
-
-	require.Equal(t, 204, e.do("DELETE", "/v1/allocations/job1", latest, nil).status)
-	a2 = e.do("GET", "/v1/nodes/a2", latest, nil).json(t)
-	assert.Nil(t, a2["instance_uuid"], "deleting the allocation frees the node")
-}

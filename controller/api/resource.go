@@ -249,11 +249,13 @@ var portgroupResource = &resource[store.Portgroup]{
 
 var allocationResource = &resource[store.Allocation]{
 	plural: "allocations", path: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
-	fieldMin:   allocationFieldMin,
 	params:     []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"},
-	nodeParams: []string{"node"},
+	nodeParams: []string{"node"}, fieldMin: allocationFieldMin, noSort: []string{"extra", "candidate_nodes", "traits"},
 	keep: func(q query, a *store.Allocation) bool {
 		if rc := q.str("resource_class"); rc != nil && a.ResourceClass != *rc {
+			return false
+		}
+		if o := q.str("owner"); o != nil && deref(a.Owner) != *o {
 			return false
 		}
 		st := q.str("state")

@@ -170,15 +170,6 @@ func pyStr(v any) string {
 	return pyValue(v)
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // str and optStr read a validated document's string fields.
 func str(doc map[string]any, k string) string {
 	s, _ := doc[k].(string)

@@ -212,7 +212,7 @@ func TestMethodNotAllowedAsIronic(t *testing.T) {
 		"GET on a provision state":   {"GET", "/v1/nodes/m1/states/provision", 405, "PUT"},
 		"POST on lookup":             {"POST", "/v1/lookup", 405, "GET"},
 		"POST on the root":           {"POST", "/", 405, "GET"},
-		"PATCH on an allocation":     {"PATCH", "/v1/allocations/x", 405, "GET, DELETE"},
+		"PUT on an allocation":       {"PUT", "/v1/allocations/x", 405, "GET, PATCH, DELETE"},
 		"PUT on a port":              {"PUT", "/v1/ports/x", 405, "GET, PATCH, DELETE"},
 		"DELETE on port groups":      {"DELETE", "/v1/portgroups", 405, "GET, POST"},
 		"PUT on a chassis":           {"PUT", "/v1/chassis/x", 405, "GET, PATCH, DELETE"},

@@ -4,7 +4,7 @@
 // HTTP handler. Processing is driven by the persisted node state, so a node
 // whose work was interrupted (controller restart) resumes where it stood.
 //
-// A Conductor is three parts over one store:
+// A Conductor is four parts over one store:
 //   - the runtime (runtime.go, leases.go, powersync.go): the work queue and
 //     its workers, node leases among controllers, takeover of interrupted
 //     work, fleet-wide power sync;
@@ -12,7 +12,10 @@
 //     agentwait.go, agentdeploy.go, timeouts.go): the state machine, step
 //     planning and execution, wait-state timers;
 //   - the agent-session service (session.go): lookup, heartbeats, tokens and
-//     the commands left for the agent.
+//     the commands left for the agent;
+//   - the allocator (allocations.go): allocations completed in the
+//     background, as Ironic's conductor does; beside it the VIFs of a
+//     node's ports (vifs.go).
 //
 // A node's working state is its store.Operation record.
 package conductor
@@ -37,11 +40,13 @@ type core struct {
 	log     *slog.Logger
 }
 
-// Conductor owns node operations: the public face of its three parts.
+// Conductor owns node operations: the public face of its four parts.
 type Conductor struct {
 	*runtime
 	*engine
 	*sessions
+	*allocator
+	*vifs
 	core *core
 }
 
@@ -55,7 +60,9 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	rt := newRuntime(co)
 	eng := &engine{core: co, kick: rt.Kick, leases: rt}
 	rt.advance, rt.checkTimers = eng.advance, eng.checkTimeouts
-	return &Conductor{runtime: rt, engine: eng, sessions: &sessions{core: co, kick: rt.Kick}, core: co}
+	al := newAllocator(co, rt.holder)
+	rt.background = append(rt.background, al.run)
+	return &Conductor{runtime: rt, engine: eng, sessions: &sessions{core: co, kick: rt.Kick}, allocator: al, vifs: &vifs{core: co}, core: co}
 }
 
 // Host is the name this conductor writes into reservations.

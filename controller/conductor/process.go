@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
@@ -396,10 +397,13 @@ func (c *engine) tearDown(ctx context.Context, n *store.Node, d Driver) error {
 		})
 		return terr
 	}
+	var alloc *string
 	_, err := c.transition(ctx, n.UUID, state.Deleting, state.EvClean, func(m *store.Node) error {
 		m.PowerState = strp(PowerOff)
 		m.InstanceInfo = map[string]any{}
 		m.InstanceUUID = nil
+		// The instance's allocation goes with it, as in Ironic.
+		alloc, m.AllocationUUID = m.AllocationUUID, nil
 		m.DeployStep = map[string]any{}
 		wipeAgent(m)
 		op := &m.Operation
@@ -407,6 +411,17 @@ func (c *engine) tearDown(ctx context.Context, n *store.Node, d Driver) error {
 		m.CleanStep = map[string]any{}
 		return nil
 	})
+	if err == nil {
+		// The instance's VIFs go too (Ironic's remove_vifs_from_node).
+		if verr := (&vifs{core: c.core}).removeVIFs(ctx, n.UUID); verr != nil {
+			c.log.Warn("detaching the VIFs of a torn-down node failed", "node", n.UUID, "err", verr)
+		}
+	}
+	if err == nil && alloc != nil {
+		if derr := c.st.DeleteAllocation(ctx, *alloc); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+			c.log.Warn("deleting the allocation of a torn-down node failed", "node", n.UUID, "allocation", *alloc, "err", derr)
+		}
+	}
 	return err
 }
 

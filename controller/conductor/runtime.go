@@ -24,6 +24,9 @@ type runtime struct {
 	advance func(ctx context.Context, n *store.Node, d Driver) (again bool, err error)
 	// checkTimers fails nodes that waited too long (engine.checkTimeouts).
 	checkTimers func(ctx context.Context)
+	// background are further loops run beside the workers until ctx
+	// ends (the allocator's).
+	background []func(ctx context.Context)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -58,7 +61,7 @@ func (c *runtime) Run(ctx context.Context) error {
 		go c.worker(ctx)
 	}
 	var bg sync.WaitGroup
-	for _, loop := range []func(context.Context){c.runLeases, c.listen, c.runPowerSync} {
+	for _, loop := range append([]func(context.Context){c.runLeases, c.listen, c.runPowerSync}, c.background...) {
 		bg.Add(1)
 		go func() { defer bg.Done(); loop(ctx) }()
 	}

@@ -159,6 +159,7 @@ type Page struct {
 // Port binds a MAC address to a node; agent lookup finds nodes through it.
 type Port struct {
 	ID                  int64          `json:"-"`
+	Revision            int64          `json:"-"` // optimistic concurrency (UpdatePort)
 	UUID                string         `json:"uuid"`
 	Address             string         `json:"address"`
 	NodeUUID            string         `json:"node_uuid"`
@@ -169,13 +170,17 @@ type Port struct {
 	PhysicalNetwork     *string        `json:"physical_network"`
 	Extra               map[string]any `json:"extra"`
 	IsSmartNIC          bool           `json:"is_smartnic"`
-	CreatedAt           time.Time      `json:"created_at"`
-	UpdatedAt           *time.Time     `json:"updated_at"`
+	// InternalInfo is Ironic's internal_info: read-only to clients; the
+	// attached VIF is its tenant_vif_port_id.
+	InternalInfo map[string]any `json:"internal_info,omitempty"`
+	CreatedAt    time.Time      `json:"created_at"`
+	UpdatedAt    *time.Time     `json:"updated_at"`
 }
 
 // Portgroup bonds ports of one node.
 type Portgroup struct {
 	ID                       int64          `json:"-"`
+	Revision                 int64          `json:"-"` // optimistic concurrency (UpdatePortgroup)
 	UUID                     string         `json:"uuid"`
 	Name                     *string        `json:"name"`
 	Address                  *string        `json:"address"`
@@ -184,6 +189,7 @@ type Portgroup struct {
 	Properties               map[string]any `json:"properties"`
 	StandalonePortsSupported bool           `json:"standalone_ports_supported"`
 	Extra                    map[string]any `json:"extra"`
+	InternalInfo             map[string]any `json:"internal_info,omitempty"` // as Port's
 	CreatedAt                time.Time      `json:"created_at"`
 	UpdatedAt                *time.Time     `json:"updated_at"`
 }
@@ -191,6 +197,7 @@ type Portgroup struct {
 // Allocation claims an available node for an instance (standalone scheduler).
 type Allocation struct {
 	ID             int64          `json:"-"`
+	Revision       int64          `json:"-"` // optimistic concurrency (UpdateAllocation)
 	UUID           string         `json:"uuid"`
 	Name           *string        `json:"name"`
 	NodeUUID       *string        `json:"node_uuid"`
@@ -203,6 +210,10 @@ type Allocation struct {
 	Extra          map[string]any `json:"extra"`
 	CreatedAt      time.Time      `json:"created_at"`
 	UpdatedAt      *time.Time     `json:"updated_at"`
+	// ConductorAffinity is the controller (lease holder) processing an
+	// allocation in state allocating; another takes it over when that one
+	// is no longer alive. Not shown by the API.
+	ConductorAffinity string `json:"conductor_affinity,omitempty"`
 }
 
 // Chassis groups nodes (Ironic's chassis); a node's ChassisUUID names one.
@@ -288,6 +299,8 @@ type Ports interface {
 	CreatePort(ctx context.Context, p *Port) error
 	GetPort(ctx context.Context, uuid string) (*Port, error)
 	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
+	// UpdatePort writes p; if p.Revision is set (p was read from the
+	// store), only if it is still current (else ErrConflict).
 	UpdatePort(ctx context.Context, p *Port) error
 	DeletePort(ctx context.Context, uuid string) error
 }
@@ -297,6 +310,7 @@ type Portgroups interface {
 	CreatePortgroup(ctx context.Context, p *Portgroup) error
 	GetPortgroup(ctx context.Context, ident string) (*Portgroup, error)
 	ListPortgroups(ctx context.Context, f ResourceFilter, p Page) ([]*Portgroup, error)
+	// UpdatePortgroup is UpdatePort for a port group.
 	UpdatePortgroup(ctx context.Context, p *Portgroup) error
 	DeletePortgroup(ctx context.Context, uuid string) error
 }
@@ -306,6 +320,8 @@ type Allocations interface {
 	CreateAllocation(ctx context.Context, a *Allocation) error
 	GetAllocation(ctx context.Context, ident string) (*Allocation, error)
 	ListAllocations(ctx context.Context, f ResourceFilter, p Page) ([]*Allocation, error)
+	// UpdateAllocation writes a if its Revision is still current (else
+	// ErrConflict) and bumps a.Revision.
 	UpdateAllocation(ctx context.Context, a *Allocation) error
 	DeleteAllocation(ctx context.Context, uuid string) error
 }
@@ -522,6 +538,30 @@ func MutateNodeWith(ctx context.Context, s Nodes, ident string, fn func(n *Node)
 		err = s.UpdateNode(wctx, n, events...)
 		if err == nil {
 			return n, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt >= 50 {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// MutateAllocation is MutateNode for an allocation: read, apply fn, write
+// back if nobody wrote it meanwhile, else again.
+func MutateAllocation(ctx context.Context, s Allocations, ident string, fn func(a *Allocation) error) (*Allocation, error) {
+	for attempt := 0; ; attempt++ {
+		a, err := s.GetAllocation(ctx, ident)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(a); err != nil {
+			return nil, err
+		}
+		err = s.UpdateAllocation(ctx, a)
+		if err == nil {
+			return a, nil
 		}
 		if !errors.Is(err, ErrConflict) || attempt >= 50 {
 			return nil, err

@@ -27,7 +27,7 @@ func (s *Store) CreateChassis(ctx context.Context, c *store.Chassis) error {
 
 // GetChassis finds a chassis by uuid.
 func (s *Store) GetChassis(ctx context.Context, uuid string) (*store.Chassis, error) {
-	c, err := scanResource(setChassisID)(s.queryRow(ctx, s.r, `SELECT id, data FROM chassis WHERE uuid = $1`, uuid))
+	c, err := scanResource(setChassisID)(s.queryRow(ctx, s.r, `SELECT id, revision, data FROM chassis WHERE uuid = $1`, uuid))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("chassis %s: %w", uuid, store.ErrNotFound)
 	}
@@ -39,7 +39,7 @@ func (s *Store) GetChassis(ctx context.Context, uuid string) (*store.Chassis, er
 
 // ListChassis lists chassis.
 func (s *Store) ListChassis(ctx context.Context, p store.Page) ([]*store.Chassis, error) {
-	return listPage(ctx, s, "chassis", "id, data", nil, nil, p, scanResource(setChassisID))
+	return listPage(ctx, s, "chassis", "id, revision, data", nil, nil, p, scanResource(setChassisID))
 }
 
 // UpdateChassis writes a chassis.
@@ -74,4 +74,4 @@ func (s *Store) DeleteChassis(ctx context.Context, uuid string) error {
 	return nil
 }
 
-func setChassisID(c *store.Chassis, id int64) { c.ID = id }
+func setChassisID(c *store.Chassis, id, _ int64) { c.ID = id }

@@ -35,17 +35,35 @@ func (s *Store) createResource(ctx context.Context, kind string, k resourceKeys,
 	return id, nil
 }
 
-func (s *Store) updateResource(ctx context.Context, kind string, k resourceKeys, v any) error {
+// updateResource writes a resource; with rev > 0 only if its revision is
+// still rev (else ErrConflict), so a read-modify-write is a
+// compare-and-swap.
+func (s *Store) updateResource(ctx context.Context, kind string, k resourceKeys, v any, rev int64) error {
 	data, err := stdjson.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
 	}
-	res, err := s.exec(ctx, s.w, `UPDATE resources SET node_uuid = $1, name = $2, address = $3, revision = revision + 1,
-		data = $4 WHERE kind = $5 AND uuid = $6`, nullable(k.node), k.name, k.addr, data, kind, k.uuid)
+	q := `UPDATE resources SET node_uuid = $1, name = $2, address = $3, revision = revision + 1,
+		data = $4 WHERE kind = $5 AND uuid = $6`
+	args := []any{nullable(k.node), k.name, k.addr, data, kind, k.uuid}
+	if rev > 0 {
+		q += ` AND revision = $7`
+		args = append(args, rev)
+	}
+	res, err := s.exec(ctx, s.w, q, args...)
 	if err != nil {
 		return s.resourceErr(err, "update", kind, k)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
+		if rev > 0 {
+			var n int
+			if err := s.queryRow(ctx, s.w, `SELECT count(*) FROM resources WHERE kind = $1 AND uuid = $2`, kind, k.uuid).Scan(&n); err != nil {
+				return fmt.Errorf("update %s %s: %w", kind, k.uuid, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("update %s %s at revision %d: %w", kind, k.uuid, rev, store.ErrConflict)
+			}
+		}
 		return fmt.Errorf("%s %s: %w", kind, k.uuid, store.ErrNotFound)
 	}
 	return nil
@@ -71,27 +89,30 @@ func (s *Store) deleteResource(ctx context.Context, kind, uuid string) error {
 	return nil
 }
 
-func scanResource[T any](setID func(*T, int64)) func(scanner) (*T, error) {
+// setKeys copies a resource row's id and revision into its document.
+type setKeys[T any] func(v *T, id, revision int64)
+
+func scanResource[T any](set setKeys[T]) func(scanner) (*T, error) {
 	return func(sc scanner) (*T, error) {
-		var id int64
+		var id, rev int64
 		var data []byte
-		if err := sc.Scan(&id, &data); err != nil {
+		if err := sc.Scan(&id, &rev, &data); err != nil {
 			return nil, err
 		}
 		v := new(T)
 		if err := stdjson.Unmarshal(data, v); err != nil {
 			return nil, fmt.Errorf("decode resource %d: %w", id, err)
 		}
-		setID(v, id)
+		set(v, id, rev)
 		return v, nil
 	}
 }
 
 // getResource finds by uuid, or by uuid then name when byName.
-func getResource[T any](ctx context.Context, s *Store, kind, ident string, byName bool, setID func(*T, int64)) (*T, error) {
-	q := `SELECT id, data FROM resources WHERE kind = $1 AND uuid = $2`
+func getResource[T any](ctx context.Context, s *Store, kind, ident string, byName bool, setID setKeys[T]) (*T, error) {
+	q := `SELECT id, revision, data FROM resources WHERE kind = $1 AND uuid = $2`
 	if byName {
-		q = `SELECT id, data FROM resources WHERE kind = $1 AND (uuid = $2 OR name = $2) ORDER BY uuid = $2 DESC LIMIT 1`
+		q = `SELECT id, revision, data FROM resources WHERE kind = $1 AND (uuid = $2 OR name = $2) ORDER BY uuid = $2 DESC LIMIT 1`
 	}
 	v, err := scanResource(setID)(s.queryRow(ctx, s.r, q, kind, ident))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -103,7 +124,7 @@ func getResource[T any](ctx context.Context, s *Store, kind, ident string, byNam
 	return v, nil
 }
 
-func listResources[T any](ctx context.Context, s *Store, kind string, f store.ResourceFilter, p store.Page, setID func(*T, int64)) ([]*T, error) {
+func listResources[T any](ctx context.Context, s *Store, kind string, f store.ResourceFilter, p store.Page, setID setKeys[T]) ([]*T, error) {
 	var args params
 	where := []string{"kind = " + args.add(kind)}
 	for _, c := range []struct {
@@ -114,12 +135,14 @@ func listResources[T any](ctx context.Context, s *Store, kind string, f store.Re
 			where = append(where, c.col+" = "+args.add(*c.v))
 		}
 	}
-	return listPage(ctx, s, "resources", "id, data", where, args, p, scanResource(setID))
+	return listPage(ctx, s, "resources", "id, revision, data", where, args, p, scanResource(setID))
 }
 
-func setPortID(p *store.Port, id int64)             { p.ID = id }
-func setPortgroupID(p *store.Portgroup, id int64)   { p.ID = id }
-func setAllocationID(a *store.Allocation, id int64) { a.ID = id }
+func setPortID(p *store.Port, id, rev int64)           { p.ID, p.Revision = id, rev }
+func setPortgroupID(p *store.Portgroup, id, rev int64) { p.ID, p.Revision = id, rev }
+func setAllocationID(a *store.Allocation, id, rev int64) {
+	a.ID, a.Revision = id, rev
+}
 
 func portKeys(p *store.Port) resourceKeys {
 	return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: &p.Address}
@@ -140,6 +163,9 @@ func allocationKeys(a *store.Allocation) resourceKeys {
 // CreatePort inserts a port.
 func (s *Store) CreatePort(ctx context.Context, p *store.Port) (err error) {
 	p.ID, err = s.createResource(ctx, "port", portKeys(p), p)
+	if err == nil {
+		p.Revision = 1
+	}
 	return err
 }
 
@@ -153,9 +179,15 @@ func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.P
 	return listResources(ctx, s, "port", f, p, setPortID)
 }
 
-// UpdatePort writes a port.
+// UpdatePort writes a port (if read from the store: at the revision read).
 func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
-	return s.updateResource(ctx, "port", portKeys(p), p)
+	if err := s.updateResource(ctx, "port", portKeys(p), p, p.Revision); err != nil {
+		return err
+	}
+	if p.Revision > 0 {
+		p.Revision++
+	}
+	return nil
 }
 
 // DeletePort removes a port.
@@ -166,6 +198,9 @@ func (s *Store) DeletePort(ctx context.Context, uuid string) error {
 // CreatePortgroup inserts a portgroup.
 func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) (err error) {
 	p.ID, err = s.createResource(ctx, "portgroup", portgroupKeys(p), p)
+	if err == nil {
+		p.Revision = 1
+	}
 	return err
 }
 
@@ -179,9 +214,15 @@ func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p st
 	return listResources(ctx, s, "portgroup", f, p, setPortgroupID)
 }
 
-// UpdatePortgroup writes a portgroup.
+// UpdatePortgroup writes a portgroup (if read: at the revision read).
 func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
-	return s.updateResource(ctx, "portgroup", portgroupKeys(p), p)
+	if err := s.updateResource(ctx, "portgroup", portgroupKeys(p), p, p.Revision); err != nil {
+		return err
+	}
+	if p.Revision > 0 {
+		p.Revision++
+	}
+	return nil
 }
 
 // DeletePortgroup removes a portgroup.
@@ -192,6 +233,9 @@ func (s *Store) DeletePortgroup(ctx context.Context, uuid string) error {
 // CreateAllocation inserts an allocation.
 func (s *Store) CreateAllocation(ctx context.Context, a *store.Allocation) (err error) {
 	a.ID, err = s.createResource(ctx, "allocation", allocationKeys(a), a)
+	if err == nil {
+		a.Revision = 1
+	}
 	return err
 }
 
@@ -205,9 +249,14 @@ func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p s
 	return listResources(ctx, s, "allocation", f, p, setAllocationID)
 }
 
-// UpdateAllocation writes an allocation.
+// UpdateAllocation writes an allocation if its revision is still the one
+// read (else ErrConflict), and bumps a.Revision.
 func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
-	return s.updateResource(ctx, "allocation", allocationKeys(a), a)
+	if err := s.updateResource(ctx, "allocation", allocationKeys(a), a, a.Revision); err != nil {
+		return err
+	}
+	a.Revision++
+	return nil
 }
 
 // DeleteAllocation removes an allocation.
@@ -228,8 +277,10 @@ func targetKeys(t *store.VolumeTarget) resourceKeys {
 	return resourceKeys{uuid: t.UUID, node: t.NodeUUID, name: &name}
 }
 
-func setConnectorID(c *store.VolumeConnector, id int64) { c.ID = id }
-func setTargetID(t *store.VolumeTarget, id int64)       { t.ID = id }
+// Volume records are written last-writer-wins (revision 0): unlike ports,
+// no background work rewrites them.
+func setConnectorID(c *store.VolumeConnector, id, _ int64) { c.ID = id }
+func setTargetID(t *store.VolumeTarget, id, _ int64)       { t.ID = id }
 
 // CreateVolumeConnector inserts a volume connector.
 func (s *Store) CreateVolumeConnector(ctx context.Context, c *store.VolumeConnector) (err error) {
@@ -249,7 +300,7 @@ func (s *Store) ListVolumeConnectors(ctx context.Context, f store.ResourceFilter
 
 // UpdateVolumeConnector writes a volume connector.
 func (s *Store) UpdateVolumeConnector(ctx context.Context, c *store.VolumeConnector) error {
-	return s.updateResource(ctx, "volume_connector", connectorKeys(c), c)
+	return s.updateResource(ctx, "volume_connector", connectorKeys(c), c, 0)
 }
 
 // DeleteVolumeConnector removes a volume connector.
@@ -275,7 +326,7 @@ func (s *Store) ListVolumeTargets(ctx context.Context, f store.ResourceFilter, p
 
 // UpdateVolumeTarget writes a volume target.
 func (s *Store) UpdateVolumeTarget(ctx context.Context, t *store.VolumeTarget) error {
-	return s.updateResource(ctx, "volume_target", targetKeys(t), t)
+	return s.updateResource(ctx, "volume_target", targetKeys(t), t, 0)
 }
 
 // DeleteVolumeTarget removes a volume target.

@@ -255,6 +255,14 @@ func testPorts(t *testing.T, s store.Store) {
 	got, err := s.GetPort(ctx, p.UUID)
 	require.NoError(t, err)
 	assert.Equal(t, "52:54:00:aa:bb:dd", got.Address)
+	stalePort, err := s.GetPort(ctx, p.UUID)
+	require.NoError(t, err)
+	got.InternalInfo = map[string]any{"tenant_vif_port_id": "vif-1"}
+	require.NoError(t, s.UpdatePort(ctx, got), "a port read is written at its revision")
+	assert.ErrorIs(t, s.UpdatePort(ctx, stalePort), store.ErrConflict, "a stale port is not written over it")
+	got, err = s.GetPort(ctx, p.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, "vif-1", got.InternalInfo["tenant_vif_port_id"])
 
 	pg := &store.Portgroup{UUID: uuid.NewString(), Name: strp("bond0"), NodeUUID: n.UUID}
 	require.NoError(t, s.CreatePortgroup(ctx, pg))
@@ -282,7 +290,11 @@ func testAllocations(t *testing.T, s store.Store) {
 	n := NewNode("")
 	require.NoError(t, s.CreateNode(ctx, n))
 	got.NodeUUID, got.State = &n.UUID, "active"
+	stale, err := s.GetAllocation(ctx, a.UUID)
+	require.NoError(t, err)
 	require.NoError(t, s.UpdateAllocation(ctx, got))
+	stale.State = "error"
+	assert.ErrorIs(t, s.UpdateAllocation(ctx, stale), store.ErrConflict, "a write of what another writer changed since")
 	list, err := s.ListAllocations(ctx, store.ResourceFilter{NodeUUID: &n.UUID}, store.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
