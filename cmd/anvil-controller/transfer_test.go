@@ -91,7 +91,7 @@ func TestExportImportCommands(t *testing.T) {
 	file := filepath.Join(dir, "fleet.json")
 	res := runCLI(t, nil, nil, "export", "--database", srcDB, "-o", file)
 	require.Equal(t, 0, res.code, res.stderr)
-	assert.Equal(t, "exported 3 nodes, 0 portgroups, 1 ports, 0 allocations, "+historyCount(t, file)+
+	assert.Equal(t, "exported 0 chassis, 3 nodes, 0 portgroups, 1 ports, 0 allocations, 0 volume connectors, 0 volume targets, "+historyCount(t, file)+
 		" history events, 0 inventories, 0 step results, 0 erase records to "+file+" (mode 0600: it contains BMC credentials)\n", res.stderr)
 	fi, err := os.Stat(file)
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestExportImportCommands(t *testing.T) {
 	dstDB := "sqlite://" + filepath.Join(dir, "dst.db")
 	res = runCLI(t, nil, nil, "import", "--database", dstDB, file)
 	require.Equal(t, 0, res.code, res.stderr)
-	assert.Contains(t, res.stderr, "imported 3 nodes, 0 portgroups, 1 ports, 0 allocations")
+	assert.Contains(t, res.stderr, "imported 0 chassis, 3 nodes, 0 portgroups, 1 ports, 0 allocations, 0 volume connectors")
 
 	res = runCLI(t, nil, nil, "import", "--database", dstDB, file)
 	assert.Equal(t, 1, res.code)

@@ -264,6 +264,17 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/vifs/{vif}", authed(s.detachVIF)).Methods(http.MethodDelete)
 	r.Handle(n+"/allocation", authed(s.getNodeAllocation)).Methods(http.MethodGet)
 	r.Handle(n+"/allocation", authed(s.deleteNodeAllocation)).Methods(http.MethodDelete)
+	for _, p := range []string{"/chassis", "/chassis/"} {
+		r.Handle(p, authed(s.listChassis(false))).Methods(http.MethodGet)
+		r.Handle(p, authed(s.createChassis)).Methods(http.MethodPost)
+	}
+	r.Handle("/chassis/detail", authed(s.listChassis(true))).Methods(http.MethodGet)
+	r.Handle("/chassis/{chassis}", authed(s.getChassis)).Methods(http.MethodGet)
+	r.Handle("/chassis/{chassis}", authed(s.patchChassis)).Methods(http.MethodPatch)
+	r.Handle("/chassis/{chassis}", authed(s.deleteChassis)).Methods(http.MethodDelete)
+	r.Handle("/chassis/{chassis}/nodes", authed(s.listChassisNodes(false))).Methods(http.MethodGet)
+	r.Handle("/chassis/{chassis}/nodes/detail", authed(s.listChassisNodes(true))).Methods(http.MethodGet)
+	s.volumeRoutes(r, authed)
 	for _, p := range []string{"/drivers", "/drivers/"} {
 		r.Handle(p, authed(s.listDrivers)).Methods(http.MethodGet)
 	}
@@ -377,6 +388,9 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	if ver >= 22 {
 		doc["lookup"] = s.links(r, "lookup/")
 		doc["heartbeat"] = s.links(r, "heartbeat/")
+	}
+	if ver >= volumeVersion {
+		doc["volume"] = s.links(r, "volume/")
 	}
 	if ver >= 52 {
 		doc["allocations"] = s.links(r, "allocations/")

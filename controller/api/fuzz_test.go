@@ -244,3 +244,32 @@ func FuzzAllocationBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzResourceBody feeds arbitrary JSON bodies to the resource schemas
+// (ports, port groups, chassis, volume connectors and targets): a body is
+// either accepted or refused with a client error, never a panic.
+func FuzzResourceBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"address":"52:54:00:00:00:01","node_uuid":"7c1d0a6b-0000-4000-8000-000000000000"}`,
+		`{"address":1,"node_uuid":null,"zz":[1,{"a":"b"}]}`, `{"pxe_enabled":"maybe","physical_network":"` + strings.Repeat("x", 70) + `"}`,
+		`{"description":"d","extra":{"a":1}}`, `{"type":"iqn","connector_id":"iqn.x","node_uuid":"x"}`,
+		`{"boot_index":1.5,"volume_type":"iscsi","volume_id":"v","node_uuid":"x","properties":[]}`,
+		`{}`, `[]`, `null`, `"x"`,
+	} {
+		f.Add([]byte(seed))
+	}
+	schemas := map[string]schema{"port": portWrites.schema, "portgroup": portgroupWrites.schema, "chassis": chassisWrites.schema,
+		"connector": connectorWrites.schema, "target": targetWrites.schema}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		doc, err := decodeObject(body)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		for name, sc := range schemas {
+			if err := sc.validate(name, doc); err != nil {
+				assertClientError(t, err)
+			}
+		}
+	})
+}

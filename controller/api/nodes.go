@@ -50,91 +50,103 @@ func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
 }
 
 func (s *Server) listNodes(detailPath bool) handler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		ctx := r.Context()
-		q, err := parseQuery(r, nodeListParams...)
-		if err != nil {
-			return err
-		}
-		for k, min := range filterGates {
-			if q.has(k) {
-				if err := atLeast(ctx, min); err != nil {
-					return err
-				}
-			}
-		}
-		detail := detailPath
-		if q.has("detail") {
-			if err := atLeast(ctx, 43); err != nil {
-				return err
-			}
-			b, err := q.boolean("detail")
-			if err != nil {
-				return err
-			}
-			if detailPath {
-				return badRequest("Can not specify ?detail=True on /nodes/detail")
-			}
-			detail = *b
-		}
-		fields := fieldsArg(q)
-		if fields != nil {
-			if err := atLeast(ctx, 8); err != nil {
-				return err
-			}
-			if detail {
-				return badRequest("Can not specify ?detail=True and fields in the same request.")
-			}
-			if err := checkFields(ctx, fields, nodeFieldMin); err != nil {
-				return err
-			}
-		}
-		f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
-			Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
-			ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
-			DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
-			TextContains: q.str("text_contains")}
-		if ps := q.str("provision_state"); ps != nil {
-			if !state.Valid(state.State(*ps)) {
-				return badRequest("Invalid provision_state %q", *ps)
-			}
-			f.ProvisionState = ps
-		}
-		if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
-			return s.writeNodePage(w, nil, nil, "")
-		}
-		for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
-			if *dst, err = q.boolean(k); err != nil {
-				return err
-			}
-		}
-		p, err := q.page(store.SortKeys)
-		if err != nil {
-			return err
-		}
-		view := listFields
-		if detail {
-			view = nil
-		} else if fields != nil {
-			view = fields
-		}
-		nodes, err := s.listNodeViews(r, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc}, view)
-		if errors.Is(err, store.ErrNotFound) && p.marker != "" {
-			return badRequest("Marker %s could not be found.", p.marker)
-		}
-		if err != nil {
-			return err
-		}
-		next := ""
-		if len(nodes) == p.limit && f.InstanceUUID == nil {
-			path := "/v1/nodes"
-			if detailPath {
-				path += "/detail"
-			}
-			next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].UUID, p)
-		}
-		return s.writeNodePage(w, s.newNodeRenderer(r, view), nodes, next)
+	return func(w http.ResponseWriter, r *http.Request) error { return s.listNodesIn(w, r, detailPath, "") }
+}
+
+// listNodesIn lists nodes, those of the chassis chassisUUID if not "".
+func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath bool, chassisUUID string) error {
+	ctx := r.Context()
+	q, err := parseQuery(r, nodeListParams...)
+	if err != nil {
+		return err
 	}
+	for k, min := range filterGates {
+		if q.has(k) {
+			if err := atLeast(ctx, min); err != nil {
+				return err
+			}
+		}
+	}
+	detail := detailPath
+	if q.has("detail") {
+		if err := atLeast(ctx, 43); err != nil {
+			return err
+		}
+		b, err := q.boolean("detail")
+		if err != nil {
+			return err
+		}
+		if detailPath {
+			return badRequest("Can not specify ?detail=True on /nodes/detail")
+		}
+		detail = *b
+	}
+	fields := fieldsArg(q)
+	if fields != nil {
+		if err := atLeast(ctx, 8); err != nil {
+			return err
+		}
+		if detail {
+			return badRequest("Can not specify ?detail=True and fields in the same request.")
+		}
+		if err := checkFields(ctx, fields, nodeFieldMin); err != nil {
+			return err
+		}
+	}
+	f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
+		Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
+		ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
+		DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
+		TextContains: q.str("text_contains")}
+	if c := f.ChassisUUID; c != nil && !isUUIDLike(*c) {
+		return badRequest("Expected UUID for chassis_uuid: %s", *c)
+	}
+	if chassisUUID != "" {
+		f.ChassisUUID = &chassisUUID
+	}
+	if ps := q.str("provision_state"); ps != nil {
+		if !state.Valid(state.State(*ps)) {
+			return badRequest("Invalid provision_state %q", *ps)
+		}
+		f.ProvisionState = ps
+	}
+	if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
+		return s.writeNodePage(w, nil, nil, "")
+	}
+	for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
+		if *dst, err = q.boolean(k); err != nil {
+			return err
+		}
+	}
+	p, err := q.page(store.SortKeys)
+	if err != nil {
+		return err
+	}
+	view := listFields
+	if detail {
+		view = nil
+	} else if fields != nil {
+		view = fields
+	}
+	nodes, err := s.listNodeViews(r, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc}, view)
+	if errors.Is(err, store.ErrNotFound) && p.marker != "" {
+		return badRequest("Marker %s could not be found.", p.marker)
+	}
+	if err != nil {
+		return err
+	}
+	next := ""
+	if len(nodes) == p.limit && f.InstanceUUID == nil {
+		path := "/v1/nodes"
+		if chassisUUID != "" {
+			path = "/v1/chassis/" + chassisUUID + "/nodes"
+		}
+		if detailPath {
+			path += "/detail"
+		}
+		next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].UUID, p)
+	}
+	return s.writeNodePage(w, s.newNodeRenderer(r, view), nodes, next)
 }
 
 // listNodeViews reads a page of nodes for the view; when every requested
@@ -331,6 +343,9 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 	if n.RetiredReason != nil && !n.Retired {
 		return badRequest("Cannot set retired_reason on node %s: the node is not retired", n.UUID)
 	}
+	if err := s.nodeChassis(ctx, nil, n); err != nil {
+		return err
+	}
 	s.defaultInterfaces(n)
 	if err := s.st.CreateNode(ctx, n); err != nil {
 		return nodeWriteError(n, err)
@@ -458,6 +473,11 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 		}
 		changed[k] = true
 		if err := writable[k].set(n, after[k]); err != nil {
+			return err
+		}
+	}
+	if changed["chassis_uuid"] {
+		if err := s.nodeChassis(r.Context(), &old, n); err != nil {
 			return err
 		}
 	}
@@ -740,6 +760,13 @@ func (s *Server) validateNode(w http.ResponseWriter, r *http.Request) error {
 			} else {
 				out[k] = map[string]any{"result": true}
 			}
+		}
+		storage, err := s.storageValidation(r.Context(), n)
+		if err != nil {
+			return err
+		}
+		if storage != nil {
+			out["storage"] = storage
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

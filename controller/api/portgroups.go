@@ -1,12 +1,14 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -48,168 +50,116 @@ func (s *Server) listPortgroupsFor(w http.ResponseWriter, r *http.Request, detai
 	return listResource(s, w, r, portgroupResource, detail, nodeUUID)
 }
 
-func portgroupWriteError(pg *store.Portgroup, err error) error {
-	switch {
-	case errors.Is(err, store.ErrDuplicateName):
-		return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
-	case errors.Is(err, store.ErrDuplicateAddr):
-		return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
-	case errors.Is(err, store.ErrConflict):
-		return conductor.Wrap(conductor.CodeConflict, err, "Portgroup %s was changed by another request, please retry.", pg.UUID)
-	}
-	return err
-}
-
-type portgroupBody struct {
-	UUID                     *string        `json:"uuid"`
-	Name                     *string        `json:"name"`
-	Address                  *string        `json:"address"`
-	NodeUUID                 string         `json:"node_uuid"`
-	Mode                     *string        `json:"mode"`
-	Properties               map[string]any `json:"properties"`
-	StandalonePortsSupported *bool          `json:"standalone_ports_supported"`
-	Extra                    map[string]any `json:"extra"`
+// portgroupWrites are Ironic 21.4's PORTGROUP_SCHEMA, its validators and
+// PATCH_ALLOWED_FIELDS; a name must be a logical name.
+var portgroupWrites = &writes[store.Portgroup]{
+	body: "portgroup",
+	schema: schema{props: []prop{
+		{name: "address", types: []string{"string", "null"}, mac: true},
+		{name: "extra", types: []string{"object", "null"}},
+		{name: "mode", types: []string{"string", "null"}},
+		{name: "name", types: []string{"string", "null"}},
+		{name: "node_uuid", types: []string{"string"}}, // or a node name, as for ports
+		{name: "properties", types: []string{"object", "null"}},
+		{name: "standalone_ports_supported", types: []string{"string", "boolean", "null"}, boolean: true},
+		{name: "uuid", types: []string{"string", "null"}, uuid: true},
+	}, required: []string{"node_uuid"}},
+	patchable: []string{"address", "extra", "mode", "name", "node_uuid", "properties", "standalone_ports_supported"},
+	doc: func(pg *store.Portgroup) map[string]any {
+		return map[string]any{"uuid": pg.UUID, "name": sp(pg.Name), "address": sp(pg.Address), "node_uuid": pg.NodeUUID,
+			"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
+			"standalone_ports_supported": pg.StandalonePortsSupported}
+	},
+	fresh: func() *store.Portgroup {
+		return &store.Portgroup{UUID: uuid.NewString(), StandalonePortsSupported: true, CreatedAt: time.Now().UTC()}
+	},
+	apply: func(s *Server, r *http.Request, pg *store.Portgroup, doc map[string]any, changed func(string) bool, create bool) error {
+		if changed("name") {
+			if name := optStr(doc, "name"); name != nil && *name != "" && validName(*name) != nil {
+				if create {
+					return badRequest("Cannot create portgroup with invalid name '%s'", *name)
+				}
+				return badRequest("Portgroup %s: Cannot change name to invalid name '%s'", mux.Vars(r)["pg"], *name)
+			}
+			pg.Name = optStr(doc, "name")
+		}
+		if create && optStr(doc, "uuid") != nil {
+			pg.UUID = uuid.MustParse(str(doc, "uuid")).String()
+		}
+		if changed("address") {
+			pg.Address = nil
+			if a := optStr(doc, "address"); a != nil {
+				mac, _ := normalizeMAC(*a)
+				pg.Address = &mac
+			}
+		}
+		if changed("node_uuid") {
+			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
+			if err != nil {
+				return err
+			}
+			pg.NodeUUID = n.UUID
+		}
+		if changed("mode") {
+			pg.Mode = optStr(doc, "mode")
+		}
+		if changed("properties") {
+			pg.Properties = obj(doc, "properties")
+		}
+		if changed("extra") {
+			pg.Extra = obj(doc, "extra")
+		}
+		if changed("standalone_ports_supported") {
+			pg.StandalonePortsSupported = boolOr(doc, "standalone_ports_supported", true)
+		}
+		return nil
+	},
+	create: func(ctx context.Context, st store.Store, pg *store.Portgroup) error {
+		return st.CreatePortgroup(ctx, pg)
+	},
+	update: func(ctx context.Context, st store.Store, pg *store.Portgroup) error {
+		return st.UpdatePortgroup(ctx, pg)
+	},
+	touch: func(pg *store.Portgroup) { pg.UpdatedAt = nowp() },
+	writeErr: func(pg *store.Portgroup, err error) error {
+		switch {
+		case errors.Is(err, store.ErrDuplicateName):
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with name %s already exists.", deref(pg.Name))
+		case errors.Is(err, store.ErrDuplicateAddr):
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with MAC address %s already exists.", deref(pg.Address))
+		case errors.Is(err, store.ErrDuplicateUUID):
+			return conductor.Wrap(conductor.CodeConflict, err, "A portgroup with UUID %s already exists.", pg.UUID)
+		case errors.Is(err, store.ErrConflict):
+			return conductor.Wrap(conductor.CodeConflict, err, "Portgroup %s was changed by another request, please retry.", pg.UUID)
+		}
+		return err
+	},
 }
 
 func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	if err := atLeast(ctx, 23); err != nil {
-		return err
-	}
-	var b portgroupBody
-	if err := decodeBody(r, &b); err != nil {
-		return err
-	}
-	n, err := s.st.GetNode(ctx, b.NodeUUID)
-	if errors.Is(err, store.ErrNotFound) {
-		return badRequest("Node %s could not be found.", b.NodeUUID)
-	} else if err != nil {
-		return err
-	}
-	pg := &store.Portgroup{UUID: uuid.NewString(), Name: b.Name, NodeUUID: n.UUID, Mode: b.Mode, Properties: b.Properties,
-		StandalonePortsSupported: true, Extra: b.Extra, CreatedAt: time.Now().UTC()}
-	if b.UUID != nil {
-		u, err := uuid.Parse(*b.UUID)
-		if err != nil {
-			return badRequest("Invalid value for uuid: %q is not a UUID", *b.UUID)
-		}
-		pg.UUID = u.String()
-	}
-	if b.Name != nil {
-		if err := validName(*b.Name); err != nil {
-			return err
-		}
-	}
-	if b.Address != nil {
-		mac, err := normalizeMAC(*b.Address)
-		if err != nil {
-			return err
-		}
-		pg.Address = &mac
-	}
-	if b.StandalonePortsSupported != nil {
-		pg.StandalonePortsSupported = *b.StandalonePortsSupported
-	}
-	if err := s.st.CreatePortgroup(ctx, pg); err != nil {
-		return portgroupWriteError(pg, err)
-	}
-	w.Header().Set("Location", s.baseURL(r)+"/v1/portgroups/"+pg.UUID)
-	writeJSON(w, http.StatusCreated, s.portgroupView(r, pg, nil))
-	return nil
-}
-
-func (s *Server) loadPortgroup(r *http.Request) (*store.Portgroup, error) {
-	return loadResource(s, r, portgroupResource)
+	return createResource(s, w, r, portgroupResource)
 }
 
 func (s *Server) getPortgroup(w http.ResponseWriter, r *http.Request) error {
-	pg, err := s.loadPortgroup(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.portgroupView(r, pg, nil))
-	return nil
+	return getResource(s, w, r, portgroupResource)
 }
 
+// deletePortgroup refuses while ports are in the group, as Ironic does.
 func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
-	pg, err := s.loadPortgroup(r)
-	if err != nil {
-		return err
-	}
-	ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{NodeUUID: &pg.NodeUUID}, store.Page{})
-	if err != nil {
-		return err
-	}
-	for _, p := range ports {
-		if p.PortgroupUUID != nil && *p.PortgroupUUID == pg.UUID {
-			return conductor.Conflict("Portgroup %s still has ports (%s); remove them from it first.", pg.UUID, p.UUID)
-		}
-	}
-	if err := s.st.DeletePortgroup(r.Context(), pg.UUID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// patchPortgroup applies a JSON patch to the writable portgroup fields.
-func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
-	ops, err := readPatch(r)
-	if err != nil {
-		return err
-	}
-	pg, err := s.loadPortgroup(r)
-	if err != nil {
-		return err
-	}
-	cur := map[string]any{"name": sp(pg.Name), "address": sp(pg.Address), "node_uuid": pg.NodeUUID,
-		"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
-		"standalone_ports_supported": pg.StandalonePortsSupported}
-	changed, err := patchChanges(cur, ops)
-	if err != nil {
-		return err
-	}
-	for _, k := range sortedKeys(changed) {
-		v := changed[k]
-		switch k {
-		case "name":
-			if pg.Name, err = asOptString(k, v, 255); err == nil && pg.Name != nil {
-				err = validName(*pg.Name)
-			}
-		case "address":
-			var a *string
-			if a, err = asOptString(k, v, 17); err == nil && a != nil {
-				var mac string
-				if mac, err = normalizeMAC(*a); err == nil {
-					a = &mac
-				}
-			}
-			pg.Address = a
-		case "node_uuid":
-			id, _ := v.(string)
-			n, gerr := s.st.GetNode(r.Context(), id)
-			if gerr != nil {
-				return badRequest("Node %s could not be found.", id)
-			}
-			pg.NodeUUID = n.UUID
-		case "mode":
-			pg.Mode, err = asOptString(k, v, 255)
-		case "properties":
-			pg.Properties, err = asObject(k, v)
-		case "extra":
-			pg.Extra, err = asObject(k, v)
-		case "standalone_ports_supported":
-			pg.StandalonePortsSupported, err = asBool(k, v)
-		}
+	return deleteResource(s, w, r, portgroupResource, func(pg *store.Portgroup) error {
+		ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{NodeUUID: &pg.NodeUUID}, store.Page{})
 		if err != nil {
 			return err
 		}
-	}
-	now := time.Now().UTC()
-	pg.UpdatedAt = &now
-	if err := s.st.UpdatePortgroup(r.Context(), pg); err != nil {
-		return portgroupWriteError(pg, err)
-	}
-	writeJSON(w, http.StatusOK, s.portgroupView(r, pg, nil))
-	return nil
+		for _, p := range ports {
+			if p.PortgroupUUID != nil && *p.PortgroupUUID == pg.UUID {
+				return badRequest("Cannot complete the requested action because portgroup %s contains ports.", pg.UUID)
+			}
+		}
+		return nil
+	}, func(ctx context.Context, st store.Store, id string) error { return st.DeletePortgroup(ctx, id) })
+}
+
+func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
+	return patchResource(s, w, r, portgroupResource)
 }

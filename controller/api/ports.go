@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -82,166 +83,114 @@ func (s *Server) listPortsFor(w http.ResponseWriter, r *http.Request, detail boo
 	return listResource(s, w, r, portResource, detail, nodeUUID)
 }
 
-func (s *Server) loadPort(r *http.Request) (*store.Port, error) {
-	return loadResource(s, r, portResource)
-}
-
 func (s *Server) getPort(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "fields")
-	if err != nil {
-		return err
-	}
-	fields := fieldsArg(q)
-	if err := checkFields(r.Context(), fields, portFieldMin); err != nil {
-		return err
-	}
-	p, err := s.loadPort(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.portView(r, p, fields))
-	return nil
+	return getResource(s, w, r, portResource)
 }
 
-// portWritable are the settable port fields with their version gates.
-var portWritable = map[string]int{"address": 1, "node_uuid": 1, "extra": 1, "local_link_connection": 19,
-	"pxe_enabled": 19, "portgroup_uuid": 24, "physical_network": 34, "is_smartnic": 53}
-
-// setPortFields applies a decoded document to p with type checks.
-func (s *Server) setPortFields(r *http.Request, p *store.Port, m map[string]any) error {
-	ctx := r.Context()
-	for _, k := range sortedKeys(m) {
-		v := m[k]
-		if k == "uuid" {
-			continue
+// portWrites are Ironic 21.4's PORT_SCHEMA, its validators and
+// PATCH_ALLOWED_FIELDS.
+var portWrites = &writes[store.Port]{
+	body: "port",
+	schema: schema{props: []prop{
+		{name: "address", types: []string{"string"}, mac: true},
+		{name: "extra", types: []string{"object", "null"}},
+		{name: "is_smartnic", types: []string{"string", "boolean", "null"}, boolean: true},
+		{name: "local_link_connection", types: []string{"null", "object"}},
+		// a node name is taken too (anvil's extension, which the
+		// README's "baremetal port create ... --node NAME" relies on)
+		{name: "node_uuid", types: []string{"string"}},
+		{name: "physical_network", types: []string{"string", "null"}, maxLen: 64},
+		{name: "portgroup_uuid", types: []string{"string", "null"}, uuid: true},
+		{name: "pxe_enabled", types: []string{"string", "boolean", "null"}, boolean: true},
+		{name: "uuid", types: []string{"string", "null"}, uuid: true},
+	}, required: []string{"address", "node_uuid"}},
+	patchable: []string{"address", "extra", "is_smartnic", "local_link_connection", "node_uuid", "physical_network",
+		"portgroup_uuid", "pxe_enabled"},
+	doc: func(p *store.Port) map[string]any {
+		return map[string]any{"uuid": p.UUID, "address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
+			"local_link_connection": orEmpty(p.LocalLinkConnection), "pxe_enabled": p.PXEEnabled,
+			"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC}
+	},
+	fresh: func() *store.Port {
+		return &store.Port{UUID: uuid.NewString(), PXEEnabled: true, CreatedAt: time.Now().UTC()}
+	},
+	apply: func(s *Server, r *http.Request, p *store.Port, doc map[string]any, changed func(string) bool, create bool) error {
+		if create && optStr(doc, "uuid") != nil {
+			p.UUID = uuid.MustParse(str(doc, "uuid")).String()
 		}
-		min, ok := portWritable[k]
-		if !ok {
-			return badRequest("Unexpected arguments: %s", k)
+		if changed("address") {
+			p.Address, _ = normalizeMAC(str(doc, "address"))
 		}
-		if err := atLeast(ctx, min); err != nil {
-			return err
-		}
-		var err error
-		switch k {
-		case "address":
-			a, _ := v.(string)
-			p.Address, err = normalizeMAC(a)
-		case "node_uuid":
-			id, _ := v.(string)
-			n, gerr := s.st.GetNode(ctx, id)
-			if errors.Is(gerr, store.ErrNotFound) {
-				return badRequest("Node %s could not be found.", id)
-			} else if gerr != nil {
-				return gerr
+		if changed("node_uuid") {
+			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
+			if err != nil {
+				return err
 			}
 			p.NodeUUID = n.UUID
-		case "extra":
-			p.Extra, err = asObject(k, v)
-		case "local_link_connection":
-			p.LocalLinkConnection, err = asObject(k, v)
-		case "pxe_enabled":
-			p.PXEEnabled, err = asBool(k, v)
-		case "is_smartnic":
-			p.IsSmartNIC, err = asBool(k, v)
-		case "portgroup_uuid":
-			p.PortgroupUUID, err = asOptString(k, v, 36)
-		case "physical_network":
-			p.PhysicalNetwork, err = asOptString(k, v, 64)
 		}
-		if err != nil {
-			return err
+		if changed("extra") {
+			p.Extra = obj(doc, "extra")
 		}
-	}
-	if p.Address == "" {
-		return badRequest("Missing mandatory field: address")
-	}
-	if p.NodeUUID == "" {
-		return badRequest("Missing mandatory field: node_uuid")
-	}
-	return nil
+		if changed("local_link_connection") {
+			p.LocalLinkConnection = obj(doc, "local_link_connection")
+		}
+		if changed("pxe_enabled") {
+			p.PXEEnabled = boolOr(doc, "pxe_enabled", true)
+		}
+		if changed("is_smartnic") {
+			p.IsSmartNIC = boolOr(doc, "is_smartnic", false)
+		}
+		if changed("portgroup_uuid") {
+			p.PortgroupUUID = optStr(doc, "portgroup_uuid")
+			if p.PortgroupUUID != nil {
+				pg, err := s.st.GetPortgroup(r.Context(), *p.PortgroupUUID)
+				if isNotFound(err) {
+					return badRequest("Portgroup %s could not be found.", *p.PortgroupUUID)
+				} else if err != nil {
+					return err
+				}
+				p.PortgroupUUID = &pg.UUID
+			}
+		}
+		if changed("physical_network") {
+			p.PhysicalNetwork = optStr(doc, "physical_network")
+		}
+		return nil
+	},
+	create: func(ctx context.Context, st store.Store, p *store.Port) error { return st.CreatePort(ctx, p) },
+	update: func(ctx context.Context, st store.Store, p *store.Port) error { return st.UpdatePort(ctx, p) },
+	touch:  func(p *store.Port) { p.UpdatedAt = nowp() },
+	writeErr: func(p *store.Port, err error) error {
+		if errors.Is(err, store.ErrDuplicateAddr) {
+			return conductor.Wrap(conductor.CodeConflict, err, "A port with MAC address %s already exists.", p.Address)
+		}
+		if errors.Is(err, store.ErrDuplicateUUID) {
+			return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			// Ironic serializes writes under the node's lock; a write that
+			// lost a race is refused as a locked node is.
+			return conductor.Wrap(conductor.CodeConflict, err, "Port %s was changed by another request, please retry.", p.UUID)
+		}
+		return err
+	},
 }
 
-func portWriteError(p *store.Port, err error) error {
-	if errors.Is(err, store.ErrDuplicateAddr) {
-		return conductor.Wrap(conductor.CodeConflict, err, "A port with MAC address %s already exists.", p.Address)
-	}
-	if errors.Is(err, store.ErrDuplicateUUID) {
-		return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
-	}
-	if errors.Is(err, store.ErrConflict) {
-		// Ironic serializes writes under the node's lock; a write that
-		// lost a race is refused as a locked node is.
-		return conductor.Wrap(conductor.CodeConflict, err, "Port %s was changed by another request, please retry.", p.UUID)
-	}
-	return err
+func nowp() *time.Time {
+	now := time.Now().UTC()
+	return &now
 }
 
 func (s *Server) createPort(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	m, err := decodeObject(body)
-	if err != nil {
-		return err
-	}
-	p := &store.Port{UUID: uuid.NewString(), PXEEnabled: true, CreatedAt: time.Now().UTC()}
-	if v, ok := m["uuid"].(string); ok {
-		u, err := uuid.Parse(v)
-		if err != nil {
-			return badRequest("Invalid value for uuid: %q is not a UUID", v)
-		}
-		p.UUID = u.String()
-	}
-	if err := s.setPortFields(r, p, m); err != nil {
-		return err
-	}
-	if err := s.st.CreatePort(r.Context(), p); err != nil {
-		return portWriteError(p, err)
-	}
-	w.Header().Set("Location", s.baseURL(r)+"/v1/ports/"+p.UUID)
-	writeJSON(w, http.StatusCreated, s.portView(r, p, nil))
-	return nil
+	return createResource(s, w, r, portResource)
 }
 
 func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) error {
-	ops, err := readPatch(r)
-	if err != nil {
-		return err
-	}
-	p, err := s.loadPort(r)
-	if err != nil {
-		return err
-	}
-	all := map[string]any{"address": p.Address, "node_uuid": p.NodeUUID, "extra": orEmpty(p.Extra),
-		"local_link_connection": orEmpty(p.LocalLinkConnection), "pxe_enabled": p.PXEEnabled,
-		"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC,
-		"internal_info": orEmpty(p.InternalInfo)}
-	changed, err := patchChanges(all, ops)
-	if err != nil {
-		return err
-	}
-	if err := s.setPortFields(r, p, changed); err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	p.UpdatedAt = &now
-	if err := s.st.UpdatePort(r.Context(), p); err != nil {
-		return portWriteError(p, err)
-	}
-	writeJSON(w, http.StatusOK, s.portView(r, p, nil))
-	return nil
+	return patchResource(s, w, r, portResource)
 }
 
 func (s *Server) deletePort(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.loadPort(r)
-	if err != nil {
-		return err
-	}
-	if err := s.st.DeletePort(r.Context(), p.UUID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return deleteResource(s, w, r, portResource, nil, func(ctx context.Context, st store.Store, id string) error {
+		return st.DeletePort(ctx, id)
+	})
 }

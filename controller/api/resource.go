@@ -17,16 +17,29 @@ import (
 // unknown one. listResource and loadResource serve every kind from it.
 type resource[T any] struct {
 	plural     string // the list's body key
+	path       string // the collection's path under /v1 ("volume/connectors")
 	title      string // "Port": Ironic's "Port X could not be found."
 	minVersion int    // the microversion the resource appeared in (0: always there)
 	muxVar     string // the route variable naming one
 	// params are the query parameters the list accepts; nodeParams, those
 	// of them naming a node (by UUID or name) to filter by.
 	params, nodeParams []string
-	byAddress          bool           // "address" filters by MAC address
-	detailParam        bool           // "detail=true" asks for every field
-	fieldMin           map[string]int // fields= is honoured, with these fields' microversions
-	summary            []string       // the fields of a plain list
+	byAddress          bool // "address" filters by MAC address
+	detailParam        bool // "detail=true" asks for every field
+	// volumeLists: the list is one of Ironic's volume controllers', which
+	// take detail= at any version and refuse it with fields= in their own
+	// words (the others, get_request_return_fields: detail= from 1.43).
+	volumeLists bool
+	fieldMin    map[string]int // fields= is honoured, with these fields' microversions
+	summary     []string       // the fields of a plain list
+	// sortKeys are the sort_key values the list takes besides "id"
+	// (they must be keys the store sorts this kind by).
+	sortKeys []string
+	// noSort are Ironic's invalid_sort_key_list: refused before the
+	// database is asked, in the controller's words (no quotes).
+	noSort []string
+	// writes says how clients create and patch one (nil: they cannot).
+	writes *writes[T]
 	// keep filters the page in memory by parameters the store does not
 	// index; nil keeps everything.
 	keep func(q query, v *T) bool
@@ -86,21 +99,37 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 		if d, err := q.boolean("detail"); err != nil {
 			return err
 		} else if d != nil {
+			if !res.volumeLists && version(ctx) < 43 {
+				return badRequest("Invalid query parameter ?detail=%s received.", pyValue(*d))
+			}
 			detail = *d
 		}
 	}
 	var fields []string
 	if res.fieldMin != nil {
 		fields = fieldsArg(q)
-		if err := checkFields(ctx, fields, res.fieldMin); err != nil {
+		if err := checkFieldsArg(ctx, fields, res.fieldMin); err != nil {
 			return err
 		}
+		if fields != nil && detail && q.has("detail") {
+			if res.volumeLists {
+				return badRequest("Can't fetch a subset of fields with 'detail' set")
+			}
+			return badRequest("Can not specify ?detail=True and fields in the same request.")
+		}
 	}
-	p, err := q.page([]string{"id"})
+	if k := q.str("sort_key"); k != nil && contains(res.noSort, *k) {
+		return badRequest("The sort_key value %s is an invalid field for sorting", *k)
+	}
+	p, err := q.page(append([]string{"id"}, res.sortKeys...))
 	if err != nil {
 		return err
 	}
-	items, err := res.list(ctx, s.st, f, store.Page{Limit: p.limit, Marker: p.marker, Desc: p.desc})
+	sortKey := p.sortKey
+	if sortKey == "id" {
+		sortKey = ""
+	}
+	items, err := res.list(ctx, s.st, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: sortKey, Desc: p.desc})
 	if err != nil {
 		return markerError(err, p)
 	}
@@ -124,6 +153,63 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 	return nil
 }
 
+// getResource serves GET of one resource, with fields= when the kind
+// honours it.
+func getResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T]) error {
+	if err := atLeast(r.Context(), res.minVersion); err != nil {
+		return err
+	}
+	var fields []string
+	if res.fieldMin != nil {
+		q, err := parseQuery(r, "fields")
+		if err != nil {
+			return err
+		}
+		fields = fieldsArg(q)
+		if err := checkFieldsArg(r.Context(), fields, res.fieldMin); err != nil {
+			return err
+		}
+	}
+	v, err := loadResource(s, r, res)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.view(s, r, v, fields))
+	return nil
+}
+
+// deleteResource serves DELETE: check, if set, may refuse first.
+func deleteResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T],
+	check func(v *T) error, del func(ctx context.Context, st store.Store, uuid string) error) error {
+	v, err := loadResource(s, r, res)
+	if err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(v); err != nil {
+			return err
+		}
+	}
+	if err := del(r.Context(), s.st, res.uuid(v)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkFieldsArg checks fields= (1.8+) against a resource's fields.
+func checkFieldsArg(ctx context.Context, fields []string, known map[string]int) error {
+	if fields == nil {
+		return nil
+	}
+	if err := atLeast(ctx, 8); err != nil {
+		return err
+	}
+	return checkFields(ctx, fields, known)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
 func markerError(err error, p pageArgs) error {
 	if errors.Is(err, store.ErrNotFound) && p.marker != "" {
 		return badRequest("Marker %s could not be found.", p.marker)
@@ -132,11 +218,12 @@ func markerError(err error, p pageArgs) error {
 }
 
 var portResource = &resource[store.Port]{
-	plural: "ports", title: "Port", muxVar: "port",
+	plural: "ports", path: "ports", title: "Port", muxVar: "port", writes: portWrites,
 	params:     []string{"node", "node_uuid", "address", "portgroup", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node", "node_uuid"}, byAddress: true, detailParam: true,
 	fieldMin: portFieldMin, summary: []string{"uuid", "address"},
-	get: func(ctx context.Context, st store.Store, id string) (*store.Port, error) { return st.GetPort(ctx, id) },
+	noSort: []string{"extra", "internal_info", "local_link_connection"},
+	get:    func(ctx context.Context, st store.Store, id string) (*store.Port, error) { return st.GetPort(ctx, id) },
 	list: func(ctx context.Context, st store.Store, f store.ResourceFilter, p store.Page) ([]*store.Port, error) {
 		return st.ListPorts(ctx, f, p)
 	},
@@ -145,10 +232,11 @@ var portResource = &resource[store.Port]{
 }
 
 var portgroupResource = &resource[store.Portgroup]{
-	plural: "portgroups", title: "Portgroup", minVersion: 23, muxVar: "pg",
+	plural: "portgroups", path: "portgroups", title: "Portgroup", minVersion: 23, muxVar: "pg", writes: portgroupWrites,
 	params:     []string{"node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
 	nodeParams: []string{"node"}, byAddress: true, detailParam: true,
-	summary: []string{"uuid", "address", "name"},
+	fieldMin: portgroupFieldMin, summary: []string{"uuid", "address", "name"},
+	noSort: []string{"extra", "internal_info", "properties"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.Portgroup, error) {
 		return st.GetPortgroup(ctx, id)
 	},
@@ -160,9 +248,9 @@ var portgroupResource = &resource[store.Portgroup]{
 }
 
 var allocationResource = &resource[store.Allocation]{
-	plural: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
+	plural: "allocations", path: "allocations", title: "Allocation", minVersion: 52, muxVar: "alloc",
 	params:     []string{"node", "resource_class", "state", "owner", "fields", "limit", "marker", "sort_key", "sort_dir"},
-	nodeParams: []string{"node"}, fieldMin: allocationFieldMin,
+	nodeParams: []string{"node"}, fieldMin: allocationFieldMin, noSort: []string{"extra", "candidate_nodes", "traits"},
 	keep: func(q query, a *store.Allocation) bool {
 		if rc := q.str("resource_class"); rc != nil && a.ResourceClass != *rc {
 			return false

@@ -213,6 +213,12 @@ func TestMethodNotAllowedAsIronic(t *testing.T) {
 		"POST on lookup":             {"POST", "/v1/lookup", 405, "GET"},
 		"POST on the root":           {"POST", "/", 405, "GET"},
 		"PUT on an allocation":       {"PUT", "/v1/allocations/x", 405, "GET, PATCH, DELETE"},
+		"PUT on a port":              {"PUT", "/v1/ports/x", 405, "GET, PATCH, DELETE"},
+		"DELETE on port groups":      {"DELETE", "/v1/portgroups", 405, "GET, POST"},
+		"PUT on a chassis":           {"PUT", "/v1/chassis/x", 405, "GET, PATCH, DELETE"},
+		"POST on a chassis' nodes":   {"POST", "/v1/chassis/x/nodes", 405, "GET"},
+		"DELETE on the volume root":  {"DELETE", "/v1/volume", 405, "GET"},
+		"PUT on a node's connectors": {"PUT", "/v1/nodes/m1/volume/connectors", 405, "GET, POST"},
 		"unknown path":               {"GET", "/v1/bogus", 404, ""},
 		"unknown path, other method": {"PUT", "/v1/nodes/m1/bogus", 404, ""},
 	}

@@ -60,23 +60,6 @@ func decodeVIF(body []byte) (string, conductor.VIFTarget, error) {
 	return id, to, nil
 }
 
-// pyValue spells a JSON value roughly as Python's repr does, for schema
-// errors.
-func pyValue(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "None"
-	case bool:
-		if x {
-			return "True"
-		}
-		return "False"
-	case string:
-		return pyRepr(x)
-	}
-	return mustJSON(v)
-}
-
 func (s *Server) listVIFs(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.vifNode(r)
 	if err != nil {

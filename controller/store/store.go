@@ -16,6 +16,9 @@ var (
 	ErrDuplicateName = errors.New("duplicate name")
 	ErrDuplicateUUID = errors.New("duplicate uuid")
 	ErrDuplicateAddr = errors.New("duplicate address")
+	// ErrNotEmpty refuses to delete what others still refer to (a
+	// chassis with nodes).
+	ErrNotEmpty = errors.New("still referred to")
 	// ErrLeaseLost means a write made under a node lease (WithLease) found
 	// the lease expired or held by another controller: the work must stop.
 	ErrLeaseLost = errors.New("node lease lost")
@@ -213,6 +216,43 @@ type Allocation struct {
 	ConductorAffinity string `json:"conductor_affinity,omitempty"`
 }
 
+// Chassis groups nodes (Ironic's chassis); a node's ChassisUUID names one.
+type Chassis struct {
+	ID          int64          `json:"-"`
+	UUID        string         `json:"uuid"`
+	Description *string        `json:"description"`
+	Extra       map[string]any `json:"extra"`
+	CreatedAt   time.Time      `json:"created_at"`
+	UpdatedAt   *time.Time     `json:"updated_at"`
+}
+
+// VolumeConnector is how a node connects to remote volumes (an initiator
+// IQN, a WWPN...); (Type, ConnectorID) is unique.
+type VolumeConnector struct {
+	ID          int64          `json:"-"`
+	UUID        string         `json:"uuid"`
+	NodeUUID    string         `json:"node_uuid"`
+	Type        string         `json:"type"`
+	ConnectorID string         `json:"connector_id"`
+	Extra       map[string]any `json:"extra"`
+	CreatedAt   time.Time      `json:"created_at"`
+	UpdatedAt   *time.Time     `json:"updated_at"`
+}
+
+// VolumeTarget is a remote volume of a node; BootIndex is unique per node.
+type VolumeTarget struct {
+	ID         int64          `json:"-"`
+	UUID       string         `json:"uuid"`
+	NodeUUID   string         `json:"node_uuid"`
+	VolumeType string         `json:"volume_type"`
+	VolumeID   string         `json:"volume_id"`
+	BootIndex  int            `json:"boot_index"`
+	Properties map[string]any `json:"properties"`
+	Extra      map[string]any `json:"extra"`
+	CreatedAt  time.Time      `json:"created_at"`
+	UpdatedAt  *time.Time     `json:"updated_at"`
+}
+
 // Event is one entry of a node's history (Ironic's node history, plus our
 // step and state events).
 type Event struct {
@@ -284,6 +324,34 @@ type Allocations interface {
 	// ErrConflict) and bumps a.Revision.
 	UpdateAllocation(ctx context.Context, a *Allocation) error
 	DeleteAllocation(ctx context.Context, uuid string) error
+}
+
+// ChassisStore is the chassis part of the store. A node's chassis must
+// exist: creating or updating a node naming another is ErrNotFound.
+type ChassisStore interface {
+	CreateChassis(ctx context.Context, c *Chassis) error
+	GetChassis(ctx context.Context, uuid string) (*Chassis, error)
+	// ListChassis pages by id, uuid or created_at.
+	ListChassis(ctx context.Context, p Page) ([]*Chassis, error)
+	UpdateChassis(ctx context.Context, c *Chassis) error
+	// DeleteChassis removes a chassis no node is in (else ErrNotEmpty).
+	DeleteChassis(ctx context.Context, uuid string) error
+}
+
+// VolumeStore is the volume connector and target part of the store. A
+// duplicate (type, connector_id) is ErrDuplicateAddr, a duplicate boot
+// index on one node ErrDuplicateName; deleting a node deletes them.
+type VolumeStore interface {
+	CreateVolumeConnector(ctx context.Context, c *VolumeConnector) error
+	GetVolumeConnector(ctx context.Context, uuid string) (*VolumeConnector, error)
+	ListVolumeConnectors(ctx context.Context, f ResourceFilter, p Page) ([]*VolumeConnector, error)
+	UpdateVolumeConnector(ctx context.Context, c *VolumeConnector) error
+	DeleteVolumeConnector(ctx context.Context, uuid string) error
+	CreateVolumeTarget(ctx context.Context, t *VolumeTarget) error
+	GetVolumeTarget(ctx context.Context, uuid string) (*VolumeTarget, error)
+	ListVolumeTargets(ctx context.Context, f ResourceFilter, p Page) ([]*VolumeTarget, error)
+	UpdateVolumeTarget(ctx context.Context, t *VolumeTarget) error
+	DeleteVolumeTarget(ctx context.Context, uuid string) error
 }
 
 // History is the per-node event log.
@@ -390,6 +458,8 @@ type Store interface {
 	Ports
 	Portgroups
 	Allocations
+	ChassisStore
+	VolumeStore
 	History
 	Inventories
 	StepResults

@@ -74,9 +74,21 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 	d := newDocWriter(w)
 	d.header(now().UTC())
 
+	d.open("chassis", '[')
+	err := eachPage(ctx, func(p store.Page) ([]*store.Chassis, error) { return src.ListChassis(ctx, p) },
+		func(c *store.Chassis) string { return c.UUID },
+		func(c *store.Chassis) error {
+			sum.Chassis++
+			return d.item(c)
+		})
+	if err != nil {
+		return sum, fmt.Errorf("export chassis: %w", err)
+	}
+	d.close(']')
+
 	var uuids []string
 	d.open("nodes", '[')
-	err := eachPage(ctx, func(p store.Page) ([]*store.Node, error) {
+	err = eachPage(ctx, func(p store.Page) ([]*store.Node, error) {
 		nodes, err := src.ListNodes(ctx, store.NodeFilter{}, p)
 		if l, ok := src.(agentStateLoader); ok && err == nil {
 			// The document keeps each node's whole operation, the agent's
@@ -109,6 +121,14 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 		return sum, err
 	}
 	if sum.Allocations, err = exportResources(ctx, d, "allocations", src.ListAllocations, func(a *store.Allocation) string { return a.UUID }); err != nil {
+		return sum, err
+	}
+	if sum.VolumeConnectors, err = exportResources(ctx, d, "volume_connectors", src.ListVolumeConnectors,
+		func(c *store.VolumeConnector) string { return c.UUID }); err != nil {
+		return sum, err
+	}
+	if sum.VolumeTargets, err = exportResources(ctx, d, "volume_targets", src.ListVolumeTargets,
+		func(t *store.VolumeTarget) string { return t.UUID }); err != nil {
 		return sum, err
 	}
 

@@ -34,6 +34,8 @@ const (
 	kindEvent
 	kindResult
 	kindRecord
+	kindChassis
+	kindVolume
 )
 
 // fillFleet writes a varied fleet through store calls, with everything an
@@ -81,6 +83,13 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 		nodes = append(nodes, &store.Node{UUID: fleetUUID(kindNode, 100+i), Name: strp(fmt.Sprintf("extra-%04d", i)), Driver: "fake-hardware",
 			ProvisionState: "manageable", CreatedAt: at(100 + i), DriverInfo: map[string]any{"password": fmt.Sprintf("pw-%d", i)}})
 	}
+	// chassis first: a node's chassis must exist
+	for _, c := range []*store.Chassis{
+		{UUID: *active.ChassisUUID, Description: strp("rack 1, row \"A\""), Extra: map[string]any{"pdu": "pdu-1"}, CreatedAt: at(-2)},
+		{UUID: fleetUUID(kindChassis, 2), Extra: map[string]any{}, CreatedAt: at(-1), UpdatedAt: atp(70)},
+	} {
+		require.NoError(t, st.CreateChassis(ctx, c))
+	}
 	for _, n := range nodes {
 		require.NoError(t, st.CreateNode(ctx, n))
 	}
@@ -110,6 +119,11 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 	for _, a := range allocs {
 		require.NoError(t, st.CreateAllocation(ctx, a))
 	}
+	require.NoError(t, st.CreateVolumeConnector(ctx, &store.VolumeConnector{UUID: fleetUUID(kindVolume, 1), NodeUUID: active.UUID,
+		Type: "iqn", ConnectorID: "iqn.2025-03.org.example:web-01", Extra: map[string]any{}, CreatedAt: at(23)}))
+	require.NoError(t, st.CreateVolumeTarget(ctx, &store.VolumeTarget{UUID: fleetUUID(kindVolume, 2), NodeUUID: active.UUID,
+		VolumeType: "iscsi", VolumeID: "cinder-vol-1", BootIndex: 0, Properties: map[string]any{"target_lun": float64(1), "auth_password": "chap"},
+		Extra: map[string]any{}, CreatedAt: at(24), UpdatedAt: atp(25)}))
 	events := []*store.Event{
 		{NodeUUID: available.UUID, Severity: "INFO", EventType: "provisioning", Event: "manage: enroll -> manageable", Conductor: "ctl-1", User: strp("admin")},
 		{NodeUUID: failed.UUID, Severity: "INFO", EventType: "cleaning", Event: "clean step deploy.erase_devices started", Conductor: "ctl-1"},

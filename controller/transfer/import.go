@@ -58,6 +58,13 @@ func refuseNonEmpty(ctx context.Context, dst Target) error {
 	if len(nodes) > 0 {
 		return fmt.Errorf("%w: it holds nodes (e.g. %s); import only into a new, empty database", ErrNotEmpty, nodes[0].UUID)
 	}
+	chassis, err := dst.ListChassis(ctx, store.Page{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("check the target is empty: %w", err)
+	}
+	if len(chassis) > 0 {
+		return fmt.Errorf("%w: it holds chassis (e.g. %s); import only into a new, empty database", ErrNotEmpty, chassis[0].UUID)
+	}
 	allocs, err := dst.ListAllocations(ctx, store.ResourceFilter{}, store.Page{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("check the target is empty: %w", err)
@@ -78,13 +85,19 @@ func (discard) ListNodeSummaries(context.Context, store.NodeFilter, store.Page) 
 func (discard) ListAllocations(context.Context, store.ResourceFilter, store.Page) ([]*store.Allocation, error) {
 	return nil, nil
 }
-func (discard) CreateNode(context.Context, *store.Node) error             { return nil }
-func (discard) CreatePortgroup(context.Context, *store.Portgroup) error   { return nil }
-func (discard) CreatePort(context.Context, *store.Port) error             { return nil }
-func (discard) CreateAllocation(context.Context, *store.Allocation) error { return nil }
-func (discard) AppendEvent(context.Context, *store.Event) error           { return nil }
-func (discard) PutInventory(context.Context, string, []byte) error        { return nil }
-func (discard) PutStepResult(context.Context, *store.StepResult) error    { return nil }
+func (discard) ListChassis(context.Context, store.Page) ([]*store.Chassis, error) { return nil, nil }
+func (discard) CreateChassis(context.Context, *store.Chassis) error               { return nil }
+func (discard) CreateVolumeConnector(context.Context, *store.VolumeConnector) error {
+	return nil
+}
+func (discard) CreateVolumeTarget(context.Context, *store.VolumeTarget) error { return nil }
+func (discard) CreateNode(context.Context, *store.Node) error                 { return nil }
+func (discard) CreatePortgroup(context.Context, *store.Portgroup) error       { return nil }
+func (discard) CreatePort(context.Context, *store.Port) error                 { return nil }
+func (discard) CreateAllocation(context.Context, *store.Allocation) error     { return nil }
+func (discard) AppendEvent(context.Context, *store.Event) error               { return nil }
+func (discard) PutInventory(context.Context, string, []byte) error            { return nil }
+func (discard) PutStepResult(context.Context, *store.StepResult) error        { return nil }
 func (discard) PutEraseRecords(context.Context, []*store.EraseRecord) error {
 	return nil
 }
@@ -106,13 +119,18 @@ type decoder struct {
 	// names and addresses are unique per kind (an index on kind and value).
 	pgNames, pgAddrs, portNames, portAddrs, allocNames map[string]bool
 	inventories                                        map[string]bool
+	// chassis are the chassis created so far; connectorIDs the (type,
+	// connector_id) and bootIndexes the (node, boot_index) of volumes.
+	chassis, connectorIDs, bootIndexes map[string]bool
+	now                                func() time.Time
 }
 
 func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
 	d := &decoder{dec: json.NewDecoder(bufio.NewReaderSize(r, 64<<10)), dst: dst,
 		nodes: map[string]bool{}, nodeNames: map[string]bool{}, resources: map[string]string{},
 		pgNames: map[string]bool{}, pgAddrs: map[string]bool{}, portNames: map[string]bool{}, portAddrs: map[string]bool{},
-		allocNames: map[string]bool{}, inventories: map[string]bool{}}
+		allocNames: map[string]bool{}, inventories: map[string]bool{},
+		chassis: map[string]bool{}, connectorIDs: map[string]bool{}, bootIndexes: map[string]bool{}, now: time.Now}
 	// The document is ours: a field this controller does not know is a typo
 	// or a newer exporter's, and dropping it silently would lose data.
 	d.dec.DisallowUnknownFields()
@@ -232,14 +250,20 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		if err := d.dec.Decode(&at); err != nil {
 			return d.fail(where, err)
 		}
+	case "chassis":
+		return section(ctx, d, key, where, d.chassisCheck, counted(d.dst.CreateChassis, &d.sum.Chassis))
 	case "nodes":
-		return section(ctx, d, key, where, d.node, counted(d.dst.CreateNode, &d.sum.Nodes))
+		return section(ctx, d, key, where, d.node, counted(d.createNode, &d.sum.Nodes))
 	case "portgroups":
 		return section(ctx, d, key, where, d.portgroup, counted(d.dst.CreatePortgroup, &d.sum.Portgroups))
 	case "ports":
 		return section(ctx, d, key, where, d.port, counted(d.dst.CreatePort, &d.sum.Ports))
 	case "allocations":
 		return section(ctx, d, key, where, d.allocation, counted(d.dst.CreateAllocation, &d.sum.Allocations))
+	case "volume_connectors":
+		return section(ctx, d, key, where, d.connector, counted(d.dst.CreateVolumeConnector, &d.sum.VolumeConnectors))
+	case "volume_targets":
+		return section(ctx, d, key, where, d.target, counted(d.dst.CreateVolumeTarget, &d.sum.VolumeTargets))
 	case "history":
 		batcher, ok := d.dst.(eventBatcher)
 		if !ok {
@@ -386,6 +410,35 @@ func (d *decoder) node(n *store.Node) error {
 		n.AdoptLegacyOperation()
 	}
 	return err
+}
+
+func (d *decoder) chassisCheck(c *store.Chassis) error {
+	return unique(d.chassis, "uuid", c.UUID)
+}
+
+// createNode creates the node's chassis first if the document has none
+// of that UUID: documents of earlier releases name chassis that never
+// existed, and today's stores refuse a node in a missing chassis.
+func (d *decoder) createNode(ctx context.Context, n *store.Node) error {
+	if c := n.ChassisUUID; c != nil && *c != "" && !d.chassis[*c] {
+		if err := d.dst.CreateChassis(ctx, &store.Chassis{UUID: *c, Extra: map[string]any{}, CreatedAt: d.now().UTC()}); err != nil {
+			return fmt.Errorf("create chassis %s of node %s: %w", *c, n.UUID, err)
+		}
+		d.chassis[*c] = true
+		d.sum.Chassis++
+	}
+	return d.dst.CreateNode(ctx, n)
+}
+
+func (d *decoder) connector(c *store.VolumeConnector) error {
+	return errors.Join(d.resource("volume_connector", c.UUID), required("type", c.Type),
+		unique(d.connectorIDs, "(type, connector_id)", c.Type+"/"+c.ConnectorID), exists(d.nodes, "node_uuid", c.NodeUUID))
+}
+
+func (d *decoder) target(t *store.VolumeTarget) error {
+	return errors.Join(d.resource("volume_target", t.UUID), required("volume_type", t.VolumeType),
+		unique(d.bootIndexes, "(node_uuid, boot_index)", fmt.Sprintf("%s/%d", t.NodeUUID, t.BootIndex)),
+		exists(d.nodes, "node_uuid", t.NodeUUID))
 }
 
 // resource records the UUID of a portgroup, port or allocation.

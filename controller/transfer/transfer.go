@@ -2,7 +2,8 @@
 // and PostgreSQL, either way) as one JSON document:
 //
 //	{"format":"anvil-export","version":1,"exported_at":"...",
-//	"nodes":[...],"portgroups":[...],"ports":[...],"allocations":[...],
+//	"chassis":[...],"nodes":[...],"portgroups":[...],"ports":[...],"allocations":[...],
+//	"volume_connectors":[...],"volume_targets":[...],
 //	"history":[...],"inventories":{"NODE-UUID":{...},...},
 //	"step_results":[...],"erase_records":[...]}
 //
@@ -16,6 +17,9 @@
 // results and erase records (oldest first) came later within version 1:
 // a document without them reads as one without results or records. Erase
 // records of deleted nodes are exported too (they outlive their node).
+// Chassis and volume connectors and targets came later still: a document
+// without them reads as one without; a node naming a chassis the document
+// does not have (earlier releases took any chassis_uuid) gets one created.
 package transfer
 
 import (
@@ -53,6 +57,9 @@ type Source interface {
 	ListPortgroups(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Portgroup, error)
 	ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error)
 	ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error)
+	ListChassis(ctx context.Context, p store.Page) ([]*store.Chassis, error)
+	ListVolumeConnectors(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeConnector, error)
+	ListVolumeTargets(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeTarget, error)
 	ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*store.Event, error)
 	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
 	ListStepResults(ctx context.Context, p store.ResultPage) ([]*store.StepResult, error)
@@ -70,6 +77,10 @@ type Target interface {
 	CreatePortgroup(ctx context.Context, p *store.Portgroup) error
 	CreatePort(ctx context.Context, p *store.Port) error
 	CreateAllocation(ctx context.Context, a *store.Allocation) error
+	ListChassis(ctx context.Context, p store.Page) ([]*store.Chassis, error)
+	CreateChassis(ctx context.Context, c *store.Chassis) error
+	CreateVolumeConnector(ctx context.Context, c *store.VolumeConnector) error
+	CreateVolumeTarget(ctx context.Context, t *store.VolumeTarget) error
 	AppendEvent(ctx context.Context, e *store.Event) error
 	PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error
 	PutStepResult(ctx context.Context, r *store.StepResult) error
@@ -78,22 +89,28 @@ type Target interface {
 
 // Summary counts the objects of a document, per kind.
 type Summary struct {
-	Nodes       int `json:"nodes"`
-	Portgroups  int `json:"portgroups"`
-	Ports       int `json:"ports"`
-	Allocations int `json:"allocations"`
-	Events      int `json:"history"`
-	Inventories int `json:"inventories"`
-	StepResults int `json:"step_results"`
-	Records     int `json:"erase_records"`
+	Chassis          int `json:"chassis"`
+	Nodes            int `json:"nodes"`
+	VolumeConnectors int `json:"volume_connectors"`
+	VolumeTargets    int `json:"volume_targets"`
+	Portgroups       int `json:"portgroups"`
+	Ports            int `json:"ports"`
+	Allocations      int `json:"allocations"`
+	Events           int `json:"history"`
+	Inventories      int `json:"inventories"`
+	StepResults      int `json:"step_results"`
+	Records          int `json:"erase_records"`
 }
 
 // Total is the number of objects of every kind.
 func (s Summary) Total() int {
-	return s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.Events + s.Inventories + s.StepResults + s.Records
+	return s.Chassis + s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.VolumeConnectors + s.VolumeTargets +
+		s.Events + s.Inventories + s.StepResults + s.Records
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("%d nodes, %d portgroups, %d ports, %d allocations, %d history events, %d inventories, %d step results, %d erase records",
-		s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.Events, s.Inventories, s.StepResults, s.Records)
+	return fmt.Sprintf("%d chassis, %d nodes, %d portgroups, %d ports, %d allocations, %d volume connectors, %d volume targets, "+
+		"%d history events, %d inventories, %d step results, %d erase records",
+		s.Chassis, s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.VolumeConnectors, s.VolumeTargets,
+		s.Events, s.Inventories, s.StepResults, s.Records)
 }

@@ -44,7 +44,8 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
-	return Summary{Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, Events: 5, Inventories: 2, StepResults: 2, Records: 1}
+	return Summary{Chassis: 2, Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, VolumeConnectors: 1, VolumeTargets: 1,
+		Events: 5, Inventories: 2, StepResults: 2, Records: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -60,7 +61,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 4+1+3+2+5+2+2+1+8*2+1, bytes.Count(doc, []byte("\n")))
+	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+11*2+1, bytes.Count(doc, []byte("\n")))
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -114,7 +115,29 @@ func TestImportDocumentWithoutResults(t *testing.T) {
 	require.NoError(t, err)
 	want := smallFleet()
 	want.StepResults, want.Records = 0, 0
+	// nor chassis and volumes: its node's chassis is created
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
 	assert.Equal(t, want, sum)
+}
+
+// TestImportDocumentWithoutChassis: a version 1 document written before
+// chassis and volume resources were exported still imports; the chassis
+// its node names (earlier releases took any chassis_uuid) is created.
+func TestImportDocumentWithoutChassis(t *testing.T) {
+	old, err := os.ReadFile("../../testdata/transfer/small-fleet-without-chassis.json")
+	require.NoError(t, err)
+	st := openSQLite(t)
+	sum, err := Import(context.Background(), st, bytes.NewReader(old), ImportOptions{})
+	require.NoError(t, err)
+	want := smallFleet()
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
+	assert.Equal(t, want, sum)
+	n, err := st.GetNode(context.Background(), "web-01")
+	require.NoError(t, err)
+	c, err := st.GetChassis(context.Background(), *n.ChassisUUID)
+	require.NoError(t, err)
+	assert.Empty(t, c.Extra)
+	assert.ErrorIs(t, st.DeleteChassis(context.Background(), c.UUID), store.ErrNotEmpty)
 }
 
 // doc builds a document from the valid empty one: members replaces or adds
@@ -205,8 +228,8 @@ func TestImportFromPipeFailsHalfWay(t *testing.T) {
 	st := openSQLite(t)
 	sum, err := Import(context.Background(), st, io.MultiReader(bytes.NewReader(bad)), ImportOptions{})
 	require.ErrorIs(t, err, ErrInvalid)
-	assert.Equal(t, Summary{Nodes: 4, Portgroups: 1}, sum)
-	assert.Contains(t, err.Error(), "import failed after writing 4 nodes, 1 portgroups, 0 ports")
+	assert.Equal(t, Summary{Chassis: 2, Nodes: 4, Portgroups: 1}, sum)
+	assert.Contains(t, err.Error(), "import failed after writing 2 chassis, 4 nodes, 1 portgroups, 0 ports")
 	assert.Contains(t, err.Error(), "the target database is incomplete: drop it (or remove the SQLite file) and import again into an empty database")
 }
 

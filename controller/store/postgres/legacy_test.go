@@ -73,6 +73,8 @@ func testReleaseDatabase(t *testing.T, url string) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, storetest.ReleaseOrphanSQL)
 	require.NoError(t, err)
+	_, err = conn.Exec(ctx, storetest.ReleaseChassisSQL)
+	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx)) // the dump empties search_path for its session
 	s := openStore(t, url)
 	storetest.CheckRelease(t, s)

@@ -153,6 +153,8 @@ func TestReleaseDatabaseOpens(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(storetest.ReleaseOrphanSQL)
 	require.NoError(t, err)
+	_, err = db.Exec(storetest.ReleaseChassisSQL)
+	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	s, err := Open(context.Background(), path)
 	require.NoError(t, err)

@@ -304,4 +304,48 @@ var migrations = []migration{
 		sqlite:   `ALTER TABLE node_leases ADD COLUMN prev_holder TEXT;`,
 		postgres: `ALTER TABLE node_leases ADD COLUMN prev_holder text COLLATE "C";`,
 	},
+	{
+		// 10: chassis. A node's chassis_uuid must name one: PostgreSQL by a
+		// foreign key, SQLite (which cannot add one to a table) by
+		// triggers that fail as a foreign key does. Earlier releases took
+		// any chassis_uuid; each one nodes name gets a chassis of that
+		// UUID, so no node loses its value. Deleting a chassis with nodes
+		// is refused (ChassisNotEmpty).
+		sqlite: `CREATE TABLE chassis (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		revision INTEGER NOT NULL,
+		created_at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	INSERT INTO chassis (uuid, revision, created_at, data)
+		SELECT c, 1, strftime('%Y-%m-%dT%H:%M:%S.000000Z', 'now'),
+			json_object('uuid', c, 'description', NULL, 'extra', json_object(), 'created_at', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+		FROM (SELECT DISTINCT chassis_uuid AS c FROM nodes WHERE chassis_uuid IS NOT NULL ORDER BY chassis_uuid);
+	CREATE INDEX nodes_chassis_uuid ON nodes(chassis_uuid) WHERE chassis_uuid IS NOT NULL;
+	CREATE TRIGGER nodes_chassis_insert BEFORE INSERT ON nodes
+		WHEN NEW.chassis_uuid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM chassis WHERE uuid = NEW.chassis_uuid)
+		BEGIN SELECT RAISE(ABORT, 'FOREIGN KEY constraint failed'); END;
+	CREATE TRIGGER nodes_chassis_update BEFORE UPDATE OF chassis_uuid ON nodes
+		WHEN NEW.chassis_uuid IS NOT NULL AND NEW.chassis_uuid IS NOT OLD.chassis_uuid
+			AND NOT EXISTS (SELECT 1 FROM chassis WHERE uuid = NEW.chassis_uuid)
+		BEGIN SELECT RAISE(ABORT, 'FOREIGN KEY constraint failed'); END;
+	CREATE TRIGGER chassis_delete BEFORE DELETE ON chassis
+		WHEN EXISTS (SELECT 1 FROM nodes WHERE chassis_uuid = OLD.uuid)
+		BEGIN SELECT RAISE(ABORT, 'FOREIGN KEY constraint failed'); END;`,
+		postgres: `CREATE TABLE chassis (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT chassis_uuid_key UNIQUE,
+		revision bigint NOT NULL,
+		created_at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	INSERT INTO chassis (uuid, revision, created_at, data)
+		SELECT c, 1, now(), convert_to(json_build_object('uuid', c, 'description', NULL, 'extra', json_build_object(),
+			'created_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))::text, 'UTF8')
+		FROM (SELECT DISTINCT chassis_uuid AS c FROM nodes WHERE chassis_uuid IS NOT NULL ORDER BY chassis_uuid) o;
+	CREATE INDEX nodes_chassis_uuid ON nodes (chassis_uuid) WHERE chassis_uuid IS NOT NULL;
+	ALTER TABLE nodes ADD CONSTRAINT nodes_chassis_uuid_fkey
+		FOREIGN KEY (chassis_uuid) REFERENCES chassis (uuid);`,
+	},
 }

@@ -247,6 +247,18 @@ func (s *Store) sortExpr(key string) (string, bool) {
 	return "", false
 }
 
+// sortable says whether table's lists sort by key: nodes by every sort
+// key, the others by the columns they have.
+func sortable(table, key string) bool {
+	switch {
+	case table == "nodes" || key == "id" || key == "uuid":
+		return true
+	case table == "chassis":
+		return key == "created_at"
+	}
+	return false
+}
+
 // ListNodes returns nodes matching f, one keyset page at a time.
 func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter, p store.Page) ([]*store.Node, error) {
 	var args params
@@ -356,7 +368,7 @@ func listPage[T any](ctx context.Context, s *Store, table, cols string, where []
 		key = "id"
 	}
 	expr, ok := s.sortExpr(key)
-	if !ok || (table != "nodes" && key != "id") {
+	if !ok || !sortable(table, key) {
 		return nil, fmt.Errorf("cannot sort by %q", key)
 	}
 	cmp, dir := ">", "ASC"

@@ -11,7 +11,8 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// Ports, portgroups, allocations and inventories share one table: small
+// Ports, portgroups, allocations, volume connectors and targets and
+// inventories share one table: small
 // documents looked up by uuid, name, address or node, which is all the
 // table indexes. Their documents are written with encoding/json.
 
@@ -261,6 +262,76 @@ func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error
 // DeleteAllocation removes an allocation.
 func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
 	return s.deleteResource(ctx, "allocation", uuid)
+}
+
+// A volume connector's (type, connector_id) and a volume target's (node,
+// boot index) must be unique: they are the address and the name the
+// resources table keeps unique per kind.
+func connectorKeys(c *store.VolumeConnector) resourceKeys {
+	addr := c.Type + "/" + c.ConnectorID
+	return resourceKeys{uuid: c.UUID, node: c.NodeUUID, addr: &addr}
+}
+
+func targetKeys(t *store.VolumeTarget) resourceKeys {
+	name := t.NodeUUID + "/" + strconv.Itoa(t.BootIndex)
+	return resourceKeys{uuid: t.UUID, node: t.NodeUUID, name: &name}
+}
+
+// Volume records are written last-writer-wins (revision 0): unlike ports,
+// no background work rewrites them.
+func setConnectorID(c *store.VolumeConnector, id, _ int64) { c.ID = id }
+func setTargetID(t *store.VolumeTarget, id, _ int64)       { t.ID = id }
+
+// CreateVolumeConnector inserts a volume connector.
+func (s *Store) CreateVolumeConnector(ctx context.Context, c *store.VolumeConnector) (err error) {
+	c.ID, err = s.createResource(ctx, "volume_connector", connectorKeys(c), c)
+	return err
+}
+
+// GetVolumeConnector finds a volume connector by uuid.
+func (s *Store) GetVolumeConnector(ctx context.Context, uuid string) (*store.VolumeConnector, error) {
+	return getResource(ctx, s, "volume_connector", uuid, false, setConnectorID)
+}
+
+// ListVolumeConnectors lists volume connectors.
+func (s *Store) ListVolumeConnectors(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeConnector, error) {
+	return listResources(ctx, s, "volume_connector", f, p, setConnectorID)
+}
+
+// UpdateVolumeConnector writes a volume connector.
+func (s *Store) UpdateVolumeConnector(ctx context.Context, c *store.VolumeConnector) error {
+	return s.updateResource(ctx, "volume_connector", connectorKeys(c), c, 0)
+}
+
+// DeleteVolumeConnector removes a volume connector.
+func (s *Store) DeleteVolumeConnector(ctx context.Context, uuid string) error {
+	return s.deleteResource(ctx, "volume_connector", uuid)
+}
+
+// CreateVolumeTarget inserts a volume target.
+func (s *Store) CreateVolumeTarget(ctx context.Context, t *store.VolumeTarget) (err error) {
+	t.ID, err = s.createResource(ctx, "volume_target", targetKeys(t), t)
+	return err
+}
+
+// GetVolumeTarget finds a volume target by uuid.
+func (s *Store) GetVolumeTarget(ctx context.Context, uuid string) (*store.VolumeTarget, error) {
+	return getResource(ctx, s, "volume_target", uuid, false, setTargetID)
+}
+
+// ListVolumeTargets lists volume targets.
+func (s *Store) ListVolumeTargets(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeTarget, error) {
+	return listResources(ctx, s, "volume_target", f, p, setTargetID)
+}
+
+// UpdateVolumeTarget writes a volume target.
+func (s *Store) UpdateVolumeTarget(ctx context.Context, t *store.VolumeTarget) error {
+	return s.updateResource(ctx, "volume_target", targetKeys(t), t, 0)
+}
+
+// DeleteVolumeTarget removes a volume target.
+func (s *Store) DeleteVolumeTarget(ctx context.Context, uuid string) error {
+	return s.deleteResource(ctx, "volume_target", uuid)
 }
 
 // encodeEvent is the event document.

@@ -145,6 +145,10 @@ func (s *Store) mapErr(err error, what string) error {
 	if sentinel, _ := s.d.duplicate(err); sentinel != nil {
 		return fmt.Errorf("%s: %w", what, sentinel)
 	}
+	if s.d.missingParent(err) {
+		// a row it names is gone (a node's chassis)
+		return fmt.Errorf("%s: what it refers to: %w", what, store.ErrNotFound)
+	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 

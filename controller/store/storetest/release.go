@@ -34,6 +34,13 @@ const (
 const ReleaseOrphanSQL = `INSERT INTO resources (kind, uuid, node_uuid, address, revision, data)
 	VALUES ('port', '` + releaseOrphan + `', '6c0e3b3e-0000-4000-8000-00000000dead', '52:54:00:00:de:ad', 1, '{}')`
 
+// ReleaseChassisSQL puts a release database's second node in a chassis
+// that does not exist, as earlier releases let a client do (chassis_uuid
+// was a free string); the migration must create the chassis.
+const ReleaseChassisSQL = `UPDATE nodes SET chassis_uuid = '` + releaseChassis + `' WHERE uuid = '` + releaseNode2 + `'`
+
+const releaseChassis = "6c0e3b3e-0000-4000-8000-0000000000d1"
+
 const releaseOrphan = "6c0e3b3e-0000-4000-8000-0000000000a9"
 
 var releaseTime = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -122,6 +129,11 @@ func CheckRelease(t *testing.T, s store.Store) {
 	a, err := s.GetAllocation(ctx, "alloc-1")
 	require.NoError(t, err)
 	assert.Equal(t, releaseNode2, *a.NodeUUID)
+	ch, err := s.GetChassis(ctx, releaseChassis)
+	require.NoError(t, err, "the migration created the chassis a node named")
+	assert.Equal(t, releaseChassis, ch.UUID)
+	assert.Empty(t, ch.Extra)
+	assert.ErrorIs(t, s.DeleteChassis(ctx, releaseChassis), store.ErrNotEmpty)
 	inv, err := s.GetInventory(ctx, releaseNode)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"cpu":{"count":8}}`, string(inv))

@@ -28,6 +28,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Ports":             testPorts,
 		"Allocations":       testAllocations,
 		"NoOrphans":         testNoOrphans,
+		"Chassis":           testChassis,
+		"Volumes":           testVolumes,
 		"Events":            testEvents,
 		"CountByState":      testCountByState,
 		"EventsWithUpdate":  testEventsWithUpdate,

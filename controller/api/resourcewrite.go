@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// writes declares how clients write one kind of resource, as Ironic's
+// controllers do: the body's schema (its name in refusals, its types,
+// lengths and required fields), the fields a PATCH may change (the others
+// are read-only), the microversion of each field (fieldMin of the
+// resource), and apply, which sets the changed fields on the resource and
+// makes the checks a schema cannot (a node that must exist, a state that
+// must allow the change), each with Ironic's refusal. createResource and
+// patchResource serve every kind from it.
+type writes[T any] struct {
+	body      string   // "port": Ironic's "Schema error for port: ..."
+	schema    schema   // PORT_SCHEMA and its validators
+	patchable []string // PATCH_ALLOWED_FIELDS, in Ironic's order
+	// patchCheck, if set, refuses operations before the resource is read.
+	patchCheck func(ops []patchOp) error
+	// doc is the resource as a PATCH sees it: every schema field.
+	doc func(v *T) map[string]any
+	// fresh is a new resource with its defaults and a new UUID.
+	fresh func() *T
+	// apply sets the fields changed says changed (on create, those the
+	// body has) from the validated document; create tells which.
+	apply func(s *Server, r *http.Request, v *T, doc map[string]any, changed func(string) bool, create bool) error
+	// check, if set, refuses a write the resource's node forbids (a
+	// volume target of a powered-on node), after apply.
+	check func(s *Server, r *http.Request, v *T, create bool) error
+
+	create, update func(ctx context.Context, st store.Store, v *T) error
+	touch          func(v *T) // sets updated_at
+	// writeErr turns a store refusal (a duplicate) into Ironic's.
+	writeErr func(v *T, err error) error
+}
+
+// checkVersions refuses fields above the negotiated version with 406, as
+// Ironic's check_allowed_*_fields do.
+func checkVersions[T any](ctx context.Context, res *resource[T], keys []string) error {
+	for _, k := range keys {
+		if err := atLeast(ctx, res.fieldMin[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createResource serves POST: the body is validated against the schema,
+// applied to a fresh resource, stored and shown.
+func createResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T]) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, res.minVersion); err != nil {
+		return err
+	}
+	wr := res.writes
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	doc, err := decodeObject(body)
+	if err != nil {
+		return err
+	}
+	if err := wr.schema.validate(wr.body, doc); err != nil {
+		return err
+	}
+	if err := checkVersions(ctx, res, sortedKeys(doc)); err != nil {
+		return err
+	}
+	v := wr.fresh()
+	has := func(k string) bool { _, ok := doc[k]; return ok }
+	if err := wr.apply(s, r, v, doc, has, true); err != nil {
+		return err
+	}
+	if wr.check != nil {
+		if err := wr.check(s, r, v, true); err != nil {
+			return err
+		}
+	}
+	if err := wr.create(ctx, s.st, v); err != nil {
+		return wr.writeErr(v, err)
+	}
+	w.Header().Set("Location", s.baseURL(r)+"/v1/"+res.path+"/"+res.uuid(v))
+	writeJSON(w, http.StatusCreated, res.view(s, r, v, nil))
+	return nil
+}
+
+// patchResource serves PATCH as Ironic's patch_validate_allowed_fields,
+// apply_jsonpatch, patched_validate_with_schema and
+// patch_update_changed_fields do, in that order.
+func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T]) error {
+	ctx := r.Context()
+	if err := atLeast(ctx, res.minVersion); err != nil {
+		return err
+	}
+	wr := res.writes
+	ops, err := readPatch(r)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		root := strings.SplitN(op.Path[1:], "/", 2)[0]
+		if !contains(wr.patchable, root) {
+			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(wr.patchable, ", "))
+		}
+	}
+	if wr.patchCheck != nil {
+		if err := wr.patchCheck(ops); err != nil {
+			return err
+		}
+	}
+	v, err := loadResource(s, r, res)
+	if err != nil {
+		return err
+	}
+	cur := wr.doc(v)
+	var doc map[string]any
+	if err := jsonCopy(cur, &doc); err != nil {
+		return err
+	}
+	if err := applyPatch(doc, ops); err != nil {
+		return err
+	}
+	for k := range doc {
+		if _, ok := wr.schema.prop(k); !ok {
+			delete(doc, k)
+		}
+	}
+	if err := wr.schema.validate("patch", doc); err != nil {
+		return err
+	}
+	changed := map[string]bool{}
+	for k, val := range doc {
+		if mustJSON(val) != mustJSON(cur[k]) {
+			changed[k] = true
+		}
+	}
+	if err := checkVersions(ctx, res, sortedKeys(changed)); err != nil {
+		return err
+	}
+	if err := wr.apply(s, r, v, doc, func(k string) bool { return changed[k] }, false); err != nil {
+		return err
+	}
+	if wr.check != nil {
+		if err := wr.check(s, r, v, false); err != nil {
+			return err
+		}
+	}
+	wr.touch(v)
+	if err := wr.update(ctx, s.st, v); err != nil {
+		return wr.writeErr(v, err)
+	}
+	writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
+	return nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// pyStr is Python's str() of a decoded JSON value, as "%s" shows it.
+func pyStr(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return pyValue(v)
+}
+
+// str and optStr read a validated document's string fields.
+func str(doc map[string]any, k string) string {
+	s, _ := doc[k].(string)
+	return s
+}
+
+func optStr(doc map[string]any, k string) *string {
+	s, ok := doc[k].(string)
+	if !ok {
+		return nil
+	}
+	return &s
+}
+
+// obj reads a validated object field (null is empty).
+func obj(doc map[string]any, k string) map[string]any {
+	m, _ := doc[k].(map[string]any)
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// boolOr reads a validated args.boolean field, def when null.
+func boolOr(doc map[string]any, k string, def bool) bool {
+	switch b := doc[k].(type) {
+	case bool:
+		return b
+	case string:
+		x, _ := parseBool(b)
+		return x
+	}
+	return def
+}
+
+// nodeRef resolves a node_uuid a body names: a node that does not exist is
+// a 400 there, as Ironic's replace_node_uuid_with_id makes it.
+func (s *Server) nodeRef(ctx context.Context, ident string) (*store.Node, error) {
+	n, err := s.st.GetNode(ctx, ident)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, badRequest("Node %s could not be found.", ident)
+		}
+		return nil, err
+	}
+	return n, nil
+}
