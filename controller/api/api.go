@@ -262,6 +262,8 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle(p, authed(s.listDrivers)).Methods(http.MethodGet)
 	}
 	r.Handle("/drivers/{driver}", authed(s.getDriver)).Methods(http.MethodGet)
+	r.Handle("/drivers/{driver}/properties", authed(s.getDriverProperties)).Methods(http.MethodGet)
+	r.Handle("/drivers/{driver}/raid/logical_disk_properties", authed(s.getRAIDProperties)).Methods(http.MethodGet)
 }
 
 // statusRecorder captures the status for logs and metrics.
