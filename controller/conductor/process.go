@@ -88,7 +88,13 @@ func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 	}
 	ps, perr := d.PowerState(ctx, n)
 	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
-		if perr == nil {
+		// Ironic's do_node_verify records what the power interface
+		// reports; "" (fake-hardware before any power action) is null
+		switch {
+		case perr != nil:
+		case ps == "":
+			m.PowerState = nil
+		default:
 			m.PowerState = &ps
 		}
 		return nil
