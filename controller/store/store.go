@@ -374,6 +374,7 @@ type Store interface {
 	Ports
 	Portgroups
 	Allocations
+	DeployTemplates
 	History
 	Inventories
 	StepResults

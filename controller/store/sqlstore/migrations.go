@@ -304,4 +304,28 @@ var migrations = []migration{
 		sqlite:   `ALTER TABLE node_leases ADD COLUMN prev_holder TEXT;`,
 		postgres: `ALTER TABLE node_leases ADD COLUMN prev_holder text COLLATE "C";`,
 	},
+	// 10, 11: reserved for the api-a branch (#22), whose migrations the
+	// merge puts here.
+	{sqlite: `SELECT 1;`, postgres: `SELECT 1;`},
+	{sqlite: `SELECT 1;`, postgres: `SELECT 1;`},
+	{
+		// 12: deploy templates (Ironic's deploy_templates): unique names
+		// and UUIDs, the steps in the document; sorted by any column.
+		sqlite: `CREATE TABLE deploy_templates (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		name TEXT NOT NULL UNIQUE,
+		created_at TEXT NOT NULL,
+		updated_at TEXT,
+		data BLOB NOT NULL
+	);`,
+		postgres: `CREATE TABLE deploy_templates (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT deploy_templates_uuid_key UNIQUE,
+		name text COLLATE "C" NOT NULL CONSTRAINT deploy_templates_name_key UNIQUE,
+		created_at timestamptz NOT NULL,
+		updated_at timestamptz,
+		data bytea NOT NULL
+	);`,
+	},
 }

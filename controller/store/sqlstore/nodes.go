@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -317,6 +318,18 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 // is looked up in the same statement (a row comparison against a subquery,
 // which an (expr, id) index can serve); only when the page comes back
 // empty does a second query tell a missing marker from the end of the list.
+// sortable reports whether table's lists sort by key: nodes by every
+// sortExpr key, deploy templates by their columns, the rest by id only.
+func sortable(table, key string) bool {
+	switch table {
+	case "nodes":
+		return true
+	case "deploy_templates":
+		return slices.Contains(store.DeployTemplateSortKeys(), key)
+	}
+	return key == "id"
+}
+
 func listPage[T any](ctx context.Context, s *Store, table, cols string, where []string, args params, p store.Page,
 	scan func(scanner) (T, error)) ([]T, error) {
 	key := p.SortKey
@@ -324,7 +337,7 @@ func listPage[T any](ctx context.Context, s *Store, table, cols string, where []
 		key = "id"
 	}
 	expr, ok := s.sortExpr(key)
-	if !ok || (table != "nodes" && key != "id") {
+	if !ok || !sortable(table, key) {
 		return nil, fmt.Errorf("cannot sort by %q", key)
 	}
 	cmp, dir := ">", "ASC"

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"StepResults":       testStepResults,
 		"StepResultsBound":  testStepResultsBound,
 		"EraseRecords":      testEraseRecords,
+		"DeployTemplates":   testDeployTemplates,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
