@@ -2,10 +2,14 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/simagent"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func templateBody(name string, steps ...map[string]any) map[string]any {
@@ -143,4 +147,65 @@ func TestDeployTemplateRefusals(t *testing.T) {
 	}
 	// a standard trait is a valid name too (Ironic's TRAITS_SCHEMA)
 	assert.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest, templateBody("HW_CPU_X86_AVX2")).status)
+}
+
+// TestDeployTemplateAddsSteps: a node whose instance traits name a deploy
+// template runs the template's steps, ordered by priority with the
+// driver's; a user step overrides a template step; a template the
+// instance did not ask for adds nothing.
+func TestDeployTemplateAddsSteps(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	for _, body := range []map[string]any{
+		templateBody("CUSTOM_EXTRAS", map[string]any{"interface": "deploy", "step": "install_extras", "args": map[string]any{"pkg": "tools"}, "priority": 70}),
+		templateBody("CUSTOM_UNASKED", map[string]any{"interface": "deploy", "step": "wipe_everything", "args": map[string]any{}, "priority": 90}),
+	} {
+		require.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest, body).status)
+	}
+	e.agentNode("tpl", map[string]any{"instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
+		"image_checksum": "sha256:" + strings.Repeat("ab", 32), "traits": []any{"CUSTOM_EXTRAS"}}})
+	a := simagent.New(e.srv.URL, mac1)
+	extras := simagentStep("deploy", "install_extras")
+	extras.ArgsInfo = map[string]protocol.ArgInfo{"pkg": {Description: "what to install"}}
+	a.Deploy = append(a.Deploy, extras, simagentStep("deploy", "wipe_everything"))
+	require.Equal(t, 202, e.provision("tpl", "provide", nil).status)
+	e.drive(a, "tpl", "available", nil)
+
+	// the instance's traits must be the node's (Ironic's validate_instance_info_traits)
+	r := e.provision("tpl", "active", nil)
+	require.Equal(t, 400, r.status)
+	assert.Regexp(t, `^Failed to validate deploy or power info for node [-0-9a-f]+: Cannot specify instance traits that are not also set on the node. Node [-0-9a-f]+ is missing traits CUSTOM_EXTRAS$`, r.fault(t))
+	require.Equal(t, 204, e.do("PUT", "/v1/nodes/tpl/traits/CUSTOM_EXTRAS", latest, nil).status)
+	require.Equal(t, 204, e.do("PUT", "/v1/nodes/tpl/traits/CUSTOM_UNASKED", latest, nil).status)
+
+	a.Boot()
+	require.Equal(t, 202, e.provision("tpl", "active", nil).status)
+	e.drive(a, "tpl", "active", nil)
+	ran := a.Ran()
+	assert.Equal(t, []string{"deploy.write_image", "deploy.install_extras"}, ran[len(ran)-2:])
+	assert.NotContains(t, ran, "deploy.wipe_everything", "a template the instance did not ask for")
+	cmds := a.Commands()
+	assert.Equal(t, map[string]any{"pkg": "tools"}, cmds[len(cmds)-1].Step.Args, "the template's arguments")
+	hist := historyText(e, "tpl")
+	assert.Less(t, strings.Index(hist, "deploy.install_extras started"), strings.Index(hist, "deploy.prepare_instance_boot started"),
+		"template step at priority 70 runs between the driver's 80 and 60")
+
+	// rebuild with a user step that disables the template's
+	a.Boot()
+	before := len(a.Ran())
+	require.Equal(t, 202, e.provision("tpl", "rebuild", map[string]any{"deploy_steps": []map[string]any{
+		{"interface": "deploy", "step": "install_extras", "args": map[string]any{}, "priority": 0}}}).status)
+	e.drive(a, "tpl", "active", nil)
+	assert.NotContains(t, a.Ran()[before:], "deploy.install_extras", "the user's priority 0 wins over the template")
+
+	// two matching templates with one step: the deploy fails, as in Ironic
+	require.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest,
+		templateBody("CUSTOM_DUP", map[string]any{"interface": "deploy", "step": "install_extras", "args": map[string]any{}, "priority": 50})).status)
+	require.Equal(t, 204, e.do("PUT", "/v1/nodes/tpl/traits/CUSTOM_DUP", latest, nil).status)
+	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/tpl", latest, []map[string]any{
+		{"op": "add", "path": "/instance_info/traits", "value": []any{"CUSTOM_EXTRAS", "CUSTOM_DUP"}}}).status)
+	a.Boot()
+	require.Equal(t, 202, e.provision("tpl", "rebuild", nil).status)
+	n := e.drive(a, "tpl", "deploy failed", nil)
+	assert.Contains(t, n["last_error"], "Matching deploy templates: CUSTOM_EXTRAS,CUSTOM_DUP. Errors: deploy steps from all deploy templates "+
+		"matching this node's instance traits cannot have the same interface and step. Duplicate deploy steps for deploy.install_extras")
 }
