@@ -150,7 +150,13 @@ func (s *Server) nodeView(r *http.Request, n *store.Node, fields []string) *obje
 		}
 	}
 	if _, ok := out.get("conductor"); ok {
-		out.set("conductor", s.cond.Host())
+		// the controller working on the node (its reservation), else
+		// this one: any controller takes a resting node's next request
+		host := s.cond.Host()
+		if n.Reservation != nil {
+			host = *n.Reservation
+		}
+		out.set("conductor", host)
 	}
 	if ps, _ := out.get("provision_state"); ver < 2 && ps == "available" {
 		out.set("provision_state", nil) // before 1.2 "available" was NOSTATE

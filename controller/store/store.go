@@ -375,6 +375,7 @@ type Store interface {
 	Portgroups
 	Allocations
 	DeployTemplates
+	Controllers
 	History
 	Inventories
 	StepResults

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"StepResultsBound":  testStepResultsBound,
 		"EraseRecords":      testEraseRecords,
 		"DeployTemplates":   testDeployTemplates,
+		"ControllerRecords": testControllerRecords,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
