@@ -39,25 +39,8 @@ func (s *Server) listConductors(w http.ResponseWriter, r *http.Request) error {
 	if err := conductorsGate(r); err != nil {
 		return err
 	}
-	q, err := parseQuery(r, "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
-	if err != nil {
-		return err
-	}
-	detail, err := q.boolean("detail")
-	if err != nil {
-		return err
-	}
-	fields := fieldsArg(q)
-	if err := checkFields(r.Context(), fields, conductorFieldMin); err != nil {
-		return err
-	}
-	if detail != nil && *detail && fields != nil {
-		return badRequest("Can not specify ?detail=True and fields in the same request.")
-	}
-	if k := q.v.Get("sort_key"); k == "alive" || k == "drivers" {
-		return badRequest("The sort_key value %s is an invalid field for sorting", k)
-	}
-	p, err := q.page([]string{"id", "hostname", "conductor_group", "created_at", "updated_at"})
+	fields, p, err := collectionArgs(r, conductorFieldMin, []string{"hostname", "conductor_group", "alive"},
+		[]string{"id", "hostname", "conductor_group", "created_at", "updated_at"}, []string{"alive", "drivers"})
 	if err != nil {
 		return err
 	}
@@ -74,12 +57,6 @@ func (s *Server) listConductors(w http.ResponseWriter, r *http.Request) error {
 		all = all[i+1:]
 	}
 	page := all[:min(len(all), p.limit)]
-	switch {
-	case detail != nil && *detail:
-		fields = nil
-	case fields == nil:
-		fields = []string{"hostname", "conductor_group", "alive"}
-	}
 	out := make([]map[string]any, 0, len(page))
 	for _, c := range page {
 		out = append(out, s.conductorView(r, c, fields))

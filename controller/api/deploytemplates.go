@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Deploy templates (API 1.55): Ironic's deploy_template.py.
@@ -67,25 +67,7 @@ func templateFields(ctx context.Context, q query) ([]string, error) {
 
 func (s *Server) listDeployTemplates(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	q, err := parseQuery(r, "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
-	if err != nil {
-		return err
-	}
-	detail, err := q.boolean("detail")
-	if err != nil {
-		return err
-	}
-	fields, err := templateFields(ctx, q)
-	if err != nil {
-		return err
-	}
-	if detail != nil && *detail && fields != nil {
-		return badRequest("Can not specify ?detail=True and fields in the same request.")
-	}
-	if k := q.v.Get("sort_key"); k == "extra" || k == "steps" {
-		return badRequest("The sort_key value %s is an invalid field for sorting", k)
-	}
-	p, err := q.page(store.DeployTemplateSortKeys())
+	fields, p, err := collectionArgs(r, templateFieldMin, []string{"uuid", "name"}, store.DeployTemplateSortKeys(), []string{"extra", "steps"})
 	if err != nil {
 		return err
 	}
@@ -95,12 +77,6 @@ func (s *Server) listDeployTemplates(w http.ResponseWriter, r *http.Request) err
 			return notFound("Deploy template", p.marker)
 		}
 		return err
-	}
-	switch {
-	case detail != nil && *detail:
-		fields = nil
-	case fields == nil:
-		fields = []string{"uuid", "name"}
 	}
 	out := make([]map[string]any, 0, len(items))
 	for _, t := range items {
@@ -194,19 +170,14 @@ func (s *Server) parseTemplate(doc map[string]any, t *store.DeployTemplate) erro
 		return err
 	}
 	steps := make([]store.TemplateStep, len(parsed))
-	counts := map[string]int{}
 	for i, p := range parsed {
 		steps[i] = store.TemplateStep{Interface: p.Interface, Step: p.Step, Args: p.Args, Priority: p.Priority}
-		counts[fmt.Sprintf("interface: %s, step: %s", p.Interface, p.Step)]++
 	}
-	var dups []string
-	for k, c := range counts {
-		if c > 1 {
-			dups = append(dups, k)
+	if d := protocol.Duplicates(parsed); d != nil {
+		dups := make([]string, len(d))
+		for i, s := range d {
+			dups[i] = fmt.Sprintf("interface: %s, step: %s", s.Interface, s.Step)
 		}
-	}
-	if dups != nil {
-		sort.Strings(dups)
 		return badRequest("Deploy template invalid: Duplicate deploy steps. A deploy template cannot have multiple deploy steps "+
 			"with the same interface and step. Duplicates: %s.", strings.Join(dups, "; "))
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/anvil-metal/anvil/controller/store"
@@ -89,22 +88,17 @@ func (c *engine) templateSteps(ctx context.Context, n *store.Node) ([]string, []
 	}
 	var names []string
 	var steps []protocol.Step
-	seen := map[string]int{}
 	for _, t := range templates {
 		names = append(names, t.Name)
 		for _, s := range t.Steps {
 			steps = append(steps, protocol.Step{Interface: s.Interface, Step: s.Step, Args: s.Args, Priority: s.Priority})
-			seen[s.Interface+"."+s.Step]++
 		}
 	}
-	var dups []string
-	for k, count := range seen {
-		if count > 1 {
-			dups = append(dups, k)
+	if d := protocol.Duplicates(steps); d != nil {
+		dups := make([]string, len(d))
+		for i, s := range d {
+			dups[i] = s.Key()
 		}
-	}
-	if dups != nil {
-		sort.Strings(dups)
 		return nil, nil, Invalid("Validation of deploy steps from deploy templates matching this node's instance traits failed. "+
 			"Matching deploy templates: %s. Errors: deploy steps from all deploy templates matching this node's instance traits "+
 			"cannot have the same interface and step. Duplicate deploy steps for %s", strings.Join(names, ","), strings.Join(dups, ", "))
