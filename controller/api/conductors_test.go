@@ -69,6 +69,13 @@ func TestConductorsWithPeers(t *testing.T) {
 	assert.Equal(t, []string{"drivers", "hostname", "links"}, sortedKeys(sel[0].(map[string]any)))
 	desc := e.do("GET", "/v1/conductors?sort_key=hostname&sort_dir=desc", latest, nil).json(t)["conductors"].([]any)
 	assert.Equal(t, "test-host", desc[0].(map[string]any)["hostname"])
+
+	// a driver's hosts are the live conductors running it
+	assert.Equal(t, []any{"test-host"}, e.do("GET", "/v1/drivers/fake-hardware", latest, nil).json(t)["hosts"],
+		"peer-a runs it too but is not alive; peer-b's newest registration does not")
+	require.NoError(t, e.st.RecordController(ctx, store.Controller{Holder: "peer-c/1", Hostname: "peer-c",
+		Drivers: []string{"fake-hardware"}}, time.Hour))
+	assert.Equal(t, []any{"peer-c", "test-host"}, e.do("GET", "/v1/drivers?detail=true", latest, nil).json(t)["drivers"].([]any)[0].(map[string]any)["hosts"])
 }
 
 func TestConductorRefusals(t *testing.T) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -93,10 +94,14 @@ func (s *Server) listDrivers(w http.ResponseWriter, r *http.Request) error {
 	if typ != nil && *typ != "classic" && *typ != "dynamic" {
 		return badRequest(`"type" filter must be one of "classic" or "dynamic", if specified.`)
 	}
+	hosts, err := s.driverHosts(r)
+	if err != nil {
+		return err
+	}
 	out := []map[string]any{}
 	if typ == nil || *typ == "dynamic" { // no classic drivers since Rocky
 		for _, name := range s.cond.DriverNames() {
-			d, err := s.driverView(r, name, s.driverHosts(r, name), detail != nil && *detail, fields)
+			d, err := s.driverView(r, name, hosts[name], detail != nil && *detail, fields)
 			if err != nil {
 				return err
 			}
@@ -128,7 +133,11 @@ func (s *Server) getDriver(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.driverView(r, name, s.driverHosts(r, name), true, fields)
+	hosts, err := s.driverHosts(r)
+	if err != nil {
+		return err
+	}
+	d, err := s.driverView(r, name, hosts[name], true, fields)
 	if err != nil {
 		return err
 	}
@@ -169,8 +178,24 @@ func (s *Server) getRAIDProperties(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-// driverHosts names the conductors that run a hardware type: every live
-// controller runs the same ones.
-func (s *Server) driverHosts(_ *http.Request, _ string) []string {
-	return []string{s.cond.Host()}
+// driverHosts maps each hardware type to the live conductors running it
+// (Ironic's get_active_hardware_type_dict), sorted.
+func (s *Server) driverHosts(r *http.Request) (map[string][]string, error) {
+	cs, err := s.cond.Conductors(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, c := range cs {
+		if !c.Alive {
+			continue
+		}
+		for _, d := range c.Drivers {
+			out[d] = append(out[d], c.Hostname)
+		}
+	}
+	for _, hosts := range out {
+		sort.Strings(hosts)
+	}
+	return out, nil
 }
