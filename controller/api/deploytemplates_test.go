@@ -197,15 +197,31 @@ func TestDeployTemplateAddsSteps(t *testing.T) {
 	e.drive(a, "tpl", "active", nil)
 	assert.NotContains(t, a.Ran()[before:], "deploy.install_extras", "the user's priority 0 wins over the template")
 
-	// two matching templates with one step: the deploy fails, as in Ironic
+	// two matching templates with one step: the deploy is refused, as in
+	// Ironic; so is a template overriding the core step
 	require.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest,
 		templateBody("CUSTOM_DUP", map[string]any{"interface": "deploy", "step": "install_extras", "args": map[string]any{}, "priority": 50})).status)
-	require.Equal(t, 204, e.do("PUT", "/v1/nodes/tpl/traits/CUSTOM_DUP", latest, nil).status)
-	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/tpl", latest, []map[string]any{
-		{"op": "add", "path": "/instance_info/traits", "value": []any{"CUSTOM_EXTRAS", "CUSTOM_DUP"}}}).status)
-	a.Boot()
-	require.Equal(t, 202, e.provision("tpl", "rebuild", nil).status)
-	n := e.drive(a, "tpl", "deploy failed", nil)
-	assert.Contains(t, n["last_error"], "Matching deploy templates: CUSTOM_EXTRAS,CUSTOM_DUP. Errors: deploy steps from all deploy templates "+
-		"matching this node's instance traits cannot have the same interface and step. Duplicate deploy steps for deploy.install_extras")
+	require.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest,
+		templateBody("CUSTOM_CORE", map[string]any{"interface": "deploy", "step": "deploy", "args": map[string]any{}, "priority": 50})).status)
+	for _, c := range []struct {
+		traits []any
+		msg    string
+	}{
+		{[]any{"CUSTOM_EXTRAS", "CUSTOM_DUP"}, "Matching deploy templates: CUSTOM_EXTRAS,CUSTOM_DUP. Errors: deploy steps from all deploy templates " +
+			"matching this node's instance traits cannot have the same interface and step. Duplicate deploy steps for deploy.install_extras"},
+		{[]any{"CUSTOM_CORE"}, "Matching deploy templates: CUSTOM_CORE. Errors: deploy step deploy on interface deploy is a core step " +
+			"and cannot be overridden by user steps. It may be disabled by setting the priority to 0"},
+	} {
+		for _, tr := range c.traits {
+			require.Equal(t, 204, e.do("PUT", "/v1/nodes/tpl/traits/"+tr.(string), latest, nil).status)
+		}
+		require.Equal(t, 200, e.do("PATCH", "/v1/nodes/tpl", latest, []map[string]any{
+			{"op": "add", "path": "/instance_info/traits", "value": c.traits}}).status)
+		r := e.provision("tpl", "rebuild", nil)
+		assert.Equal(t, 400, r.status)
+		assert.Regexp(t, `^Failed to validate deploy or power info for node [-0-9a-f]+: Validation of deploy steps from deploy templates `+
+			`matching this node's instance traits failed. `, r.fault(t))
+		assert.Contains(t, r.fault(t), c.msg)
+		assert.Equal(t, "active", e.do("GET", "/v1/nodes/tpl", latest, nil).json(t)["provision_state"], "nothing started")
+	}
 }

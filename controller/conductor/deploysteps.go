@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -17,6 +18,16 @@ import (
 // template step, and either overrides the driver step of the same name
 // (priority 0 disables it); the result is sorted by priority.
 func (c *engine) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]protocol.Step, error) {
+	templates, steps, err := c.templateSteps(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return c.mergeDeploySteps(n, d, templates, steps, n.Operation.UserDeploySteps)
+}
+
+// mergeDeploySteps merges and checks the driver's, the templates' and
+// the user's deploy steps (see deploySteps).
+func (c *engine) mergeDeploySteps(n *store.Node, d Driver, templates []string, tsteps, user []protocol.Step) ([]protocol.Step, error) {
 	byKey := map[string]protocol.Step{}
 	var order []string
 	for _, s := range c.availableDeploySteps(n, d) {
@@ -49,17 +60,13 @@ func (c *engine) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]pr
 		byKey[u.Key()] = s
 		return nil
 	}
-	templates, steps, err := c.templateSteps(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range steps {
+	for _, t := range tsteps {
 		if err := apply(t); err != nil {
 			return nil, Invalid("Validation of deploy steps from deploy templates matching this node's instance traits failed. "+
 				"Matching deploy templates: %s. Errors: %v", strings.Join(templates, ","), err)
 		}
 	}
-	for _, u := range n.Operation.UserDeploySteps {
+	for _, u := range user {
 		if err := apply(u); err != nil {
 			return nil, err
 		}
@@ -72,6 +79,31 @@ func (c *engine) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]pr
 	}
 	protocol.SortSteps(out)
 	return out, nil
+}
+
+// checkTemplates is the check of the deploy templates a deploy of the
+// node would run, made when the verb is accepted (Ironic's
+// validate_user_deploy_steps_and_templates with skip_missing: in-band
+// steps an agent has not reported yet pass). The plan checks them again.
+func (c *engine) checkTemplates(ctx context.Context, ident string, verb state.Verb) error {
+	n, err := c.st.GetNode(ctx, ident)
+	if err != nil {
+		return err
+	}
+	cur := state.State(n.ProvisionState)
+	d, ok := c.drivers[n.Driver]
+	if !ok || len(InstanceTraits(n)) == 0 || n.Maintenance || !state.Allowed(cur, verb.Event) || state.Working(cur) ||
+		checkInstanceTraits(n) != nil {
+		return nil // nothing to check, or acceptVerb refuses first
+	}
+	templates, steps, err := c.templateSteps(ctx, n)
+	if err == nil {
+		_, err = c.mergeDeploySteps(n, d, templates, steps, nil)
+	}
+	if err != nil {
+		return Invalid("Failed to validate deploy or power info for node %s: %v", n.UUID, err)
+	}
+	return nil
 }
 
 // templateSteps reads the deploy templates named by the node's instance
