@@ -28,6 +28,24 @@ func TestConductorsSole(t *testing.T) {
 
 	n := e.createNode("owned", nil)
 	assert.Equal(t, "test-host", n["conductor"])
+	e.createNode("elsewhere", nil)
+	_, err := store.MutateNode(context.Background(), e.st, "elsewhere", func(n *store.Node) error {
+		peer := "peer-b" // a peer is working on it
+		n.Reservation = &peer
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "peer-b", e.do("GET", "/v1/nodes/elsewhere", latest, nil).json(t)["conductor"])
+	byConductor := func(c string) []any {
+		var out []any
+		for _, x := range e.do("GET", "/v1/nodes?conductor="+c, latest, nil).json(t)["nodes"].([]any) {
+			out = append(out, x.(map[string]any)["name"])
+		}
+		return out
+	}
+	assert.Equal(t, []any{"owned"}, byConductor("test-host"))
+	assert.Equal(t, []any{"elsewhere"}, byConductor("peer-b"))
+	assert.Empty(t, byConductor("nobody"))
 	assert.Contains(t, e.do("GET", "/v1/", latest, nil).json(t), "conductors")
 	assert.NotContains(t, e.do("GET", "/v1/", "1.48", nil).json(t), "conductors")
 }

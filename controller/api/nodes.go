@@ -100,8 +100,9 @@ func (s *Server) listNodes(detailPath bool) handler {
 			}
 			f.ProvisionState = ps
 		}
-		if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
-			return s.writeNodePage(w, nil, "")
+		if c := q.str("conductor"); c != nil {
+			// a node's conductor is its reservation's, else this one
+			f.Conductor = &store.ConductorFilter{Host: *c, Free: *c == s.cond.Host()}
 		}
 		for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
 			if *dst, err = q.boolean(k); err != nil {

@@ -299,6 +299,13 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 	str("shard", f.Shard)
 	isNull("instance_uuid", f.Associated)
 	isNull("reservation", f.Reserved)
+	if c := f.Conductor; c != nil {
+		cond := "reservation = " + args.add(c.Host)
+		if c.Free {
+			cond = "(" + cond + " OR reservation IS NULL)"
+		}
+		where = append(where, cond)
+	}
 	if f.DescriptionContains != nil {
 		where = append(where, s.d.contains("COALESCE(description, '')", args.add(*f.DescriptionContains)))
 	}
