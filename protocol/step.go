@@ -118,3 +118,18 @@ func SortSteps(steps []Step) {
 		return a.Step < b.Step
 	})
 }
+
+// Duplicates returns the steps named more than once (by interface and
+// step), each once, sorted by key: a list of deploy steps may name a step
+// once only (Ironic's deploy templates).
+func Duplicates(steps []Step) []Step {
+	count := map[string]int{}
+	var out []Step
+	for _, s := range steps {
+		if count[s.Key()]++; count[s.Key()] == 2 {
+			out = append(out, Step{Interface: s.Interface, Step: s.Step})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}

@@ -195,6 +195,35 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 
 	waitAll("available", 90*time.Second)
 
+	// GET /v1/conductors on any controller lists them all; the killed one
+	// stopped renewing its registration and is not alive.
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest("GET", front.URL+"/v1/conductors?detail=true", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-OpenStack-Ironic-API-Version", "latest")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var body struct {
+			Conductors []struct {
+				Hostname string   `json:"hostname"`
+				Alive    bool     `json:"alive"`
+				Drivers  []string `json:"drivers"`
+			} `json:"conductors"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+		alive := 0
+		for _, c := range body.Conductors {
+			if c.Alive {
+				alive++
+				assert.Contains(t, c.Drivers, "redfish")
+			} else if c.Hostname != victim {
+				return false
+			}
+		}
+		return len(body.Conductors) == controllers && alive == controllers-1
+	}, 10*time.Second, 100*time.Millisecond, "every controller listed, the killed one not alive")
+
 	// Exactly once: every agent ran each clean step once.
 	takeovers := 0
 	var firstTakeover time.Time

@@ -21,6 +21,12 @@ func (e *testEnv) availableNode(name string, extra map[string]any) map[string]an
 		body[k] = v
 	}
 	n := e.createNode(name, body)
+	// Ironic allocates only nodes with a known power state, and its fake
+	// power interface reports none until one is set.
+	require.Equal(e.t, 202, e.do("PUT", "/v1/nodes/"+name+"/states/power", latest, map[string]any{"target": "power off"}).status)
+	require.Eventually(e.t, func() bool {
+		return e.do("GET", "/v1/nodes/"+name, latest, nil).json(e.t)["power_state"] == "power off"
+	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(e.t, 202, e.provision(name, "manage", nil).status)
 	e.waitState(name, "manageable")
 	require.Equal(e.t, 202, e.provision(name, "provide", nil).status)

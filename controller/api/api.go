@@ -279,6 +279,19 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle(p, authed(s.listDrivers)).Methods(http.MethodGet)
 	}
 	r.Handle("/drivers/{driver}", authed(s.getDriver)).Methods(http.MethodGet)
+	for _, p := range []string{"/conductors", "/conductors/"} {
+		r.Handle(p, authed(s.listConductors)).Methods(http.MethodGet)
+	}
+	r.Handle("/conductors/{hostname}", authed(s.getConductor)).Methods(http.MethodGet)
+	for _, p := range []string{"/deploy_templates", "/deploy_templates/"} {
+		r.Handle(p, authed(s.gated(s.listDeployTemplates))).Methods(http.MethodGet)
+		r.Handle(p, authed(s.gated(s.createDeployTemplate))).Methods(http.MethodPost)
+	}
+	r.Handle("/deploy_templates/{template}", authed(s.gated(s.getDeployTemplate))).Methods(http.MethodGet)
+	r.Handle("/deploy_templates/{template}", authed(s.gated(s.patchDeployTemplate))).Methods(http.MethodPatch)
+	r.Handle("/deploy_templates/{template}", authed(s.gated(s.deleteDeployTemplate))).Methods(http.MethodDelete)
+	r.Handle("/drivers/{driver}/properties", authed(s.getDriverProperties)).Methods(http.MethodGet)
+	r.Handle("/drivers/{driver}/raid/logical_disk_properties", authed(s.getRAIDProperties)).Methods(http.MethodGet)
 }
 
 // statusRecorder captures the status for logs and metrics.
@@ -394,6 +407,12 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ver >= 52 {
 		doc["allocations"] = s.links(r, "allocations/")
+	}
+	if ver >= 49 {
+		doc["conductors"] = s.links(r, "conductors/")
+	}
+	if ver >= 55 {
+		doc["deploy_templates"] = s.links(r, "deploy_templates/")
 	}
 	writeJSON(w, http.StatusOK, doc)
 	return nil

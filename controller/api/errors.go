@@ -73,9 +73,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // notFoundKey lets handlers name what was not found in Ironic's words.
-type notFoundKey struct{ what, ident string }
+// msg, when set, is the whole message.
+type notFoundKey struct{ what, ident, msg string }
 
 func (e *notFoundKey) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
 	return fmt.Sprintf("%s %s could not be found.", e.what, e.ident)
 }
 func (e *notFoundKey) Unwrap() error { return store.ErrNotFound }

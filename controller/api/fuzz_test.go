@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // FuzzPatch feeds arbitrary JSON patch documents to the decoder and applier:
@@ -23,6 +26,9 @@ func FuzzPatch(f *testing.F) {
 		`[{"op":"replace","path":"/extra/a/b/c","value":{"d":[1,2]}}]`,
 		`[{"op":"move","from":"/a","path":"/b"}]`,
 		`[{"op":"add","path":"/properties/0","value":null}]`,
+		`[{"op":"add","path":"/properties/list/-","value":2}]`,
+		`[{"op":"add","path":"/properties/list/1","value":2},{"op":"remove","path":"/properties/list/0"}]`,
+		`[{"op":"replace","path":"/properties/list/0/x","value":2}]`,
 		`{}`, `[]`, `[1]`, `[{"op":1}]`, `null`,
 	} {
 		f.Add([]byte(seed))
@@ -41,6 +47,36 @@ func FuzzPatch(f *testing.F) {
 		}
 		if _, err := json.Marshal(doc); err != nil {
 			t.Fatalf("patched document no longer encodes: %v", err)
+		}
+	})
+}
+
+// FuzzDeployTemplateBody feeds arbitrary bodies to the deploy template
+// parser: a client error or a template whose every step is valid.
+func FuzzDeployTemplateBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"name":"CUSTOM_A","steps":[{"interface":"bios","step":"apply_configuration","args":{"settings":[]},"priority":150}]}`,
+		`{"name":"CUSTOM_A","steps":[{"interface":"deploy","step":"x","args":{},"priority":"7"}],"uuid":null,"extra":null,"description":"d"}`,
+		`{"name":"x","steps":[]}`, `{"name":5}`, `{"steps":[1]}`, `[]`, `null`, `{"name":"CUSTOM_A","steps":[{}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	s := &Server{traitNames: newTraitNames()}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		doc, err := decodeObject(body)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		var tpl store.DeployTemplate
+		if err := s.parseTemplate(doc, &tpl); err != nil {
+			assertClientError(t, err)
+			return
+		}
+		require.NotEmpty(t, tpl.Steps)
+		for _, st := range tpl.Steps {
+			require.GreaterOrEqual(t, st.Priority, 0)
+			require.NoError(t, protocol.Step{Interface: st.Interface, Step: st.Step, Priority: st.Priority}.Validate())
 		}
 	})
 }

@@ -110,8 +110,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 		}
 		f.ProvisionState = ps
 	}
-	if c := q.str("conductor"); c != nil && *c != s.cond.Host() {
-		return s.writeNodePage(w, nil, nil, "")
+	if c := q.str("conductor"); c != nil {
+		// a node's conductor is its reservation's, else this one
+		f.Conductor = &store.ConductorFilter{Host: *c, Free: *c == s.cond.Host()}
 	}
 	for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
 		if *dst, err = q.boolean(k); err != nil {
@@ -356,32 +357,15 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 
 // defaultInterfaces fills unset interfaces with the hardware type's defaults.
 func (s *Server) defaultInterfaces(n *store.Node) {
-	defaults := map[string]string{"boot": "fake", "console": "no-console", "deploy": "fake", "inspect": "fake",
-		"management": "fake", "network": "noop", "power": "fake", "raid": "fake", "rescue": "fake",
-		"storage": "noop", "vendor": "no-vendor", "bios": "fake"}
-	if n.Driver != "fake-hardware" {
-		defaults = map[string]string{"boot": "ipxe", "console": "no-console", "deploy": "direct", "inspect": "agent",
-			"management": n.Driver, "network": "noop", "power": n.Driver, "raid": "agent", "rescue": "no-rescue",
-			"storage": "noop", "vendor": "no-vendor", "bios": "no-bios"}
-	}
-	set := func(p *string, k string) {
+	defaults := conductor.HardwareInterfaces(n.Driver)
+	i := &n.Interfaces
+	for k, p := range map[string]*string{"bios": &i.BIOS, "boot": &i.Boot, "console": &i.Console, "deploy": &i.Deploy,
+		"inspect": &i.Inspect, "management": &i.Management, "network": &i.Network, "power": &i.Power, "raid": &i.RAID,
+		"rescue": &i.Rescue, "storage": &i.Storage, "vendor": &i.Vendor} {
 		if *p == "" {
-			*p = defaults[k]
+			*p = defaults[k].Default
 		}
 	}
-	i := &n.Interfaces
-	set(&i.Boot, "boot")
-	set(&i.Console, "console")
-	set(&i.Deploy, "deploy")
-	set(&i.Inspect, "inspect")
-	set(&i.Management, "management")
-	set(&i.Network, "network")
-	set(&i.Power, "power")
-	set(&i.RAID, "raid")
-	set(&i.Rescue, "rescue")
-	set(&i.Storage, "storage")
-	set(&i.Vendor, "vendor")
-	set(&i.BIOS, "bios")
 }
 
 func nodeWriteError(n *store.Node, err error) error {

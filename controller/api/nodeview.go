@@ -193,8 +193,14 @@ var nodeFields = []nodeField{
 	viewOptBool("automated_clean", 47, func(n *store.Node) *bool { return n.AutomatedClean }),
 	viewBool("protected", 48, func(n *store.Node) bool { return n.Protected }),
 	viewOpt("protected_reason", 48, func(n *store.Node) *string { return n.ProtectedReason }),
-	viewField("conductor", 49, func(v *nodeRenderer, b *bytes.Buffer, _ *store.Node) error {
-		appendString(b, v.host) // this controller: it serves every node it lists
+	viewField("conductor", 49, func(v *nodeRenderer, b *bytes.Buffer, n *store.Node) error {
+		// the controller working on the node (its reservation), else this
+		// one: any controller takes a resting node's next request
+		if n.Reservation != nil {
+			appendString(b, *n.Reservation)
+		} else {
+			appendString(b, v.host)
+		}
 		return nil
 	}),
 	viewOpt("owner", 50, func(n *store.Node) *string { return n.Owner }),

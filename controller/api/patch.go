@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,6 +110,8 @@ func applyPatch(doc map[string]any, ops []patchOp) error {
 
 func applyNested(doc map[string]any, parts []string, op string, val any) error {
 	var parent any = doc
+	// set replaces parent in its own container: a list grows or shrinks
+	set := func(any) {}
 	for i, p := range parts[:len(parts)-1] {
 		next, err := child(parent, p)
 		if err != nil {
@@ -119,6 +122,7 @@ func applyNested(doc map[string]any, parts []string, op string, val any) error {
 			next = map[string]any{}
 			doc[p] = next
 		}
+		set = setter(parent, p)
 		parent = next
 	}
 	last := parts[len(parts)-1]
@@ -141,9 +145,38 @@ func applyNested(doc map[string]any, parts []string, op string, val any) error {
 		}
 		return nil
 	case []any:
-		return fmt.Errorf("patching inside lists is not supported ('%s')", last)
+		// RFC 6902 on a list: add inserts before the index (or appends
+		// at "-"), replace and remove need an existing element
+		i, err := strconv.Atoi(last)
+		switch {
+		case op == "add" && last == "-":
+			i = len(c)
+		case err != nil || i < 0 || i > len(c) || (op != "add" && i == len(c)):
+			return fmt.Errorf("index '%s' out of range", last)
+		}
+		switch op {
+		case "add":
+			set(slices.Insert(slices.Clone(c), i, val))
+		case "replace":
+			c[i] = val
+		case "remove":
+			set(slices.Delete(slices.Clone(c), i, i+1))
+		}
+		return nil
 	}
 	return fmt.Errorf("member '%s' is not inside an object", last)
+}
+
+// setter returns the function that replaces container's member key.
+func setter(container any, key string) func(any) {
+	switch c := container.(type) {
+	case map[string]any:
+		return func(v any) { c[key] = v }
+	case []any:
+		i, _ := strconv.Atoi(key) // child checked it
+		return func(v any) { c[i] = v }
+	}
+	return func(any) {}
 }
 
 func child(v any, key string) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -262,4 +263,23 @@ func TestPortsAndPortgroups(t *testing.T) {
 
 	require.Equal(t, 204, e.do("DELETE", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
 	assert.Equal(t, 404, e.do("GET", "/v1/ports/"+port["uuid"].(string), latest, nil).status)
+}
+
+// TestManageLeavesFakePowerUnknown: Ironic's verify records what the power
+// interface reports, and the fake one reports the node's own (null) state;
+// a node powered before manage keeps its state.
+func TestManageLeavesFakePowerUnknown(t *testing.T) {
+	e := newEnv(t)
+	e.createNode("fresh", nil)
+	require.Equal(t, 202, e.provision("fresh", "manage", nil).status)
+	n := e.waitState("fresh", "manageable")
+	assert.Nil(t, n["power_state"])
+
+	e.createNode("powered", nil)
+	require.Equal(t, 202, e.do("PUT", "/v1/nodes/powered/states/power", latest, map[string]any{"target": "power on"}).status)
+	require.Eventually(t, func() bool {
+		return e.do("GET", "/v1/nodes/powered", latest, nil).json(t)["power_state"] == "power on"
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 202, e.provision("powered", "manage", nil).status)
+	assert.Equal(t, "power on", e.waitState("powered", "manageable")["power_state"])
 }

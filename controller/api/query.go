@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -202,4 +203,40 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - '0'
+}
+
+// collectionArgs reads the query of Ironic's newer collections (conductors,
+// deploy templates): fields or detail=true (not both), with defaults shown
+// when neither is given, and a page sorted by one of sortKeys; noSort are
+// fields Ironic refuses to sort by. view is nil for every field.
+func collectionArgs(r *http.Request, fieldMin map[string]int, defaults, sortKeys, noSort []string) (view []string, p pageArgs, err error) {
+	q, err := parseQuery(r, "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
+	if err != nil {
+		return nil, p, err
+	}
+	detail, err := q.boolean("detail")
+	if err != nil {
+		return nil, p, err
+	}
+	fields := fieldsArg(q)
+	if err := checkFields(r.Context(), fields, fieldMin); err != nil {
+		return nil, p, err
+	}
+	all := detail != nil && *detail
+	if all && fields != nil {
+		return nil, p, badRequest("Can not specify ?detail=True and fields in the same request.")
+	}
+	if k := q.v.Get("sort_key"); slices.Contains(noSort, k) {
+		return nil, p, badRequest("The sort_key value %s is an invalid field for sorting", k)
+	}
+	if p, err = q.page(sortKeys); err != nil {
+		return nil, p, err
+	}
+	switch {
+	case all:
+		return nil, p, nil
+	case fields == nil:
+		return defaults, p, nil
+	}
+	return fields, p, nil
 }

@@ -24,6 +24,8 @@ type Driver interface {
 	Validate(n *store.Node) map[string]error
 	// VerifyAccess checks the node's management credentials (manage verb).
 	VerifyAccess(ctx context.Context, n *store.Node) error
+	// PowerState reads the power state; "" means unknown (fake-hardware
+	// before any power action, as Ironic's fake interface).
 	PowerState(ctx context.Context, n *store.Node) (string, error)
 	SetPower(ctx context.Context, n *store.Node, target string) error
 	// SetBootDevice sets the next (or every, when persistent) boot device:

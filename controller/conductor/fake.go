@@ -24,10 +24,12 @@ func (FakeDriver) Validate(*store.Node) map[string]error {
 // VerifyAccess always succeeds.
 func (FakeDriver) VerifyAccess(context.Context, *store.Node) error { return nil }
 
-// PowerState reports the last state set (power off for a new node).
+// PowerState reports the last state set: like Ironic's fake power
+// interface, the node's own record, "" (unknown) until a power action sets
+// one, so verifying a new node leaves its power_state null.
 func (FakeDriver) PowerState(_ context.Context, n *store.Node) (string, error) {
 	if n.PowerState == nil {
-		return PowerOff, nil
+		return "", nil
 	}
 	return *n.PowerState, nil
 }

@@ -223,7 +223,7 @@ func (c *runtime) runLeases(ctx context.Context) {
 
 func (c *runtime) renewLeases(ctx context.Context) {
 	start := c.cfg.Now()
-	if err := c.st.RegisterController(ctx, c.holder, c.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+	if err := c.st.RecordController(ctx, c.self(), c.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
 		c.log.Error("registering as a live controller failed", "err", err)
 	}
 	nodes, err := c.st.RenewLeases(ctx, c.holder, c.cfg.LeaseTTL)

@@ -89,7 +89,13 @@ func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 	}
 	ps, perr := d.PowerState(ctx, n)
 	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
-		if perr == nil {
+		// Ironic's do_node_verify records what the power interface
+		// reports; "" (fake-hardware before any power action) is null
+		switch {
+		case perr != nil:
+		case ps == "":
+			m.PowerState = nil
+		default:
 			m.PowerState = &ps
 		}
 		return nil
@@ -322,52 +328,11 @@ func (c *engine) finishClean(ctx context.Context, n *store.Node, d Driver, manua
 	return err
 }
 
-// deploySteps merges the driver's enabled deploy steps with the user's:
-// a user step replaces the driver step of the same name (priority 0
-// disables it) and adds new ones.
-func (c *engine) deploySteps(n *store.Node, d Driver) ([]protocol.Step, error) {
-	user := n.Operation.UserDeploySteps
-	byKey := map[string]protocol.Step{}
-	var order []string
-	for _, s := range c.availableDeploySteps(n, d) {
-		byKey[s.Key()] = s
-		order = append(order, s.Key())
-	}
-	cached := n.Operation.Agent.Steps != nil
-	for _, u := range user {
-		s, known := byKey[u.Key()]
-		if !known && UsesAgent(n) && !cached && (u.Interface == protocol.InterfaceDeploy || u.Interface == protocol.InterfaceRAID) {
-			// in-band step of an agent that has not reported yet: the agent
-			// validates it when it runs
-			s, known = u, true
-			order = append(order, u.Key())
-		}
-		if !known {
-			return nil, fmt.Errorf("node does not support deploy step %s", u.Key())
-		}
-		if u.Priority > 0 {
-			if err := s.CheckArgs(u.Args); err != nil {
-				return nil, err
-			}
-		}
-		s.Priority, s.Args = u.Priority, u.Args
-		byKey[u.Key()] = s
-	}
-	var out []protocol.Step
-	for _, k := range order {
-		if byKey[k].Priority > 0 {
-			out = append(out, byKey[k])
-		}
-	}
-	protocol.SortSteps(out)
-	return out, nil
-}
-
 func (c *engine) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	var plan []protocol.Step
 	if n.Operation.Deploy == nil {
 		var err error
-		if plan, err = c.deploySteps(n, d); err != nil {
+		if plan, err = c.deploySteps(ctx, n, d); err != nil {
 			return c.failSteps(ctx, n.UUID, deployPhase, fmt.Sprintf("Failed to validate the final deploy steps list for node %s: %v", n.UUID, err), false)
 		}
 	}

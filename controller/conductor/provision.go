@@ -35,6 +35,11 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 		}
 		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
+	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+		if err := c.checkTemplates(ctx, ident, verb); err != nil {
+			return err
+		}
+	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
 		if err := c.acceptVerb(n, verb, req); err != nil {
@@ -85,6 +90,13 @@ func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest
 
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
 func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
+	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+		// Ironic's do_node_deploy validation (the template steps are
+		// checked when the deploy plans its steps)
+		if err := checkInstanceTraits(n); err != nil {
+			return Invalid("Failed to validate deploy or power info for node %s: %v", n.UUID, err)
+		}
+	}
 	switch verb.Event {
 	case state.EvManage:
 		if state.State(n.ProvisionState) == state.Enroll {

@@ -17,6 +17,7 @@ import (
 type runtime struct {
 	*core
 	holder   string         // this process in node leases
+	started  time.Time      // when this process's conductor was built
 	leases   leaseTable     // what this process holds
 	notifier store.Notifier // nil for a store with a single controller
 
@@ -39,7 +40,7 @@ type runtime struct {
 }
 
 func newRuntime(co *core) *runtime {
-	c := &runtime{core: co, holder: newHolder(co.cfg.Host), leases: leaseTable{held: map[string]time.Time{}},
+	c := &runtime{core: co, holder: newHolder(co.cfg.Host), started: co.now(), leases: leaseTable{held: map[string]time.Time{}},
 		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{}}
 	c.notifier, _ = co.st.(store.Notifier)
 	c.cond = sync.NewCond(&c.mu)

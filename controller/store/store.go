@@ -141,6 +141,15 @@ type NodeFilter struct {
 	TextContains *string
 	Shard        *string
 	Reserved     *bool
+	// Conductor selects the nodes of a conductor (Ironic's ?conductor=):
+	// those it holds reserved, and with Free also the unreserved ones.
+	Conductor *ConductorFilter
+}
+
+// ConductorFilter is NodeFilter.Conductor.
+type ConductorFilter struct {
+	Host string
+	Free bool
 }
 
 // SortKeys are the node fields a list can be sorted by.
@@ -460,6 +469,8 @@ type Store interface {
 	Allocations
 	ChassisStore
 	VolumeStore
+	DeployTemplates
+	Controllers
 	History
 	Inventories
 	StepResults

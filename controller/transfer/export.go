@@ -170,6 +170,17 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 	if sum.Records, err = exportResults(ctx, d, "erase_records", src.ListEraseRecords, func(r *store.EraseRecord) string { return r.UUID }); err != nil {
 		return sum, err
 	}
+	d.open("deploy_templates", '[')
+	err = eachPage(ctx, func(p store.Page) ([]*store.DeployTemplate, error) { return src.ListDeployTemplates(ctx, p) },
+		func(t *store.DeployTemplate) string { return t.UUID },
+		func(t *store.DeployTemplate) error {
+			sum.Templates++
+			return d.item(t)
+		})
+	if err != nil {
+		return sum, fmt.Errorf("export deploy_templates: %w", err)
+	}
+	d.close(']')
 	return sum, d.finish()
 }
 

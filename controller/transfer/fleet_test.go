@@ -36,6 +36,7 @@ const (
 	kindRecord
 	kindChassis
 	kindVolume
+	kindTemplate
 )
 
 // fillFleet writes a varied fleet through store calls, with everything an
@@ -152,4 +153,8 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 	}
 	require.NoError(t, st.PutEraseRecords(ctx, []*store.EraseRecord{{UUID: fleetUUID(kindRecord, 1), NodeUUID: fleetUUID(kindNode, 999),
 		CreatedAt: at(50), Data: json.RawMessage(`{"record":{"device":"/dev/sda","serial":"S1<&>"},"signature":"c2ln"}`)}}))
+	require.NoError(t, st.CreateDeployTemplate(ctx, &store.DeployTemplate{UUID: fleetUUID(kindTemplate, 1), Name: "CUSTOM_RAID1",
+		Steps: []store.TemplateStep{{Interface: "raid", Step: "apply_configuration", Priority: 90,
+			Args: map[string]any{"raid_config": map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": "MAX"}}}}}},
+		Extra: map[string]any{"owner": "ops"}, CreatedAt: at(51), UpdatedAt: atp(52)}))
 }

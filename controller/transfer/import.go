@@ -72,6 +72,13 @@ func refuseNonEmpty(ctx context.Context, dst Target) error {
 	if len(allocs) > 0 {
 		return fmt.Errorf("%w: it holds allocations (e.g. %s); import only into a new, empty database", ErrNotEmpty, allocs[0].UUID)
 	}
+	templates, err := dst.ListDeployTemplates(ctx, store.Page{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("check the target is empty: %w", err)
+	}
+	if len(templates) > 0 {
+		return fmt.Errorf("%w: it holds deploy templates (e.g. %s); import only into a new, empty database", ErrNotEmpty, templates[0].Name)
+	}
 	return nil
 }
 
@@ -98,6 +105,10 @@ func (discard) CreateAllocation(context.Context, *store.Allocation) error     { 
 func (discard) AppendEvent(context.Context, *store.Event) error               { return nil }
 func (discard) PutInventory(context.Context, string, []byte) error            { return nil }
 func (discard) PutStepResult(context.Context, *store.StepResult) error        { return nil }
+func (discard) ListDeployTemplates(context.Context, store.Page) ([]*store.DeployTemplate, error) {
+	return nil, nil
+}
+func (discard) CreateDeployTemplate(context.Context, *store.DeployTemplate) error { return nil }
 func (discard) PutEraseRecords(context.Context, []*store.EraseRecord) error {
 	return nil
 }
@@ -123,6 +134,7 @@ type decoder struct {
 	// connector_id) and bootIndexes the (node, boot_index) of volumes.
 	chassis, connectorIDs, bootIndexes map[string]bool
 	now                                func() time.Time
+	templateUUIDs, templateNames       map[string]bool
 }
 
 func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
@@ -130,7 +142,8 @@ func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
 		nodes: map[string]bool{}, nodeNames: map[string]bool{}, resources: map[string]string{},
 		pgNames: map[string]bool{}, pgAddrs: map[string]bool{}, portNames: map[string]bool{}, portAddrs: map[string]bool{},
 		allocNames: map[string]bool{}, inventories: map[string]bool{},
-		chassis: map[string]bool{}, connectorIDs: map[string]bool{}, bootIndexes: map[string]bool{}, now: time.Now}
+		chassis: map[string]bool{}, connectorIDs: map[string]bool{}, bootIndexes: map[string]bool{}, now: time.Now,
+		templateUUIDs: map[string]bool{}, templateNames: map[string]bool{}}
 	// The document is ours: a field this controller does not know is a typo
 	// or a newer exporter's, and dropping it silently would lose data.
 	d.dec.DisallowUnknownFields()
@@ -284,6 +297,8 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		return section(ctx, d, key, where, d.eraseRecord, counted(func(ctx context.Context, r *store.EraseRecord) error {
 			return d.dst.PutEraseRecords(ctx, []*store.EraseRecord{r})
 		}, &d.sum.Records))
+	case "deploy_templates":
+		return section(ctx, d, key, where, d.template, counted(d.dst.CreateDeployTemplate, &d.sum.Templates))
 	default:
 		return d.fail(where, errors.New("unknown member (a typo, or a document from a newer controller)"))
 	}
@@ -514,6 +529,20 @@ func (d *decoder) inventorySection(ctx context.Context, where string) error {
 // the document.
 func (d *decoder) stepResult(r *store.StepResult) error {
 	return errors.Join(required("uuid", r.UUID), exists(d.nodes, "node_uuid", r.NodeUUID))
+}
+
+// template checks a deploy template: unique UUID and name, steps.
+func (d *decoder) template(t *store.DeployTemplate) error {
+	err := errors.Join(unique(d.templateUUIDs, "uuid", t.UUID), unique(d.templateNames, "name", t.Name))
+	if len(t.Steps) == 0 {
+		err = errors.Join(err, errors.New("steps is missing or empty"))
+	}
+	for i, s := range t.Steps {
+		if s.Interface == "" || s.Step == "" || s.Priority < 0 {
+			err = errors.Join(err, fmt.Errorf("steps[%d] needs an interface, a step and a priority of 0 or more", i))
+		}
+	}
+	return err
 }
 
 // eraseRecord checks an erase record: its node may be gone (records

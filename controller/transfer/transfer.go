@@ -64,6 +64,7 @@ type Source interface {
 	GetInventory(ctx context.Context, nodeUUID string) ([]byte, error)
 	ListStepResults(ctx context.Context, p store.ResultPage) ([]*store.StepResult, error)
 	ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*store.EraseRecord, error)
+	ListDeployTemplates(ctx context.Context, p store.Page) ([]*store.DeployTemplate, error)
 }
 
 // Target is what Import writes; every store.Store is one. Both stores'
@@ -85,6 +86,8 @@ type Target interface {
 	PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error
 	PutStepResult(ctx context.Context, r *store.StepResult) error
 	PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) error
+	ListDeployTemplates(ctx context.Context, p store.Page) ([]*store.DeployTemplate, error)
+	CreateDeployTemplate(ctx context.Context, t *store.DeployTemplate) error
 }
 
 // Summary counts the objects of a document, per kind.
@@ -100,17 +103,18 @@ type Summary struct {
 	Inventories      int `json:"inventories"`
 	StepResults      int `json:"step_results"`
 	Records          int `json:"erase_records"`
+	Templates        int `json:"deploy_templates"`
 }
 
 // Total is the number of objects of every kind.
 func (s Summary) Total() int {
 	return s.Chassis + s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.VolumeConnectors + s.VolumeTargets +
-		s.Events + s.Inventories + s.StepResults + s.Records
+		s.Events + s.Inventories + s.StepResults + s.Records + s.Templates
 }
 
 func (s Summary) String() string {
 	return fmt.Sprintf("%d chassis, %d nodes, %d portgroups, %d ports, %d allocations, %d volume connectors, %d volume targets, "+
-		"%d history events, %d inventories, %d step results, %d erase records",
+		"%d history events, %d inventories, %d step results, %d erase records, %d deploy templates",
 		s.Chassis, s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.VolumeConnectors, s.VolumeTargets,
-		s.Events, s.Inventories, s.StepResults, s.Records)
+		s.Events, s.Inventories, s.StepResults, s.Records, s.Templates)
 }

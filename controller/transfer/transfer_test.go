@@ -45,7 +45,7 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
 	return Summary{Chassis: 2, Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, VolumeConnectors: 1, VolumeTargets: 1,
-		Events: 5, Inventories: 2, StepResults: 2, Records: 1}
+		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -61,7 +61,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+11*2+1, bytes.Count(doc, []byte("\n")))
+	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+12*2+1, bytes.Count(doc, []byte("\n")))
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -104,6 +104,12 @@ func TestGoldenRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, records, 1, "a deleted node's record travels too")
 	assert.JSONEq(t, `{"record":{"device":"/dev/sda","serial":"S1<&>"},"signature":"c2ln"}`, string(records[0].Data))
+	tpl, err := st.GetDeployTemplate(ctx, "CUSTOM_RAID1")
+	require.NoError(t, err)
+	assert.Equal(t, fleetUUID(kindTemplate, 1), tpl.UUID)
+	assert.Equal(t, 90, tpl.Steps[0].Priority)
+	assert.Equal(t, at(51), tpl.CreatedAt)
+	assert.Equal(t, at(52), *tpl.UpdatedAt)
 }
 
 // TestImportDocumentWithoutResults: a version 1 document written before
@@ -114,7 +120,7 @@ func TestImportDocumentWithoutResults(t *testing.T) {
 	sum, err := Import(context.Background(), openSQLite(t), bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.StepResults, want.Records = 0, 0
+	want.StepResults, want.Records, want.Templates = 0, 0, 0
 	// nor chassis and volumes: its node's chassis is created
 	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
 	assert.Equal(t, want, sum)
@@ -130,7 +136,7 @@ func TestImportDocumentWithoutChassis(t *testing.T) {
 	sum, err := Import(context.Background(), st, bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates = 1, 0, 0, 0
 	assert.Equal(t, want, sum)
 	n, err := st.GetNode(context.Background(), "web-01")
 	require.NoError(t, err)
@@ -201,6 +207,11 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 		"history of no node":   {doc("nodes", "["+nodeA+"]", "history", `[{"uuid":"e1","node_uuid":"00000001-0000-4000-8000-000000000009"}]`), `history[0] at byte 282: node_uuid "00000001-0000-4000-8000-000000000009" is not an object earlier`},
 		"inventory of no node": {doc("inventories", `{"n1":{"cpu":{}}}`), `inventories["n1"] at byte 169: node "n1" is not an object earlier`},
 		"duplicate name":       {doc("nodes", "["+nodeB+","+strings.Replace(nodeB, "0002", "0003", 1)+"]"), `nodes[1] at byte 232: name "b" appears twice`},
+		"duplicate template name": {doc("deploy_templates", `[{"uuid":"t1","name":"CUSTOM_A","steps":[{"interface":"deploy","step":"s","args":{},"priority":1}]},`+
+			`{"uuid":"t2","name":"CUSTOM_A","steps":[{"interface":"deploy","step":"s","args":{},"priority":1}]}]`), `deploy_templates[1] at byte 286: name "CUSTOM_A" appears twice`},
+		"template without steps": {doc("deploy_templates", `[{"uuid":"t1","name":"CUSTOM_A","steps":[]}]`), `deploy_templates[0] at byte 188: steps is missing or empty`},
+		"template step without interface": {doc("deploy_templates", `[{"uuid":"t1","name":"CUSTOM_A","steps":[{"step":"s","args":{},"priority":1}]}]`),
+			`steps[0] needs an interface, a step and a priority of 0 or more`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -188,4 +189,66 @@ func (s *Store) ClaimDHCPLease(ctx context.Context, l store.DHCPLease, now time.
 		return fmt.Errorf("claim DHCP lease %s: held by another MAC: %w", l.IP, store.ErrConflict)
 	}
 	return fmt.Errorf("claim DHCP lease %s: %w", l.IP, err)
+}
+
+// RecordController registers c.Holder as live, with what it runs.
+func (s *Store) RecordController(ctx context.Context, c store.Controller, ttl time.Duration) error {
+	data, err := stdjson.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode controller %s: %w", c.Holder, err)
+	}
+	p := params{c.Holder, data}
+	now := s.d.now(&p)
+	q := `INSERT INTO controllers (holder, data, expires_at, created_at, updated_at) VALUES ($1, $2, ` + s.d.later(&p, ttl) + `, ` + now + `, ` + now + `)
+		ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at, updated_at = excluded.updated_at, data = excluded.data,
+			created_at = COALESCE(controllers.created_at, excluded.created_at)`
+	if _, err := s.exec(ctx, s.w, q, p...); err != nil {
+		return fmt.Errorf("record controller %s: %w", c.Holder, err)
+	}
+	return nil
+}
+
+// ListControllers lists every registration, by holder.
+func (s *Store) ListControllers(ctx context.Context) ([]store.Controller, error) {
+	var p params
+	rows, err := s.query(ctx, s.r, `SELECT holder, expires_at > `+s.d.now(&p)+`, created_at, updated_at, data
+		FROM controllers ORDER BY holder`, p...)
+	if err != nil {
+		return nil, fmt.Errorf("list controllers: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Controller
+	for rows.Next() {
+		var c store.Controller
+		var created, updated any
+		var data []byte
+		if err := rows.Scan(&c.Holder, &c.Alive, &created, &updated, &data); err != nil {
+			return nil, fmt.Errorf("list controllers: %w", err)
+		}
+		if data != nil {
+			if err := stdjson.Unmarshal(data, &c); err != nil {
+				return nil, fmt.Errorf("decode controller %s: %w", c.Holder, err)
+			}
+		}
+		if c.Hostname == "" {
+			c.Hostname, _, _ = strings.Cut(c.Holder, "/")
+		}
+		if created != nil {
+			if c.CreatedAt, err = s.d.scanInstant(created); err != nil {
+				return nil, fmt.Errorf("controller %s: %w", c.Holder, err)
+			}
+		}
+		if updated != nil {
+			t, err := s.d.scanInstant(updated)
+			if err != nil {
+				return nil, fmt.Errorf("controller %s: %w", c.Holder, err)
+			}
+			c.UpdatedAt = &t
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list controllers: %w", err)
+	}
+	return out, nil
 }

@@ -348,4 +348,31 @@ var migrations = []migration{
 	ALTER TABLE nodes ADD CONSTRAINT nodes_chassis_uuid_fkey
 		FOREIGN KEY (chassis_uuid) REFERENCES chassis (uuid);`,
 	},
+	{
+		// 11: deploy templates (Ironic's deploy_templates): unique names
+		// and UUIDs, the steps in the document; sorted by any column. And
+		// what a registered controller runs (GET /v1/conductors): first
+		// and last registration by the lease clock, and a document with
+		// its host name, conductor group and hardware types.
+		sqlite: `ALTER TABLE controllers ADD COLUMN created_at INTEGER;
+	ALTER TABLE controllers ADD COLUMN updated_at INTEGER;
+	ALTER TABLE controllers ADD COLUMN data BLOB;
+	CREATE TABLE deploy_templates (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		name TEXT NOT NULL UNIQUE,
+		created_at TEXT NOT NULL,
+		updated_at TEXT,
+		data BLOB NOT NULL
+	);`,
+		postgres: `ALTER TABLE controllers ADD COLUMN created_at timestamptz, ADD COLUMN updated_at timestamptz, ADD COLUMN data bytea;
+	CREATE TABLE deploy_templates (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT deploy_templates_uuid_key UNIQUE,
+		name text COLLATE "C" NOT NULL CONSTRAINT deploy_templates_name_key UNIQUE,
+		created_at timestamptz NOT NULL,
+		updated_at timestamptz,
+		data bytea NOT NULL
+	);`,
+	},
 }

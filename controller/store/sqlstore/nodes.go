@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -255,6 +256,8 @@ func sortable(table, key string) bool {
 		return true
 	case table == "chassis":
 		return key == "created_at"
+	case table == "deploy_templates":
+		return slices.Contains(store.DeployTemplateSortKeys(), key)
 	}
 	return false
 }
@@ -342,6 +345,13 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 	str("shard", f.Shard)
 	isNull("instance_uuid", f.Associated)
 	isNull("reservation", f.Reserved)
+	if c := f.Conductor; c != nil {
+		cond := "reservation = " + args.add(c.Host)
+		if c.Free {
+			cond = "(" + cond + " OR reservation IS NULL)"
+		}
+		where = append(where, cond)
+	}
 	if f.DescriptionContains != nil {
 		where = append(where, s.d.contains("COALESCE(description, '')", args.add(*f.DescriptionContains)))
 	}
@@ -361,6 +371,7 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 // is looked up in the same statement (a row comparison against a subquery,
 // which an (expr, id) index can serve); only when the page comes back
 // empty does a second query tell a missing marker from the end of the list.
+
 func listPage[T any](ctx context.Context, s *Store, table, cols string, where []string, args params, p store.Page,
 	scan func(scanner) (T, error)) ([]T, error) {
 	key := p.SortKey

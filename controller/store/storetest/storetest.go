@@ -47,6 +47,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"StepResults":       testStepResults,
 		"StepResultsBound":  testStepResultsBound,
 		"EraseRecords":      testEraseRecords,
+		"DeployTemplates":   testDeployTemplates,
+		"ControllerRecords": testControllerRecords,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -165,6 +167,8 @@ func testNodeFilters(t *testing.T, s store.Store) {
 	mk("b", "available", true, false, strp(uuid.NewString()), "gold")
 	mk("c", "manageable", false, true, nil, "silver")
 	mk("d", "active", false, false, strp(uuid.NewString()), "silver")
+	_, err := store.MutateNode(ctx, s, "d", func(n *store.Node) error { n.Reservation = strp("ctl-2"); return nil })
+	require.NoError(t, err)
 
 	names := func(f store.NodeFilter) []string {
 		nodes, err := s.ListNodes(ctx, f, store.Page{})
@@ -195,6 +199,8 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		"text: all":       {store.NodeFilter{TextContains: strp("Rack")}, []string{"a", "b", "c", "d"}},
 		"text: literal _": {store.NodeFilter{TextContains: strp("_")}, nil},
 		"driver none":     {store.NodeFilter{Driver: strp("ipmi")}, nil},
+		"conductor":       {store.NodeFilter{Conductor: &store.ConductorFilter{Host: "ctl-2"}}, []string{"d"}},
+		"conductor, free": {store.NodeFilter{Conductor: &store.ConductorFilter{Host: "ctl-1", Free: true}}, []string{"a", "b", "c"}},
 	}
 	for name, tc := range tests {
 		assert.Equal(t, tc.want, names(tc.f), name)
