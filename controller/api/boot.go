@@ -258,8 +258,7 @@ func withScheme(base, scheme string) string {
 	return base
 }
 
-// defaultKernelParams: VGA and the first serial port, then the arguments
-// every ramdisk boot carries (protocol.RamdiskKernelArgs). Not ttyS1 too:
+// defaultKernelParams: VGA and the first serial port. Not ttyS1 too:
 // Linux's 8250 console prints on one port only, and on a machine without a
 // second UART a console there waits for it at every character (under QEMU
 // the kernel printed nothing for minutes). The agent copies the kernel log
