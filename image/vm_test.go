@@ -363,12 +363,6 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 		tb.Skipf("test binary path %q cannot be used in a QEMU option", self)
 	}
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot", "-monitor", "none"}
-	if shift := os.Getenv("ANVIL_VM_ICOUNT"); shift != "" {
-		// The guest's clock counts instructions (2^shift ns each), not host
-		// time, so its boot timings do not depend on how busy the host
-		// is: a way to compare changes on a shared machine.
-		args = append(args, "-icount", "shift="+shift+",sleep=off")
-	}
 	netdev := "user,id=n0,restrict=on,guestfwd=tcp:" + guestAPI + "-cmd:" + self
 	for _, o := range boot.netOpts {
 		netdev += "," + o
