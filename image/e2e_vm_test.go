@@ -20,7 +20,6 @@ import (
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
 	"github.com/anvil-metal/anvil/bmc/vbmc/ipmisim"
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 // TestVME2ERedfishCleanAndDeploy is the whole system on virtual hardware: a
@@ -91,7 +90,7 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 
 	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
 		NIC:    &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self, imageFwd}},
-		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 " + protocol.RamdiskKernelArgs + " anvil.api=http://" + guestAPI,
+		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5}
 	if cfg.netboot {
 		// slirp's DHCP and TFTP hand iPXE a script that chains to the

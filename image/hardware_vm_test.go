@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 // serverVariant is one emulated real-server machine for the default image.
@@ -118,7 +117,7 @@ func runServerVariant(t *testing.T, c *controller, self, kernel, initrd string, 
 
 	args := []string{"-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none", "-no-reboot", "-S",
 		"-kernel", kernel, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 " + protocol.RamdiskKernelArgs + " anvil.api=http://" + guestAPI,
+		"-append", "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		// Two serial ports, as servers have: the kernel prints on ttyS0,
 		// the agent copies the kernel log and its own to ttyS1.
 		"-serial", "file:" + filepath.Join(dir, "serial.log"),

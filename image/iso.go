@@ -34,7 +34,7 @@ const DefaultSourceDateEpoch = 1704067200
 // default, and anvil.vmedia, which tells the agent's guard it runs in the
 // agent ramdisk (hardware.DetectEnvironment; anvil.api= is in the node
 // slot, not on the command line). Everything per node comes from the slot.
-const ISOKernelArgs = "console=tty0 console=ttyS0,115200n8 anvil.vmedia " + protocol.RamdiskKernelArgs
+const ISOKernelArgs = "console=tty0 console=ttyS0,115200n8 anvil.vmedia"
 
 // ISOBootFiles are the boot loaders on the ISO, from Debian packages:
 // ISOLINUX for BIOS (El Torito no-emulation entry, and isohdpfx.bin as the

@@ -373,7 +373,7 @@ func startVM(tb testing.TB, boot vmBoot, mac, controllerAddr string, disks []str
 			kargs = boot.cmdline
 		}
 		args = append(args, "-kernel", boot.kernel, "-initrd", boot.initrd,
-			"-append", "console=ttyS0 panic=-1 "+protocol.RamdiskKernelArgs+" "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
+			"-append", "console=ttyS0 panic=-1 "+kargs+strings.Join(append([]string{""}, boot.extraArgs...), " "))
 	} else {
 		tftp := filepath.Join(dir, "tftp")
 		script := "#!ipxe\nchain http://" + guestAPI + "/v1/boot/" + boot.pxeNode + "/ipxe\n"

@@ -19,7 +19,6 @@ import (
 	"github.com/anvil-metal/anvil/bmc/vbmc"
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/image"
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 // relayFlag makes the demo binary a one-connection TCP relay to the address
@@ -104,7 +103,7 @@ func runVM(ctx context.Context, out io.Writer, controllerBin, imageDir, dir stri
 		NIC: &vbmc.QEMUNIC{MAC: "52:54:00:de:00:02", GuestFwd: []string{
 			"tcp:" + guestAPI + "-cmd:" + self + " " + relayFlag + strings.TrimPrefix(url, "http://"),
 			"tcp:" + guestImage + "-cmd:" + self + " " + relayFlag + imgLn.Addr().String()}},
-		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 " + protocol.RamdiskKernelArgs + " anvil.api=http://" + guestAPI,
+		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5})
 	if err != nil {
 		return err

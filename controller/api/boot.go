@@ -263,7 +263,7 @@ func withScheme(base, scheme string) string {
 // second UART a console there waits for it at every character (under QEMU
 // the kernel printed nothing for minutes). The agent copies the kernel log
 // and its own to ttyS1 when it exists.
-const defaultKernelParams = "console=tty0 console=ttyS0,115200n8 " + protocol.RamdiskKernelArgs
+const defaultKernelParams = "console=tty0 console=ttyS0,115200n8"
 
 // publicBase is the URL nodes use to reach the controller: a per-node
 // driver_info anvil_public_url, else --public-url, else the request's host.

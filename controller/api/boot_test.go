@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 func TestBootScriptAndFiles(t *testing.T) {
@@ -45,7 +43,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
 		require.Equal(t, 200, r.status, ident)
 		grub := string(r.body)
-		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8 "+protocol.RamdiskKernelArgs+"\n", ident)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8\n", ident)
 		assert.NotContains(t, grub, "anvil.token=", ident)
 		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
@@ -82,7 +80,7 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 202, e.provision("pxe3", "provide", nil).status)
 	e.waitState("pxe3", "clean wait")
 	script = string(e.do("GET", "/v1/boot/pxe3/ipxe", "", nil).body)
-	assert.Regexp(t, "anvil.node="+n3["uuid"].(string)+" anvil.token=\\S+ console=tty0 console=ttyS0,115200n8 "+protocol.RamdiskKernelArgs+" module_blacklist=ahci\n", script)
+	assert.Regexp(t, "anvil.node="+n3["uuid"].(string)+" anvil.token=\\S+ console=tty0 console=ttyS0,115200n8 module_blacklist=ahci\n", script)
 
 	f := e.do("GET", "/v1/boot/files/vmlinuz", "", nil)
 	require.Equal(t, 200, f.status)
