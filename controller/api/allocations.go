@@ -197,21 +197,24 @@ func (s *Server) loadAllocation(r *http.Request) (*store.Allocation, error) {
 	return loadResource(s, r, allocationResource)
 }
 
-func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "fields")
-	if err != nil {
-		return err
+// getAllocation serves one allocation, the one load finds, with fields=.
+func (s *Server) getAllocation(load func(*http.Request) (*store.Allocation, error)) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		q, err := parseQuery(r, "fields")
+		if err != nil {
+			return err
+		}
+		fields := fieldsArg(q)
+		if err := checkFields(r.Context(), fields, allocationFieldMin); err != nil {
+			return err
+		}
+		a, err := load(r)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, s.allocationView(r, a, fields))
+		return nil
 	}
-	fields := fieldsArg(q)
-	if err := checkFields(r.Context(), fields, allocationFieldMin); err != nil {
-		return err
-	}
-	a, err := s.loadAllocation(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.allocationView(r, a, fields))
-	return nil
 }
 
 // patchAllocation changes an allocation's name and extra (1.57), the only
@@ -306,24 +309,6 @@ func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
 		return nil, errf(http.StatusNotFound, "Allocation for node %s was not found", mux.Vars(r)["node"])
 	}
 	return list[0], nil
-}
-
-// getNodeAllocation serves GET /v1/nodes/{node}/allocation.
-func (s *Server) getNodeAllocation(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "fields")
-	if err != nil {
-		return err
-	}
-	fields := fieldsArg(q)
-	if err := checkFields(r.Context(), fields, allocationFieldMin); err != nil {
-		return err
-	}
-	a, err := s.nodeAllocation(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.allocationView(r, a, fields))
-	return nil
 }
 
 // deleteNodeAllocation serves DELETE /v1/nodes/{node}/allocation.

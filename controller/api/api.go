@@ -256,13 +256,13 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle(p, authed(allocationsGate(s.listAllocations))).Methods(http.MethodGet)
 		r.Handle(p, authed(allocationsGate(s.createAllocation))).Methods(http.MethodPost)
 	}
-	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.getAllocation))).Methods(http.MethodGet)
+	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.getAllocation(s.loadAllocation)))).Methods(http.MethodGet)
 	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.patchAllocation))).Methods(http.MethodPatch)
 	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.deleteAllocation))).Methods(http.MethodDelete)
 	r.Handle(n+"/vifs", authed(s.listVIFs)).Methods(http.MethodGet)
 	r.Handle(n+"/vifs", authed(s.attachVIF)).Methods(http.MethodPost)
 	r.Handle(n+"/vifs/{vif}", authed(s.detachVIF)).Methods(http.MethodDelete)
-	r.Handle(n+"/allocation", authed(s.getNodeAllocation)).Methods(http.MethodGet)
+	r.Handle(n+"/allocation", authed(s.getAllocation(s.nodeAllocation))).Methods(http.MethodGet)
 	r.Handle(n+"/allocation", authed(s.deleteNodeAllocation)).Methods(http.MethodDelete)
 	for _, p := range []string{"/chassis", "/chassis/"} {
 		r.Handle(p, authed(s.listChassis(false))).Methods(http.MethodGet)
