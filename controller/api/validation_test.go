@@ -197,8 +197,9 @@ func TestHistoryMarkerAsIronic(t *testing.T) {
 
 // TestMethodNotAllowedAsIronic: a method a route does not take is a 405
 // with an Allow header and pecan's error body; an unknown path stays 404.
-func TestMethodNotAllowedAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestMethodNotAllowedAsIronic(t *testing.T) { forEachStoreEnv(t, testMethodNotAllowedAsIronic) }
+
+func testMethodNotAllowedAsIronic(t *testing.T, e *testEnv) {
 	e.createNode("m1", nil)
 	tests := map[string]struct {
 		method, path string
