@@ -181,8 +181,9 @@ func testAllocations(t *testing.T, e *testEnv) {
 
 // TestAllocationInstanceRemoved: removing a node's instance_uuid removes
 // its allocation, as Ironic's update_node does.
-func TestAllocationInstanceRemoved(t *testing.T) {
-	e := newEnv(t)
+func TestAllocationInstanceRemoved(t *testing.T) { forEachStoreEnv(t, testAllocationInstanceRemoved) }
+
+func testAllocationInstanceRemoved(t *testing.T, e *testEnv) {
 	e.availableNode("r1", map[string]any{"resource_class": "gold"})
 	r := e.do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold"})
 	require.Equal(t, 201, r.status, string(r.body))

@@ -98,8 +98,9 @@ func testConductorsWithPeers(t *testing.T, e *testEnv) {
 	assert.Equal(t, []any{"peer-c", "test-host"}, e.do("GET", "/v1/drivers?detail=true", latest, nil).json(t)["drivers"].([]any)[0].(map[string]any)["hosts"])
 }
 
-func TestConductorRefusals(t *testing.T) {
-	e := newEnv(t)
+func TestConductorRefusals(t *testing.T) { forEachStoreEnv(t, testConductorRefusals) }
+
+func testConductorRefusals(t *testing.T, e *testEnv) {
 	for _, c := range []struct {
 		path, ver string
 		status    int

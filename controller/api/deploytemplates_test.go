@@ -156,7 +156,12 @@ func testDeployTemplateRefusals(t *testing.T, e *testEnv) {
 // driver's; a user step overrides a template step; a template the
 // instance did not ask for adds nothing.
 func TestDeployTemplateAddsSteps(t *testing.T) {
-	e := newEnvWith(t, agentConfig(), ":memory:")
+	forEachStore(t, func(t *testing.T, kind storeKind) {
+		testDeployTemplateAddsSteps(t, newEnvStore(t, kind, agentConfig(), ":memory:"))
+	})
+}
+
+func testDeployTemplateAddsSteps(t *testing.T, e *testEnv) {
 	for _, body := range []map[string]any{
 		templateBody("CUSTOM_EXTRAS", map[string]any{"interface": "deploy", "step": "install_extras", "args": map[string]any{"pkg": "tools"}, "priority": 70}),
 		templateBody("CUSTOM_UNASKED", map[string]any{"interface": "deploy", "step": "wipe_everything", "args": map[string]any{}, "priority": 90}),

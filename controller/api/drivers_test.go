@@ -76,7 +76,10 @@ func testDriverInterfaces(t *testing.T, e *testEnv) {
 }
 
 func TestDriverList(t *testing.T) {
-	e := newDriversEnv(t, onSQLite)
+	forEachStore(t, func(t *testing.T, kind storeKind) { testDriverList(t, newDriversEnv(t, kind)) })
+}
+
+func testDriverList(t *testing.T, e *testEnv) {
 	plain := e.do("GET", "/v1/drivers", latest, nil).json(t)["drivers"].([]any)
 	require.Len(t, plain, 3)
 	first := plain[0].(map[string]any)
