@@ -53,8 +53,9 @@ func (e *testEnv) waitAllocation(ident string) map[string]any {
 // TestAllocations: POST answers allocating and the conductor completes
 // the allocation; errors, PATCH, the node's allocation, backfill and
 // deletion as Ironic 21.4 answers them.
-func TestAllocations(t *testing.T) {
-	e := newEnv(t)
+func TestAllocations(t *testing.T) { forEachStoreEnv(t, testAllocations) }
+
+func testAllocations(t *testing.T, e *testEnv) {
 	e.availableNode("a1", map[string]any{"resource_class": "gold"})
 	a2 := e.availableNode("a2", map[string]any{"resource_class": "gold"})
 	e.availableNode("a3", map[string]any{"resource_class": "silver"})
@@ -180,8 +181,9 @@ func TestAllocations(t *testing.T) {
 
 // TestAllocationInstanceRemoved: removing a node's instance_uuid removes
 // its allocation, as Ironic's update_node does.
-func TestAllocationInstanceRemoved(t *testing.T) {
-	e := newEnv(t)
+func TestAllocationInstanceRemoved(t *testing.T) { forEachStoreEnv(t, testAllocationInstanceRemoved) }
+
+func testAllocationInstanceRemoved(t *testing.T, e *testEnv) {
 	e.availableNode("r1", map[string]any{"resource_class": "gold"})
 	r := e.do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold"})
 	require.Equal(t, 201, r.status, string(r.body))

@@ -13,8 +13,9 @@ import (
 // TestChassisAsIronic: chassis CRUD, lists (detail, fields, paging,
 // sorting), a chassis' nodes, chassis_uuid on nodes, and every refusal,
 // as Ironic 21.4 answers them.
-func TestChassisAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestChassisAsIronic(t *testing.T) { forEachStoreEnv(t, testChassisAsIronic) }
+
+func testChassisAsIronic(t *testing.T, e *testEnv) {
 	r := e.do("POST", "/v1/chassis", latest, map[string]any{"description": "rack 1", "extra": map[string]any{"row": "a"}})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
 	c1 := r.json(t)

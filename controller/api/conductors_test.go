@@ -12,8 +12,9 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-func TestConductorsSole(t *testing.T) {
-	e := newEnv(t)
+func TestConductorsSole(t *testing.T) { forEachStoreEnv(t, testConductorsSole) }
+
+func testConductorsSole(t *testing.T, e *testEnv) {
 	list := e.do("GET", "/v1/conductors", latest, nil)
 	require.Equal(t, http.StatusOK, list.status, string(list.body))
 	cs := list.json(t)["conductors"].([]any)
@@ -50,8 +51,9 @@ func TestConductorsSole(t *testing.T) {
 	assert.NotContains(t, e.do("GET", "/v1/", "1.48", nil).json(t), "conductors")
 }
 
-func TestConductorsWithPeers(t *testing.T) {
-	e := newEnv(t)
+func TestConductorsWithPeers(t *testing.T) { forEachStoreEnv(t, testConductorsWithPeers) }
+
+func testConductorsWithPeers(t *testing.T, e *testEnv) {
 	ctx := context.Background()
 	require.NoError(t, e.st.RecordController(ctx, store.Controller{Holder: "peer-b/1", Hostname: "peer-b",
 		Drivers: []string{"fake-hardware", "ipmi"}}, time.Hour))
@@ -96,8 +98,9 @@ func TestConductorsWithPeers(t *testing.T) {
 	assert.Equal(t, []any{"peer-c", "test-host"}, e.do("GET", "/v1/drivers?detail=true", latest, nil).json(t)["drivers"].([]any)[0].(map[string]any)["hosts"])
 }
 
-func TestConductorRefusals(t *testing.T) {
-	e := newEnv(t)
+func TestConductorRefusals(t *testing.T) { forEachStoreEnv(t, testConductorRefusals) }
+
+func testConductorRefusals(t *testing.T, e *testEnv) {
 	for _, c := range []struct {
 		path, ver string
 		status    int

@@ -20,8 +20,9 @@ func templateBody(name string, steps ...map[string]any) map[string]any {
 	return map[string]any{"name": name, "steps": steps}
 }
 
-func TestDeployTemplateCRUD(t *testing.T) {
-	e := newEnv(t)
+func TestDeployTemplateCRUD(t *testing.T) { forEachStoreEnv(t, testDeployTemplateCRUD) }
+
+func testDeployTemplateCRUD(t *testing.T, e *testEnv) {
 	r := e.do("POST", "/v1/deploy_templates", latest, map[string]any{"name": "CUSTOM_HYPERTHREADING_ON",
 		"extra": map[string]any{"k": "v"}, "description": "ignored by 21.4",
 		"steps": []map[string]any{{"interface": "bios", "step": "apply_configuration",
@@ -84,8 +85,9 @@ func TestDeployTemplateCRUD(t *testing.T) {
 	assert.NotContains(t, e.do("GET", "/v1/", "1.54", nil).json(t), "deploy_templates")
 }
 
-func TestDeployTemplateRefusals(t *testing.T) {
-	e := newEnv(t)
+func TestDeployTemplateRefusals(t *testing.T) { forEachStoreEnv(t, testDeployTemplateRefusals) }
+
+func testDeployTemplateRefusals(t *testing.T, e *testEnv) {
 	require.Equal(t, 201, e.do("POST", "/v1/deploy_templates", latest, templateBody("CUSTOM_X")).status)
 	step := func(k string, v any) map[string]any {
 		s := map[string]any{"interface": "deploy", "step": "s", "args": map[string]any{}, "priority": 1}
@@ -154,7 +156,12 @@ func TestDeployTemplateRefusals(t *testing.T) {
 // driver's; a user step overrides a template step; a template the
 // instance did not ask for adds nothing.
 func TestDeployTemplateAddsSteps(t *testing.T) {
-	e := newEnvWith(t, agentConfig(), ":memory:")
+	forEachStore(t, func(t *testing.T, kind storeKind) {
+		testDeployTemplateAddsSteps(t, newEnvStore(t, kind, agentConfig(), ":memory:"))
+	})
+}
+
+func testDeployTemplateAddsSteps(t *testing.T, e *testEnv) {
 	for _, body := range []map[string]any{
 		templateBody("CUSTOM_EXTRAS", map[string]any{"interface": "deploy", "step": "install_extras", "args": map[string]any{"pkg": "tools"}, "priority": 70}),
 		templateBody("CUSTOM_UNASKED", map[string]any{"interface": "deploy", "step": "wipe_everything", "args": map[string]any{}, "priority": 90}),

@@ -11,25 +11,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
-	"github.com/anvil-metal/anvil/controller/store/sqlite"
 )
 
 // newDriversEnv serves fake-hardware, ipmi and redfish (the BMC types
 // without a BMC manager: the driver endpoints never reach one).
-func newDriversEnv(t *testing.T) *testEnv {
+func newDriversEnv(t *testing.T, kind storeKind) *testEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, ":memory:")
-	require.NoError(t, err)
+	st, sqlSt, closeStore := openTestStore(context.Background(), t, kind, ":memory:")
 	cond := conductor.New(st, conductor.Config{Host: "test-host", CheckInterval: time.Hour}, conductor.FakeDriver{},
 		conductor.NewBMCDriver("ipmi", nil, nil), conductor.NewBMCDriver("redfish", nil, nil))
 	srv := httptest.NewServer(New(Config{Store: st, Conductor: cond}))
-	t.Cleanup(func() { srv.Close(); st.Close() })
-	return &testEnv{t: t, srv: srv, cond: cond, st: st, stop: func() {}}
+	t.Cleanup(func() { srv.Close(); closeStore() })
+	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: func() {}}
 }
 
 func TestDriverInterfaces(t *testing.T) {
-	e := newDriversEnv(t)
+	forEachStore(t, func(t *testing.T, kind storeKind) { testDriverInterfaces(t, newDriversEnv(t, kind)) })
+}
+
+func testDriverInterfaces(t *testing.T, e *testEnv) {
 	d := e.do("GET", "/v1/drivers/fake-hardware", latest, nil)
 	require.Equal(t, http.StatusOK, d.status, string(d.body))
 	fake := d.json(t)
@@ -76,7 +76,10 @@ func TestDriverInterfaces(t *testing.T) {
 }
 
 func TestDriverList(t *testing.T) {
-	e := newDriversEnv(t)
+	forEachStore(t, func(t *testing.T, kind storeKind) { testDriverList(t, newDriversEnv(t, kind)) })
+}
+
+func testDriverList(t *testing.T, e *testEnv) {
 	plain := e.do("GET", "/v1/drivers", latest, nil).json(t)["drivers"].([]any)
 	require.Len(t, plain, 3)
 	first := plain[0].(map[string]any)
@@ -98,7 +101,7 @@ func TestDriverList(t *testing.T) {
 }
 
 func TestDriverRefusals(t *testing.T) {
-	e := newDriversEnv(t)
+	e := newDriversEnv(t, onSQLite)
 	for _, c := range []struct {
 		path, ver string
 		status    int
@@ -126,7 +129,7 @@ func TestDriverRefusals(t *testing.T) {
 }
 
 func TestDriverProperties(t *testing.T) {
-	e := newDriversEnv(t)
+	e := newDriversEnv(t, onSQLite)
 	assert.Empty(t, e.do("GET", "/v1/drivers/fake-hardware/properties", latest, nil).json(t),
 		"Ironic's fake interfaces read no driver_info")
 	ipmi := e.do("GET", "/v1/drivers/ipmi/properties", latest, nil).json(t)

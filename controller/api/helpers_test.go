@@ -14,31 +14,40 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
-	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/store/sqlstore"
 )
 
 type testEnv struct {
 	t    testing.TB
 	srv  *httptest.Server
 	cond *conductor.Conductor
-	st   *sqlite.Store
-	stop func() // stops server, conductor and store (idempotent)
+	st   *sqlstore.Store // the store's SQL side, for tests that write directly
+	stop func()          // stops server, conductor and store (idempotent)
 	// user and pass, if set, are sent as HTTP basic credentials by do
 	// (the agent endpoints never need them).
 	user, pass string
 }
 
 func newEnv(t testing.TB, opts ...func(*Config)) *testEnv {
-	return newEnvWith(t, conductor.Config{CheckInterval: time.Hour}, ":memory:", opts...)
+	return newEnvOn(t, onSQLite, opts...)
 }
 
-// newEnvWith builds an API over a conductor configured by cc and a store at
-// path; it stops both when the test ends.
+// newEnvOn is newEnv on a fresh database of the given kind.
+func newEnvOn(t testing.TB, kind storeKind, opts ...func(*Config)) *testEnv {
+	return newEnvStore(t, kind, conductor.Config{CheckInterval: time.Hour}, ":memory:", opts...)
+}
+
+// newEnvWith builds an API over a conductor configured by cc and a SQLite
+// store at path; it stops both when the test ends.
 func newEnvWith(t testing.TB, cc conductor.Config, path string, opts ...func(*Config)) *testEnv {
+	return newEnvStore(t, onSQLite, cc, path, opts...)
+}
+
+// newEnvStore is newEnvWith on a store of kind (path is SQLite's).
+func newEnvStore(t testing.TB, kind storeKind, cc conductor.Config, path string, opts ...func(*Config)) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, path)
-	require.NoError(t, err)
+	st, sqlSt, closeStore := openTestStore(ctx, t, kind, path)
 	cc.Host, cc.AutomatedClean = "test-host", true
 	cond := conductor.New(st, cc, conductor.FakeDriver{})
 	done := make(chan struct{})
@@ -54,11 +63,11 @@ func newEnvWith(t testing.TB, cc conductor.Config, path string, opts ...func(*Co
 			srv.Close()
 			cancel()
 			<-done
-			st.Close()
+			closeStore()
 		})
 	}
 	t.Cleanup(stop)
-	return &testEnv{t: t, srv: srv, cond: cond, st: st, stop: stop}
+	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop}
 }
 
 type resp struct {

@@ -9,8 +9,9 @@ import (
 
 // TestListNodesByNameSubstring: name_contains (anvil's extension, for the
 // dashboard's search) matches part of a name, ignoring case, literally.
-func TestListNodesByNameSubstring(t *testing.T) {
-	e := newEnv(t)
+func TestListNodesByNameSubstring(t *testing.T) { forEachStoreEnv(t, testListNodesByNameSubstring) }
+
+func testListNodesByNameSubstring(t *testing.T, e *testEnv) {
 	for _, n := range []string{"rack1-node01", "rack1-node02", "Rack2-node01", "spare"} {
 		e.createNode(n, nil)
 	}
@@ -33,8 +34,9 @@ func TestListNodesByNameSubstring(t *testing.T) {
 // TestListNodesByText: text_contains (anvil's extension, the dashboard's
 // search) matches part of a name, a description or a UUID, ignoring case,
 // literally, and pages like any list.
-func TestListNodesByText(t *testing.T) {
-	e := newEnv(t)
+func TestListNodesByText(t *testing.T) { forEachStoreEnv(t, testListNodesByText) }
+
+func testListNodesByText(t *testing.T, e *testEnv) {
 	for n, desc := range map[string]string{"rack1-node01": "Spare PSU", "rack1-node02": "", "gpu-box": "in rack7, row 2", "spare": "100% busy"} {
 		body := map[string]any{"description": desc}
 		if desc == "" {

@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCreateNode(t *testing.T) {
-	e := newEnv(t)
+func TestCreateNode(t *testing.T) { forEachStoreEnv(t, testCreateNode) }
+
+func testCreateNode(t *testing.T, e *testEnv) {
 	n := e.createNode("node-1", map[string]any{"driver_info": map[string]any{"ipmi_password": "s3cret", "ipmi_address": "127.0.0.1"}})
 	assert.Equal(t, "enroll", n["provision_state"])
 	assert.Equal(t, map[string]any{"ipmi_password": "******", "ipmi_address": "127.0.0.1"}, n["driver_info"])
@@ -56,8 +57,9 @@ func TestCreateNode(t *testing.T) {
 	}
 }
 
-func TestGetNodeAndFieldGating(t *testing.T) {
-	e := newEnv(t)
+func TestGetNodeAndFieldGating(t *testing.T) { forEachStoreEnv(t, testGetNodeAndFieldGating) }
+
+func testGetNodeAndFieldGating(t *testing.T, e *testEnv) {
 	n := e.createNode("gate", map[string]any{"retired": true, "retired_reason": "old"})
 	id := n["uuid"].(string)
 
@@ -98,8 +100,9 @@ func keys(m map[string]any) []string {
 	return out
 }
 
-func TestListNodesFiltersAndPaging(t *testing.T) {
-	e := newEnv(t)
+func TestListNodesFiltersAndPaging(t *testing.T) { forEachStoreEnv(t, testListNodesFiltersAndPaging) }
+
+func testListNodesFiltersAndPaging(t *testing.T, e *testEnv) {
 	for i := 0; i < 5; i++ {
 		extra := map[string]any{"resource_class": "gold"}
 		if i%2 == 1 {
@@ -163,8 +166,9 @@ func TestListNodesFiltersAndPaging(t *testing.T) {
 	assert.Equal(t, 406, e.do("GET", "/v1/nodes?provision_state=enroll", "1.8", nil).status, "filter gated at 1.9")
 }
 
-func TestPatchNode(t *testing.T) {
-	e := newEnv(t)
+func TestPatchNode(t *testing.T) { forEachStoreEnv(t, testPatchNode) }
+
+func testPatchNode(t *testing.T, e *testEnv) {
 	e.createNode("p1", map[string]any{"driver_info": map[string]any{"ipmi_address": "127.0.0.1"}})
 	patch := func(ops ...map[string]any) resp { return e.do("PATCH", "/v1/nodes/p1", latest, ops) }
 	op := func(o, path string, v any) map[string]any {
@@ -231,8 +235,9 @@ func TestPatchNode(t *testing.T) {
 	assert.Equal(t, stored.Properties, after.Properties, "refused patches change nothing")
 }
 
-func TestRetirement(t *testing.T) {
-	e := newEnv(t)
+func TestRetirement(t *testing.T) { forEachStoreEnv(t, testRetirement) }
+
+func testRetirement(t *testing.T, e *testEnv) {
 	e.createNode("r1", nil)
 	require.Equal(t, 202, e.provision("r1", "manage", nil).status)
 	e.waitState("r1", "manageable")
@@ -260,8 +265,9 @@ func TestRetirement(t *testing.T) {
 	assert.Len(t, retired, 1)
 }
 
-func TestDeleteNode(t *testing.T) {
-	e := newEnv(t)
+func TestDeleteNode(t *testing.T) { forEachStoreEnv(t, testDeleteNode) }
+
+func testDeleteNode(t *testing.T, e *testEnv) {
 	e.createNode("d1", nil)
 	require.Equal(t, 202, e.provision("d1", "manage", nil).status)
 	e.waitState("d1", "manageable")

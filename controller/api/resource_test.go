@@ -34,8 +34,9 @@ func (e *testEnv) runWriteCases(t *testing.T, cases map[string]writeCase) {
 
 // TestPortWritesAsIronic: the port's schema, read-only fields and
 // references refuse as Ironic 21.4 does, on POST and PATCH.
-func TestPortWritesAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestPortWritesAsIronic(t *testing.T) { forEachStoreEnv(t, testPortWritesAsIronic) }
+
+func testPortWritesAsIronic(t *testing.T, e *testEnv) {
 	n := e.createNode("n1", nil)
 	nodeUUID := n["uuid"].(string)
 	r := e.do("POST", "/v1/ports", latest, map[string]any{"address": "52:54:00:00:00:01", "node_uuid": nodeUUID})
@@ -82,8 +83,9 @@ func TestPortWritesAsIronic(t *testing.T) {
 }
 
 // TestPortgroupWritesAsIronic: port groups refuse as Ironic 21.4 does.
-func TestPortgroupWritesAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestPortgroupWritesAsIronic(t *testing.T) { forEachStoreEnv(t, testPortgroupWritesAsIronic) }
+
+func testPortgroupWritesAsIronic(t *testing.T, e *testEnv) {
 	nodeUUID := e.createNode("n1", nil)["uuid"].(string)
 	r := e.do("POST", "/v1/portgroups", latest, map[string]any{"node_uuid": nodeUUID, "name": "bond0", "address": "52:54:00:00:00:11"})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
@@ -115,7 +117,10 @@ func TestPortgroupWritesAsIronic(t *testing.T) {
 // port group and allocation lists and of a single one, with each field's
 // microversion, as Ironic does.
 func TestFieldsOnPortgroupsAndAllocations(t *testing.T) {
-	e := newEnv(t)
+	forEachStoreEnv(t, testFieldsOnPortgroupsAndAllocations)
+}
+
+func testFieldsOnPortgroupsAndAllocations(t *testing.T, e *testEnv) {
 	nodeUUID := e.createNode("n1", nil)["uuid"].(string)
 	r := e.do("POST", "/v1/portgroups", latest, map[string]any{"node_uuid": nodeUUID, "name": "bond0", "mode": "802.3ad"})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))

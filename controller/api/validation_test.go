@@ -17,8 +17,9 @@ import (
 // TestTraitNamesAsIronic: traits are standard os-traits names or
 // CUSTOM_[A-Z0-9_]+, 1 to 255 characters, on PUT of one trait, PUT of the
 // whole set and allocation create.
-func TestTraitNamesAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestTraitNamesAsIronic(t *testing.T) { forEachStoreEnv(t, testTraitNamesAsIronic) }
+
+func testTraitNamesAsIronic(t *testing.T, e *testEnv) {
 	e.createNode("tn", nil)
 	long := "CUSTOM_" + strings.Repeat("A", 249)
 	tests := map[string]struct {
@@ -75,8 +76,9 @@ func TestTraitNamesAsIronic(t *testing.T) {
 // ^(/[\w-]+)+$ with Python's \w (Unicode letters and digits, '_') and '$'
 // (a final newline may follow). Keys with '.', ':' or '~' escapes are
 // refused with 400, as in Ironic, however useful they would be.
-func TestPatchPathsAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestPatchPathsAsIronic(t *testing.T) { forEachStoreEnv(t, testPatchPathsAsIronic) }
+
+func testPatchPathsAsIronic(t *testing.T, e *testEnv) {
 	e.createNode("pp", nil)
 	tests := map[string]struct {
 		path   string
@@ -112,8 +114,9 @@ func TestPatchPathsAsIronic(t *testing.T) {
 // TestQueryStringsAsIronic: WebOb splits the query on '&' and ';', keeps
 // invalid escapes literally and turns '+' into a space; no parameter is
 // silently lost.
-func TestQueryStringsAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestQueryStringsAsIronic(t *testing.T) { forEachStoreEnv(t, testQueryStringsAsIronic) }
+
+func testQueryStringsAsIronic(t *testing.T, e *testEnv) {
 	for _, n := range []string{"q1", "q2", "q3"} {
 		e.createNode(n, nil)
 	}
@@ -156,8 +159,9 @@ func TestQueryStringsAsIronic(t *testing.T) {
 // TestHistoryMarkerAsIronic: the marker must be a UUID (400 otherwise,
 // from args.uuid) of one of the node's events (404 otherwise); the page
 // starts after it.
-func TestHistoryMarkerAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestHistoryMarkerAsIronic(t *testing.T) { forEachStoreEnv(t, testHistoryMarkerAsIronic) }
+
+func testHistoryMarkerAsIronic(t *testing.T, e *testEnv) {
 	e.createNode("hm", nil)
 	require.Equal(t, 202, e.provision("hm", "manage", nil).status)
 	e.waitState("hm", "manageable")
@@ -197,8 +201,9 @@ func TestHistoryMarkerAsIronic(t *testing.T) {
 
 // TestMethodNotAllowedAsIronic: a method a route does not take is a 405
 // with an Allow header and pecan's error body; an unknown path stays 404.
-func TestMethodNotAllowedAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestMethodNotAllowedAsIronic(t *testing.T) { forEachStoreEnv(t, testMethodNotAllowedAsIronic) }
+
+func testMethodNotAllowedAsIronic(t *testing.T, e *testEnv) {
 	e.createNode("m1", nil)
 	tests := map[string]struct {
 		method, path string

@@ -12,8 +12,9 @@ import (
 // TestVIFs: VIFs go to a free port group first, then to PXE-enabled
 // ports, then to other ports, as Ironic's network interfaces choose; with
 // Ironic's refusals; undeploying a node detaches them.
-func TestVIFs(t *testing.T) {
-	e := newEnv(t)
+func TestVIFs(t *testing.T) { forEachStoreEnv(t, testVIFs) }
+
+func testVIFs(t *testing.T, e *testEnv) {
 	node := e.availableNode("v1", nil)["uuid"].(string)
 	mk := func(path string, body map[string]any) string {
 		t.Helper()
@@ -93,8 +94,9 @@ func TestVIFs(t *testing.T) {
 
 // TestVIFsConcurrent: VIFs attached at once never share a port; those
 // beyond the free ports are refused.
-func TestVIFsConcurrent(t *testing.T) {
-	e := newEnv(t)
+func TestVIFsConcurrent(t *testing.T) { forEachStoreEnv(t, testVIFsConcurrent) }
+
+func testVIFsConcurrent(t *testing.T, e *testEnv) {
 	node := e.createNode("vc", nil)["uuid"].(string)
 	const ports, vifs = 4, 8
 	for i := range ports {

@@ -20,8 +20,9 @@ func (e *testEnv) setPower(node, power string) {
 // TestVolumeAsIronic: volume connectors and targets (1.32+): CRUD, lists,
 // node-scoped lists, and every refusal as Ironic 21.4 answers it; a node
 // with volume targets fails its storage validation (no boot from volume).
-func TestVolumeAsIronic(t *testing.T) {
-	e := newEnv(t)
+func TestVolumeAsIronic(t *testing.T) { forEachStoreEnv(t, testVolumeAsIronic) }
+
+func testVolumeAsIronic(t *testing.T, e *testEnv) {
 	node := e.createNode("n1", nil)["uuid"].(string)
 	other := e.createNode("n2", nil)["uuid"].(string)
 	e.setPower(node, "power off")
