@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -218,64 +219,65 @@ func (s *Server) getAllocation(load func(*http.Request) (*store.Allocation, erro
 }
 
 // patchAllocation changes an allocation's name and extra (1.57), the only
-// fields Ironic lets a client change.
+// fields Ironic lets a client change, through allocationWrites.
 func (s *Server) patchAllocation(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	if version(ctx) < 57 {
+	if version(r.Context()) < 57 {
 		return errf(http.StatusMethodNotAllowed, "The API version does not allow updating allocations")
 	}
-	ops, err := readPatch(r)
-	if err != nil {
-		return err
-	}
-	if _, err := s.loadAllocation(r); err != nil {
-		return err
-	}
-	for _, op := range ops {
-		if f := strings.SplitN(op.Path, "/", 3)[1]; f != "name" && f != "extra" {
-			return badRequest("Cannot patch %s. Only the following can be updated: name, extra", op.Path)
-		}
-		if op.Path == "/name" && op.Op != "remove" {
+	return patchResource(s, w, r, allocationResource)
+}
+
+// allocationWrites are what Ironic 21.4's allocation PATCH allows: name and
+// extra, a name checked before the allocation is read. Allocations are
+// only created by createAllocation (asynchronous, Ironic's algorithm).
+var allocationWrites = &writes[store.Allocation]{
+	body: "allocation",
+	schema: schema{props: []prop{
+		{name: "extra", types: []string{"object", "null"}},
+		{name: "name", types: []string{"string", "null"}, maxLen: 255},
+	}},
+	patchable: []string{"name", "extra"},
+	patchCheck: func(ops []patchOp) error {
+		for _, op := range ops {
+			if op.Path != "/name" || op.Op == "remove" {
+				continue
+			}
 			var name *string
 			if err := json.Unmarshal(op.Value, &name); err == nil && name != nil && *name != "" && validName(*name) != nil {
 				return badRequest("Cannot update allocation with invalid name '%s'", *name)
 			}
 		}
-	}
-	var name string
-	a, err := store.MutateAllocation(ctx, s.st, mux.Vars(r)["alloc"], func(a *store.Allocation) error {
-		changed, err := patchChanges(map[string]any{"name": sp(a.Name), "extra": orEmpty(a.Extra)}, ops)
-		if err != nil {
-			return err
-		}
-		for _, k := range sortedKeys(changed) {
-			v := changed[k]
-			switch k {
-			case "name":
-				if a.Name, err = asOptString(k, v, 255); err == nil && a.Name != nil && *a.Name == "" {
-					a.Name = nil
-				}
-			case "extra":
-				a.Extra, err = asObject(k, v)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		now := time.Now().UTC()
-		a.UpdatedAt, name = &now, deref(a.Name)
 		return nil
-	})
-	switch {
-	case errors.Is(err, store.ErrDuplicateName):
-		return conductor.Wrap(conductor.CodeConflict, err, "An allocation with name %s already exists.", name)
-	case errors.Is(err, store.ErrNotFound):
-		return notFound("Allocation", mux.Vars(r)["alloc"])
-	case err != nil:
+	},
+	doc: func(a *store.Allocation) map[string]any {
+		return map[string]any{"name": sp(a.Name), "extra": orEmpty(a.Extra)}
+	},
+	apply: func(_ *Server, _ *http.Request, a *store.Allocation, doc map[string]any, changed func(string) bool, _ bool) error {
+		if changed("name") {
+			if a.Name = optStr(doc, "name"); a.Name != nil && *a.Name == "" {
+				a.Name = nil
+			}
+		}
+		if changed("extra") {
+			a.Extra = obj(doc, "extra")
+		}
+		return nil
+	},
+	update: func(ctx context.Context, st store.Store, a *store.Allocation) error {
+		return st.UpdateAllocation(ctx, a)
+	},
+	touch: func(a *store.Allocation) { a.UpdatedAt = nowp() },
+	writeErr: func(a *store.Allocation, err error) error {
+		switch {
+		case errors.Is(err, store.ErrDuplicateName):
+			return conductor.Wrap(conductor.CodeConflict, err, "An allocation with name %s already exists.", deref(a.Name))
+		case errors.Is(err, store.ErrNotFound):
+			return notFound("Allocation", a.UUID)
+		}
 		return err
-	}
-	writeJSON(w, http.StatusOK, s.allocationView(r, a, nil))
-	return nil
+	},
+	// The allocator may write the allocation (state, node) meanwhile.
+	retryStale: true,
 }
 
 // deleteAllocation frees the node, unless it is deployed or busy.

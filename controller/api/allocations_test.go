@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -210,4 +211,29 @@ func TestAllocationResumedAfterRestart(t *testing.T) {
 	a := e.waitAllocation(id)
 	assert.Equal(t, "active", a["state"])
 	assert.Equal(t, node, a["node_uuid"])
+}
+
+// TestAllocationPatchesConcurrently: PATCHes of one allocation that race
+// each other are each applied to a fresh read (the generic PATCH retries a
+// stale write for allocations), so none is lost and none is refused.
+func TestAllocationPatchesConcurrently(t *testing.T) {
+	forEachStoreEnv(t, func(t *testing.T, e *testEnv) {
+		e.availableNode("c1", map[string]any{"resource_class": "gold"})
+		r := e.do("POST", "/v1/allocations", latest, map[string]any{"name": "race", "resource_class": "gold"})
+		require.Equal(t, 201, r.status, string(r.body))
+		const n = 8
+		status := make(chan int, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				status <- e.do("PATCH", "/v1/allocations/race", latest,
+					[]map[string]any{{"op": "add", "path": fmt.Sprintf("/extra/k%d", i), "value": i}}).status
+			}()
+		}
+		for i := 0; i < n; i++ {
+			assert.Equal(t, 200, <-status)
+		}
+		a := e.waitAllocation("race")
+		assert.Equal(t, "active", a["state"], "the allocator's writes are not lost either")
+		assert.Len(t, a["extra"], n, "every PATCH kept")
+	})
 }

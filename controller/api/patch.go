@@ -198,23 +198,3 @@ func child(v any, key string) (any, error) {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
-
-// patchChanges applies ops to a copy of cur (the writable fields of a
-// resource) and returns the fields whose value changed, for the caller to
-// type-check and assign.
-func patchChanges(cur map[string]any, ops []patchOp) (map[string]any, error) {
-	var doc map[string]any
-	if err := jsonCopy(cur, &doc); err != nil {
-		return nil, err
-	}
-	if err := applyPatch(doc, ops); err != nil {
-		return nil, err
-	}
-	changed := map[string]any{}
-	for k, v := range doc {
-		if mustJSON(v) != mustJSON(cur[k]) {
-			changed[k] = v
-		}
-	}
-	return changed, nil
-}

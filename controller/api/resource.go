@@ -267,6 +267,7 @@ var allocationResource = &resource[store.Allocation]{
 	list: func(ctx context.Context, st store.Store, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error) {
 		return st.ListAllocations(ctx, f, p)
 	},
-	uuid: func(a *store.Allocation) string { return a.UUID },
-	view: (*Server).allocationView,
+	uuid:   func(a *store.Allocation) string { return a.UUID },
+	view:   (*Server).allocationView,
+	writes: allocationWrites,
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -38,7 +39,16 @@ type writes[T any] struct {
 	touch          func(v *T) // sets updated_at
 	// writeErr turns a store refusal (a duplicate) into Ironic's.
 	writeErr func(v *T, err error) error
+	// retryStale: a PATCH whose update finds the resource changed since it
+	// was read (store.ErrConflict) is applied again to a fresh read, as
+	// Ironic's lock would have serialized the two writes. Allocations use
+	// it: the allocator writes them while a client may patch name/extra.
+	// Without it the client gets writeErr's 409.
+	retryStale bool
 }
+
+// patchAttempts bounds the re-reads of a retryStale PATCH.
+const patchAttempts = 50
 
 // checkVersions refuses fields above the negotiated version with 406, as
 // Ironic's check_allowed_*_fields do.
@@ -115,17 +125,37 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 			return err
 		}
 	}
+	for attempt := 1; ; attempt++ {
+		v, err := patchOnce(s, r, res, ops)
+		if errors.Is(err, store.ErrConflict) && wr.retryStale && attempt < patchAttempts && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			if v != nil {
+				return wr.writeErr(v, err)
+			}
+			return err
+		}
+		writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
+		return nil
+	}
+}
+
+// patchOnce reads the resource, applies ops and writes it. A store error
+// comes back with the resource, for writeErr.
+func patchOnce[T any](s *Server, r *http.Request, res *resource[T], ops []patchOp) (*T, error) {
+	ctx, wr := r.Context(), res.writes
 	v, err := loadResource(s, r, res)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cur := wr.doc(v)
 	var doc map[string]any
 	if err := jsonCopy(cur, &doc); err != nil {
-		return err
+		return nil, err
 	}
 	if err := applyPatch(doc, ops); err != nil {
-		return err
+		return nil, err
 	}
 	for k := range doc {
 		if _, ok := wr.schema.prop(k); !ok {
@@ -133,7 +163,7 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 		}
 	}
 	if err := wr.schema.validate("patch", doc); err != nil {
-		return err
+		return nil, err
 	}
 	changed := map[string]bool{}
 	for k, val := range doc {
@@ -142,22 +172,21 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 		}
 	}
 	if err := checkVersions(ctx, res, sortedKeys(changed)); err != nil {
-		return err
+		return nil, err
 	}
 	if err := wr.apply(s, r, v, doc, func(k string) bool { return changed[k] }, false); err != nil {
-		return err
+		return nil, err
 	}
 	if wr.check != nil {
 		if err := wr.check(s, r, v, false); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	wr.touch(v)
 	if err := wr.update(ctx, s.st, v); err != nil {
-		return wr.writeErr(v, err)
+		return v, err
 	}
-	writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
-	return nil
+	return v, nil
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
