@@ -31,14 +31,12 @@ func openGates() bootGates {
 // startBoot starts coldplug in the background and returns its gates; after
 // the first pass it keeps watching for devices that appear late.
 func startBoot(ctx context.Context, log *slog.Logger) bootGates {
-	network, disks := make(chan struct{}), make(chan struct{})
 	c, err := kmod.ForRunningKernel(log)
 	if err != nil {
 		log.Warn("coldplug: no module loading by modalias", "err", err)
-		close(network)
-		close(disks)
-		return bootGates{network: network, disks: disks}
+		return openGates()
 	}
+	network, disks := make(chan struct{}), make(chan struct{})
 	if k, ok := c.Loader.(*kmod.KernelLoader); ok {
 		c.Background = k.StorageOnly
 	}

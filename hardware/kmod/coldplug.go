@@ -76,7 +76,7 @@ type Result struct {
 	// hardware the image has no driver for).
 	Unmatched []string
 	// Scans is how often sysfs was read, ScanTime how long that took in
-	// all: under emulation, reading sysfs was most of coldplug's time.
+	// all (logged, to see what rescanning costs on a given machine).
 	Scans    int
 	ScanTime time.Duration
 	// ForegroundAt is when (since Run started) Foreground was called, if
@@ -148,8 +148,8 @@ func (c *Coldplug) Run(ctx context.Context) Result {
 				// The queue holds the foreground first. Background loads
 				// wait for it: on one CPU (a TCG guest, a small VM) they
 				// compete for it (a load is mostly decompression and
-				// relocation), which made virtio_pci take 1.9 virtual s
-				// beside ata_piix and nvme instead of a fraction of that.
+				// relocation), and the network's drivers are what the
+				// next step of the boot waits for.
 				break
 			}
 			queue = queue[1:]
@@ -363,10 +363,10 @@ func deviceDir(dir, name string) (string, error) {
 	if err != nil {
 		return filepath.EvalSymlinks(p)
 	}
-	if !filepath.IsAbs(link) {
-		link = filepath.Join(dir, link)
+	if filepath.IsAbs(link) {
+		return filepath.Clean(link), nil
 	}
-	return filepath.Clean(link), nil
+	return filepath.Join(dir, link), nil // Join cleans
 }
 
 // ReadAliases parses a modules.alias file.
