@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,7 +100,7 @@ func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store
 		for _, c := range b.CandidateNodes {
 			n, err := s.st.GetNode(ctx, c)
 			if errors.Is(err, store.ErrNotFound) {
-				if !contains(missing, c) {
+				if !slices.Contains(missing, c) {
 					missing = append(missing, c)
 				}
 				continue
@@ -121,15 +122,6 @@ func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store
 		}
 	}
 	return a, node, nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // createAllocation records an allocation in state allocating and leaves

@@ -37,10 +37,10 @@ func (s *Server) driverView(r *http.Request, name string, hosts []string, detail
 			all["default_"+t+"_interface"], all["enabled_"+t+"_interfaces"] = c.Default, c.Enabled
 		}
 	}
-	ver := version(r.Context())
+	ver, fieldMin := version(r.Context()), driverFieldMin()
 	out := map[string]any{}
 	for k, v := range all {
-		if min := driverFieldMin()[k]; min <= ver {
+		if min := fieldMin[k]; min <= ver {
 			out[k] = v
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/gorilla/mux"
 
@@ -118,7 +119,7 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 			return badRequest("Can not specify ?detail=True and fields in the same request.")
 		}
 	}
-	if k := q.str("sort_key"); k != nil && contains(res.noSort, *k) {
+	if k := q.str("sort_key"); k != nil && slices.Contains(res.noSort, *k) {
 		return badRequest("The sort_key value %s is an invalid field for sorting", *k)
 	}
 	p, err := q.page(append([]string{"id"}, res.sortKeys...))

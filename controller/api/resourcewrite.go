@@ -2,9 +2,9 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/anvil-metal/anvil/controller/store"
@@ -116,7 +116,7 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 	}
 	for _, op := range ops {
 		root := strings.SplitN(op.Path[1:], "/", 2)[0]
-		if !contains(wr.patchable, root) {
+		if !slices.Contains(wr.patchable, root) {
 			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(wr.patchable, ", "))
 		}
 	}
@@ -188,8 +188,6 @@ func patchOnce[T any](s *Server, r *http.Request, res *resource[T], ops []patchO
 	}
 	return v, nil
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // pyStr is Python's str() of a decoded JSON value, as "%s" shows it.
 func pyStr(v any) string {

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,7 +98,7 @@ func volumeNodeUUIDCheck(ops []patchOp) error {
 			continue
 		}
 		var v any
-		if err := jsonUnmarshal(op.Value, &v); err != nil {
+		if err := json.Unmarshal(op.Value, &v); err != nil {
 			continue
 		}
 		if s, ok := v.(string); !ok || !isUUIDLike(s) {
@@ -164,14 +166,13 @@ var connectorWrites = &writes[store.VolumeConnector]{
 			c.UUID = uuid.MustParse(str(doc, "uuid")).String()
 		}
 		if changed("type") {
-			if t := str(doc, "type"); !contains(connectorTypes, t) {
+			t := str(doc, "type")
+			if !slices.Contains(connectorTypes, t) {
 				return badRequest("Invalid input for field/attribute type. Value: '%s'. The type must be one of %s.", t, strings.Join(connectorTypes, ", "))
 			}
+			c.Type = t
 		}
 		c.NodeUUID = node
-		if changed("type") {
-			c.Type = str(doc, "type")
-		}
 		if changed("connector_id") {
 			c.ConnectorID = str(doc, "connector_id")
 		}

@@ -136,28 +136,20 @@ func (a *allocator) ScanAllocations(ctx context.Context) {
 			live[l] = true
 		}
 	}
-	p := store.Page{Limit: 500}
-	for {
-		list, err := a.st.ListAllocations(ctx, store.ResourceFilter{}, p)
-		if err != nil {
-			if ctx.Err() == nil {
-				a.log.Error("listing allocations failed", "err", err)
-			}
-			return
+	err := store.EachPage(ctx, 500, func(p store.Page) ([]*store.Allocation, error) {
+		return a.st.ListAllocations(ctx, store.ResourceFilter{}, p)
+	}, func(al *store.Allocation) string { return al.UUID }, func(al *store.Allocation) error {
+		switch {
+		case al.State != AllocAllocating:
+		case al.ConductorAffinity == a.holder:
+			a.Allocate(al.UUID)
+		case !live[al.ConductorAffinity]:
+			a.takeOver(ctx, al.UUID, al.ConductorAffinity)
 		}
-		for _, al := range list {
-			switch {
-			case al.State != AllocAllocating:
-			case al.ConductorAffinity == a.holder:
-				a.Allocate(al.UUID)
-			case !live[al.ConductorAffinity]:
-				a.takeOver(ctx, al.UUID, al.ConductorAffinity)
-			}
-		}
-		if len(list) < p.Limit {
-			return
-		}
-		p.Marker = list[len(list)-1].UUID
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("listing allocations failed", "err", err)
 	}
 }
 
@@ -272,26 +264,20 @@ func (a *allocator) candidates(ctx context.Context, al *store.Allocation) ([]*st
 		want[c] = true
 	}
 	var nodes []*store.Node
-	p := store.Page{Limit: 1000}
-	for {
-		list, err := a.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &avail, Maintenance: &no, Associated: &no,
-			ResourceClass: &al.ResourceClass}, p)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range list {
+	filter := store.NodeFilter{ProvisionState: &avail, Maintenance: &no, Associated: &no, ResourceClass: &al.ResourceClass}
+	err := store.EachPage(ctx, 1000, func(p store.Page) ([]*store.Node, error) { return a.st.ListNodes(ctx, filter, p) },
+		func(n *store.Node) string { return n.UUID }, func(n *store.Node) error {
 			if n.PowerState == nil || (len(want) > 0 && !want[n.UUID]) {
-				continue
+				return nil
 			}
 			if al.Owner != nil && deref(n.Owner) != *al.Owner && deref(n.Lessee) != *al.Owner {
-				continue
+				return nil
 			}
 			nodes = append(nodes, n)
-		}
-		if len(list) < p.Limit {
-			break
-		}
-		p.Marker = list[len(list)-1].UUID
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
 	if len(nodes) == 0 {
 		reason := "no available nodes match the resource class " + al.ResourceClass

@@ -60,27 +60,15 @@ func (v *vifs) portsOf(ctx context.Context, nodeUUID string) ([]*store.Port, []*
 	f := store.ResourceFilter{NodeUUID: &nodeUUID}
 	var ports []*store.Port
 	var pgs []*store.Portgroup
-	for p := (store.Page{Limit: 1000}); ; {
-		list, err := v.st.ListPorts(ctx, f, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		ports = append(ports, list...)
-		if len(list) < p.Limit {
-			break
-		}
-		p.Marker = list[len(list)-1].UUID
+	err := store.EachPage(ctx, 1000, func(p store.Page) ([]*store.Port, error) { return v.st.ListPorts(ctx, f, p) },
+		func(p *store.Port) string { return p.UUID }, func(p *store.Port) error { ports = append(ports, p); return nil })
+	if err != nil {
+		return nil, nil, err
 	}
-	for p := (store.Page{Limit: 1000}); ; {
-		list, err := v.st.ListPortgroups(ctx, f, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		pgs = append(pgs, list...)
-		if len(list) < p.Limit {
-			break
-		}
-		p.Marker = list[len(list)-1].UUID
+	err = store.EachPage(ctx, 1000, func(p store.Page) ([]*store.Portgroup, error) { return v.st.ListPortgroups(ctx, f, p) },
+		func(pg *store.Portgroup) string { return pg.UUID }, func(pg *store.Portgroup) error { pgs = append(pgs, pg); return nil })
+	if err != nil {
+		return nil, nil, err
 	}
 	return ports, pgs, nil
 }

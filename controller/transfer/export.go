@@ -252,25 +252,7 @@ func exportResources[T any](ctx context.Context, d *docWriter, section string,
 // eachPage calls fn with every object list returns, one keyset page at a
 // time, in the source's default order (creation order).
 func eachPage[T any](ctx context.Context, list func(store.Page) ([]*T, error), uuidOf func(*T) string, fn func(*T) error) error {
-	marker := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		page, err := list(store.Page{Limit: pageSize, Marker: marker})
-		if err != nil {
-			return err
-		}
-		for _, v := range page {
-			if err := fn(v); err != nil {
-				return err
-			}
-		}
-		if len(page) < pageSize {
-			return nil
-		}
-		marker = uuidOf(page[len(page)-1])
-	}
+	return store.EachPage(ctx, pageSize, list, uuidOf, fn)
 }
 
 // docWriter writes the document one object per line. Write errors are
