@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -237,12 +236,8 @@ func (s *Server) patchDeployTemplate(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	allowed := []string{"extra", "name", "steps", "description"}
-	for _, op := range ops {
-		root, _, _ := strings.Cut(strings.TrimPrefix(op.Path, "/"), "/")
-		if !slices.Contains(allowed, root) {
-			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(allowed, ", "))
-		}
+	if err := checkPatchable(ops, []string{"extra", "name", "steps", "description"}); err != nil {
+		return err
 	}
 	t, err := s.loadTemplate(r)
 	if err != nil {

@@ -114,11 +114,8 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 	if err != nil {
 		return err
 	}
-	for _, op := range ops {
-		root := strings.SplitN(op.Path[1:], "/", 2)[0]
-		if !slices.Contains(wr.patchable, root) {
-			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(wr.patchable, ", "))
-		}
+	if err := checkPatchable(ops, wr.patchable); err != nil {
+		return err
 	}
 	if wr.patchCheck != nil {
 		if err := wr.patchCheck(ops); err != nil {
@@ -139,6 +136,18 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 		writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
 		return nil
 	}
+}
+
+// checkPatchable refuses an operation on a field outside allowed, as
+// Ironic's patch_validate_allowed_fields does (before the resource is read).
+func checkPatchable(ops []patchOp, allowed []string) error {
+	for _, op := range ops {
+		root, _, _ := strings.Cut(strings.TrimPrefix(op.Path, "/"), "/")
+		if !slices.Contains(allowed, root) {
+			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
 }
 
 // patchOnce reads the resource, applies ops and writes it. A store error

@@ -303,39 +303,60 @@ func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler
 	r.Handle("/nodes/{node}/volume", gated(s.volumeRoot)).Methods(http.MethodGet)
 	r.Handle("/nodes/{node}/volume/", gated(s.volumeRoot)).Methods(http.MethodGet)
 	for _, kind := range []struct {
-		name, muxVar                  string
-		list, get, create, patch, del handler
+		name, muxVar string
+		volumeHandlers
 	}{
-		{"connectors", "connector", s.listConnectors, s.getConnector, s.createConnector, s.patchConnector, s.deleteConnector},
-		{"targets", "target", s.listTargets, s.getTarget, s.createTarget, s.patchTarget, s.deleteTarget},
+		{"connectors", "connector", volumeKind(s, connectorResource, func(c *store.VolumeConnector) string { return c.NodeUUID },
+			"volume connector", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeConnector(ctx, id) })},
+		{"targets", "target", volumeKind(s, targetResource, func(t *store.VolumeTarget) string { return t.NodeUUID },
+			"volume target", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeTarget(ctx, id) })},
 	} {
 		base := "/volume/" + kind.name
 		for _, p := range []string{base, base + "/"} {
-			r.Handle(p, gated(kind.list)).Methods(http.MethodGet)
+			r.Handle(p, gated(kind.list(false))).Methods(http.MethodGet)
 			r.Handle(p, gated(kind.create)).Methods(http.MethodPost)
 		}
-		r.Handle(base+"/detail", gated(withDetail(kind.list))).Methods(http.MethodGet)
+		r.Handle(base+"/detail", gated(kind.list(true))).Methods(http.MethodGet)
 		one := base + "/{" + kind.muxVar + "}"
 		r.Handle(one, gated(kind.get)).Methods(http.MethodGet)
 		r.Handle(one, gated(kind.patch)).Methods(http.MethodPatch)
 		r.Handle(one, gated(kind.del)).Methods(http.MethodDelete)
 		nb := "/nodes/{node}" + base
-		r.Handle(nb, gated(kind.list)).Methods(http.MethodGet)
+		r.Handle(nb, gated(kind.list(false))).Methods(http.MethodGet)
 		r.Handle(nb, forbidden).Methods(http.MethodPost)
 		r.Handle(nb+"/{"+kind.muxVar+"}", forbidden).Methods(http.MethodGet, http.MethodPatch, http.MethodDelete)
 	}
 }
 
-type detailKey struct{}
-
-// withDetail marks a /detail list.
-func withDetail(h handler) handler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		return h(w, r.WithContext(context.WithValue(r.Context(), detailKey{}, true)))
-	}
+// volumeHandlers serve one volume resource; connectors and targets differ
+// only in the resource, its node and its name.
+type volumeHandlers struct {
+	list                    func(detail bool) handler
+	get, create, patch, del handler
 }
 
-func isDetail(r *http.Request) bool { d, _ := r.Context().Value(detailKey{}).(bool); return d }
+func volumeKind[T any](s *Server, res *resource[T], nodeUUID func(*T) string, what string,
+	del func(ctx context.Context, st store.Store, id string) error) volumeHandlers {
+	return volumeHandlers{
+		list: func(detail bool) handler {
+			return func(w http.ResponseWriter, r *http.Request) error {
+				node, err := s.nodeOf(r)
+				if err != nil {
+					return err
+				}
+				return listResource(s, w, r, res, detail, node)
+			}
+		},
+		get:    func(w http.ResponseWriter, r *http.Request) error { return getResource(s, w, r, res) },
+		create: func(w http.ResponseWriter, r *http.Request) error { return createResource(s, w, r, res) },
+		patch:  func(w http.ResponseWriter, r *http.Request) error { return patchResource(s, w, r, res) },
+		del: func(w http.ResponseWriter, r *http.Request) error {
+			return deleteResource(s, w, r, res, func(v *T) error {
+				return s.volumeChange(r.Context(), nodeUUID(v), what+" deletion")
+			}, del)
+		},
+	}
+}
 
 // volumeRoot is /v1/volume (or a node's): links to its collections.
 func (s *Server) volumeRoot(w http.ResponseWriter, r *http.Request) error {
@@ -362,58 +383,6 @@ func (s *Server) nodeOf(r *http.Request) (string, error) {
 		return "", err
 	}
 	return n.UUID, nil
-}
-
-func (s *Server) listConnectors(w http.ResponseWriter, r *http.Request) error {
-	node, err := s.nodeOf(r)
-	if err != nil {
-		return err
-	}
-	return listResource(s, w, r, connectorResource, isDetail(r), node)
-}
-
-func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
-	node, err := s.nodeOf(r)
-	if err != nil {
-		return err
-	}
-	return listResource(s, w, r, targetResource, isDetail(r), node)
-}
-
-func (s *Server) getConnector(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, connectorResource)
-}
-
-func (s *Server) getTarget(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, targetResource)
-}
-
-func (s *Server) createConnector(w http.ResponseWriter, r *http.Request) error {
-	return createResource(s, w, r, connectorResource)
-}
-
-func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
-	return createResource(s, w, r, targetResource)
-}
-
-func (s *Server) patchConnector(w http.ResponseWriter, r *http.Request) error {
-	return patchResource(s, w, r, connectorResource)
-}
-
-func (s *Server) patchTarget(w http.ResponseWriter, r *http.Request) error {
-	return patchResource(s, w, r, targetResource)
-}
-
-func (s *Server) deleteConnector(w http.ResponseWriter, r *http.Request) error {
-	return deleteResource(s, w, r, connectorResource, func(c *store.VolumeConnector) error {
-		return s.volumeChange(r.Context(), c.NodeUUID, "volume connector deletion")
-	}, func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeConnector(ctx, id) })
-}
-
-func (s *Server) deleteTarget(w http.ResponseWriter, r *http.Request) error {
-	return deleteResource(s, w, r, targetResource, func(t *store.VolumeTarget) error {
-		return s.volumeChange(r.Context(), t.NodeUUID, "volume target deletion")
-	}, func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeTarget(ctx, id) })
 }
 
 // storageValidation is the storage interface's answer to a node's
