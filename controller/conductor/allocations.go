@@ -210,12 +210,8 @@ func (a *allocator) resume(ctx context.Context, al *store.Allocation) (bool, err
 		if n.AllocationUUID == nil || *n.AllocationUUID != al.UUID {
 			continue
 		}
-		_, err := store.MutateAllocation(ctx, a.st, al.UUID, func(cur *store.Allocation) error {
-			if cur.State != AllocAllocating || cur.ConductorAffinity != a.holder {
-				return errAllocationLost
-			}
+		_, err := a.mutateOwned(ctx, al.UUID, func(cur *store.Allocation) {
 			cur.NodeUUID, cur.State, cur.LastError = &n.UUID, AllocActive, nil
-			return nil
 		})
 		return true, err
 	}
@@ -232,16 +228,25 @@ func (a *allocator) fail(ctx context.Context, uuid string, cause error) {
 		a.log.Error("unexpected error while processing an allocation", "allocation", uuid, "err", cause)
 		msg = "Unexpected exception during allocation: " + msg
 	}
-	_, err := store.MutateAllocation(ctx, a.st, uuid, func(al *store.Allocation) error {
-		if al.State != AllocAllocating || al.ConductorAffinity != a.holder {
-			return errAllocationLost
-		}
+	_, err := a.mutateOwned(ctx, uuid, func(al *store.Allocation) {
 		al.NodeUUID, al.State, al.LastError = nil, AllocError, &msg
-		return nil
 	})
 	if err != nil && !errors.Is(err, errAllocationLost) && !errors.Is(err, store.ErrNotFound) {
 		a.log.Error("could not save the failed allocation", "allocation", uuid, "err", err)
 	}
+}
+
+// mutateOwned changes an allocation only while it is still allocating
+// under this controller (errAllocationLost once another controller took
+// it over or it finished).
+func (a *allocator) mutateOwned(ctx context.Context, uuid string, fn func(*store.Allocation)) (*store.Allocation, error) {
+	return store.MutateAllocation(ctx, a.st, uuid, func(cur *store.Allocation) error {
+		if cur.State != AllocAllocating || cur.ConductorAffinity != a.holder {
+			return errAllocationLost
+		}
+		fn(cur)
+		return nil
+	})
 }
 
 func hasAllTraits(n *store.Node, want []string) bool {
@@ -413,12 +418,8 @@ func (a *allocator) claim(ctx context.Context, al *store.Allocation, nodeUUID st
 	if err != nil {
 		return err
 	}
-	done, err := store.MutateAllocation(ctx, a.st, al.UUID, func(cur *store.Allocation) error {
-		if cur.State != AllocAllocating || cur.ConductorAffinity != a.holder {
-			return errAllocationLost
-		}
+	done, err := a.mutateOwned(ctx, al.UUID, func(cur *store.Allocation) {
 		cur.NodeUUID, cur.State, cur.LastError = &nodeUUID, AllocActive, nil
-		return nil
 	})
 	if err == nil {
 		*al = *done
