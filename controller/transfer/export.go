@@ -74,17 +74,11 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 	d := newDocWriter(w)
 	d.header(now().UTC())
 
-	d.open("chassis", '[')
-	err := eachPage(ctx, func(p store.Page) ([]*store.Chassis, error) { return src.ListChassis(ctx, p) },
-		func(c *store.Chassis) string { return c.UUID },
-		func(c *store.Chassis) error {
-			sum.Chassis++
-			return d.item(c)
-		})
-	if err != nil {
-		return sum, fmt.Errorf("export chassis: %w", err)
+	var err error
+	if sum.Chassis, err = exportResources(ctx, d, "chassis", func(p store.Page) ([]*store.Chassis, error) { return src.ListChassis(ctx, p) },
+		func(c *store.Chassis) string { return c.UUID }); err != nil {
+		return sum, err
 	}
-	d.close(']')
 
 	var uuids []string
 	d.open("nodes", '[')
@@ -114,20 +108,20 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 		return sum, fmt.Errorf("export nodes: %w", err)
 	}
 	d.close(']')
-	if sum.Portgroups, err = exportResources(ctx, d, "portgroups", src.ListPortgroups, func(p *store.Portgroup) string { return p.UUID }); err != nil {
+	if sum.Portgroups, err = exportResources(ctx, d, "portgroups", all(ctx, src.ListPortgroups), func(p *store.Portgroup) string { return p.UUID }); err != nil {
 		return sum, err
 	}
-	if sum.Ports, err = exportResources(ctx, d, "ports", src.ListPorts, func(p *store.Port) string { return p.UUID }); err != nil {
+	if sum.Ports, err = exportResources(ctx, d, "ports", all(ctx, src.ListPorts), func(p *store.Port) string { return p.UUID }); err != nil {
 		return sum, err
 	}
-	if sum.Allocations, err = exportResources(ctx, d, "allocations", src.ListAllocations, func(a *store.Allocation) string { return a.UUID }); err != nil {
+	if sum.Allocations, err = exportResources(ctx, d, "allocations", all(ctx, src.ListAllocations), func(a *store.Allocation) string { return a.UUID }); err != nil {
 		return sum, err
 	}
-	if sum.VolumeConnectors, err = exportResources(ctx, d, "volume_connectors", src.ListVolumeConnectors,
+	if sum.VolumeConnectors, err = exportResources(ctx, d, "volume_connectors", all(ctx, src.ListVolumeConnectors),
 		func(c *store.VolumeConnector) string { return c.UUID }); err != nil {
 		return sum, err
 	}
-	if sum.VolumeTargets, err = exportResources(ctx, d, "volume_targets", src.ListVolumeTargets,
+	if sum.VolumeTargets, err = exportResources(ctx, d, "volume_targets", all(ctx, src.ListVolumeTargets),
 		func(t *store.VolumeTarget) string { return t.UUID }); err != nil {
 		return sum, err
 	}
@@ -170,17 +164,11 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 	if sum.Records, err = exportResults(ctx, d, "erase_records", src.ListEraseRecords, func(r *store.EraseRecord) string { return r.UUID }); err != nil {
 		return sum, err
 	}
-	d.open("deploy_templates", '[')
-	err = eachPage(ctx, func(p store.Page) ([]*store.DeployTemplate, error) { return src.ListDeployTemplates(ctx, p) },
-		func(t *store.DeployTemplate) string { return t.UUID },
-		func(t *store.DeployTemplate) error {
-			sum.Templates++
-			return d.item(t)
-		})
-	if err != nil {
-		return sum, fmt.Errorf("export deploy_templates: %w", err)
+	if sum.Templates, err = exportResources(ctx, d, "deploy_templates",
+		func(p store.Page) ([]*store.DeployTemplate, error) { return src.ListDeployTemplates(ctx, p) },
+		func(t *store.DeployTemplate) string { return t.UUID }); err != nil {
+		return sum, err
 	}
-	d.close(']')
 	return sum, d.finish()
 }
 
@@ -234,10 +222,10 @@ func refuseReserved(ctx context.Context, src Source) error {
 
 // exportResources writes one section of a resource kind listed by list.
 func exportResources[T any](ctx context.Context, d *docWriter, section string,
-	list func(context.Context, store.ResourceFilter, store.Page) ([]*T, error), uuidOf func(*T) string) (int, error) {
+	list func(store.Page) ([]*T, error), uuidOf func(*T) string) (int, error) {
 	count := 0
 	d.open(section, '[')
-	err := eachPage(ctx, func(p store.Page) ([]*T, error) { return list(ctx, store.ResourceFilter{}, p) }, uuidOf,
+	err := eachPage(ctx, list, uuidOf,
 		func(v *T) error {
 			count++
 			return d.item(v)
@@ -247,6 +235,11 @@ func exportResources[T any](ctx context.Context, d *docWriter, section string,
 	}
 	d.close(']')
 	return count, nil
+}
+
+// all lists every resource of a kind: list without a filter.
+func all[T any](ctx context.Context, list func(context.Context, store.ResourceFilter, store.Page) ([]*T, error)) func(store.Page) ([]*T, error) {
+	return func(p store.Page) ([]*T, error) { return list(ctx, store.ResourceFilter{}, p) }
 }
 
 // eachPage calls fn with every object list returns, one keyset page at a
