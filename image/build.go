@@ -259,6 +259,9 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	if m.Kernel.File, err = Assemble(filepath.Join(cfg.OutDir, "vmlinuz"), k.Vmlinuz); err != nil {
 		return nil, err
 	}
+	if m.Kernel.PVH, err = writePVH(ctx, log, cfg, k); err != nil {
+		return nil, err
+	}
 	if len(cfg.Netboot) > 0 {
 		t = time.Now()
 		pkgs, files, err := fetchNetboot(ctx, deb, cfg.OutDir, cfg.Netboot)
@@ -296,6 +299,34 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 		return nil, err
 	}
 	return m, nil
+}
+
+// writePVH puts the kernel's uncompressed PVH ELF next to vmlinuz (see
+// PVHName), or removes a stale one when this kernel has none. Anything
+// but a cancelled build only costs the VM boots their speed: it is
+// logged, not fatal.
+func writePVH(ctx context.Context, log *slog.Logger, cfg Config, k Kernel) (*File, error) {
+	out := filepath.Join(cfg.OutDir, PVHName)
+	src, err := pvhCached(ctx, cfg.CacheDir, k.Vmlinuz)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if errors.Is(err, ErrNoPVH) {
+			log.Info("no "+PVHName+" for QEMU direct boot", "kernel", k.Release, "why", err)
+		} else {
+			log.Warn("no "+PVHName+" for QEMU direct boot", "kernel", k.Release, "err", err)
+		}
+		if err := os.Remove(out); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		return nil, nil
+	}
+	f, err := Assemble(out, src)
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
 }
 
 // BuildOverlay writes the archive holding just the agent binary at

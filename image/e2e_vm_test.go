@@ -61,9 +61,10 @@ type e2eConfig struct {
 }
 
 func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
-	kernel, initrd := vmImage(t)
+	kernel, initrd := vmDirect(t)
 	args := append([]string{"--bmc-min-interval", "200ms"}, cfg.controllerArgs...)
 	if cfg.netboot {
+		// The controller serves vmlinuz (the bzImage) from the directory.
 		args = append(args, "--boot-dir", filepath.Dir(kernel), "--public-url", "http://"+guestAPI)
 	}
 	c := startController(t, args...)

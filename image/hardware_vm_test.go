@@ -74,7 +74,10 @@ func ovmfArgs(tb testing.TB, dir string) []string {
 // its size and serial, and that a manual clean with erase_devices wipes
 // the pattern-filled disk, read back from the host.
 func TestVMServerHardware(t *testing.T) {
-	kernel, initrd := vmImage(t)
+	// SeaBIOS variants boot the PVH kernel, OVMF ones the bzImage (OVMF
+	// has no PVH loader): both kernels are exercised here.
+	bzImage, initrd := vmImage(t)
+	pvh, _ := vmDirect(t)
 	c := startController(t)
 	self, err := os.Executable()
 	if err != nil {
@@ -83,6 +86,10 @@ func TestVMServerHardware(t *testing.T) {
 	var summary []string
 	for i, v := range serverVariants {
 		ok := t.Run(v.name, func(t *testing.T) {
+			kernel := pvh
+			if v.uefi {
+				kernel = bzImage
+			}
 			hb := runServerVariant(t, c, self, kernel, initrd, v, i)
 			summary = append(summary, fmt.Sprintf("%-28s first heartbeat %5.1fs after QEMU start", v.name, hb.Seconds()))
 		})

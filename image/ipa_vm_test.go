@@ -60,7 +60,7 @@ func TestVMStockIronic(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for its network namespace (CI runs as root)")
 	}
-	kernel, initrd := vmImage(t)
+	kernel, initrd := vmDirect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 

@@ -14,6 +14,9 @@ type Manifest struct {
 		Version      string `json:"version"`
 		Release      string `json:"release"`
 		File         File   `json:"file"`
+		// PVH is the same kernel uncompressed, for QEMU direct boot
+		// (see PVHName); absent when the kernel has no PVH entry.
+		PVH *File `json:"pvh,omitempty"`
 	} `json:"kernel"`
 	Uroot struct {
 		Version  string   `json:"version"`

@@ -18,7 +18,7 @@ import (
 // right controller (restarted there, its self-signed certificate reused),
 // the agent looks up and inspection finishes. One TCG boot.
 func TestVMAgentPinsTheControllerCertificate(t *testing.T) {
-	kernel, initrd := vmImage(t)
+	kernel, initrd := vmDirect(t)
 	right := startController(t, "--tls-self-signed")
 	rogue := startController(t, "--tls-self-signed")
 	fp := readFingerprint(t, right)

@@ -84,6 +84,20 @@ func vmImage(tb testing.TB) (kernel, initrd string) {
 	return filepath.Join(cfg.OutDir, "vmlinuz"), filepath.Join(cfg.OutDir, InitramfsName(m.Compression))
 }
 
+// vmDirect is vmImage for direct boots under SeaBIOS: the PVH kernel
+// (PVHName) when the build has one. It boots the same kernel 2.7 s sooner
+// under TCG, where decompressing Debian's xz bzImage is slow; the tests
+// that boot through iPXE, GRUB, OVMF or an ISO boot the bzImage.
+func vmDirect(tb testing.TB) (kernel, initrd string) {
+	tb.Helper()
+	cfg, m := buildVMImage(tb)
+	kernel = filepath.Join(cfg.OutDir, "vmlinuz")
+	if m.Kernel.PVH != nil {
+		kernel = filepath.Join(cfg.OutDir, PVHName)
+	}
+	return kernel, filepath.Join(cfg.OutDir, InitramfsName(m.Compression))
+}
+
 func buildVMImage(tb testing.TB) (Config, *Manifest) {
 	tb.Helper()
 	for _, bin := range []string{"qemu-system-x86_64", "apt-get", "dpkg", "depmod"} {
@@ -529,7 +543,7 @@ func inspectWithVM(tb testing.TB, c *controller, boot vmBoot, name, mac string, 
 // TestVMInspection boots the agent ramdisk in QEMU against a real
 // controller and checks the inventory it reports.
 func TestVMInspection(t *testing.T) {
-	kernel, initrd := vmImage(t)
+	kernel, initrd := vmDirect(t)
 	c := startController(t)
 	serials := []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}
 	res := inspectWithVM(t, c, vmBoot{kernel: kernel, initrd: initrd}, "vm-node", "52:54:00:a1:00:01", serials, false)
@@ -591,34 +605,46 @@ func TestVMInspection(t *testing.T) {
 }
 
 // BenchmarkVMBootToHeartbeat boots the ramdisk three times (one node each)
-// and reports the median QEMU start -> first heartbeat.
+// per kernel form and reports the median QEMU start -> first heartbeat:
+// the PVH kernel (QEMU's direct boot of the uncompressed ELF, what the VM
+// tests use) against the budget, and the bzImage beside it.
 func BenchmarkVMBootToHeartbeat(b *testing.B) {
-	kernel, initrd := vmImage(b)
+	bzImage, initrd := vmImage(b)
+	pvh, _ := vmDirect(b)
 	c := startController(b)
-	var all, cpus []time.Duration
-	for i := 0; i < b.N; i++ {
-		var runs []time.Duration
-		for j := 0; j < 3; j++ {
-			name := fmt.Sprintf("bench-%d-%d", i, j)
-			mac := fmt.Sprintf("52:54:00:b0:%02x:%02x", i, j)
-			res := inspectWithVM(b, c, vmBoot{kernel: kernel, initrd: initrd}, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
-			res.vm.stop()
-			runs = append(runs, res.firstHeartbeat)
-			cpus = append(cpus, res.cpuAtHeartbeat)
-			b.Logf("boot %s: first heartbeat %v (QEMU CPU time %v); guest timings %s", name, res.firstHeartbeat.Round(time.Millisecond),
-				res.cpuAtHeartbeat, toJSON(res.bootTimings))
-		}
-		all = append(all, runs...)
+	kernels := []struct{ name, path string }{{"pvh", pvh}, {"bzimage", bzImage}}
+	if pvh == bzImage {
+		b.Logf("the kernel has no PVH entry point: direct boot uses the bzImage")
+		kernels = kernels[1:]
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	sort.Slice(cpus, func(i, j int) bool { return cpus[i] < cpus[j] })
-	median := all[len(all)/2]
-	b.ReportMetric(median.Seconds(), "s-to-heartbeat(median)")
-	b.ReportMetric(cpus[len(cpus)/2].Seconds(), "qemu-cpu-s-to-heartbeat(median)")
-	// TCG timings scale with how busy the host is: say so next to them.
-	load, _ := os.ReadFile("/proc/loadavg")
-	b.Logf("QEMU start -> first heartbeat: %v; median %v (budget %v); host load average %s", all, median.Round(time.Millisecond),
-		bootBudget, strings.TrimSpace(string(load)))
+	for i := 0; i < b.N; i++ {
+		for _, k := range kernels {
+			var runs, cpus []time.Duration
+			for j := 0; j < 3; j++ {
+				name := fmt.Sprintf("bench-%s-%d-%d", k.name, i, j)
+				mac := fmt.Sprintf("52:54:00:b%d:%02x:%02x", len(k.name)%10, i, j)
+				res := inspectWithVM(b, c, vmBoot{kernel: k.path, initrd: initrd}, name, mac, []string{"ANVIL-NVME-0001", "ANVIL-NVME-0002"}, true)
+				res.vm.stop()
+				runs = append(runs, res.firstHeartbeat)
+				cpus = append(cpus, res.cpuAtHeartbeat)
+				b.Logf("boot %s: first heartbeat %v (QEMU CPU time %v); guest timings %s", name, res.firstHeartbeat.Round(time.Millisecond),
+					res.cpuAtHeartbeat, toJSON(res.bootTimings))
+			}
+			sort.Slice(runs, func(i, j int) bool { return runs[i] < runs[j] })
+			sort.Slice(cpus, func(i, j int) bool { return cpus[i] < cpus[j] })
+			median := runs[len(runs)/2]
+			prefix := ""
+			if k.name != kernels[0].name {
+				prefix = k.name + "-"
+			}
+			b.ReportMetric(median.Seconds(), prefix+"s-to-heartbeat(median)")
+			b.ReportMetric(cpus[len(cpus)/2].Seconds(), prefix+"qemu-cpu-s-to-heartbeat(median)")
+			// TCG timings scale with how busy the host is: say so next to them.
+			load, _ := os.ReadFile("/proc/loadavg")
+			b.Logf("%s: QEMU start -> first heartbeat: %v; median %v (budget %v); host load average %s", k.name, runs, median.Round(time.Millisecond),
+				bootBudget, strings.TrimSpace(string(load)))
+		}
+	}
 }
 
 // processCPU is the user+system CPU time of a process (0 if unknown).
