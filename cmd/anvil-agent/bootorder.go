@@ -41,6 +41,7 @@ func startBoot(ctx context.Context, log *slog.Logger) bootGates {
 		c.Background = k.StorageOnly
 	}
 	c.Foreground = func() { close(network) }
+	listen(ctx, log, c)
 	go func() {
 		defer close(disks)
 		logColdplug(log, c.Run(ctx))
@@ -81,7 +82,19 @@ func coldplug(ctx context.Context, log *slog.Logger) {
 		log.Warn("coldplug: no module loading by modalias", "err", err)
 		return
 	}
+	listen(ctx, log, c)
 	logColdplug(log, c.Run(ctx))
+}
+
+// listen has coldplug follow the kernel's device events rather than poll
+// sysfs. Opened before the first look at sysfs, so no device falls between.
+func listen(ctx context.Context, log *slog.Logger, c *kmod.Coldplug) {
+	ev, err := kmod.ListenUevents(ctx, log, kmod.WantsDriver)
+	if err != nil {
+		log.Info("coldplug: no device events; polling sysfs", "err", err)
+		return
+	}
+	c.Events = ev
 }
 
 // logColdplug logs what a pass did. Nothing there stops the boot: without a

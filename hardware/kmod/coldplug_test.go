@@ -30,6 +30,11 @@ type fakeSys struct {
 	// binds: module -> modalias prefixes it binds
 	binds map[string]string
 	fail  map[string]bool
+	// events, if set, gets an add event for each device, except those a
+	// module in silent exposes ("" silences devices added by the test).
+	events  chan Uevent
+	silent  map[string]bool
+	loading string
 }
 
 // device adds a device under devices/ and links it from its bus (named
@@ -43,6 +48,9 @@ func (f *fakeSys) device(dir, modalias string) {
 	busDir := filepath.Join(f.root, "bus", bus, "devices")
 	require.NoError(f.t, os.MkdirAll(busDir, 0o755))
 	require.NoError(f.t, os.Symlink(p, filepath.Join(busDir, filepath.Base(dir)+"-"+strings.ReplaceAll(dir, "/", "_"))))
+	if f.events != nil && !f.silent[f.loading] {
+		f.events <- Uevent{Action: "add", DevPath: "/devices/" + dir, Modalias: modalias}
+	}
 }
 
 func (f *fakeSys) Load(name string) error {
@@ -64,9 +72,11 @@ func (f *fakeSys) Load(name string) error {
 			_ = os.Symlink("/sys/bus/x/drivers/"+name, filepath.Join(d.Path, "driver"))
 		}
 	}
+	f.loading = name
 	for _, dev := range f.exposes[name] {
 		f.device(dev[0], dev[1])
 	}
+	f.loading = ""
 	return nil
 }
 
