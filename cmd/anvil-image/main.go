@@ -104,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case image.CloudKernelPackage:
 		fmt.Fprintf(stdout, "           Debian's cloud kernel: virtio/NVMe VMs only, no e1000e/igb/ixgbe/ahci/megaraid_sas (default: %s)\n", image.DefaultKernelPackage)
 	}
+	if m.Kernel.PVH != nil {
+		fmt.Fprintf(stdout, "           %s  %s: the same kernel uncompressed, for QEMU direct boot (PVH, no in-guest decompression)\n", m.Kernel.PVH.Path, mib(m.Kernel.PVH.Bytes))
+	}
 	fmt.Fprintf(stdout, "initramfs  %s  %s %s, %s uncompressed  sha256 %s\n", m.Initramfs.Path, mib(m.Initramfs.Bytes), m.Compression, mib(m.UncompressedBytes), m.Initramfs.SHA256[:16])
 	fmt.Fprintf(stdout, "  base     %s (cached: %v)  u-root %s, %d commands, %d modules (%s)\n",
 		mib(m.Base.Bytes), m.Base.Cached, m.Uroot.Version, len(m.Uroot.Commands), m.Modules.Files, mib(m.Modules.Bytes))
