@@ -594,7 +594,13 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 // urootKey names the cached u-root archive: everything u-root's build
 // depends on.
 func (in BaseInputs) urootKey() string {
-	return cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath)
+	var own []string
+	for _, c := range in.Commands {
+		if Standalone(c) {
+			own = append(own, c)
+		}
+	}
+	return cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath, "standalone="+strings.Join(own, ","))
 }
 
 func cacheKey(parts ...string) string {
