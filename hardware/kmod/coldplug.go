@@ -332,17 +332,36 @@ func (c *Coldplug) announcedDevice(ev Uevent) Device {
 	return Device{Path: p, Modalias: ev.Modalias, Bound: err == nil}
 }
 
-// Watch runs Run every interval until ctx ends, so a device that shows up
-// late (slow SAS discovery, a USB stick plugged in) still gets its driver.
+// Watch runs Run again until ctx ends, so a device that shows up late
+// (slow SAS discovery, a USB stick plugged in) still gets its driver: when
+// the kernel announces a device (or events were lost), or, without
+// events, every interval.
 func (c *Coldplug) Watch(ctx context.Context, interval time.Duration) {
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for sleep(ctx, interval) {
+	for c.next(ctx, interval) {
 		if r := c.Run(ctx); len(r.Loaded) > 0 || len(r.Failed) > 0 {
 			log.InfoContext(ctx, "coldplug: late devices", "loaded", r.Loaded, "failed", r.Failed)
 		}
+	}
+}
+
+// next waits for a reason to look at the devices again. The event that
+// ends the wait is not kept: Run reads sysfs first and finds its device.
+func (c *Coldplug) next(ctx context.Context, interval time.Duration) bool {
+	if c.Events == nil {
+		return sleep(ctx, interval)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case _, ok := <-c.Events:
+		if !ok {
+			c.Events = nil // the listener stopped: poll
+		}
+		return true
 	}
 }
 

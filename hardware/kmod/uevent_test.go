@@ -125,6 +125,28 @@ func TestColdplugEventsMissedOrLost(t *testing.T) {
 	assert.Equal(t, []string{"quiet_driver"}, late.Loaded)
 }
 
+// After boot, Watch looks again when a device is announced, not on a
+// timer: a late disk gets its driver long before the (here: hour-long)
+// polling interval, and nothing reads sysfs while nothing happens.
+func TestWatchFollowsEvents(t *testing.T) {
+	aliases, err := ParseAliases(strings.NewReader(eventAliases))
+	require.NoError(t, err)
+	f, ev := eventSys(t)
+	c := &Coldplug{Sys: f.root, Aliases: aliases, Loader: f, Settle: 20 * time.Millisecond, Events: ev}
+	c.Run(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { c.Watch(ctx, time.Hour); close(stopped) }()
+	f.device("pci0000:00/0000:00:05.0/host0/target0:2:0/0:2:0:0", "scsi:t-0x00")
+	assert.Eventually(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.loaded) == 1 && f.loaded[0] == "sd_mod"
+	}, 5*time.Second, 10*time.Millisecond, "the announced disk got sd_mod")
+	cancel()
+	<-stopped
+}
+
 func drain(ev chan Uevent) {
 	for {
 		select {
