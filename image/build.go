@@ -115,6 +115,16 @@ func FindInitramfs(dir string) (string, error) {
 	return "", fmt.Errorf("no %s or %s in %s: build the agent ramdisk with `make image`", InitramfsName(Zstd), InitramfsName(Gzip), dir)
 }
 
+// DirectKernel is the kernel in dir for a QEMU direct boot under SeaBIOS:
+// the PVH kernel (PVHName) where the build wrote one, else vmlinuz. The
+// build removes a stale vmlinux, so its presence is enough.
+func DirectKernel(dir string) string {
+	if p := filepath.Join(dir, PVHName); fileExists(p) {
+		return p
+	}
+	return filepath.Join(dir, "vmlinuz")
+}
+
 // AgentPath is where the overlay puts the agent; /bin/uinit links to it.
 const AgentPath = "bin/anvil-agent"
 
@@ -259,7 +269,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 	if m.Kernel.File, err = Assemble(filepath.Join(cfg.OutDir, "vmlinuz"), k.Vmlinuz); err != nil {
 		return nil, err
 	}
-	if m.Kernel.PVH, err = writePVH(ctx, log, cfg, k); err != nil {
+	if m.Kernel.PVH, err = writePVH(ctx, log, cfg, k, m.Kernel.File.SHA256); err != nil {
 		return nil, err
 	}
 	if len(cfg.Netboot) > 0 {
@@ -305,9 +315,9 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (*Manifest, error)
 // PVHName), or removes a stale one when this kernel has none. Anything
 // but a cancelled build only costs the VM boots their speed: it is
 // logged, not fatal.
-func writePVH(ctx context.Context, log *slog.Logger, cfg Config, k Kernel) (*File, error) {
+func writePVH(ctx context.Context, log *slog.Logger, cfg Config, k Kernel, sha256 string) (*File, error) {
 	out := filepath.Join(cfg.OutDir, PVHName)
-	src, err := pvhCached(ctx, cfg.CacheDir, k.Vmlinuz)
+	src, err := pvhCached(ctx, cfg.CacheDir, k.Vmlinuz, sha256)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
@@ -594,12 +604,7 @@ func BuildBase(ctx context.Context, log *slog.Logger, in BaseInputs) (Base, erro
 // urootKey names the cached u-root archive: everything u-root's build
 // depends on.
 func (in BaseInputs) urootKey() string {
-	var own []string
-	for _, c := range in.Commands {
-		if Standalone(c) {
-			own = append(own, c)
-		}
-	}
+	_, own := splitStandalone(in.Commands)
 	return cacheKey("uroot", in.UrootVersion, runtime.Version(), strings.Join(in.Commands, ","), "/"+AgentPath, "standalone="+strings.Join(own, ","))
 }
 

@@ -116,9 +116,6 @@ func decompressKernel(ctx context.Context, p []byte) ([]byte, error) {
 		}
 		return b, nil
 	case bytes.HasPrefix(p, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		if len(p) < 4 {
-			return nil, errors.New("zstd: short payload")
-		}
 		d, err := zstd.NewReader(nil)
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
@@ -178,13 +175,13 @@ func hasNote(b []byte, bo binary.ByteOrder, owner string, typ uint32) bool {
 }
 
 // pvhCached extracts the PVH kernel once per bzImage content into the
-// cache, keyed by the bzImage's SHA-256 (the decompression takes seconds).
-func pvhCached(ctx context.Context, cacheDir, bzImage string) (string, error) {
-	h, err := hashFile(bzImage)
-	if err != nil {
-		return "", err
+// cache, keyed by the bzImage's SHA-256 (the decompression takes seconds);
+// the caller has hashed the bzImage already.
+func pvhCached(ctx context.Context, cacheDir, bzImage, sha256 string) (string, error) {
+	if len(sha256) < 16 {
+		return "", fmt.Errorf("pvh: %s: no hash to key the cache by", bzImage)
 	}
-	cached := filepath.Join(cacheDir, "vmlinux-"+h.SHA256[:16])
+	cached := filepath.Join(cacheDir, "vmlinux-"+sha256[:16])
 	if _, err := os.Stat(cached); err == nil {
 		return cached, nil
 	}

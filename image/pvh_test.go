@@ -153,13 +153,23 @@ func TestPVHCachedOncePerKernel(t *testing.T) {
 	_ = w.Close()
 	in := filepath.Join(dir, "vmlinuz")
 	require.NoError(t, os.WriteFile(in, testBzImage(gz.Bytes(), len(pvh)), 0o644))
-	first, err := pvhCached(context.Background(), dir, in)
+	h, err := hashFile(in)
+	require.NoError(t, err)
+	first, err := pvhCached(context.Background(), dir, in, h.SHA256)
 	require.NoError(t, err)
 	// A changed cache entry is what a second call returns: not redone.
 	require.NoError(t, os.WriteFile(first, []byte("cached"), 0o644))
-	second, err := pvhCached(context.Background(), dir, in)
+	second, err := pvhCached(context.Background(), dir, in, h.SHA256)
 	require.NoError(t, err)
 	assert.Equal(t, first, second)
 	got, _ := os.ReadFile(second)
 	assert.Equal(t, "cached", string(got))
+}
+
+// DirectKernel picks vmlinux where the build wrote one, else vmlinuz.
+func TestDirectKernel(t *testing.T) {
+	dir := t.TempDir()
+	assert.Equal(t, filepath.Join(dir, "vmlinuz"), DirectKernel(dir))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, PVHName), []byte("elf"), 0o644))
+	assert.Equal(t, filepath.Join(dir, PVHName), DirectKernel(dir))
 }

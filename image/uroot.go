@@ -37,6 +37,19 @@ func Standalone(pkg string) bool {
 	return pkg == "github.com/u-root/u-root/cmds/core/gosh"
 }
 
+// splitStandalone separates the busybox's commands from those built on
+// their own.
+func splitStandalone(cmds []string) (bb, own []string) {
+	for _, c := range cmds {
+		if Standalone(c) {
+			own = append(own, c)
+		} else {
+			bb = append(bb, c)
+		}
+	}
+	return bb, own
+}
+
 // UrootConfig says how to build the u-root base archive.
 type UrootConfig struct {
 	// ModuleDir is a Go module whose go.mod requires u-root (the anvil
@@ -76,14 +89,7 @@ func BuildUroot(ctx context.Context, log *slog.Logger, cfg UrootConfig) error {
 	ll := llog.New(slog.LevelInfo, func(format string, args ...any) {
 		log.Debug(strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "u-root")
 	})
-	var bb, own []string
-	for _, c := range cfg.Commands {
-		if Standalone(c) {
-			own = append(own, c)
-		} else {
-			bb = append(bb, c)
-		}
-	}
+	bb, own := splitStandalone(cfg.Commands)
 	mods := []uimage.Modifier{
 		uimage.WithReplaceEnv(env),
 		uimage.WithBaseArchive(uimage.DefaultRamfs()),

@@ -110,6 +110,8 @@ func ListenUevents(ctx context.Context, log *slog.Logger, keep func(Uevent) bool
 		defer close(out)
 		buf := make([]byte, 64<<10)
 		lost := false
+		// send delivers ev, after the Lost marker if events were dropped;
+		// a Lost ev is that marker.
 		send := func(ev Uevent) {
 			if lost {
 				select {
@@ -118,6 +120,9 @@ func ListenUevents(ctx context.Context, log *slog.Logger, keep func(Uevent) bool
 				default:
 					return
 				}
+			}
+			if ev.Lost {
+				return
 			}
 			select {
 			case out <- ev:

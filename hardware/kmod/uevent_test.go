@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,8 +102,8 @@ func TestColdplugFollowsEvents(t *testing.T) {
 }
 
 // A device nobody announced (a lost event) is found by the verifying
-// scan, and a Lost event makes Run read sysfs at once.
-func TestColdplugEventsMissedOrLost(t *testing.T) {
+// scan.
+func TestColdplugEventsMissed(t *testing.T) {
 	aliases, err := ParseAliases(strings.NewReader(eventAliases))
 	require.NoError(t, err)
 	f, ev := eventSys(t)
@@ -114,15 +115,34 @@ func TestColdplugEventsMissedOrLost(t *testing.T) {
 	res := c.Run(context.Background())
 	assert.ElementsMatch(t, []string{"megaraid_sas", "sd_mod"}, res.Loaded, "the unannounced disk still gets sd_mod")
 	assert.Equal(t, 3, res.Scans, "first, a verify that finds the disk, a verify that finds nothing new")
+}
 
-	// Lost: a device added silently, then word that events were dropped.
-	f.silent = map[string]bool{"": true}
-	f.device("pci0000:00/0000:00:09.0", "pci:v0000CAFEd00000001sv00000000sd00000000bc02sc00i00")
+// A Lost event makes Run read sysfs at once: a device added silently
+// while Run settles gets its driver well before the settle period ends,
+// when the verifying scan would have found it.
+func TestColdplugLostEventRescansAtOnce(t *testing.T) {
+	aliases, err := ParseAliases(strings.NewReader(eventAliases))
+	require.NoError(t, err)
+	f, ev := eventSys(t)
+	f.device("pci0000:00/0000:00:05.0", "pci:v00001000d0000005Bsv00001000sd00001000bc01sc04i00")
+	drain(ev)
+	const settle = 3 * time.Second
+	c := &Coldplug{Sys: f.root, Aliases: aliases, Loader: f, Settle: settle, Events: ev}
 	done := make(chan Result)
 	go func() { done <- c.Run(context.Background()) }()
+	loaded := func(m string) func() bool {
+		return func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return slices.Contains(f.loaded, m)
+		}
+	}
+	require.Eventually(t, loaded("megaraid_sas"), 5*time.Second, 5*time.Millisecond)
+	f.silent = map[string]bool{"": true}
+	f.device("pci0000:00/0000:00:09.0", "pci:v0000CAFEd00000001sv00000000sd00000000bc02sc00i00")
 	ev <- Uevent{Lost: true}
-	late := <-done
-	assert.Equal(t, []string{"quiet_driver"}, late.Loaded)
+	assert.Eventually(t, loaded("quiet_driver"), settle/2, 5*time.Millisecond, "loaded on the Lost event, not after the settle period")
+	assert.ElementsMatch(t, []string{"megaraid_sas", "quiet_driver"}, (<-done).Loaded)
 }
 
 // After boot, Watch looks again when a device is announced, not on a
