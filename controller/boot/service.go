@@ -8,12 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
-	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,10 +36,13 @@ type Config struct {
 	// "" = http://<interface address>:<APIPort>.
 	HTTPBase string
 	APIPort  int
-	// APIURL is where the service itself reaches the API (the listener,
-	// e.g. http://127.0.0.1:6385) to relay per-node GRUB configurations.
-	APIURL string
-	Logger *slog.Logger
+	// GrubConfig renders a node's GRUB configuration (the API's
+	// GET /v1/boot/{mac}/grub, with its per-boot nonce) for the node whose
+	// port has mac, as asked over TFTP by client; base is the URL nodes
+	// use. The client's address binds the nonce's delivery as for the iPXE
+	// script, so it is passed in-process rather than relayed over HTTP.
+	GrubConfig func(ctx context.Context, mac, client, base string) ([]byte, error)
+	Logger     *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
 }
@@ -122,7 +122,7 @@ func New(cfg Config, st Store) (*Service, error) {
 	}
 	if tftpAddr != "" {
 		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
-			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file, OnTransfer: hosts.transfer})
+			Files: grubFiles(), Dynamic: grubRelay{config: cfg.GrubConfig, base: base}.file, OnTransfer: hosts.transfer})
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -155,44 +155,29 @@ func grubFiles() map[string][]byte {
 	return map[string][]byte{"grub/grub.cfg": cfg, "grub/x86_64-efi/grub.cfg": cfg}
 }
 
-// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the API's
-// GET /v1/boot/<mac>/grub (which carries the per-boot nonce), fetched from
-// the controller itself. Debian's signed GRUB speaks TFTP only.
+// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the node's GRUB
+// configuration (which carries the per-boot nonce), from the API in this
+// process. Debian's signed GRUB speaks TFTP only.
 type grubRelay struct {
-	api  string // where we reach the API
-	base string // the URL nodes use, sent as Host so anvil.api= is right
+	config func(ctx context.Context, mac, client, base string) ([]byte, error)
+	base   string // the URL nodes use, for anvil.api=
 }
 
-func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) {
+func (g grubRelay) file(ctx context.Context, name string, client netip.Addr) ([]byte, bool, error) {
 	rest, ok := strings.CutPrefix(name, "grub/nodes/")
 	mac, ok2 := strings.CutSuffix(rest, ".cfg")
 	if !ok || !ok2 {
 		return nil, false, nil
 	}
 	hw, err := net.ParseMAC(mac)
-	if err != nil || g.api == "" {
+	if err != nil || len(hw) != 6 || g.config == nil {
 		return nil, false, fmt.Errorf("grub configuration for %q: not a MAC, or no API to ask", mac)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.api+"/v1/boot/"+hw.String()+"/grub", nil)
+	body, err := g.config(ctx, hw.String(), client.String(), g.base)
 	if err != nil {
-		return nil, false, err
-	}
-	if u, err := neturl.Parse(g.base); err == nil && u.Host != "" {
-		req.Host = u.Host
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, false, fmt.Errorf("grub configuration for %s: HTTP %d: %s", mac, resp.StatusCode, body)
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", hw, err)
 	}
 	return body, true, nil
 }
