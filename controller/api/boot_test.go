@@ -32,6 +32,8 @@ func TestBootScriptAndFiles(t *testing.T) {
 	script := string(r.body)
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
+	dii := e.do("GET", "/v1/nodes/pxe", latest, nil).json(t)["driver_internal_info"].(map[string]any)
+	assert.Equal(t, "******", dii["agent_boot_nonce"], "the API masks the boot's nonce like the token")
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
 	assert.Contains(t, again, "anvil.token="+nonce+" ", "the same address fetching again (a firmware retry) gets the same nonce")
 

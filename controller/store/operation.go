@@ -181,10 +181,6 @@ const (
 	keyAlarm           = "agent_alarm"
 )
 
-// TokenKey is the driver_internal_info key of the agent's secret, which the
-// API masks.
-const TokenKey = keyToken
-
 // SecretInternalKey reports whether a driver_internal_info key holds a
 // secret of the agent session (its token, the boot's nonce), which the API
 // masks.
