@@ -32,6 +32,13 @@ type Config struct {
 	// Discovery answers MACs no port has too (--boot-discovery): they
 	// boot the agent ramdisk in discovery mode and are enrolled by the API.
 	Discovery bool
+	// DiscoveryDHCPShare is the percentage of Range, its top addresses,
+	// that full-mode DHCP gives to MACs no port has
+	// (--boot-discovery-dhcp-share; 0: dhcp.DefaultDiscoveryShare), and
+	// DiscoveryDHCPLease their lease until they report
+	// (--boot-discovery-dhcp-lease; 0: dhcp.DefaultDiscoveryLease).
+	DiscoveryDHCPShare float64
+	DiscoveryDHCPLease time.Duration
 	// HTTPBase is the controller's URL as nodes reach it (--public-url);
 	// "" = http://<interface address>:<APIPort>.
 	HTTPBase string
@@ -45,6 +52,9 @@ type Config struct {
 	Logger     *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
+	// Dropped, if set, counts requests the service refused or ignored
+	// (service dhcp or tftp, reason a short label).
+	Dropped func(service, reason string)
 }
 
 // Store is what the service reads: ports and nodes to decide whom to
@@ -185,7 +195,11 @@ func (g grubRelay) file(ctx context.Context, name string, client netip.Addr) ([]
 func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, addressed func(netip.Addr, string),
 	st Store, log *slog.Logger) (*dhcp.Responder, error) {
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
-		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
+		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp"),
+		DiscoveryShare: cfg.DiscoveryDHCPShare, DiscoveryLease: cfg.DiscoveryDHCPLease}
+	if cfg.Dropped != nil {
+		dc.Dropped = func(reason string) { cfg.Dropped("dhcp", reason) }
+	}
 	if mode == dhcp.ModeFull {
 		if cfg.Range == "" {
 			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
