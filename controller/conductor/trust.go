@@ -10,9 +10,10 @@ package conductor
 //     is set, a lookup without it gets nothing: there is no window in which
 //     the first stranger to ask wins.
 //   - The boot script carries the nonce to one address: in full-DHCP mode
-//     only the one the boot service leased to the node's port; the same
-//     address may fetch it again until the agent looked up (a firmware
-//     retry). The ISO is fetched by the BMC under a key only the BMC has.
+//     only one the boot service leased to the node's ports (none leased:
+//     nobody); the same address may fetch it again until the agent looked
+//     up (a firmware retry). The ISO is fetched by the BMC under a key only
+//     the BMC has.
 //   - Anybody who shows up with this boot's secret after somebody else
 //     used it (a second script fetch from elsewhere, a second lookup with
 //     the nonce, the token from another boot or address) is a second
@@ -114,8 +115,12 @@ func newBoot(a *store.AgentSession, via string) {
 // ErrNotTrusted (nothing given, the operation goes on) or
 // ErrSecondClaimant (the operation is stopped).
 func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) (string, error) {
+	// With the controller's DHCP server giving the addresses (full mode),
+	// the node's firmware fetches its script from an address leased to
+	// one of its ports, and nothing else gets the nonce.
+	bound := f.Via != "vmedia" && c.cfg.Leases != nil
 	var leased []netip.Addr
-	if f.Via != "vmedia" && c.cfg.Leases != nil {
+	if bound {
 		macs, err := c.nodeMACs(ctx, nodeUUID)
 		if err != nil {
 			return "", err
@@ -143,7 +148,10 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 		case a.NonceVia != store.NonceNetboot:
 			refused = "the node boots from virtual media, so its boot script carries no nonce"
 			return nil, errUnchanged
-		case len(leased) > 0 && !leasedTo(leased, f.Address):
+		case bound && len(leased) == 0:
+			refused = "the boot service has leased no address to the node's ports, and only the address it leases gets the nonce"
+			return nil, errUnchanged
+		case bound && !leasedTo(leased, f.Address):
 			refused = fmt.Sprintf("the boot service leased the node's port %s, not %s", joinAddrs(leased), f.Address)
 			return nil, errUnchanged
 		case a.Token == "" && (a.NonceServedTo == "" || a.NonceServedTo == f.Address):

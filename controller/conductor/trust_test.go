@@ -190,8 +190,9 @@ func (f fakeLeases) LeasedTo(_ context.Context, macs []string) ([]netip.Addr, er
 }
 
 // With the controller's own DHCP server giving addresses, the script's
-// nonce goes only to the address leased to the node's port: a stranger
-// elsewhere on the network is refused without stopping anything.
+// nonce goes only to an address leased to the node's ports: a stranger
+// elsewhere on the network, before or after the node's firmware got its
+// lease, is refused without stopping anything.
 func TestNetbootNonceBoundToTheLease(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
@@ -206,10 +207,17 @@ func TestNetbootNonceBoundToTheLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, nonce)
 
+	// Before the node's firmware got its address, nobody gets the nonce:
+	// a stranger fetching the script first learns nothing.
 	unleased := bootingNode(t, st, "52:54:00:00:00:08", store.NonceNetboot)
-	nonce, err = s.BootNonce(ctx, unleased.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
-	require.NoError(t, err, "no lease (the site's DHCP server gave the address): nothing to bind to")
+	_, err = s.BootNonce(ctx, unleased.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrNotTrusted)
+	assert.Contains(t, historyOf(t, st, unleased.UUID)[0].Event, "the boot service has leased no address to the node's ports")
+	s.cfg.Leases = fakeLeases{"52:54:00:00:00:07": "10.0.0.107", "52:54:00:00:00:08": "10.0.0.108"}
+	nonce, err = s.BootNonce(ctx, unleased.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.108"})
+	require.NoError(t, err, "once the firmware has its lease")
 	assert.NotEmpty(t, nonce)
+	assert.Nil(t, agentOf(t, st, unleased.UUID).Alarm, "the stranger's refused fetch made it no claimant")
 }
 
 // A virtual-media boot's nonce travels in the ISO, which the BMC fetches
