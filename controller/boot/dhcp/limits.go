@@ -1,6 +1,5 @@
 package dhcp
 
-import "time"
 
 // Limits bound what DHCP clients may cost the responder. A PXE ROM sends
 // a handful of packets per boot (DISCOVER and REQUEST, resent after a few
@@ -42,45 +41,11 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// maxClients bounds the per-MAC buckets (see makeRoom).
+// maxClients bounds the per-MAC buckets.
 const maxClients = 16384
 
-// bucket is a token bucket; its zero value is full.
-type bucket struct {
-	tokens float64
-	at     time.Time // of the last take (zero: never)
-}
-
-// take takes a token, if there is one after adding rate a second since
-// the last take (up to burst). A clock going back adds nothing.
-func (b *bucket) take(now time.Time, rate float64, burst int) bool {
-	if d := now.Sub(b.at); d > 0 {
-		b.tokens = min(float64(burst), b.tokens+d.Seconds()*rate)
-		b.at = now
-	}
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
 // allowMAC takes a token of mac's bucket: false if mac is over its rate.
-func (r *Responder) allowMAC(mac string) bool {
-	now := r.cfg.Now()
-	lim := r.cfg.Limits
-	// A bucket idle this long has refilled: forgetting it changes nothing.
-	refill := time.Duration(float64(lim.PerMACBurst) / lim.PerMAC * float64(time.Second))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b, ok := r.perMAC[mac]
-	if !ok {
-		makeRoom(r.perMAC, maxClients, func(b *bucket) bool { return now.Sub(b.at) >= refill })
-		b = &bucket{}
-		r.perMAC[mac] = b
-	}
-	return b.take(now, lim.PerMAC, lim.PerMACBurst)
-}
+func (r *Responder) allowMAC(mac string) bool { return r.perMAC.Allow(mac) }
 
 // makeRoom keeps table m below limit entries before one is added: it drops
 // the stale entries, and all of them if that frees less than a quarter

@@ -232,7 +232,7 @@ func TestLimitTablesBounded(t *testing.T) {
 		_, err := r.Respond(context.Background(), request(t, dhcpv4.MessageTypeDiscover, mac, KindUEFI), false)
 		require.NoError(t, err)
 	}
-	assert.LessOrEqual(t, len(r.perMAC), maxClients)
+	assert.LessOrEqual(t, r.perMAC.Len(), maxClients)
 	assert.LessOrEqual(t, len(r.discovering), maxDiscovering)
 	assert.LessOrEqual(t, len(r.recorded), maxRecorded)
 }

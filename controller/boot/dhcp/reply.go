@@ -12,6 +12,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/anvil-metal/anvil/controller/limits"
 )
 
 // Mode is how the service answers.
@@ -85,8 +87,8 @@ type Responder struct {
 	// non-PXE client) gets an address in full mode, not every device on
 	// the network.
 	discovering map[string]time.Time
-	perMAC      map[string]*bucket // Limits.PerMAC
-	newUnknown  bucket             // Limits.Discovery
+	perMAC      *limits.Keyed // Limits.PerMAC, by client MAC
+	newUnknown  *limits.Keyed // Limits.Discovery, over all unknown MACs (one key)
 }
 
 // Defaults of Config, also those of the controller's flags.
@@ -144,7 +146,10 @@ func NewResponder(cfg Config) (*Responder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{}, perMAC: map[string]*bucket{}}
+	lim := cfg.Limits
+	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{},
+		perMAC:     limits.NewKeyed(limits.Rate{PerSecond: lim.PerMAC, Burst: lim.PerMACBurst}, maxClients, cfg.Now),
+		newUnknown: limits.NewKeyed(limits.Rate{PerSecond: lim.Discovery, Burst: lim.DiscoveryBurst}, 1, cfg.Now)}
 	if cfg.Mode == ModeFull {
 		if !cfg.Range.First.IsValid() || cfg.Leases == nil {
 			return nil, errors.New("dhcp: full mode needs a range and a lease store")
@@ -380,7 +385,7 @@ func (r *Responder) discoveryAnswer(mac string, kind Kind) (ok bool, why string)
 		return seen, ""
 	}
 	if !seen {
-		if !r.newUnknown.take(now, r.cfg.Limits.Discovery, r.cfg.Limits.DiscoveryBurst) {
+		if !r.newUnknown.Allow("") {
 			return false, "discovery_rate"
 		}
 		makeRoom(r.discovering, maxDiscovering, func(at time.Time) bool { return now.Sub(at) >= discoveryWindow })
