@@ -313,23 +313,8 @@ func TestVMNetbootFull(t *testing.T) {
 	start := time.Now()
 	cleanOverNetboot(t, c, nodes)
 
-	// The deploy: the controller "reboots" the node (fake power: the test
-	// pulls the plug and starts it again), its firmware boots the script
-	// again, now with this boot's nonce, and the agent writes the image.
-	image, imageURL := serveImageOnBridge(t)
-	deployImage(t, c, "nb-a", imageURL, image, "NB-nb-a-0")
-	waitFor(t, c, "nb-a", time.Minute, func(m map[string]any) bool { return m["provision_state"] == "wait call-back" })
-	nodes[0].stop()
-	nodes[0].start(t, "tap0")
-	waitFor(t, c, "nb-a", 6*time.Minute, func(m map[string]any) bool {
-		if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
-			t.Fatalf("nb-a: %s: %v", s, m["last_error"])
-		}
-		return m["provision_state"] == "active"
-	})
+	deployOverNetboot(t, c, nodes[:1])
 	stop()
-	nodes[0].stop()
-	assertImageOnDisk(t, nodes[0].disks[0].Path, image)
 
 	if got := st.tokens.Load(); got != 0 {
 		t.Errorf("the stranger got an agent token %d times", got)
@@ -359,6 +344,44 @@ func TestVMNetbootFull(t *testing.T) {
 	if hist := historyLines(h); !strings.Contains(hist, "not answered: the node is available") {
 		t.Errorf("nb-b's history does not say why its DHCP went unanswered:\n%s", hist)
 	}
+}
+
+// deployOverNetboot deploys a whole-disk image to each node's first disk
+// over the network: once the controller awaits the ramdisk, the test
+// restarts the node (fake power: the test pulls the plug), its firmware
+// boots the script again, now with this boot's nonce, and the agent writes
+// the image; the host then finds it on the disk.
+func deployOverNetboot(t *testing.T, c *controller, nodes []*netbootNode) {
+	t.Helper()
+	start := time.Now()
+	image, imageURL := serveImageOnBridge(t)
+	for i, n := range nodes {
+		deployImage(t, c, n.name, imageURL, image, n.disks[0].Serial)
+		c.waitState(t, n.name, "wait call-back", time.Minute)
+		n.stop()
+		n.start(t, fmt.Sprintf("tap%d", i))
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			waitFor(t, c, n.name, 6*time.Minute, func(m map[string]any) bool {
+				if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
+					t.Errorf("%s: %s: %v", n.name, s, m["last_error"])
+					return true
+				}
+				return m["provision_state"] == "active"
+			})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, n := range nodes {
+		n.stop()
+		assertImageOnDisk(t, n.disks[0].Path, image)
+	}
+	t.Logf("[%6.1fs] %d node(s) network-booted again and deployed", time.Since(start).Seconds(), len(nodes))
 }
 
 // serveImageOnBridge serves a whole-disk image (a boot sector that prints
@@ -429,7 +452,7 @@ func TestVMNetbootProxy(t *testing.T) {
 // TFTP; the other with OVMF's UEFI HTTP boot (vendor class HTTPClient, arch
 // 16; PXE switched off through OVMF's fw_cfg knobs) and gets the iPXE EFI
 // binary by URL. Both then take their script from iPXE, and the agents
-// clean the disks.
+// clean the disks; then both boot the same way again and are deployed.
 func TestVMNetbootUEFI(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootUEFI") {
 		return
@@ -443,6 +466,7 @@ func TestVMNetbootUEFI(t *testing.T) {
 		enrolNode(t, c, n.name, n.mac)
 	}
 	cleanOverNetboot(t, c, nodes)
+	deployOverNetboot(t, c, nodes)
 	for name, wants := range map[string][]string{
 		"nb-uefi": {"DHCP ACK to UEFI PXE of port 52:54:00:88:02:01", "snponly.efi over TFTP", "TFTP sent snponly.efi (173792 bytes", "DHCP ACK to iPXE"},
 		"nb-http": {"DHCP ACK to UEFI HTTP of port 52:54:00:88:04:01", "/v1/boot/files/ipxe.efi", "DHCP ACK to iPXE"},
@@ -460,7 +484,9 @@ func TestVMNetbootUEFI(t *testing.T) {
 // TestVMNetbootSecureBoot: OVMF with Secure Boot enforced (Microsoft keys)
 // and a node that asks for it (capability secure_boot:true): Debian's
 // signed shim and network GRUB over TFTP, GRUB's per-node configuration
-// and Debian's signed kernel over HTTP, the agent cleans the disks.
+// (with the boot's nonce, for the TFTP client's leased address) and
+// Debian's signed kernel over TFTP, the agent cleans the disks; then the
+// node boots the same way again and is deployed.
 func TestVMNetbootSecureBoot(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootSecureBoot") {
 		return
@@ -477,6 +503,8 @@ func TestVMNetbootSecureBoot(t *testing.T) {
 	n := &netbootNode{name: "nb-sb", mac: "52:54:00:88:03:01", firmware: "uefi-sb"}
 	enrolNode(t, c, n.name, n.mac, map[string]any{"properties": map[string]any{"capabilities": "boot_mode:uefi,secure_boot:true"}})
 	cleanOverNetboot(t, c, []*netbootNode{n})
+	serial, _ := os.ReadFile(n.serial) // the cleaning boot's console
+	deployOverNetboot(t, c, []*netbootNode{n})
 	_, h := c.call(t, "GET", "/v1/nodes/nb-sb/history", nil)
 	hist := historyLines(h)
 	for _, want := range []string{"DHCP ACK to UEFI PXE of port 52:54:00:88:03:01: address 10.88.0.100; boot file shimx64.efi over TFTP",
@@ -485,7 +513,6 @@ func TestVMNetbootSecureBoot(t *testing.T) {
 			t.Errorf("history has no %q:\n%s", want, hist)
 		}
 	}
-	serial, _ := os.ReadFile(n.serial)
 	if !strings.Contains(string(serial), "Secure boot enabled") {
 		t.Errorf("the kernel did not report Secure Boot on; serial (tail):\n%s", tailBytes(serial, 3000))
 	}
