@@ -37,33 +37,38 @@ func TestBootScriptAndFiles(t *testing.T) {
 	script := string(r.body)
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
+	dii := e.do("GET", "/v1/nodes/pxe", latest, nil).json(t)["driver_internal_info"].(map[string]any)
+	assert.Equal(t, "******", dii["agent_boot_nonce"], "the API masks the boot's nonce like the token")
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
-	assert.NotContains(t, again, "anvil.token=", "the nonce is handed out once per boot: a re-fetch (or a stranger) gets none")
-	assert.Contains(t, again, "anvil.node="+id)
+	assert.Contains(t, again, "anvil.token="+nonce+" ", "the same address fetching again (a firmware retry) gets the same nonce")
 
 	// Secure Boot nodes get the same kernel command line as a GRUB
-	// configuration (the nonce went to the first fetch above, so none
-	// here); {node} may be a port MAC, in any usual spelling.
+	// configuration; {node} may be a port MAC, in any usual spelling.
 	for _, ident := range []string{id, "pxe", mac1, strings.ToUpper(strings.ReplaceAll(mac1, ":", "-"))} {
 		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
 		require.Equal(t, 200, r.status, ident)
 		grub := string(r.body)
-		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8\n", ident)
-		assert.NotContains(t, grub, "anvil.token=", ident)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce+" console=tty0 console=ttyS0,115200n8\n", ident)
 		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
 	assert.Contains(t, string(e.do("GET", "/v1/boot/"+mac1+"/ipxe", "", nil).body), "anvil.node="+id, "iPXE's ${net0/mac} works as {node} too")
 
-	// while the nonce is outstanding, lookup needs it
+	// the nonce was required from the moment the controller started the
+	// boot; a lookup without it gets nothing and stops nothing
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
 	require.Equal(t, 403, r.status)
-	assert.Contains(t, r.fault(t), "per-boot nonce")
+	assert.Contains(t, r.fault(t), "Not allowed")
+	assert.NotContains(t, string(r.body), id, "a stranger learns nothing about the node")
 	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
 	require.Equal(t, 200, r.status, string(r.body))
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b2&nonce="+nonce, latest, nil)
 	assert.Equal(t, 403, r.status, "the nonce used twice: %s", r.body)
+	assert.Contains(t, r.fault(t), "the operation was stopped")
+	n := e.waitState("pxe", "clean failed")
+	assert.Contains(t, n["last_error"], "SECURITY ALARM")
+	assert.NotContains(t, string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body), "anvil.token=", "the failed node's script carries no nonce")
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
 	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -103,30 +101,29 @@ func TestConfigRefusals(t *testing.T) {
 }
 
 func TestGrubRelay(t *testing.T) {
-	var host string
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host = r.Host
-		if r.URL.Path != "/v1/boot/52:54:00:77:00:01/grub" {
-			http.Error(w, "no such node", http.StatusNotFound)
-			return
+	var asked []string
+	g := grubRelay{base: "http://192.0.2.10:6385", config: func(_ context.Context, mac, client, base string) ([]byte, error) {
+		asked = append(asked, mac+" "+client+" "+base)
+		if mac != "52:54:00:77:00:01" {
+			return nil, errors.New("Node 52:54:00:77:00:09 could not be found")
 		}
-		w.Write([]byte("linux /vmlinuz anvil.token=x\n"))
-	}))
-	defer api.Close()
-	g := grubRelay{api: api.URL, base: "http://192.0.2.10:6385"}
+		return []byte("linux /vmlinuz anvil.token=x\n"), nil
+	}}
 	ctx := context.Background()
-	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg")
+	client := netip.MustParseAddr("192.0.2.57")
+	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg", client)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, "linux /vmlinuz anvil.token=x\n", string(b))
-	assert.Equal(t, "192.0.2.10:6385", host, "the API sees the node-facing host, for anvil.api=")
+	assert.Equal(t, []string{"52:54:00:77:00:01 192.0.2.57 http://192.0.2.10:6385"}, asked,
+		"the API learns the TFTP client's address (the nonce is bound to it) and the node-facing URL")
 
-	_, ok, err = g.file(ctx, "undionly.kpxe")
+	_, ok, err = g.file(ctx, "undionly.kpxe", client)
 	assert.NoError(t, err)
 	assert.False(t, ok, "other names are the boot directory's")
-	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg")
-	assert.ErrorContains(t, err, "HTTP 404")
-	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg")
+	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg", client)
+	assert.ErrorContains(t, err, "could not be found")
+	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg", client)
 	assert.Error(t, err)
 	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
 }

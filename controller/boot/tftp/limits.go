@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/anvil-metal/anvil/controller/limits"
 )
 
 // Reasons a request is refused or a transfer abandoned, as passed to
@@ -97,71 +99,22 @@ func (s *Server) inUse() (total, unknown int) {
 	return s.slots.total, s.slots.unknown
 }
 
-// maxRateSources bounds the rate limiter's memory. Sources are cheap to
-// forge, so beyond it the buckets of idle sources (full again) go, and all
-// of them if that is not enough.
+// maxRateSources bounds the rate limiter's memory (controller/limits
+// forgets idle sources beyond it): sources are cheap to forge.
 const maxRateSources = 16384
 
-// rateLimiter is a token bucket per source address. (controller/api has
-// one for HTTP; this package may not import it, and this one is keyed by
-// netip.Addr without a loopback exemption.)
-type rateLimiter struct {
-	rate  float64 // tokens per second
-	burst float64
-	mu    sync.Mutex
-	b     map[netip.Addr]bucket
-}
-
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-// newRateLimiter returns nil (no limit) for a negative rate.
-func newRateLimiter(rate float64, burst int) *rateLimiter {
+// newRateLimiter is a token bucket per source address; nil (no limit) for
+// a negative rate.
+func newRateLimiter(rate float64, burst int) *limits.Keyed {
 	if rate < 0 {
 		return nil
 	}
-	return &rateLimiter{rate: rate, burst: float64(max(burst, 1)), b: map[netip.Addr]bucket{}}
+	return limits.NewKeyed(limits.Rate{PerSecond: rate, Burst: burst}, maxRateSources, nil)
 }
 
-// allow takes a token of src's bucket, if it has one.
-func (l *rateLimiter) allow(src netip.Addr, now time.Time) bool {
-	if l == nil {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.b[src]
-	if !ok {
-		if len(l.b) >= maxRateSources {
-			l.forgetIdle(now)
-		}
-		b = bucket{tokens: l.burst, at: now}
-	}
-	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
-	b.at = now
-	ok = b.tokens >= 1
-	if ok {
-		b.tokens--
-	}
-	l.b[src] = b
-	return ok
-}
-
-// forgetIdle drops the buckets that have filled up again (a new bucket is
-// the same), or all of them when too many sources are live: a sweep of
-// forged addresses should not cost a scan of a full table per packet.
-func (l *rateLimiter) forgetIdle(now time.Time) {
-	full := time.Duration(l.burst / max(l.rate, 1e-9) * float64(time.Second))
-	for a, b := range l.b {
-		if now.Sub(b.at) >= full {
-			delete(l.b, a)
-		}
-	}
-	if len(l.b) >= maxRateSources/2 {
-		clear(l.b)
-	}
+// allowSource takes a token of src's bucket, if it has one.
+func (s *Server) allowSource(src netip.Addr) bool {
+	return s.rate == nil || s.rate.Allow(src.String())
 }
 
 // throttle bounds the log lines of refusals: one per reason and interval,

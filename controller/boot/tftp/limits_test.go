@@ -375,27 +375,6 @@ func TestRequestRate(t *testing.T) {
 	assert.Equal(t, int(errNotFound), tftpCode(res.err), "another address is answered")
 }
 
-func TestRateLimiter(t *testing.T) {
-	l := newRateLimiter(2, 3)
-	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	now := time.Unix(1000, 0)
-	for range 3 {
-		assert.True(t, l.allow(a, now))
-	}
-	assert.False(t, l.allow(a, now), "burst used up")
-	assert.True(t, l.allow(b, now), "per source")
-	assert.True(t, l.allow(a, now.Add(500*time.Millisecond)), "2/s: one token back after 0.5 s")
-	assert.False(t, l.allow(a, now.Add(500*time.Millisecond)))
-	assert.Nil(t, newRateLimiter(-1, 0), "negative: no limit")
-	assert.True(t, (*rateLimiter)(nil).allow(a, now))
-
-	// A sweep of (forged) sources does not grow it without bound.
-	for i := range 3 * maxRateSources {
-		l.allow(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), now.Add(time.Duration(i)*time.Microsecond))
-	}
-	assert.LessOrEqual(t, len(l.b), maxRateSources)
-}
-
 // Refusals are logged once per reason and interval, with the count of
 // those left out.
 func TestRefusalLogThrottle(t *testing.T) {

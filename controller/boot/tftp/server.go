@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anvil-metal/anvil/controller/limits"
 	"github.com/anvil-metal/anvil/internal/regularfile"
 )
 
@@ -84,9 +85,9 @@ type Config struct {
 	// of Root: small configuration the service generates.
 	Files map[string][]byte
 	// Dynamic, if set, is asked for every name not in Files, ahead of
-	// Root: ok false passes the name on to Root; an error is reported to
-	// the client as "file not found".
-	Dynamic func(ctx context.Context, name string) (data []byte, ok bool, err error)
+	// Root, with the client's address: ok false passes the name on to
+	// Root; an error is reported to the client as "file not found".
+	Dynamic func(ctx context.Context, name string, client netip.Addr) (data []byte, ok bool, err error)
 }
 
 // Transfer describes one finished (Err nil) or failed read.
@@ -103,7 +104,7 @@ type Server struct {
 	cfg   Config
 	root  *os.Root
 	log   *slog.Logger
-	rate  *rateLimiter
+	rate  *limits.Keyed // RequestRate per source address (nil: no limit)
 	warn  *throttle
 	slots slots
 }
@@ -208,7 +209,7 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		// Before anything is parsed or answered: what a source may make
 		// us do per second is bounded here.
-		if !s.rate.allow(from.Addr(), time.Now()) {
+		if !s.allowSource(from.Addr()) {
 			s.drop(DropRate)
 			continue
 		}
@@ -280,7 +281,7 @@ func (s *Server) serveRead(ctx context.Context, localIP net.IP, client netip.Add
 
 	t := &transfer{conn: conn, client: client, retries: s.cfg.Retries, timeout: s.cfg.Timeout,
 		silentTimeout: s.cfg.Timeout, silentTries: s.cfg.SilentTries, deadline: deadline}
-	name, f, size, err := s.open(ctx, req)
+	name, f, size, err := s.open(ctx, req, client.Addr())
 	if err != nil {
 		var te *tftpError
 		if errors.As(err, &te) {
@@ -374,7 +375,7 @@ func cleanName(name string) (string, error) {
 }
 
 // open resolves the request to a readable file (netascii converted in memory).
-func (s *Server) open(ctx context.Context, req *packet) (string, io.ReaderAt, int64, error) {
+func (s *Server) open(ctx context.Context, req *packet, client netip.Addr) (string, io.ReaderAt, int64, error) {
 	if req.mode != "octet" && req.mode != "netascii" {
 		return "", nil, 0, &tftpError{errIllegalOp, fmt.Sprintf("unsupported mode %q: use octet or netascii", req.mode)}
 	}
@@ -385,7 +386,7 @@ func (s *Server) open(ctx context.Context, req *packet) (string, io.ReaderAt, in
 	b, ok := s.cfg.Files[name]
 	if !ok && s.cfg.Dynamic != nil {
 		var err error
-		if b, ok, err = s.cfg.Dynamic(ctx, name); err != nil {
+		if b, ok, err = s.cfg.Dynamic(ctx, name, client); err != nil {
 			s.log.Info("tftp: generated file failed", "file", name, "err", err)
 			return name, nil, 0, &tftpError{errNotFound, "file not found"}
 		}
