@@ -162,7 +162,7 @@ func parseArgs(args []string) BootConfig {
 			c.IPA.LookupTimeout = val
 		case "ipa-debug":
 			c.IPA.Debug = !hasVal || truthy(val)
-		case "anvil.token":
+		case protocol.CmdlineNonce:
 			c.Token = val
 		case protocol.CmdlineFingerprint:
 			c.Fingerprint = val

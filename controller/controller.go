@@ -18,7 +18,6 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -258,10 +257,20 @@ func Run(ctx context.Context, cfg Config) error {
 		cc.Media, apiMedia = media, media
 		defer media.Close()
 	}
+	metrics := api.NewMetrics(apiStore)
+	cc.BootScripts, cc.Suppressed = cfg.BootDir != "", metrics.Suppressed
+	if cfg.Boot.DHCP == "full" {
+		ls, ok := st.(interface {
+			ListDHCPLeases(context.Context) ([]store.DHCPLease, error)
+		})
+		if !ok {
+			return fmt.Errorf("--boot-dhcp full needs a database that keeps DHCP leases; %T does not", st)
+		}
+		cc.Leases = leaseBook{st: ls, now: time.Now}
+	}
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
-	metrics := api.NewMetrics(apiStore)
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
 		RecordsKey: signer.PublicKey()})
@@ -281,8 +290,10 @@ func Run(ctx context.Context, cfg Config) error {
 		// a controller serving HTTPS; so does the GRUB relay.
 		bc.BootDir, bc.HTTPBase, bc.APIPort = cfg.BootDir, plainURL(cfg.PublicURL), ln.Addr().(*net.TCPAddr).Port
 		bc.Discovery = cfg.Discovery.Enabled
-		bc.APIURL = selfURL(ln.Addr().(*net.TCPAddr))
-		bc.Logger, bc.Record = log.With("component", "boot"), recorder(st, log, cc.Host, "boot")
+		bc.GrubConfig = srv.GrubConfig
+		bc.Logger = log.With("component", "boot")
+		bc.Record = budgeted(recorder(st, log, cc.Host, "boot"), bootHistoryBudget, time.Now, func(n int) { metrics.Suppressed("boot", n) })
+		bc.Dropped = metrics.Dropped
 		bs, ok := st.(boot.Store)
 		if !ok {
 			ln.Close()
@@ -380,15 +391,6 @@ func plainURL(u string) string {
 		return "http://" + rest
 	}
 	return u
-}
-
-// selfURL is how this process reaches its own listener.
-func selfURL(a *net.TCPAddr) string {
-	ip := a.IP
-	if ip == nil || ip.IsUnspecified() {
-		ip = net.IPv4(127, 0, 0, 1)
-	}
-	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
 }
 
 // recorder returns a function that writes a line of eventType into a

@@ -105,6 +105,13 @@ func (s *simulatedHardware) boot(ctx context.Context, n *store.Node) {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
+		// Its firmware network-boots first: the boot script carries the
+		// nonce the lookup needs when this controller serves boot scripts.
+		nonce, err := simagent.FirmwareBoot(actx, a.HTTP, s.url(), macs[0])
+		if err != nil {
+			s.log.Warn("simulated firmware: fetching the boot script failed; booting without a nonce", "node", n.UUID, "err", err)
+		}
+		a.Nonce = nonce
 		a.Run(actx, s.interval)
 	}()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,15 +128,18 @@ type netbootNode struct {
 	exited    chan struct{}
 }
 
-// start boots the node with two NVMe disks carrying the erase pattern.
+// start boots the node with two NVMe disks carrying the erase pattern
+// (made at its first start, kept across restarts).
 func (n *netbootNode) start(t *testing.T, tap string) {
 	t.Helper()
 	dir := t.TempDir()
 	const size = 64 << 20
-	for i := range 2 {
-		path := filepath.Join(dir, fmt.Sprintf("nvme%d.raw", i))
-		writePattern(t, path, size)
-		n.disks = append(n.disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: fmt.Sprintf("NB-%s-%d", n.name, i)})
+	if n.disks == nil {
+		for i := range 2 {
+			path := filepath.Join(dir, fmt.Sprintf("nvme%d.raw", i))
+			writePattern(t, path, size)
+			n.disks = append(n.disks, vbmc.QEMUDisk{Path: path, SizeMiB: size >> 20, Serial: fmt.Sprintf("NB-%s-%d", n.name, i)})
+		}
 	}
 	n.serial = filepath.Join(dir, "serial.log")
 	nic := "virtio-net-pci,netdev=n0,mac=" + n.mac
@@ -178,22 +182,31 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw", d.Path, i),
 			"-device", fmt.Sprintf("nvme,serial=%s,drive=d%d", d.Serial, i))
 	}
-	n.cmd = exec.Command("qemu-system-x86_64", args...)
+	cmd := exec.Command("qemu-system-x86_64", args...)
 	out, err := os.Create(filepath.Join(dir, "qemu.log"))
 	must(t, err)
-	n.cmd.Stdout, n.cmd.Stderr = out, out
-	must(t, n.cmd.Start())
-	n.exited = make(chan struct{})
-	go func() { _ = n.cmd.Wait(); out.Close(); close(n.exited) }()
+	cmd.Stdout, cmd.Stderr = out, out
+	must(t, cmd.Start())
+	exited := make(chan struct{})
+	n.cmd, n.exited = cmd, exited
+	go func() { _ = cmd.Wait(); out.Close(); close(exited) }()
+	serial := n.serial
 	t.Cleanup(func() {
-		_ = n.cmd.Process.Kill()
-		<-n.exited
+		_ = cmd.Process.Kill()
+		<-exited
 		if t.Failed() {
-			s, _ := os.ReadFile(n.serial)
+			s, _ := os.ReadFile(serial)
 			q, _ := os.ReadFile(filepath.Join(dir, "qemu.log"))
 			t.Logf("%s qemu:\n%s\nserial console (tail):\n%s", n.name, q, tailBytes(s, 4000))
 		}
 	})
+}
+
+// stop pulls the plug (the nodes are fake-hardware: the test is their
+// power), so the node can boot again or its disks be read.
+func (n *netbootNode) stop() {
+	_ = n.cmd.Process.Kill()
+	<-n.exited
 }
 
 // enrolNode creates a fake-hardware node (the test is its power) with its
@@ -275,9 +288,14 @@ func probeNoOffer(t *testing.T, mac string) {
 // TestVMNetbootFull: the controller alone on the provisioning network
 // (--boot-dhcp full). Two SeaBIOS nodes boot at once: QEMU's iPXE ROM gets
 // an address and the node's script URL from the controller, loads the
-// agent over HTTP, and the agent cleans the disks. Then a stranger's MAC
-// and a node the controller is not booting (now available) get no offer,
-// and the latter's history says why.
+// agent over HTTP, and the agent cleans the disks. All the while a
+// stranger on the network polls lookup for both nodes' MACs every 10 ms
+// and fetches their boot scripts (issue #30): it gets neither a token nor
+// a nonce, and the nodes' histories stay short. Then one node is deployed
+// over the network the same way, the stranger still polling, and the
+// host finds the image on its disk. Last, a stranger's MAC and a node the
+// controller is not booting get no DHCP offer, and the latter's history
+// says why.
 func TestVMNetbootFull(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootFull") {
 		return
@@ -290,20 +308,80 @@ func TestVMNetbootFull(t *testing.T) {
 	for _, n := range nodes {
 		enrolNode(t, c, n.name, n.mac)
 	}
+	st := newStranger(t, c)
+	stop := st.poll(nodes[0].mac, nodes[1].mac)
+	start := time.Now()
 	cleanOverNetboot(t, c, nodes)
 
-	probeNoOffer(t, "52:54:00:88:00:99")
-	probeNoOffer(t, nodes[0].mac)
-	_, h := c.call(t, "GET", "/v1/nodes/nb-a/history", nil)
-	if hist := historyLines(h); !strings.Contains(hist, "not answered: the node is available") {
-		t.Errorf("nb-a's history does not say why its DHCP went unanswered:\n%s", hist)
+	// The deploy: the controller "reboots" the node (fake power: the test
+	// pulls the plug and starts it again), its firmware boots the script
+	// again, now with this boot's nonce, and the agent writes the image.
+	image, imageURL := serveImageOnBridge(t)
+	deployImage(t, c, "nb-a", imageURL, image, "NB-nb-a-0")
+	waitFor(t, c, "nb-a", time.Minute, func(m map[string]any) bool { return m["provision_state"] == "wait call-back" })
+	nodes[0].stop()
+	nodes[0].start(t, "tap0")
+	waitFor(t, c, "nb-a", 6*time.Minute, func(m map[string]any) bool {
+		if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
+			t.Fatalf("nb-a: %s: %v", s, m["last_error"])
+		}
+		return m["provision_state"] == "active"
+	})
+	stop()
+	nodes[0].stop()
+	assertImageOnDisk(t, nodes[0].disks[0].Path, image)
+
+	if got := st.tokens.Load(); got != 0 {
+		t.Errorf("the stranger got an agent token %d times", got)
 	}
+	if got := st.nonces.Load(); got != 0 {
+		t.Errorf("the stranger got a boot script with the nonce %d times", got)
+	}
+	if st.polls.Load() < 1000 {
+		t.Errorf("the stranger polled only %d times", st.polls.Load())
+	}
+	budget := 5 + int(time.Since(start)/time.Minute) + 2 // the burst, one a minute, the boots' own
+	for _, n := range nodes {
+		_, h := c.call(t, "GET", "/v1/nodes/"+n.name+"/history", nil)
+		hist := historyLines(h)
+		if got := refusedLines(hist); got == 0 || got > budget {
+			t.Errorf("%s: %d history lines about the stranger (want 1 to %d):\n%s", n.name, got, budget, hist)
+		}
+		if strings.Contains(hist, "SECURITY") {
+			t.Errorf("%s: a stranger without the secret must not stop anything:\n%s", n.name, hist)
+		}
+	}
+	t.Logf("the stranger sent %d lookups over %v; none got a token", st.polls.Load(), time.Since(start).Round(time.Second))
+
+	probeNoOffer(t, "52:54:00:88:00:99")
+	probeNoOffer(t, nodes[1].mac)
+	_, h := c.call(t, "GET", "/v1/nodes/nb-b/history", nil)
+	if hist := historyLines(h); !strings.Contains(hist, "not answered: the node is available") {
+		t.Errorf("nb-b's history does not say why its DHCP went unanswered:\n%s", hist)
+	}
+}
+
+// serveImageOnBridge serves a whole-disk image (a boot sector that prints
+// a marker) on the provisioning bridge, where the nodes reach it.
+func serveImageOnBridge(t *testing.T) ([]byte, string) {
+	t.Helper()
+	image := BootSectorDisk("ANVIL-BOOTED-FROM-DISK", 1<<20)
+	ln, err := net.Listen("tcp", bridgeIP.String()+":0")
+	must(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(image) }), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return image, "http://" + ln.Addr().String() + "/disk.raw"
 }
 
 // TestVMNetbootProxy: the site's own DHCP server (a small one the test
 // runs on the bridge) gives addresses; the controller (--boot-dhcp proxy)
-// only adds boot information. A SeaBIOS node boots to its agent and is
-// cleaned.
+// only adds boot information. First a stranger fetches the node's boot
+// script before the node's firmware does (issue #30): the firmware's own
+// fetch exposes it, and the cleaning stops — clean failed, maintenance,
+// a security alarm — instead of going on with whoever came first. Once
+// an operator has looked, the node is cleaned: its SeaBIOS firmware boots
+// the agent, which erases the disks.
 func TestVMNetbootProxy(t *testing.T) {
 	if !inNetbootNamespace(t, "TestVMNetbootProxy") {
 		return
@@ -315,10 +393,34 @@ func TestVMNetbootProxy(t *testing.T) {
 		"--boot-dhcp", "proxy", "--boot-interface", "br0")
 	n := &netbootNode{name: "nb-proxy", mac: "52:54:00:88:01:01", firmware: "bios"}
 	enrolNode(t, c, n.name, n.mac)
+
+	c.mustCall(t, "PUT", "/v1/nodes/"+n.name+"/states/provision", map[string]any{"target": "provide"})
+	c.waitState(t, n.name, "clean wait", time.Minute)
+	st := newStranger(t, c)
+	if code, carried := st.script(n.mac); code != http.StatusOK || !carried {
+		t.Fatalf("the stranger's first fetch: HTTP %d, nonce %v (without our DHCP the first fetch gets it)", code, carried)
+	}
+	n.start(t, "tap0")
+	failed := waitFor(t, c, n.name, 3*time.Minute, func(m map[string]any) bool { return m["provision_state"] == "clean failed" })
+	n.stop()
+	if msg, _ := failed["last_error"].(string); !strings.Contains(msg, "SECURITY ALARM in clean wait: second agent claimant: boot ipxe from 10.88.0.") ||
+		!strings.Contains(msg, "after this boot's secret went to "+strangerIP) {
+		t.Fatalf("last_error does not name the alarm: %q", msg)
+	}
+	if failed["maintenance"] != true {
+		t.Errorf("a node whose boot had a second claimant must be in maintenance")
+	}
+	c.mustCall(t, "DELETE", "/v1/nodes/"+n.name+"/maintenance", nil)
+	c.mustCall(t, "PUT", "/v1/nodes/"+n.name+"/states/provision", map[string]any{"target": "manage"})
+	c.waitState(t, n.name, "manageable", time.Minute)
+
 	cleanOverNetboot(t, c, []*netbootNode{n})
 	_, h := c.call(t, "GET", "/v1/nodes/nb-proxy/history", nil)
-	if hist := historyLines(h); !strings.Contains(hist, "proxyDHCP OFFER to iPXE") {
-		t.Errorf("history has no proxyDHCP answer:\n%s", hist)
+	hist := historyLines(h)
+	for _, want := range []string{"proxyDHCP OFFER to iPXE", "SECURITY: second agent claimant: boot ipxe from 10.88.0."} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("history has no %q:\n%s", want, hist)
+		}
 	}
 }
 

@@ -28,10 +28,15 @@ const (
 	// LookupBootID is the agent's boot id (new on every boot).
 	LookupBootID = "boot_id"
 	// LookupNonce is the per-boot nonce the controller put on the kernel
-	// command line (anvil.token=) when it served the node's iPXE script;
-	// while a nonce is outstanding, lookup requires it.
+	// command line (CmdlineNonce) of the boot it started (the iPXE
+	// script, GRUB configuration or virtual-media ISO); while the boot has
+	// one, lookup requires it.
 	LookupNonce = "nonce"
 )
+
+// CmdlineNonce is the kernel command line parameter carrying the boot's
+// nonce.
+const CmdlineNonce = "anvil.token"
 
 // LookupResponse answers GET /v1/lookup?addresses=<macs>&node_uuid=&boot_id=.
 // "node" and "config" are Ironic's keys; the config carries our extras.

@@ -25,6 +25,13 @@ func TestBootFlagErrors(t *testing.T) {
 		{[]string{"--boot-dhcp", "proxy", "--boot-interface", "nosuch0"}, "--boot-interface nosuch0"},
 		{[]string{"--boot-dhcp-range", "10.0.0.1-10.0.0.9"}, "need --boot-dhcp proxy or full"},
 		{[]string{"--boot-tftp-listen", "127.0.0.1:0"}, "needs --boot-dir"},
+		{[]string{"--boot-discovery-dhcp-share", "0"}, "--boot-discovery-dhcp-share 0: give a percentage"},
+		{[]string{"--boot-discovery-dhcp-share", "100.5"}, "--boot-discovery-dhcp-share 100.5: give a percentage"},
+		{[]string{"--boot-discovery-dhcp-share", "NaN"}, "--boot-discovery-dhcp-share NaN"},
+		{[]string{"--boot-discovery-dhcp-lease", "0s"}, "--boot-discovery-dhcp-lease 0s: give a duration above 0 and below the 1h0m0s lease"},
+		{[]string{"--boot-discovery-dhcp-lease", "1h"}, "--boot-discovery-dhcp-lease 1h0m0s"},
+		// Good values pass on to the next check.
+		{[]string{"--boot-discovery-dhcp-share", "50", "--boot-discovery-dhcp-lease", "10m", "--boot-dhcp", "proxy"}, "--boot-dhcp needs --boot-interface NAME"},
 	} {
 		args := append([]string{"--listen", "127.0.0.1:0", "--database", "sqlite://:memory:"}, tc.args...)
 		err := run(t.Context(), args, func(string) string { return "" })

@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/controller"
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/boot"
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/conductor"
 )
 
@@ -94,6 +95,8 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.StringVar(&dc.Driver, "boot-discovery-driver", dc.Driver, "driver of discovered nodes (ipmi, redfish or fake-hardware); add the BMC's driver_info before managing them")
 	fs.IntVar(&dc.MaxPending, "boot-discovery-max-pending", dc.MaxPending, "refuse discovery reports while this many discovered nodes wait in enroll (0: no cap)")
 	fs.Float64Var(&dc.Rate, "boot-discovery-rate", dc.Rate, "discovery reports per second accepted over all sources (bursts of 10; 0: unlimited)")
+	fs.Float64Var(&bc.DiscoveryDHCPShare, "boot-discovery-dhcp-share", dhcp.DefaultDiscoveryShare, "percentage of --boot-dhcp-range (its top addresses, at least one) full-mode DHCP gives to MACs no port has; enrolled nodes may use all of it")
+	fs.DurationVar(&bc.DiscoveryDHCPLease, "boot-discovery-dhcp-lease", dhcp.DefaultDiscoveryLease, "full-mode DHCP lease of MACs no port has, until the machine reports and is a node (below the 1h lease of nodes being booted)")
 	pl := api.DefaultPublicLimit()
 	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
 	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
@@ -122,6 +125,9 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	overrides, err := parsePriorities(*prio)
 	if err != nil {
+		return err
+	}
+	if err := checkDiscoveryDHCP(bc); err != nil {
 		return err
 	}
 	cc.PriorityOverrides = overrides
@@ -242,4 +248,16 @@ func parsePriorities(s string) (map[string]int, error) {
 		out[key] = n
 	}
 	return out, nil
+}
+
+// checkDiscoveryDHCP refuses discovery DHCP bounds that bound nothing: an
+// empty share or one beyond the range, a lease no shorter than a node's.
+func checkDiscoveryDHCP(bc boot.Config) error {
+	if s := bc.DiscoveryDHCPShare; !(s > 0 && s <= 100) {
+		return fmt.Errorf("--boot-discovery-dhcp-share %v: give a percentage of --boot-dhcp-range above 0 and at most 100", s)
+	}
+	if l := bc.DiscoveryDHCPLease; l <= 0 || l >= dhcp.DefaultLeaseTime {
+		return fmt.Errorf("--boot-discovery-dhcp-lease %v: give a duration above 0 and below the %v lease of nodes being booted", l, dhcp.DefaultLeaseTime)
+	}
+	return nil
 }

@@ -209,15 +209,15 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	return nil
 }
 
-// claimWarnings repeats, after the node, the second agent claimants the
-// controller refused (possible takeover attempts): an operator must not
-// miss them in the JSON.
+// claimWarnings repeats, after the node, the second agent claimants that
+// made the controller stop the node's operation (possible takeover
+// attempts): an operator must not miss them in the JSON.
 func claimWarnings(node map[string]any, out io.Writer) error {
 	dii, _ := node["driver_internal_info"].(map[string]any)
 	claims, _ := dii["agent_claims"].([]any)
 	for _, c := range claims {
 		m, _ := c.(map[string]any)
-		if _, err := fmt.Fprintf(out, "WARNING: second agent claimant refused at %v: %v from %v (boot %v) while the token was held by %v (boot %v)\n",
+		if _, err := fmt.Fprintf(out, "SECURITY: second agent claimant at %v: %v from %v (boot %v) after the boot's secret went to %v (boot %v); the operation was stopped\n",
 			m["at"], m["via"], m["address"], m["boot_id"], m["holder_address"], m["holder_boot_id"]); err != nil {
 			return err
 		}

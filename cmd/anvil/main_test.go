@@ -95,7 +95,7 @@ func TestShowWarnsOfSecondClaimants(t *testing.T) {
 		"at": "2026-01-01T00:00:00Z", "via": "lookup", "address": "10.0.0.66", "boot_id": "evil",
 		"holder_address": "10.0.0.5", "holder_boot_id": "b1"}}}}
 	require.NoError(t, claimWarnings(node, &out))
-	assert.Equal(t, "WARNING: second agent claimant refused at 2026-01-01T00:00:00Z: lookup from 10.0.0.66 (boot evil) while the token was held by 10.0.0.5 (boot b1)\n", out.String())
+	assert.Equal(t, "SECURITY: second agent claimant at 2026-01-01T00:00:00Z: lookup from 10.0.0.66 (boot evil) after the boot's secret went to 10.0.0.5 (boot b1); the operation was stopped\n", out.String())
 	out.Reset()
 	require.NoError(t, claimWarnings(map[string]any{}, &out))
 	assert.Empty(t, out.String())

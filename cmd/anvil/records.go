@@ -8,9 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/erasure"
@@ -49,7 +52,13 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 	if *format != "json" && *format != "text" && *format != "pdf" {
 		return fmt.Errorf("--format %q: want json, text or pdf", *format)
 	}
-	f := erasure.File{Format: erasure.FileFormat, Node: node, Records: []json.RawMessage{}}
+	// The file names the node by UUID, which every record holds (a name
+	// can change or be reused), and the records are listed by it too.
+	nodeUUID, err := resolveNode(ctx, c, node)
+	if err != nil {
+		return err
+	}
+	f := erasure.File{Format: erasure.FileFormat, Node: nodeUUID, Records: []json.RawMessage{}}
 	marker := ""
 	for {
 		var body struct {
@@ -60,7 +69,7 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 		if marker != "" {
 			q.Set("marker", marker)
 		}
-		if err := c.Do(ctx, "GET", "/v1/nodes/"+url.PathEscape(node)+"/erase-records?"+q.Encode(), nil, &body); err != nil {
+		if err := c.Do(ctx, "GET", "/v1/nodes/"+url.PathEscape(nodeUUID)+"/erase-records?"+q.Encode(), nil, &body); err != nil {
 			return err
 		}
 		f.Records = append(f.Records, body.Records...)
@@ -98,8 +107,25 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 		b.Write(d)
 	}
 	b.WriteString("\n]}\n")
-	_, err := io.WriteString(out, b.String())
+	_, err = io.WriteString(out, b.String())
 	return err
+}
+
+// resolveNode is the UUID of the node named node (a name or UUID). A
+// deleted node's records are still listed by its UUID, so a UUID the API
+// no longer knows as a node is taken as it is.
+func resolveNode(ctx context.Context, c *client.Client, node string) (string, error) {
+	n, err := c.GetNode(ctx, node)
+	if err == nil {
+		return n.UUID, nil
+	}
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
+		if u, perr := uuid.Parse(node); perr == nil {
+			return u.String(), nil
+		}
+	}
+	return "", fmt.Errorf("node %s: %w", node, err)
 }
 
 // verifyRecords checks a file of signed records offline. With --key, only

@@ -72,8 +72,12 @@ func TestEraseRecordsCLI(t *testing.T) {
 	}
 	out, err := cli("erase-records", "old-box")
 	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(out, `{"format":"anvil-erase-records/1","node":"`+n.UUID+`","records":[`), "the file names the node by UUID:\n%s", out)
 	file := filepath.Join(t.TempDir(), "records.json")
 	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
+	byUUID, err := cli("erase-records", n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, out, byUUID, "by name or UUID, the same file")
 
 	pk, err := cli("erase-records", "public-key")
 	require.NoError(t, err)
@@ -102,6 +106,36 @@ func TestEraseRecordsCLI(t *testing.T) {
 	v, err = cli("erase-records", "verify", file, "--key", otherKey(t))
 	require.Error(t, err)
 	assert.Contains(t, v, "not trusted")
+
+	// Security issue #30: a forged serial before the signed one, which
+	// people, grep and first-wins readers see, a record twice, and a file
+	// that says it is another node's: the command fails and says why.
+	other := "3f0c1d2e-0000-4000-8000-000000000002"
+	for _, tc := range []struct{ name, file, err, says string }{
+		{"a forged serial before the signed one", strings.Replace(out, `"serial":"VD-A"`, `"serial":"FORGED-0002","serial":"VD-A"`, 1),
+			`records.json: duplicate key "serial" at records[`, ""},
+		{"a case variant", strings.Replace(out, `"serial":"VD-A"`, `"Serial":"FORGED-0002","serial":"VD-A"`, 1),
+			`a case-insensitive JSON reader (Go's encoding/json) takes it for "Serial"`, ""},
+		{"a record twice", strings.Replace(out, "\n]}", ",\n"+strings.TrimSuffix(strings.SplitN(out, "\n", 3)[1], ",")+"\n]}", 1),
+			"appears twice: records[0] and records[2]", ""},
+		{"another node's file", strings.Replace(out, n.UUID, other, 1), "2 of 2 records failed verification",
+			`is of node ` + n.UUID + ` ("old-box"), not of the file's node "` + other + `"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotEqual(t, out, tc.file)
+			require.NoError(t, os.WriteFile(file, []byte(tc.file), 0o600))
+			v, err := cli("erase-records", "verify", file, "--key", pubText)
+			require.Error(t, err, v)
+			assert.Contains(t, err.Error(), tc.err)
+			assert.NotContains(t, v, "OK ")
+			assert.Contains(t, v, tc.says)
+		})
+	}
+	_, err = cli("erase-records", "nonesuch")
+	assert.ErrorContains(t, err, "node nonesuch: HTTP 404")
+	gone, err := cli("erase-records", "3f0c1d2e-0000-4000-8000-0000000000ff")
+	require.NoError(t, err, "a deleted node's records are listed by its UUID")
+	assert.Contains(t, gone, `"node":"3f0c1d2e-0000-4000-8000-0000000000ff","records":[`)
 
 	text, err := cli("erase-records", "old-box", "--format", "text")
 	require.NoError(t, err)

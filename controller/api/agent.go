@@ -93,10 +93,15 @@ func (s *Server) resetAgentToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// countClaim counts a refused second agent claimant.
+// countClaim counts a second agent claimant (the operation stops) and a
+// request refused for lacking what the boot requires.
 func (s *Server) countClaim(err error, via string) {
-	if s.metrics != nil && errors.Is(err, conductor.ErrSecondClaimant) {
+	switch {
+	case s.metrics == nil:
+	case errors.Is(err, conductor.ErrSecondClaimant):
 		s.metrics.claims.WithLabelValues(via).Inc()
+	case errors.Is(err, conductor.ErrNotTrusted):
+		s.metrics.untrusted.WithLabelValues(via).Inc()
 	}
 }
 

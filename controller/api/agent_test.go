@@ -95,7 +95,7 @@ func TestAgentAutomatedCleaning(t *testing.T) {
 	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Summary: "/dev/nvme0n1 erased by nvme_format_crypto_erase,\n\x1b[31mverified"}
 	err := a.Lookup(context.Background())
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "does not expect an agent")
+	assert.Contains(t, err.Error(), "No node expects an agent at these addresses now")
 
 	require.Equal(t, 202, e.provision("clean1", "provide", nil).status)
 	n := e.waitState("clean1", "clean wait")
@@ -481,12 +481,12 @@ func TestAgentEndpointsRefuseBadInput(t *testing.T) {
 		fault        string
 	}{
 		"lookup without args":  {"GET", "/v1/lookup", nil, 400, "At least one of 'addresses' and 'node_uuid'"},
-		"lookup unknown mac":   {"GET", "/v1/lookup?addresses=52:54:00:ff:ff:ff", nil, 404, "No node has a port"},
-		"lookup wrong state":   {"GET", "/v1/lookup?addresses=" + mac1, nil, 404, "does not expect an agent"},
+		"lookup unknown mac":   {"GET", "/v1/lookup?addresses=52:54:00:ff:ff:ff", nil, 404, "No node expects an agent"},
+		"lookup wrong state":   {"GET", "/v1/lookup?addresses=" + mac1, nil, 404, "No node expects an agent"},
 		"lookup unknown param": {"GET", "/v1/lookup?addresses=" + mac1 + "&x=1", nil, 400, "Unknown argument"},
 		"ipa heartbeat":        {"POST", "/v1/heartbeat/" + id, map[string]any{"callback_url": "http://x:9999", "agent_version": "9.4"}, 400, "ironic-python-agent"},
 		"malformed heartbeat":  {"POST", "/v1/heartbeat/" + id, `{"agent_token":`, 400, "malformed message"},
-		"no token issued":      {"POST", "/v1/heartbeat/" + id, map[string]any{"agent_token": "x", "agent_version": "1", "boot_id": "b", "fingerprint": "f"}, 401, "No agent token was issued"},
+		"no token issued":      {"POST", "/v1/heartbeat/" + id, map[string]any{"agent_token": "x", "agent_version": "1", "boot_id": "b", "fingerprint": "f"}, 401, "Invalid or missing agent token"},
 		"unknown node":         {"POST", "/v1/heartbeat/nope", map[string]any{"agent_token": "x", "agent_version": "1", "boot_id": "b", "fingerprint": "f"}, 404, "could not be found"},
 	}
 	for name, tc := range tests {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/internal/regularfile"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -37,7 +40,7 @@ func (s *Server) bootISO(w http.ResponseWriter, r *http.Request) error {
 	if s.media == nil {
 		return missing
 	}
-	n, err := s.bootNode(r)
+	n, err := s.bootNode(r.Context(), muxVar(r, "node"))
 	if err != nil {
 		return missing
 	}
@@ -45,7 +48,7 @@ func (s *Server) bootISO(w http.ResponseWriter, r *http.Request) error {
 		return missing
 	}
 	f, err := s.media.Open(n.UUID, muxVar(r, "key"), func() (protocol.BootConfig, error) {
-		_, args, err := s.agentBoot(r, n)
+		_, args, err := s.agentBoot(r.Context(), n, s.publicBase(r, n), conductor.BootFetch{Via: "vmedia", Address: sourceAddr(r)})
 		if err != nil {
 			return protocol.BootConfig{}, err
 		}
@@ -86,12 +89,14 @@ var bootFiles = map[string][]string{"vmlinuz": {"vmlinuz"}, "initramfs": {"initr
 
 // bootScript serves GET /v1/boot/{node}/ipxe: the iPXE script that boots
 // the agent ramdisk for this node (public, like the agent endpoints: iPXE
-// cannot authenticate). The first fetch after the controller booted the
-// node carries a single-use nonce (anvil.token=) on the kernel command
-// line, which the agent's lookup must present; later fetches carry none. Nodes that expect no agent get a script that exits
-// to the next boot device, so a node left on PXE boots its disk.
+// cannot authenticate). It carries the boot's nonce (anvil.token=) on the
+// kernel command line, which the agent's lookup must present, to one
+// address only (conductor.BootNonce says whom; anybody else is refused or,
+// with the boot's secret already used, stops the operation). Nodes that
+// expect no agent get a script that exits to the next boot device, so a
+// node left on PXE boots its disk.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.bootNode(r)
+	n, err := s.bootNode(r.Context(), muxVar(r, "node"))
 	if mac, ok := s.discoverable(r, err); ok {
 		return s.discoveryScript(w, r, mac)
 	}
@@ -103,8 +108,9 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 		fmt.Fprintf(w, "#!ipxe\necho anvil: node %s is %s and expects no agent; booting the next device\nexit 0\n", n.UUID, n.ProvisionState)
 		return nil
 	}
-	base, args, err := s.agentBoot(r, n)
+	base, args, err := s.agentBoot(r.Context(), n, s.publicBase(r, n), conductor.BootFetch{Via: "ipxe", Address: sourceAddr(r)})
 	if err != nil {
+		s.countClaim(err, "boot_script")
 		return err
 	}
 	writeIPXE(w, base, fmt.Sprintf("booting the agent ramdisk for node %s (%s)", n.UUID, n.ProvisionState), args)
@@ -123,35 +129,63 @@ func writeIPXE(w http.ResponseWriter, base, say string, args []string) {
 // bootGrub serves GET /v1/boot/{node}/grub: the GRUB configuration that
 // boots the agent ramdisk on a UEFI Secure Boot node (signed shim → signed
 // network GRUB → the signed kernel). Debian's signed network GRUB has no
-// HTTP client, so kernel and initramfs come from the TFTP server GRUB was
-// loaded from (the boot service, which serves --boot-dir and relays this
-// configuration). Like the iPXE script it is public and carries the
-// per-boot nonce. {node} may also be one of the node's port MACs: GRUB
-// knows only ${net_default_mac}.
+// HTTP client, so the boot service serves it over TFTP (GrubConfig, with
+// the TFTP client's address) and kernel and initramfs come from the TFTP
+// server too. Like the iPXE script it is public and carries the boot's
+// nonce to one address. {node} may also be one of the node's port MACs:
+// GRUB knows only ${net_default_mac}.
 func (s *Server) bootGrub(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.bootNode(r)
+	n, err := s.bootNode(r.Context(), muxVar(r, "node"))
+	if err != nil {
+		return err
+	}
+	cfg, err := s.grubConfig(r.Context(), n, s.publicBase(r, n), sourceAddr(r))
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if !state.LookupAllowed(state.State(n.ProvisionState)) {
-		fmt.Fprintf(w, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
-		return nil
-	}
-	_, args, err := s.agentBoot(r, n)
+	_, err = w.Write(cfg)
+	return err
+}
+
+// GrubConfig is the GRUB configuration of the node with a port MAC mac,
+// for the boot service's TFTP server (client: the address that asked;
+// base: the controller's URL as nodes reach it).
+func (s *Server) GrubConfig(ctx context.Context, mac, client, base string) ([]byte, error) {
+	n, err := s.bootNode(ctx, mac)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(w, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
+	if u, _ := n.DriverInfo["anvil_public_url"].(string); u != "" {
+		base = strings.TrimRight(u, "/")
+	} else if s.publicURL != "" {
+		base = s.publicURL
+	}
+	cfg, err := s.grubConfig(ctx, n, base, client)
+	s.countClaim(err, "boot_script")
+	return cfg, err
+}
+
+func (s *Server) grubConfig(ctx context.Context, n *store.Node, base, client string) ([]byte, error) {
+	var b strings.Builder
+	if !state.LookupAllowed(state.State(n.ProvisionState)) {
+		fmt.Fprintf(&b, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
+		return []byte(b.String()), nil
+	}
+	_, args, err := s.agentBoot(ctx, n, base, conductor.BootFetch{Via: "grub", Address: client})
+	if err != nil {
+		return nil, err
+	}
 	initrd, name := s.openBootFile("initramfs")
 	if initrd == nil {
-		return notFound("Boot file", "initramfs")
+		return nil, notFound("Boot file", "initramfs")
 	}
 	initrd.Close()
-	fmt.Fprintf(w, "linux /vmlinuz %s\n", strings.Join(args, " "))
-	fmt.Fprintf(w, "initrd /%s\n", name)
-	fmt.Fprintf(w, "boot\n")
-	return nil
+	fmt.Fprintf(&b, "echo 'anvil: booting the agent ramdisk for node %s (%s)'\n", n.UUID, n.ProvisionState)
+	fmt.Fprintf(&b, "linux /vmlinuz %s\n", strings.Join(args, " "))
+	fmt.Fprintf(&b, "initrd /%s\n", name)
+	fmt.Fprintf(&b, "boot\n")
+	return []byte(b.String()), nil
 }
 
 // discoverable reports whether a boot request that found no node (err)
@@ -180,14 +214,13 @@ func (s *Server) discoveryScript(w http.ResponseWriter, r *http.Request, mac str
 }
 
 // bootNode finds the node of a boot request by UUID, name or port MAC.
-func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
+func (s *Server) bootNode(ctx context.Context, ident string) (*store.Node, error) {
 	if s.bootDir == "" {
 		return nil, errf(http.StatusNotFound, "This controller serves no boot files: start it with --boot-dir pointing at a built image (make image).")
 	}
-	ident := muxVar(r, "node")
 	if hw, err := net.ParseMAC(ident); err == nil && len(hw) == 6 {
 		mac := hw.String()
-		ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
+		ports, err := s.st.ListPorts(ctx, store.ResourceFilter{Address: &mac}, store.Page{Limit: 1})
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +229,7 @@ func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
 		}
 		ident = ports[0].NodeUUID
 	}
-	n, err := s.st.GetNode(r.Context(), ident)
+	n, err := s.st.GetNode(ctx, ident)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("Node", ident)
 	}
@@ -205,23 +238,22 @@ func (s *Server) bootNode(r *http.Request) (*store.Node, error) {
 
 // agentBoot is what every boot loader passes the agent's kernel: the
 // URL boot files are fetched from, and the kernel command line with the
-// controller's URL as the node reaches it. The first fetch after the
-// controller booted the node carries a single-use nonce (anvil.token=),
-// which the agent's lookup must present; later fetches carry none.
+// controller's URL as the node reaches it (base) and, when the conductor
+// gives it to this fetch, the boot's nonce (anvil.token=), which the
+// agent's lookup must present.
 //
 // A controller serving HTTPS sends the agent to https:// and pins its
 // certificate (anvil.api_fingerprint=), while the boot loaders fetch
 // their files in plain HTTP on the same port (they cannot be told to
 // trust the certificate; see SplitTLS).
-func (s *Server) agentBoot(r *http.Request, n *store.Node) (string, []string, error) {
-	base := s.publicBase(r, n)
-	nonce, err := s.cond.BootNonce(r.Context(), n.UUID)
+func (s *Server) agentBoot(ctx context.Context, n *store.Node, base string, f conductor.BootFetch) (string, []string, error) {
+	nonce, err := s.cond.BootNonce(ctx, n.UUID, f)
 	if err != nil {
 		return "", nil, err
 	}
 	who := []string{"anvil.node=" + n.UUID}
-	if nonce != "" { // only the first fetch after the controller booted the node
-		who = append(who, "anvil.token="+nonce)
+	if nonce != "" {
+		who = append(who, protocol.CmdlineNonce+"="+nonce)
 	}
 	extra, _ := n.DriverInfo["kernel_append_params"].(string)
 	files, args := s.ramdiskArgs(base, who, extra)
@@ -298,13 +330,15 @@ func (s *Server) openBootFile(key string) (*os.File, string) {
 }
 
 // OpenBootFile opens the file nodes get as key ("vmlinuz", "initramfs",
-// ...) from a boot directory: the first existing candidate (nil if none).
+// ...) from a boot directory: the first candidate that is a regular file
+// (nil if none). Anything else under a candidate's name (a FIFO, a
+// directory, a device) counts as missing and is never waited on.
 func OpenBootFile(dir, key string) (*os.File, string) {
 	if dir == "" {
 		return nil, ""
 	}
 	for _, name := range bootFiles[key] {
-		if f, err := os.Open(filepath.Join(dir, name)); err == nil {
+		if f, err := regularfile.Open(filepath.Join(dir, name)); err == nil {
 			return f, name
 		}
 	}

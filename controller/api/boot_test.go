@@ -1,11 +1,16 @@
 package api
 
 import (
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,33 +37,38 @@ func TestBootScriptAndFiles(t *testing.T) {
 	script := string(r.body)
 	assert.Contains(t, script, "kernel http://10.0.2.100:6385/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token=")
 	nonce := regexp.MustCompile(`anvil\.token=(\S+)`).FindStringSubmatch(script)[1]
+	dii := e.do("GET", "/v1/nodes/pxe", latest, nil).json(t)["driver_internal_info"].(map[string]any)
+	assert.Equal(t, "******", dii["agent_boot_nonce"], "the API masks the boot's nonce like the token")
 	again := string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body)
-	assert.NotContains(t, again, "anvil.token=", "the nonce is handed out once per boot: a re-fetch (or a stranger) gets none")
-	assert.Contains(t, again, "anvil.node="+id)
+	assert.Contains(t, again, "anvil.token="+nonce+" ", "the same address fetching again (a firmware retry) gets the same nonce")
 
 	// Secure Boot nodes get the same kernel command line as a GRUB
-	// configuration (the nonce went to the first fetch above, so none
-	// here); {node} may be a port MAC, in any usual spelling.
+	// configuration; {node} may be a port MAC, in any usual spelling.
 	for _, ident := range []string{id, "pxe", mac1, strings.ToUpper(strings.ReplaceAll(mac1, ":", "-"))} {
 		r = e.do("GET", "/v1/boot/"+ident+"/grub", "", nil)
 		require.Equal(t, 200, r.status, ident)
 		grub := string(r.body)
-		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" console=tty0 console=ttyS0,115200n8\n", ident)
-		assert.NotContains(t, grub, "anvil.token=", ident)
+		assert.Contains(t, grub, "linux /vmlinuz anvil.api=http://10.0.2.100:6385 anvil.node="+id+" anvil.token="+nonce+" console=tty0 console=ttyS0,115200n8\n", ident)
 		assert.Contains(t, grub, "initrd /initramfs.cpio.gz\nboot\n", ident)
 	}
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/52:54:00:ff:ff:ff/grub", "", nil).status, "no port has that MAC")
 	assert.Contains(t, string(e.do("GET", "/v1/boot/"+mac1+"/ipxe", "", nil).body), "anvil.node="+id, "iPXE's ${net0/mac} works as {node} too")
 
-	// while the nonce is outstanding, lookup needs it
+	// the nonce was required from the moment the controller started the
+	// boot; a lookup without it gets nothing and stops nothing
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1", latest, nil)
 	require.Equal(t, 403, r.status)
-	assert.Contains(t, r.fault(t), "per-boot nonce")
+	assert.Contains(t, r.fault(t), "Not allowed")
+	assert.NotContains(t, string(r.body), id, "a stranger learns nothing about the node")
 	assert.Equal(t, 403, e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce=forged", latest, nil).status)
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b1&nonce="+nonce, latest, nil)
 	require.Equal(t, 200, r.status, string(r.body))
 	r = e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=b2&nonce="+nonce, latest, nil)
 	assert.Equal(t, 403, r.status, "the nonce used twice: %s", r.body)
+	assert.Contains(t, r.fault(t), "the operation was stopped")
+	n := e.waitState("pxe", "clean failed")
+	assert.Contains(t, n["last_error"], "SECURITY ALARM")
+	assert.NotContains(t, string(e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).body), "anvil.token=", "the failed node's script carries no nonce")
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs")
 	assert.Contains(t, script, "boot\n")
 	assert.Contains(t, script, "console=tty0 console=ttyS0,115200n8", "VGA and the first serial port (the agent mirrors to ttyS1)")
@@ -100,4 +110,65 @@ func TestBootScriptAndFiles(t *testing.T) {
 	r = plain.do("GET", "/v1/boot/x/ipxe", "", nil)
 	assert.Equal(t, 404, r.status)
 	assert.Contains(t, r.fault(t), "--boot-dir")
+}
+
+// Finding: a FIFO in --boot-dir blocked the boot-file handler in open()
+// for good. Only regular files are served (a candidate that is something
+// else counts as missing), and none of the others is waited on.
+func TestBootFilesOnlyRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "vmlinuz")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	require.NoError(t, os.Symlink("vmlinuz", filepath.Join(dir, "initramfs.cpio.zst")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("initramfs-bytes"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "ipxe.efi"), 0o755))
+	sock, err := net.Listen("unix", filepath.Join(dir, "snponly.efi"))
+	require.NoError(t, err)
+	defer sock.Close()
+	e := newEnv(t, func(c *Config) { c.BootDir = dir })
+	// Runs before the server's shutdown: were a handler stuck opening the
+	// FIFO, this lets it go.
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	client := &http.Client{Timeout: 3 * time.Second}
+	cases := []struct {
+		file   string
+		status int
+		body   string
+	}{
+		{"vmlinuz", 404, ""},
+		{"initramfs", 200, "initramfs-bytes"}, // the FIFO behind the zstd name is skipped
+		{"ipxe.efi", 404, ""},
+		{"snponly.efi", 404, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			start := time.Now()
+			res, err := client.Get(e.srv.URL + "/v1/boot/files/" + tc.file)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			body, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			assert.Equal(t, tc.status, res.StatusCode)
+			if tc.body != "" {
+				assert.Equal(t, tc.body, string(body))
+			}
+			assert.Less(t, time.Since(start), time.Second)
+		})
+	}
+	// OpenBootFile, which the controller also hashes the ramdisk with.
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, _ := OpenBootFile(dir, "vmlinuz")
+		opened <- f
+	}()
+	select {
+	case f := <-opened:
+		assert.Nil(t, f)
+	case <-time.After(time.Second):
+		t.Fatal("OpenBootFile blocks on a FIFO")
+	}
 }

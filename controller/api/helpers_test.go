@@ -49,10 +49,17 @@ func newEnvStore(t testing.TB, kind storeKind, cc conductor.Config, path string,
 	ctx, cancel := context.WithCancel(context.Background())
 	st, sqlSt, closeStore := openTestStore(ctx, t, kind, path)
 	cc.Host, cc.AutomatedClean = "test-host", true
+	var probe Config // as the controller does: serving boot scripts means boots carry a nonce
+	for _, o := range opts {
+		o(&probe)
+	}
+	metrics := NewMetrics(st)
+	cc.BootScripts = cc.BootScripts || probe.BootDir != ""
+	cc.Suppressed = metrics.Suppressed
 	cond := conductor.New(st, cc, conductor.FakeDriver{})
 	done := make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()
-	cfg := Config{Store: st, Conductor: cond, Metrics: NewMetrics(st)}
+	cfg := Config{Store: st, Conductor: cond, Metrics: metrics}
 	for _, o := range opts {
 		o(&cfg)
 	}

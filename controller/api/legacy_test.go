@@ -40,7 +40,7 @@ func openLegacy(t *testing.T, cc conductor.Config) *testEnv {
 
 // The API shows every node of a database written by the previous release
 // byte for byte as that release did: driver_internal_info with Ironic's
-// keys, the token masked, everything else unchanged.
+// keys, the token and the boot's nonce masked, everything else unchanged.
 func TestLegacyNodesShowAsBefore(t *testing.T) {
 	e := openLegacy(t, conductor.Config{CheckInterval: time.Hour})
 	for _, name := range legacyNodes {

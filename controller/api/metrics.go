@@ -37,10 +37,13 @@ func (m MetricsRoute) String() string {
 // Metrics are the controller's Prometheus metrics, on a registry of their
 // own (no global registry: tests can build several servers).
 type Metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.HistogramVec
-	claims   *prometheus.CounterVec
-	limited  *prometheus.CounterVec
+	reg        *prometheus.Registry
+	requests   *prometheus.HistogramVec
+	claims     *prometheus.CounterVec
+	untrusted  *prometheus.CounterVec
+	suppressed *prometheus.CounterVec
+	dropped    *prometheus.CounterVec
+	limited    *prometheus.CounterVec
 }
 
 // NewMetrics registers request latency and a nodes-by-state gauge that
@@ -54,15 +57,37 @@ func NewMetrics(st store.Nodes) *Metrics {
 	}, []string{"method", "route", "code"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_agent_second_claimants_total",
-			Help: "Lookups and heartbeats refused because the node's agent token of this boot went to another address or boot (possible takeover attempts).",
+			Help: "Second agent claimants: lookups, heartbeats and boot-script fetches that brought a boot's secret after another party had used it. Each stopped the node's operation (security alarm).",
 		}, []string{"via"}),
+		untrusted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_agent_requests_refused_total",
+			Help: "Lookups and boot-script fetches refused for lacking what the boot requires (its nonce, the address leased to the node); nothing was given away.",
+		}, []string{"via"}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_history_events_suppressed_total",
+			Help: "History events about unauthenticated requests left out by the per-node budget, by source (agent, boot).",
+		}, []string{"source"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_boot_requests_dropped_total",
+			Help: "Boot-service requests (DHCP, TFTP) refused or ignored by its bounds, by service and reason.",
+		}, []string{"service", "reason"}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_public_requests_limited_total",
 			Help: "Requests to the unauthenticated agent and boot endpoints refused by the per-source rate limit.",
 		}, []string{"route"})}
-	reg.MustRegister(m.requests, m.claims, m.limited, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	reg.MustRegister(m.requests, m.claims, m.untrusted, m.suppressed, m.dropped, m.limited, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&nodeStates{st: st, desc: prometheus.NewDesc("anvil_nodes", "Nodes by provision state.", []string{"provision_state"}, nil)})
 	return m
+}
+
+// Suppressed counts n history events left out by a node's budget.
+func (m *Metrics) Suppressed(source string, n int) {
+	m.suppressed.WithLabelValues(source).Add(float64(n))
+}
+
+// Dropped counts a boot-service request refused or ignored by its bounds.
+func (m *Metrics) Dropped(service, reason string) {
+	m.dropped.WithLabelValues(service, reason).Inc()
 }
 
 func (m *Metrics) observe(method, route string, code int, d time.Duration) {

@@ -395,7 +395,7 @@ func isSecretKey(k string) bool {
 
 func hideSecret(k string, v any) bool { return isSecretKey(k) && v != nil && v != "" }
 
-func hideInternal(k string, v any) bool { return k == store.TokenKey && v != nil }
+func hideInternal(k string, v any) bool { return store.SecretInternalKey(k) && v != nil }
 
 func hideInstanceInfo(k string, v any) bool {
 	return (k == "configdrive" || k == "image_url" || k == "rescue_password") && v != nil

@@ -39,7 +39,7 @@ func TestBootScriptOfAnHTTPSController(t *testing.T) {
 		" anvil.node="+id+" anvil.token=")
 	assert.Contains(t, script, "initrd --name initramfs http://10.0.2.100:6385/v1/boot/files/initramfs\n")
 	grub := string(e.do("GET", "/v1/boot/"+id+"/grub", "", nil).body)
-	assert.Contains(t, grub, "linux /vmlinuz anvil.api=https://10.0.2.100:6385 anvil.api_fingerprint="+pin+" anvil.node="+id+" console=")
+	assert.Contains(t, grub, "linux /vmlinuz anvil.api=https://10.0.2.100:6385 anvil.api_fingerprint="+pin+" anvil.node="+id+" anvil.token=")
 
 	// The per-node URL of a node on another network gets the same.
 	e2 := newEnvWith(t, agentConfig(), ":memory:", func(c *Config) { c.BootDir, c.TLSFingerprint = dir, pin })

@@ -2,10 +2,15 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,12 +21,13 @@ import (
 	"github.com/anvil-metal/anvil/controller/simagent"
 )
 
-// The takeover of issue #15, replayed: a node in clean wait whose agent
-// holds its token, on a controller with http_basic auth. An
-// unauthenticated lookup with the node's MAC and another boot id gets no
-// token: it is refused, written to the history with both claimants,
-// counted in /metrics and shown on the node. The real agent finishes.
-func TestTakeoverLookupIsRefusedAndRecorded(t *testing.T) {
+// The first-come race of issue #30 where no nonce exists (the controller
+// serves no boot scripts; the ramdisk boots some other way): a stranger
+// who looks up before the node's agent gets the token, but the real
+// agent's lookup exposes it: the controller cannot tell which of the two
+// is the machine, so the operation stops, loudly, for both. Nothing more
+// reaches the stranger, and the node is not left to it.
+func TestFirstComeStrangerIsExposedByTheRealAgent(t *testing.T) {
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	require.NoError(t, err)
 	h, err := ParseHTPasswd(strings.NewReader("admin:" + string(hash) + "\n"))
@@ -29,32 +35,142 @@ func TestTakeoverLookupIsRefusedAndRecorded(t *testing.T) {
 	e := newEnvWith(t, agentConfig(), ":memory:", func(c *Config) { c.Auth = h })
 	e.user, e.pass = "admin", "s3cret"
 	e.agentNode("victim", nil)
-	release := make(chan struct{})
-	a := simagent.New(e.srv.URL, mac1)
-	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Release: release}
+	stranger := simagent.New(e.srv.URL, mac1)
+	stranger.HTTP = fromAddress("127.0.0.2")
+	real := simagent.New(e.srv.URL, mac1)
 	require.Equal(t, 202, e.provision("victim", "provide", nil).status)
-	runAgentUntil(t, a, func() bool { return len(a.Steps()) == 2 })
-	e.replayTakeover(t) // while erase_devices runs
-	close(release)
+	runAgentUntil(t, stranger, func() bool { return stranger.Token() != "" })
 
-	n := e.drive(a, "victim", "available", nil)
-	assert.Equal(t, []string{"deploy.erase_devices_metadata", "deploy.erase_devices"}, a.Steps(), "the real agent did the cleaning")
-	assert.Contains(t, historyText(e, "victim"), "second agent claimant refused: lookup from 127.0.0.1 (boot stranger-boot) while this boot's agent token is held by 127.0.0.1 (boot ")
+	require.Error(t, real.Lookup(context.Background()))
+	n := e.waitState("victim", "clean failed")
+	assert.Contains(t, n["last_error"], "SECURITY ALARM in clean wait: second agent claimant: lookup from 127.0.0.1")
+	assert.Contains(t, n["last_error"], "after this boot's secret went to 127.0.0.2")
+	assert.Equal(t, true, n["maintenance"], "nothing uses the node before an operator looked")
+	assert.Equal(t, "power off", n["power_state"])
+	_, err = stranger.Heartbeat(context.Background())
+	assert.ErrorIs(t, err, simagent.ErrUnauthorized, "the first claimant's token died with the alarm")
+	assert.Contains(t, historyText(e, "victim"), "SECURITY: second agent claimant: lookup from 127.0.0.1")
 	claims := n["driver_internal_info"].(map[string]any)["agent_claims"].([]any)
 	require.Len(t, claims, 1, "shown on the node")
-	assert.Equal(t, "stranger-boot", claims[0].(map[string]any)["boot_id"])
 	assert.Contains(t, metricsText(e), `anvil_agent_second_claimants_total{via="lookup"} 1`)
 }
 
-// replayTakeover is the stranger's request.
-func (e *testEnv) replayTakeover(t *testing.T) {
-	user := e.user
-	e.user = "" // unauthenticated
-	defer func() { e.user = user }()
-	r := e.do("GET", "/v1/lookup?addresses="+mac1+"&boot_id=stranger-boot", latest, nil)
-	assert.Equal(t, http.StatusForbidden, r.status, string(r.body))
-	assert.NotContains(t, string(r.body), "agent_token")
-	assert.Contains(t, r.fault(t), "already issued")
+// fromAddress is an HTTP client whose connections come from addr (any
+// 127.0.0.0/8 address works on Linux loopback): another machine, as the
+// controller sees it.
+func fromAddress(addr string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+}
+
+// bootDirEnv is a controller serving boot scripts (--boot-dir), so every
+// boot it starts carries a nonce.
+func bootDirEnv(t *testing.T, opts ...func(*Config)) *testEnv {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("initramfs"), 0o644))
+	return newEnvWith(t, agentConfig(), ":memory:", append([]func(*Config){func(c *Config) { c.BootDir = dir }}, opts...)...)
+}
+
+// Issue #30, finding 1, replayed: a stranger polls lookup for the node's
+// MAC every 10 ms from before the deploy is requested. It never gets the
+// token (the nonce is required from the moment the controller starts the
+// boot), costs the node a bounded history, and the real agent — whose
+// firmware fetched the script — deploys the node.
+func TestStrangerPollingLookupNeverGetsTheToken(t *testing.T) {
+	e := bootDirEnv(t)
+	e.agentNode("polled", map[string]any{"automated_clean": false, "instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
+		"image_checksum": "sha256:" + strings.Repeat("ab", 32), "root_password": "tenant-secret"}})
+	require.Equal(t, 202, e.provision("polled", "provide", nil).status)
+	e.waitState("polled", "available")
+
+	stop := make(chan struct{})
+	var got, polls int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		stranger := simagent.New(e.srv.URL, mac1)
+		stranger.HTTP = fromAddress("127.0.0.2")
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			polls++
+			if stranger.Lookup(context.Background()) == nil {
+				got++
+			}
+		}
+	})
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 202, e.provision("polled", "active", nil).status)
+	e.waitState("polled", "wait call-back")
+	time.Sleep(300 * time.Millisecond) // the stranger keeps trying while the firmware boots
+	real := simagent.New(e.srv.URL, mac1)
+	nonce, err := simagent.FirmwareBoot(context.Background(), http.DefaultClient, e.srv.URL, mac1)
+	require.NoError(t, err)
+	require.NotEmpty(t, nonce)
+	real.Nonce = nonce
+	e.drive(real, "polled", "active", nil)
+	close(stop)
+	wg.Wait()
+
+	assert.Zero(t, got, "the stranger never got a token in %d lookups", polls)
+	assert.Greater(t, polls, 30)
+	hist := historyText(e, "polled")
+	assert.LessOrEqual(t, strings.Count(hist, "refused: it carried no nonce"), 5, "a bounded history:\n%s", hist)
+	assert.NotContains(t, hist, "SECURITY")
+	assert.Regexp(t, `anvil_agent_requests_refused_total\{via="lookup"\} [1-9]`, metricsText(e))
+	assert.Regexp(t, `anvil_history_events_suppressed_total\{source="agent"\} [1-9]`, metricsText(e))
+	for _, c := range real.Commands() {
+		b, _ := json.Marshal(c)
+		assert.NotContains(t, string(b), "tenant-secret", "the agent never gets a password no step uses: %s", b)
+		if c.Name == "inventory" {
+			assert.NotContains(t, string(b), "img.raw", "the inventory command carries no instance_info")
+		}
+	}
+}
+
+// Issue #30, finding 1, second way in: a stranger fetches the node's boot
+// script before the node does and gets the nonce. The real node's own
+// fetch exposes it: the deploy stops (deploy failed, maintenance, powered
+// off, the alarm in last_error and history and metrics), and the
+// stranger's token dies. What the stranger saw: no inventory command with
+// secrets, and never the tenant's password.
+func TestStrangerFetchingTheScriptFirstStopsTheOperation(t *testing.T) {
+	e := bootDirEnv(t)
+	id := e.agentNode("raced", map[string]any{"automated_clean": false, "instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
+		"image_checksum": "sha256:" + strings.Repeat("ab", 32), "root_password": "tenant-secret", "configdrive": "secret-drive"}})
+	require.Equal(t, 202, e.provision("raced", "provide", nil).status)
+	e.waitState("raced", "available")
+	require.Equal(t, 202, e.provision("raced", "active", nil).status)
+	e.waitState("raced", "wait call-back")
+
+	stranger := simagent.New(e.srv.URL, mac1)
+	stranger.HTTP = fromAddress("127.0.0.2")
+	nonce, err := simagent.FirmwareBoot(context.Background(), stranger.HTTP, e.srv.URL, mac1)
+	require.NoError(t, err)
+	require.NotEmpty(t, nonce, "first come: the script went to the stranger")
+	stranger.Nonce = nonce
+	runAgentUntil(t, stranger, func() bool { return len(stranger.Commands()) > 0 })
+	for _, c := range stranger.Commands() {
+		b, _ := json.Marshal(c)
+		for _, secret := range []string{"tenant-secret", "secret-drive", "root_password"} {
+			assert.NotContains(t, string(b), secret, "command %s", c.Name)
+		}
+	}
+
+	_, err = simagent.FirmwareBoot(context.Background(), http.DefaultClient, e.srv.URL, mac1)
+	require.Error(t, err, "the real node's firmware is refused")
+	assert.Contains(t, err.Error(), "403")
+	n := e.waitState("raced", "deploy failed")
+	assert.Contains(t, n["last_error"], "SECURITY ALARM in wait call-back: second agent claimant: boot ipxe from 127.0.0.1 (boot (none)) after this boot's secret went to 127.0.0.2")
+	assert.Equal(t, true, n["maintenance"])
+	assert.Equal(t, "power off", n["power_state"])
+	_, err = stranger.Heartbeat(context.Background())
+	assert.ErrorIs(t, err, simagent.ErrUnauthorized)
+	assert.Contains(t, metricsText(e), `anvil_agent_second_claimants_total{via="boot_script"} 1`)
+	assert.Contains(t, historyText(e, id), "SECURITY: second agent claimant: boot ipxe from 127.0.0.1")
 }
 
 // A token an attacker copied stops working when the operator resets it

@@ -8,12 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
-	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,16 +32,35 @@ type Config struct {
 	// Discovery answers MACs no port has too (--boot-discovery): they
 	// boot the agent ramdisk in discovery mode and are enrolled by the API.
 	Discovery bool
+	// DiscoveryDHCPShare is the percentage of Range, its top addresses,
+	// that full-mode DHCP gives to MACs no port has
+	// (--boot-discovery-dhcp-share; 0: dhcp.DefaultDiscoveryShare), and
+	// DiscoveryDHCPLease their lease until they report
+	// (--boot-discovery-dhcp-lease; 0: dhcp.DefaultDiscoveryLease).
+	DiscoveryDHCPShare float64
+	DiscoveryDHCPLease time.Duration
 	// HTTPBase is the controller's URL as nodes reach it (--public-url);
 	// "" = http://<interface address>:<APIPort>.
 	HTTPBase string
 	APIPort  int
-	// APIURL is where the service itself reaches the API (the listener,
-	// e.g. http://127.0.0.1:6385) to relay per-node GRUB configurations.
-	APIURL string
-	Logger *slog.Logger
+	// GrubConfig renders a node's GRUB configuration (the API's
+	// GET /v1/boot/{mac}/grub, with its per-boot nonce) for the node whose
+	// port has mac, as asked over TFTP by client; base is the URL nodes
+	// use. The client's address binds the nonce's delivery as for the iPXE
+	// script, so it is passed in-process rather than relayed over HTTP.
+	GrubConfig func(ctx context.Context, mac, client, base string) ([]byte, error)
+	// TFTPMaxLifetime ends a TFTP transfer that runs longer (0: the tftp
+	// package's default, 10 minutes).
+	TFTPMaxLifetime time.Duration
+	Logger          *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
+	// Dropped, if set, counts requests the service refused or ignored:
+	// service "dhcp" or "tftp", reason a short label (dhcp's reasons, or
+	// one of tftp's Drop* constants: "rate", "busy", "per_source",
+	// "unknown_share", "silent", "stalled", "lifetime", "not_regular").
+	// Meant for a counter with both as labels.
+	Dropped func(service, reason string)
 }
 
 // Store is what the service reads: ports and nodes to decide whom to
@@ -121,8 +137,7 @@ func New(cfg Config, st Store) (*Service, error) {
 		}
 	}
 	if tftpAddr != "" {
-		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
-			Files: grubFiles(), Dynamic: grubRelay{api: cfg.APIURL, base: base}.file, OnTransfer: hosts.transfer})
+		t, err := tftp.New(tftpConfig(cfg, mode != 0, base, hosts, log))
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -141,6 +156,24 @@ func New(cfg Config, st Store) (*Service, error) {
 	return s, nil
 }
 
+// tftpConfig configures the TFTP server; withDHCP says whether the
+// service's DHCP fills hosts.
+func tftpConfig(cfg Config, withDHCP bool, base string, hosts *hostBook, log *slog.Logger) tftp.Config {
+	tc := tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"), MaxLifetime: cfg.TFTPMaxLifetime,
+		Files: grubFiles(), Dynamic: grubRelay{config: cfg.GrubConfig, base: base}.file, OnTransfer: hosts.transfer}
+	if withDHCP {
+		// Addresses DHCP gave to (or saw at) nodes being booted keep a
+		// share of the TFTP slots that forged sources cannot take.
+		// Without DHCP the book stays empty: no source would be known,
+		// so all share every slot.
+		tc.Known = hosts.known
+	}
+	if cfg.Dropped != nil {
+		tc.Dropped = func(reason string) { cfg.Dropped("tftp", reason) }
+	}
+	return tc
+}
+
 // grubFiles is the GRUB configuration served over TFTP. Debian's signed
 // network GRUB (grubx64.efi, loaded by shim on Secure Boot nodes) reads
 // $prefix/grub.cfg from its TFTP server, prefix /grub; this one hands over
@@ -155,44 +188,29 @@ func grubFiles() map[string][]byte {
 	return map[string][]byte{"grub/grub.cfg": cfg, "grub/x86_64-efi/grub.cfg": cfg}
 }
 
-// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the API's
-// GET /v1/boot/<mac>/grub (which carries the per-boot nonce), fetched from
-// the controller itself. Debian's signed GRUB speaks TFTP only.
+// grubRelay serves grub/nodes/<mac>.cfg over TFTP: the node's GRUB
+// configuration (which carries the per-boot nonce), from the API in this
+// process. Debian's signed GRUB speaks TFTP only.
 type grubRelay struct {
-	api  string // where we reach the API
-	base string // the URL nodes use, sent as Host so anvil.api= is right
+	config func(ctx context.Context, mac, client, base string) ([]byte, error)
+	base   string // the URL nodes use, for anvil.api=
 }
 
-func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) {
+func (g grubRelay) file(ctx context.Context, name string, client netip.Addr) ([]byte, bool, error) {
 	rest, ok := strings.CutPrefix(name, "grub/nodes/")
 	mac, ok2 := strings.CutSuffix(rest, ".cfg")
 	if !ok || !ok2 {
 		return nil, false, nil
 	}
 	hw, err := net.ParseMAC(mac)
-	if err != nil || g.api == "" {
+	if err != nil || len(hw) != 6 || g.config == nil {
 		return nil, false, fmt.Errorf("grub configuration for %q: not a MAC, or no API to ask", mac)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.api+"/v1/boot/"+hw.String()+"/grub", nil)
+	body, err := g.config(ctx, hw.String(), client.String(), g.base)
 	if err != nil {
-		return nil, false, err
-	}
-	if u, err := neturl.Parse(g.base); err == nil && u.Host != "" {
-		req.Host = u.Host
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return nil, false, fmt.Errorf("grub configuration for %s: %w", mac, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, false, fmt.Errorf("grub configuration for %s: HTTP %d: %s", mac, resp.StatusCode, body)
+		return nil, false, fmt.Errorf("grub configuration for %s: %w", hw, err)
 	}
 	return body, true, nil
 }
@@ -200,7 +218,11 @@ func (g grubRelay) file(ctx context.Context, name string) ([]byte, bool, error) 
 func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, addressed func(netip.Addr, string),
 	st Store, log *slog.Logger) (*dhcp.Responder, error) {
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
-		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp")}
+		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp"),
+		DiscoveryShare: cfg.DiscoveryDHCPShare, DiscoveryLease: cfg.DiscoveryDHCPLease}
+	if cfg.Dropped != nil {
+		dc.Dropped = func(reason string) { cfg.Dropped("dhcp", reason) }
+	}
 	if mode == dhcp.ModeFull {
 		if cfg.Range == "" {
 			return nil, errors.New("--boot-dhcp full needs --boot-dhcp-range FIRST-LAST")
@@ -295,6 +317,13 @@ func (h *hostBook) learn(addr netip.Addr, nodeUUID string) {
 		clear(h.nodes)
 	}
 	h.nodes[addr] = nodeUUID
+}
+
+// known reports whether DHCP gave out or saw addr for a node.
+func (h *hostBook) known(addr netip.Addr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nodes[addr] != ""
 }
 
 func (h *hostBook) transfer(tr tftp.Transfer) {

@@ -252,13 +252,155 @@ func TestServiceInNamespace(t *testing.T) {
 		lease, err := client(t, macUnknown).Request(ctx, biosPXE)
 		require.NoError(t, err)
 		assert.Equal(t, "undionly.kpxe", lease.ACK.BootFileName)
-		assert.Equal(t, "10.77.0.120", lease.ACK.YourIPAddr.String())
+		assert.Equal(t, "10.77.0.129", lease.ACK.YourIPAddr.String(), "from the discovery share, the top 25 %")
+		assert.Equal(t, 5*time.Minute, lease.ACK.IPAddressLeaseTime(0))
 		ramdisk, err := client(t, macUnknown).Request(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, "10.77.0.120", ramdisk.ACK.YourIPAddr.String(), "the ramdisk keeps its firmware's address")
+		assert.Equal(t, "10.77.0.129", ramdisk.ACK.YourIPAddr.String(), "the ramdisk keeps its firmware's address")
 		_, err = client(t, "52:54:00:77:00:55").DiscoverOffer(ctx)
 		assert.Error(t, err, "a non-PXE stranger gets no address")
 		_, err = client(t, macActive).DiscoverOffer(ctx, biosPXE)
 		assert.Error(t, err, "discovery never boots an enrolled node")
 	})
+}
+
+// TestDiscoveryFloodInNamespace replays issue #30 finding 3 over a veth:
+// made-up MACs flood PXE DISCOVERs and REQUEST what they are offered
+// while the BIOS PXE client of an enrolled node being cleaned asks. The
+// node gets an address outside the discovery share; the made-up MACs get
+// the share's two addresses at most, with 5-minute leases, and what was
+// refused is counted.
+func TestDiscoveryFloodInNamespace(t *testing.T) {
+	if !inNamespace(t, "TestDiscoveryFloodInNamespace") {
+		return
+	}
+	veth(t)
+	st, cleaning, _ := fleet(t)
+	ev := &events{}
+	var mu sync.Mutex
+	dropped := map[string]int{}
+	count := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return dropped[key]
+	}
+	startService(t, Config{DHCP: "full", Interface: "srv0", Range: "10.77.0.140-10.77.0.149", BootDir: t.TempDir(),
+		HTTPBase: "http://10.77.0.1:6385", Record: ev.record, Discovery: true, Dropped: func(service, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			dropped[service+" "+reason]++
+		}}, st)
+	f := startFlood(t, "cli0")
+	require.Eventually(t, func() bool { return count("dhcp discovery_share_full") > 0 && f.count() >= 500 }, 10*time.Second, 20*time.Millisecond,
+		"the flood fills the discovery share")
+
+	lease, err := client(t, macClean).Request(context.Background(), biosPXE)
+	acks, sent := f.stop()
+	require.NoError(t, err, "the enrolled node gets an address during the flood")
+	got := lease.ACK.YourIPAddr.String()
+	assert.Contains(t, []string{"10.77.0.140", "10.77.0.141", "10.77.0.142", "10.77.0.143", "10.77.0.144", "10.77.0.145", "10.77.0.146", "10.77.0.147"}, got)
+	assert.Equal(t, time.Hour, lease.ACK.IPAddressLeaseTime(0))
+	assert.Contains(t, ev.text(), cleaning.UUID+" INFO boot service: DHCP ACK to BIOS PXE of port "+macClean+": address "+got)
+
+	mu.Lock()
+	t.Logf("flood: %d DISCOVERs sent, %d ACKs, dropped %v", sent, len(acks), dropped)
+	mu.Unlock()
+	assert.GreaterOrEqual(t, sent, 500)
+	assert.LessOrEqual(t, len(acks), 2, "only the share's addresses: %v", acks)
+	for mac, ip := range acks {
+		assert.Contains(t, []string{"10.77.0.148", "10.77.0.149"}, ip, mac)
+	}
+	leases, err := st.ListDHCPLeases(context.Background())
+	require.NoError(t, err)
+	for _, l := range leases {
+		if l.MAC == macClean {
+			continue
+		}
+		assert.Contains(t, []string{"10.77.0.148", "10.77.0.149"}, l.IP, "made-up MAC %s", l.MAC)
+		assert.WithinDuration(t, time.Now().Add(5*time.Minute), l.ExpiresAt, 30*time.Second, "a short lease")
+	}
+	assert.Positive(t, count("dhcp discovery_rate"), "new unknown MACs beyond 20/s are not even answered")
+}
+
+// flood sends PXE DISCOVERs from new made-up MACs on an interface, 20
+// every 20 ms, through a raw socket as firmware does, and REQUESTs every
+// address offered to them.
+type flood struct {
+	conn net.PacketConn
+	done chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	acks map[string]string // made-up MAC → address ACKed
+	sent int
+}
+
+func startFlood(t *testing.T, iface string) *flood {
+	conn, err := nclient4.NewRawUDPConn(iface, dhcpv4.ClientPort)
+	require.NoError(t, err)
+	f := &flood{conn: conn, done: make(chan struct{}), acks: map[string]string{}}
+	server := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}
+	f.wg.Go(func() {
+		for i := 0; ; i++ {
+			if i%20 == 0 {
+				select {
+				case <-f.done:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			m, err := dhcpv4.NewDiscovery(net.HardwareAddr{0x02, 0xfe, 0, byte(i >> 16), byte(i >> 8), byte(i)}, biosPXE)
+			if err == nil {
+				if _, err := conn.WriteTo(m.ToBytes(), server); err == nil {
+					f.mu.Lock()
+					f.sent++
+					f.mu.Unlock()
+				}
+			}
+		}
+	})
+	f.wg.Go(func() {
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := conn.ReadFrom(buf)
+			if err != nil {
+				return // closed by stop
+			}
+			m, err := dhcpv4.FromBytes(buf[:n])
+			if err != nil || m.ClientHWAddr[0] != 0x02 || m.ClientHWAddr[1] != 0xfe {
+				continue // not the flood's
+			}
+			switch m.MessageType() {
+			case dhcpv4.MessageTypeOffer:
+				if req, err := dhcpv4.NewRequestFromOffer(m, biosPXE); err == nil {
+					conn.WriteTo(req.ToBytes(), server)
+				}
+			case dhcpv4.MessageTypeAck:
+				f.mu.Lock()
+				f.acks[m.ClientHWAddr.String()] = m.YourIPAddr.String()
+				f.mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() { f.stop() })
+	return f
+}
+
+func (f *flood) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
+}
+
+// stop ends the flood (once) and returns the ACKs and the DISCOVERs sent.
+func (f *flood) stop() (map[string]string, int) {
+	select {
+	case <-f.done:
+	default:
+		close(f.done)
+		f.conn.Close()
+	}
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.acks, f.sent
 }

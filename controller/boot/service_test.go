@@ -3,9 +3,14 @@ package boot
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
+	"log/slog"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,30 +101,29 @@ func TestConfigRefusals(t *testing.T) {
 }
 
 func TestGrubRelay(t *testing.T) {
-	var host string
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host = r.Host
-		if r.URL.Path != "/v1/boot/52:54:00:77:00:01/grub" {
-			http.Error(w, "no such node", http.StatusNotFound)
-			return
+	var asked []string
+	g := grubRelay{base: "http://192.0.2.10:6385", config: func(_ context.Context, mac, client, base string) ([]byte, error) {
+		asked = append(asked, mac+" "+client+" "+base)
+		if mac != "52:54:00:77:00:01" {
+			return nil, errors.New("Node 52:54:00:77:00:09 could not be found")
 		}
-		w.Write([]byte("linux /vmlinuz anvil.token=x\n"))
-	}))
-	defer api.Close()
-	g := grubRelay{api: api.URL, base: "http://192.0.2.10:6385"}
+		return []byte("linux /vmlinuz anvil.token=x\n"), nil
+	}}
 	ctx := context.Background()
-	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg")
+	client := netip.MustParseAddr("192.0.2.57")
+	b, ok, err := g.file(ctx, "grub/nodes/52-54-00-77-00-01.cfg", client)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, "linux /vmlinuz anvil.token=x\n", string(b))
-	assert.Equal(t, "192.0.2.10:6385", host, "the API sees the node-facing host, for anvil.api=")
+	assert.Equal(t, []string{"52:54:00:77:00:01 192.0.2.57 http://192.0.2.10:6385"}, asked,
+		"the API learns the TFTP client's address (the nonce is bound to it) and the node-facing URL")
 
-	_, ok, err = g.file(ctx, "undionly.kpxe")
+	_, ok, err = g.file(ctx, "undionly.kpxe", client)
 	assert.NoError(t, err)
 	assert.False(t, ok, "other names are the boot directory's")
-	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg")
-	assert.ErrorContains(t, err, "HTTP 404")
-	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg")
+	_, _, err = g.file(ctx, "grub/nodes/52:54:00:77:00:09.cfg", client)
+	assert.ErrorContains(t, err, "could not be found")
+	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg", client)
 	assert.Error(t, err)
 	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
 }
@@ -130,6 +134,8 @@ func TestHostBookRecordsTransfers(t *testing.T) {
 		lines = append(lines, node+" "+sev+" "+msg)
 	}}
 	h.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	assert.True(t, h.known(netip.MustParseAddr("10.0.0.5")))
+	assert.False(t, h.known(netip.MustParseAddr("10.0.0.6")))
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2070"), File: "snponly.efi", Bytes: 173792, Duration: 1500 * time.Millisecond})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2071"), File: "undionly.kpxe", Err: errors.New("tftp error 1: file not found")})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.6:2070"), File: "snponly.efi"})
@@ -138,4 +144,73 @@ func TestHostBookRecordsTransfers(t *testing.T) {
 		"node-1 INFO boot service: TFTP sent snponly.efi (173792 bytes, 1.5s) to 10.0.0.5",
 		"node-1 WARNING boot service: TFTP of undionly.kpxe to 10.0.0.5 failed: tftp error 1: file not found",
 	}, lines, "a client DHCP did not address is not in any node's history")
+}
+
+// The TFTP server knows the addresses the service's DHCP handed out (so
+// they keep their reserved share of slots) and reports what it drops
+// through Config.Dropped as service "tftp".
+func TestTFTPConfig(t *testing.T) {
+	hosts := &hostBook{nodes: map[netip.Addr]string{}}
+	hosts.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	var dropped []string
+	cfg := Config{BootDir: "/srv/boot", TFTPMaxLifetime: time.Minute, Dropped: func(service, reason string) { dropped = append(dropped, service+" "+reason) }}
+	log := slog.New(slog.DiscardHandler)
+
+	tc := tftpConfig(cfg, true, "", hosts, log)
+	require.NotNil(t, tc.Known)
+	assert.True(t, tc.Known(netip.MustParseAddr("10.0.0.5")))
+	assert.False(t, tc.Known(netip.MustParseAddr("10.0.0.6")))
+	assert.Equal(t, time.Minute, tc.MaxLifetime)
+	tc.Dropped(tftp.DropBusy)
+	assert.Equal(t, []string{"tftp busy"}, dropped)
+
+	assert.Nil(t, tftpConfig(cfg, false, "", hosts, log).Known, "without DHCP nobody is known: all share every slot")
+	assert.Nil(t, tftpConfig(Config{BootDir: "/srv/boot"}, true, "", hosts, log).Dropped)
+}
+
+// A FIFO in --boot-dir: the read is refused at once, counted, and the
+// service still stops promptly.
+func TestServiceTFTPNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "undionly.kpxe")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	t.Cleanup(func() { // lets a reader stuck in open() go, should one be
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	var mu sync.Mutex
+	var dropped []string
+	st, _, _ := fleet(t)
+	svc, err := New(Config{TFTPListen: "127.0.0.1:0", BootDir: dir, Logger: slog.New(slog.DiscardHandler),
+		Dropped: func(service, reason string) { mu.Lock(); dropped = append(dropped, service+" "+reason); mu.Unlock() }}, st)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.WriteTo(append([]byte{0, 1}, "undionly.kpxe\x00octet\x00"...), svc.tconn.LocalAddr())
+	require.NoError(t, err)
+	buf := make([]byte, 600)
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	n, _, err := c.ReadFrom(buf)
+	require.NoError(t, err, "answered at once")
+	assert.Equal(t, append([]byte{0, 5, 0, 1}, "file not found\x00"...), buf[:n])
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(dropped, []string{"tftp not_regular"})
+	}, time.Second, 10*time.Millisecond)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the service did not stop within 2 s")
+	}
 }

@@ -15,18 +15,27 @@ import (
 // command finished (the session service records those facts).
 
 // awaitBoot records in m that the controller (re)booted the node into the
-// ramdisk: the agent of the new boot is awaited, gets a new token at its
-// first lookup, and no command is pending.
+// ramdisk: the agent of the new boot (started by bootRamdisk) is awaited
+// and no command is pending.
 func awaitBoot(m *store.Node, aw *store.Await) {
 	m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
-	newBoot(&m.Operation.Agent)
 }
 
 // bootRamdisk sets PXE (or, for virtual media, inserts the node's ISO and
 // sets the CD) for the next boot and reboots the node into the agent
 // ramdisk; the caller moves the node to a wait state with the await
-// record this returns.
+// record this returns. The new boot's agent session, with its nonce, is
+// stored before the node is powered: there is no moment in which the
+// node boots and a lookup without the nonce could get its token.
 func (c *engine) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
+	oldBoot := n.Operation.Agent.BootID
+	if _, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		newBoot(&m.Operation.Agent, c.nonceVia(m))
+		m.Operation.Agent.Command = nil
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("start the agent session of the new boot: %w", err)
+	}
 	dev := "pxe"
 	if usesVirtualMedia(n) {
 		if err := c.insertMedia(ctx, n, d); err != nil {
@@ -40,7 +49,7 @@ func (c *engine) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reaso
 	if err := d.SetPower(ctx, n, Rebooting); err != nil {
 		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
 	}
-	return &store.Await{Reason: reason, Since: c.now(), OldBootID: n.Operation.Agent.BootID, Step: step}, nil
+	return &store.Await{Reason: reason, Since: c.now(), OldBootID: oldBoot, Step: step}, nil
 }
 
 // tearDownAgent ends an agent operation that failed or was aborted, as

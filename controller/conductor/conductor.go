@@ -62,7 +62,7 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	rt.advance, rt.checkTimers = eng.advance, eng.checkTimeouts
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
-	return &Conductor{runtime: rt, engine: eng, sessions: &sessions{core: co, kick: rt.Kick}, allocator: al, vifs: &vifs{core: co}, core: co}
+	return &Conductor{runtime: rt, engine: eng, sessions: newSessionService(co, rt.Kick), allocator: al, vifs: &vifs{core: co}, core: co}
 }
 
 // Host is the name this conductor writes into reservations.

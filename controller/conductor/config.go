@@ -45,6 +45,17 @@ type Config struct {
 	// Media makes per-node ISOs for redfish-virtual-media boots (nil:
 	// such boots fail with a message saying so).
 	Media VirtualMedia
+	// BootScripts says the controller serves the nodes' boot scripts
+	// (--boot-dir): every boot it starts then carries a nonce in the
+	// script, and only a lookup with it gets the token (trust.go).
+	BootScripts bool
+	// Leases, set when the controller's DHCP server gives addresses
+	// (full mode), binds the script's nonce to the address leased to the
+	// node's port.
+	Leases LeaseBook
+	// Suppressed, if set, counts history events left out by a node's
+	// budget for requests from strangers (what: "agent").
+	Suppressed func(what string, n int)
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/anvil-metal/anvil/controller/limits"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
@@ -28,6 +29,13 @@ import (
 type sessions struct {
 	*core
 	kick func(nodeUUID string) // hands work a heartbeat enabled to the runtime
+	// refusals is each node's budget of history lines for requests
+	// refused for lacking the boot's secret (trust.go).
+	refusals *limits.Keyed
+}
+
+func newSessionService(co *core, kick func(string)) *sessions {
+	return &sessions{core: co, kick: kick, refusals: limits.NewKeyed(refusalBudget, 0, co.cfg.Now)}
 }
 
 // UsesAgent reports whether the node's deploy interface runs in-band steps.
@@ -41,10 +49,6 @@ func newToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// ErrSecondClaimant marks the refusal of a lookup or heartbeat for a node
-// whose agent token this boot already went to another address or boot.
-var ErrSecondClaimant = errors.New("second agent claimant")
-
 // LookupRequest is an agent's lookup: its MACs or node UUID, its boot id,
 // the nonce from its kernel command line, and the address it came from.
 type LookupRequest struct {
@@ -56,12 +60,12 @@ type LookupRequest struct {
 }
 
 // Lookup finds the node an agent runs on, by node UUID or by any MAC of its
-// ports, and hands out the agent token of this boot: once, to the first
-// lookup after the controller booted the node into the ramdisk (or after
-// an operator reset it). The same agent asking again (same boot id and
-// address) is refused without alarm (Conflict): it holds the token.
-// Anybody else is a second claimant: refused, recorded in the node's
-// history and its claims, never given the token.
+// ports, and hands out the agent token of this boot (trust.go): once, to
+// the first lookup after the controller booted the node into the ramdisk
+// (or after an operator reset it) that carries the boot's nonce when it
+// has one. The same agent asking again (same boot id and address) is
+// refused without alarm (Conflict): it holds the token. Anybody else with
+// the boot's secret is a second claimant, and the operation stops.
 func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.LookupResponse, error) {
 	ident := req.NodeUUID
 	if ident == "" {
@@ -70,83 +74,88 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			return nil, err
 		}
 	}
-	var token string
-	var claim *store.Claim
+	var token, refused, absent string
+	var alarm *store.Claim
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
-		token, claim = "", nil
-		if !state.LookupAllowed(state.State(n.ProvisionState)) {
-			return nil, NotFound("Node %s is in provision state %q, which does not expect an agent; lookup is allowed while cleaning, deploying, inspecting or rescuing.", n.UUID, n.ProvisionState)
-		}
+		token, refused, absent, alarm = "", "", "", nil
 		a := &n.Operation.Agent
-		if a.Await == nil && !a.Booted {
+		switch {
+		case !state.LookupAllowed(state.State(n.ProvisionState)):
+			absent = fmt.Sprintf("the node is %s, which does not expect an agent", n.ProvisionState)
+			return nil, errUnchanged
+		case a.Await == nil && !a.Booted:
 			// No boot of the controller's to answer for: a lookup now
 			// would get a token that the coming reboot makes worthless.
-			return nil, NotFound("Node %s does not expect an agent yet: the controller has not booted it into the ramdisk for its %s.", n.UUID, n.ProvisionState)
+			absent = "the controller has not booted the node into the ramdisk for its " + n.ProvisionState
+			return nil, errUnchanged
+		case a.Alarm != nil:
+			refused = "the operation is being stopped after a second claimant"
+			return nil, errUnchanged
+		case a.BootNonce != "" && subtle.ConstantTimeCompare([]byte(a.BootNonce), []byte(req.Nonce)) != 1:
+			refused = "it carried no nonce or another one than this boot's"
+			return nil, errUnchanged
+		case a.Token == "":
+			token = newToken()
+			a.Token, a.BootID, a.Address = token, req.BootID, req.Address
+			a.LastHeartbeat, a.BootTimings = time.Time{}, nil
+			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s at %s looked up; token issued", req.BootID, req.Address))}, nil
+		case req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address:
+			return nil, Conflict("The agent token for boot %s was already issued to this agent; it is not issued twice. "+
+				"An agent restarted within its boot keeps its token; the controller's next reboot of the node issues a new one.", req.BootID)
 		}
-		if want := a.BootNonce; want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(req.Nonce)) != 1 {
-			return nil, Forbidden("Node %s was network-booted with a per-boot nonce and this lookup carried none or another one: only the machine that booted the controller's iPXE script may look itself up (check anvil.token= on its kernel command line).", n.UUID)
-		}
-		if a.Token != "" {
-			if req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address {
-				return nil, Conflict("The agent token of node %s for boot %s was already issued to this agent; it is not issued twice. "+
-					"An agent restarted within its boot keeps its token; the controller's next reboot of the node issues a new one.", n.UUID, req.BootID)
-			}
-			claim = &store.Claim{At: c.now(), Via: "lookup", Address: req.Address, BootID: req.BootID,
-				HolderAddress: a.Address, HolderBootID: a.BootID}
-			a.AddClaim(*claim)
-			return []*store.Event{c.claimEvent(n.UUID, claim)}, nil
-		}
-		token = newToken()
-		a.Token, a.BootID, a.Address = token, req.BootID, req.Address
-		a.BootNonce = "" // used: the nonce admits one lookup
-		a.LastHeartbeat, a.BootTimings = time.Time{}, nil
-		return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s at %s looked up; token issued", req.BootID, req.Address))}, nil
+		alarm = &store.Claim{At: c.now(), Via: "lookup", Address: req.Address, BootID: req.BootID,
+			HolderAddress: a.Address, HolderBootID: a.BootID}
+		return c.raiseAlarm(n, alarm), nil
 	})
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, NotFound("Node %s could not be found.", ident)
-		}
+	switch {
+	case errors.Is(err, errUnchanged):
+	case errors.Is(err, store.ErrNotFound):
+		c.log.InfoContext(ctx, "lookup refused", "node", ident, "reason", "no such node", "from", req.Address)
+		return nil, NotFound(msgNoAgentExpected)
+	case err != nil:
 		return nil, err
 	}
-	if claim != nil {
-		return nil, Wrap(CodeForbidden, ErrSecondClaimant, "The agent token of node %s for this boot was already issued; this lookup was refused and recorded. "+
-			"If the node was rebooted outside the controller, reset its agent token through the API.", n.UUID)
+	switch {
+	case alarm != nil:
+		c.kick(n.UUID)
+		return nil, Wrap(CodeForbidden, ErrSecondClaimant, msgSecondClaimant)
+	case absent != "":
+		c.log.InfoContext(ctx, "lookup refused", "node", ident, "reason", absent, "from", req.Address, "boot_id", req.BootID)
+		return nil, NotFound(msgNoAgentExpected)
+	case refused != "":
+		c.refusedEvent(ctx, ident, fmt.Sprintf("lookup from %s (boot %s) refused: %s", orUnknown(req.Address), orUnknown(req.BootID), refused))
+		return nil, Wrap(CodeForbidden, ErrNotTrusted, msgNotAllowed)
 	}
 	name := ""
 	if n.Name != nil {
 		name = *n.Name
 	}
-	info := map[string]any{}
-	for k, v := range n.InstanceInfo {
-		if !secretInstanceKey(k) {
-			info[k] = v
-		}
-	}
 	return &protocol.LookupResponse{
-		Node: protocol.LookupNode{UUID: n.UUID, Name: name, Properties: n.Properties, InstanceInfo: info},
+		Node: protocol.LookupNode{UUID: n.UUID, Name: name, Properties: n.Properties, InstanceInfo: lookupInstanceInfo(n.InstanceInfo)},
 		Config: protocol.AgentConfig{HeartbeatTimeout: int(c.cfg.Agent.SilenceTimeout.Seconds()),
 			HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds(), AgentToken: token, AgentTokenRequired: true,
 			Erase: c.cfg.Agent.Erase},
 	}, nil
 }
 
-// secretInstanceKey: instance_info keys an unauthenticated lookup must not
-// answer (the agent gets what a step needs with the command, over the
-// token-authenticated heartbeat).
-func secretInstanceKey(k string) bool {
-	switch k {
-	case "configdrive", "image_source", "image_url", "rescue_password", "image_checksum", "image_os_hash_value":
-		return true
-	}
-	k = strings.ToLower(k)
-	return strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token")
-}
+// lookupInstanceKeys are the instance_info keys a lookup answers: what
+// describes the instance's layout, never where the image is, its
+// checksum, a config drive or any password (Ironic's lookup withholds
+// those too). The agent gets what a step needs with the step, over the
+// token-authenticated heartbeat; anything not listed here is left out,
+// so a key added later is not given away by accident.
+var lookupInstanceKeys = []string{"root_device", "root_gb", "swap_mb", "ephemeral_gb", "image_disk_format",
+	"image_type", "capabilities", "traits", "deploy_boot_mode", "boot_mode"}
 
-// claimEvent is the history entry of a refused second claimant.
-func (c *sessions) claimEvent(nodeUUID string, cl *store.Claim) *store.Event {
-	return c.newEvent(nodeUUID, "WARNING", "agent", fmt.Sprintf(
-		"second agent claimant refused: %s from %s (boot %s) while this boot's agent token is held by %s (boot %s)",
-		cl.Via, orUnknown(cl.Address), orUnknown(cl.BootID), orUnknown(cl.HolderAddress), orUnknown(cl.HolderBootID)))
+// lookupInstanceInfo is instance_info as a lookup answers it.
+func lookupInstanceInfo(ii map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, k := range lookupInstanceKeys {
+		if v, ok := ii[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func orUnknown(s string) string {
@@ -182,7 +191,8 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 	}
 	switch len(found) {
 	case 0:
-		return "", NotFound("No node has a port with any of the MAC addresses %s; create a port for one of them (baremetal port create MAC --node NODE).", strings.Join(valid, ", "))
+		c.log.InfoContext(ctx, "lookup refused", "reason", "no port has these MACs (baremetal port create MAC --node NODE)", "macs", valid)
+		return "", NotFound(msgNoAgentExpected)
 	case 1:
 		for id := range found {
 			return id, nil
@@ -193,7 +203,8 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	return "", NotFound("The MAC addresses %s belong to ports of several nodes (%s); fix the ports.", strings.Join(valid, ", "), strings.Join(ids, ", "))
+	c.log.WarnContext(ctx, "lookup refused", "reason", "the MACs belong to ports of several nodes; fix the ports", "macs", valid, "nodes", ids)
+	return "", NotFound(msgNoAgentExpected)
 }
 
 // Heartbeat records an agent's heartbeat in one write and answers with the
@@ -207,8 +218,7 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 		*resp = protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 		kick, claim = false, nil
 		if claim = c.heartbeatClaim(n, addr, hb); claim != nil {
-			n.Operation.Agent.AddClaim(*claim)
-			return ctx, []*store.Event{c.claimEvent(n.UUID, claim)}, nil
+			return ctx, c.raiseAlarm(n, claim), nil
 		}
 		events, material, err := c.heartbeat(n, hb, resp, &kick)
 		if err != nil || material {
@@ -220,12 +230,13 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, NotFound("Node %s could not be found.", ident)
+			return nil, NotFound("Node could not be found.")
 		}
 		return nil, err
 	}
 	if claim != nil {
-		return nil, Wrap(CodeForbidden, ErrSecondClaimant, "The agent token of node %s was issued to another boot or address; this heartbeat was refused and recorded.", n.UUID)
+		c.kick(n.UUID)
+		return nil, Wrap(CodeForbidden, ErrSecondClaimant, msgSecondClaimant)
 	}
 	if kick {
 		c.kick(n.UUID)
@@ -234,7 +245,8 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 }
 
 // heartbeatClaim is the claim a heartbeat makes when it carries this
-// boot's token from another boot or address (a stolen token); nil for the
+// boot's token from another boot or address (a stolen token, or the token
+// of whoever looked up first while the real agent runs too); nil for the
 // token's holder, and for a wrong token (refused by heartbeat, with no
 // write an unauthenticated caller could multiply).
 func (c *sessions) heartbeatClaim(n *store.Node, addr string, hb *protocol.Heartbeat) *store.Claim {
@@ -255,13 +267,13 @@ func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protoc
 	a := &n.Operation.Agent
 	want := a.Token
 	if want == "" {
-		return nil, false, Unauthorized("No agent token was issued for node %s: look the node up first.", n.UUID)
+		return nil, false, Unauthorized("Invalid or missing agent token received: look the node up first.")
 	}
 	if subtle.ConstantTimeCompare([]byte(want), []byte(hb.AgentToken)) != 1 {
 		return nil, false, Unauthorized("Invalid or missing agent token received.")
 	}
 	if boot := a.BootID; boot != "" && boot != hb.BootID {
-		return nil, false, Unauthorized("The token was issued to boot %s, not %s: look the node up again.", boot, hb.BootID)
+		return nil, false, Unauthorized("Invalid or missing agent token received: it was issued to another boot; look the node up again.")
 	}
 	now := c.now()
 	first := a.LastHeartbeat.IsZero()
@@ -320,10 +332,17 @@ func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protoc
 
 // issueCommand leaves a command for the agent (delivered by the next
 // heartbeat) in the same write as the caller's other changes.
+//
+// The node context it carries is what steps read by name (the agent fills
+// a step's missing arguments from it: target_raid_config for RAID) and
+// nothing else: never instance_info, whose image location, checksums,
+// config drive and passwords reach the agent only as the arguments of the
+// step that needs them (write_image gets the image's URL and checksum,
+// agentdeploy.go), so an agent — or whoever poses as one — that is asked
+// for an inventory learns nothing of the instance.
 func issueCommand(n *store.Node, name string, step *protocol.Step, now time.Time) {
 	cmd := &store.AgentCommand{Command: protocol.Command{ID: uuid.NewString(), Name: name, Step: step, Fingerprint: cachedFingerprint(n),
-		Node: map[string]any{"uuid": n.UUID, "properties": n.Properties, "instance_info": n.InstanceInfo,
-			"target_raid_config": n.TargetRAIDConfig}}, IssuedAt: now}
+		Node: map[string]any{"uuid": n.UUID, "properties": n.Properties, "target_raid_config": n.TargetRAIDConfig}}, IssuedAt: now}
 	if step == nil {
 		cmd.Fingerprint = ""
 	}
@@ -361,31 +380,11 @@ func (c *sessions) CachedSteps(n *store.Node) *store.StepCache {
 	return n.Operation.Agent.Steps
 }
 
-// BootNonce returns the per-boot nonce to put on the kernel command line of
-// the node's iPXE script: minted for the first fetch after the controller
-// booted the node, "" for every later one (a stranger fetching the script
-// learns nothing usable). The lookup that presents it consumes it.
-func (c *sessions) BootNonce(ctx context.Context, nodeUUID string) (string, error) {
-	var nonce string
-	_, err := store.MutateNode(ctx, c.st, nodeUUID, func(n *store.Node) error {
-		a := &n.Operation.Agent
-		nonce = ""
-		if a.NonceServed || a.Token != "" {
-			return errUnchanged
-		}
-		nonce = newToken()
-		a.BootNonce, a.NonceServed = nonce, true
-		return nil
-	})
-	if errors.Is(err, errUnchanged) {
-		err = nil
-	}
-	return nonce, err
-}
-
-// ResetAgentToken forgets the node's agent token (and boot nonce), so the
-// next lookup gets a new one: for a node an operator rebooted outside the
-// controller. The reset is recorded in the node's history.
+// ResetAgentToken forgets the node's agent token and starts a new boot
+// (with a new nonce when its boot path carries one, delivered by the boot
+// script's next fetch), so the next lookup gets a new token: for a node an
+// operator rebooted outside the controller. The reset is recorded in the
+// node's history.
 func (c *sessions) ResetAgentToken(ctx context.Context, ident string) error {
 	_, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		a := &n.Operation.Agent
@@ -393,18 +392,16 @@ func (c *sessions) ResetAgentToken(ctx context.Context, ident string) error {
 		if a.Token == "" {
 			held = "none issued"
 		}
-		newBoot(a)
+		newBoot(a, c.nonceVia(n))
+		next := "the next lookup gets a new one"
+		if a.BootNonce != "" {
+			next = "the next lookup carrying the nonce of the boot script's next fetch gets a new one"
+		}
 		return []*store.Event{c.newEvent(n.UUID, "WARNING", "agent",
-			"agent token reset through the API ("+held+"); the next lookup gets a new one")}, nil
+			"agent token reset through the API ("+held+"); "+next)}, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return NotFound("Node %s could not be found.", ident)
 	}
 	return err
-}
-
-// newBoot starts the agent session of a new boot of the node: no token is
-// issued yet and the iPXE script may carry a fresh nonce.
-func newBoot(a *store.AgentSession) {
-	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceServed = "", "", "", "", false
 }

@@ -65,7 +65,7 @@ func (c *engine) checkTimeouts(ctx context.Context) {
 				continue
 			}
 			if err == nil {
-				c.recordTimeout(ctx, n, msg)
+				c.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
 			c.kick(n.UUID) // at rest now: its lease is released
@@ -87,6 +87,10 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 			continue
 		}
 		for _, n := range nodes {
+			if n.Operation.Agent.Alarm != nil {
+				c.kick(n.UUID) // its worker stops the operation (securityStop)
+				continue
+			}
 			if msg := c.abortOverdue(n); msg != "" {
 				c.abortByPowerOff(ctx, n, msg)
 				continue
@@ -111,7 +115,7 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 				c.log.Error("failing node after agent timeout failed", "node", n.UUID, "err", err)
 				continue
 			}
-			c.recordTimeout(ctx, n, msg)
+			c.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
 			c.kick(n.UUID)
 		}
@@ -165,16 +169,17 @@ func currentStepKey(n *store.Node) string {
 	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
 }
 
-// recordTimeout stores the result of the step n (as it was before failing)
-// was running when it timed out, if any.
-func (c *engine) recordTimeout(ctx context.Context, n *store.Node, msg string) {
+// recordStopped stores the result of the step n (as it was before failing)
+// was running when the controller stopped it (a timeout, a security
+// alarm), if any.
+func (c *engine) recordStopped(ctx context.Context, n *store.Node, msg, outcome string) {
 	ph, ok := phaseOf(n)
 	key := currentStepKey(n)
 	if !ok || key == "" {
 		return
 	}
 	args, _ := (*ph.current(n))["args"].(map[string]any)
-	r := c.runResult(n, ph, key, args, errors.New(msg), store.OutcomeTimedOut)
+	r := c.runResult(n, ph, key, args, errors.New(msg), outcome)
 	if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == key {
 		r.UUID = p.ID // the agent's run: a late report of it is the same run
 	}

@@ -16,7 +16,10 @@
 // '\\', U+2028 and U+2029). Records hold only strings, integers, booleans
 // and objects. Verification recomputes the canonical form from the record
 // as found, so re-indenting a file keeps it valid, while changing any
-// value, key or element breaks the signature.
+// value, key or element breaks the signature. Canonicalising keeps the
+// last of two equal keys, so verification first refuses text readers
+// could read differently from it (checkStrict in strict.go): duplicate
+// keys, also up to letter case, invalid UTF-8, lone surrogates, NULs.
 package erasure
 
 import (

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -176,8 +177,12 @@ func NewSigner(key ed25519.PrivateKey) *Signer { return &Signer{key: key} }
 // PublicKey is the key records are verified with.
 func (s *Signer) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
 
-// Sign returns r as a signed record, ready for the store.
+// Sign returns r as a signed record, ready for the store. A NUL in any
+// of r's strings (a device's serial, say) is signed as U+FFFD, as
+// encoding/json writes invalid UTF-8: verification refuses NULs, which
+// readers treat differently.
 func (s *Signer) Sign(r Record) (*store.EraseRecord, error) {
+	replaceNUL(reflect.ValueOf(&r).Elem())
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode record: %w", err)
@@ -194,4 +199,19 @@ func (s *Signer) Sign(r Record) (*store.EraseRecord, error) {
 	}
 	signedAt, _ := time.Parse(time.RFC3339Nano, r.SignedAt)
 	return &store.EraseRecord{UUID: r.UUID, NodeUUID: r.Node.UUID, CreatedAt: signedAt, Data: doc}, nil
+}
+
+// replaceNUL replaces the NULs in the strings of v, a settable struct of
+// strings, numbers, booleans and structs (Record), with U+FFFD.
+func replaceNUL(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		if s := v.String(); strings.IndexByte(s, 0) >= 0 {
+			v.SetString(strings.ReplaceAll(s, "\x00", "\uFFFD"))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			replaceNUL(v.Field(i))
+		}
+	}
 }

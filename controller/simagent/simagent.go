@@ -380,3 +380,38 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// FirmwareBoot does what a node's network-boot firmware does before the
+// ramdisk runs: it fetches the node's iPXE script (GET
+// /v1/boot/{mac}/ipxe) and takes the boot's nonce (anvil.token=) off the
+// kernel command line, for the agent's lookup. A controller that serves
+// no boot scripts (404) gives none: the ramdisk then boots without a
+// nonce, as from a configuration of the operator's own.
+func FirmwareBoot(ctx context.Context, hc *http.Client, api, mac string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(api, "/")+"/v1/boot/"+mac+"/ipxe", nil)
+	if err != nil {
+		return "", err
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	switch res.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return "", nil
+	default:
+		return "", fmt.Errorf("boot script: HTTP %d: %s", res.StatusCode, body)
+	}
+	for _, f := range strings.Fields(string(body)) {
+		if v, ok := strings.CutPrefix(f, protocol.CmdlineNonce+"="); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}

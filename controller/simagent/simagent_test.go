@@ -1,7 +1,11 @@
 package simagent
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 
@@ -39,4 +43,31 @@ func shape(steps []protocol.Step) []protocol.Step {
 		out[i] = s
 	}
 	return out
+}
+
+// The simulated firmware takes the nonce off the script's kernel line,
+// gets none from a controller that serves no scripts, and reports a
+// refusal.
+func TestFirmwareBoot(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/boot/52:54:00:00:00:01/ipxe":
+			fmt.Fprint(w, "#!ipxe\nkernel http://c/v1/boot/files/vmlinuz initrd=initramfs anvil.api=http://c anvil.node=n anvil.token=N0NCE console=tty0\nboot\n")
+		case "/v1/boot/52:54:00:00:00:02/ipxe":
+			fmt.Fprint(w, "#!ipxe\nkernel http://c/v1/boot/files/vmlinuz anvil.node=n\nboot\n")
+		case "/v1/boot/52:54:00:00:00:03/ipxe":
+			http.Error(w, "Not allowed", http.StatusForbidden)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	for mac, want := range map[string]string{"52:54:00:00:00:01": "N0NCE", "52:54:00:00:00:02": "", "52:54:00:00:00:09": ""} {
+		got, err := FirmwareBoot(ctx, srv.Client(), srv.URL+"/", mac)
+		require.NoError(t, err, mac)
+		assert.Equal(t, want, got, mac)
+	}
+	_, err := FirmwareBoot(ctx, srv.Client(), srv.URL, "52:54:00:00:00:03")
+	assert.ErrorContains(t, err, "HTTP 403")
 }

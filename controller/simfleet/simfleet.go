@@ -118,6 +118,9 @@ func (m *Machine) boot() {
 			return
 		case <-time.After(m.bootDelay):
 		}
+		// The firmware's network boot: the script's nonce, if the
+		// controller serves boot scripts, is what the lookup presents.
+		m.Agent.Nonce, _ = simagent.FirmwareBoot(ctx, m.Agent.HTTP, m.Agent.API, m.MAC)
 		m.Agent.Run(ctx, m.interval)
 	}()
 }

@@ -58,24 +58,46 @@ type AgentSession struct {
 	Await         *Await                  `json:"await,omitempty"`
 	// Booted: the ramdisk is up for the current operation.
 	Booted bool `json:"booted,omitempty"`
-	// BootNonce is on the kernel command line of the iPXE script served
-	// for this boot; the lookup must carry it, and consumes it.
+	// BootNonce is minted when the controller starts a boot whose boot
+	// path it serves (its iPXE script or GRUB configuration, or the
+	// node's virtual-media ISO) and put on the agent's kernel command
+	// line there; while it is set, only a lookup carrying it may get the
+	// token. "": the ramdisk boots some other way and the first lookup
+	// gets the token.
 	BootNonce string `json:"boot_nonce,omitempty"`
-	// NonceServed: this boot's iPXE script was served with a nonce; later
-	// fetches of the script get none (the nonce is single-use).
-	NonceServed bool `json:"nonce_served,omitempty"`
+	// NonceVia is how the nonce reaches the node: NonceNetboot (the boot
+	// script, served once) or NonceVirtualMedia (the ISO, fetched by the
+	// BMC under a key only it knows).
+	NonceVia string `json:"nonce_via,omitempty"`
+	// NonceServedTo is the address the boot script carrying the nonce
+	// was first served to: the same address may fetch it again before
+	// the lookup (a firmware retry), anybody else is a second claimant.
+	NonceServedTo string `json:"nonce_served_to,omitempty"`
+	// NonceLegacyServed reads the flag of the release before NonceVia
+	// (the script had been served with the nonce); never written.
+	NonceLegacyServed bool `json:"nonce_served,omitempty"`
 	// Address is where the lookup that got the token came from.
 	Address string `json:"address,omitempty"`
 	// Claims are the latest second claimants refused (MaxClaims at most);
 	// they outlive the session, as alarms for the operator.
 	Claims []Claim `json:"claims,omitempty"`
+	// Alarm is the second claimant that ended this boot's trust: the
+	// token is revoked with it, and the lifecycle engine stops the
+	// operation (failed, powered off) when it sees it.
+	Alarm *Claim `json:"alarm,omitempty"`
 }
+
+// How a boot's nonce reaches the node (AgentSession.NonceVia).
+const (
+	NonceNetboot      = "netboot"
+	NonceVirtualMedia = "vmedia"
+)
 
 // Claim is a lookup or heartbeat refused because this boot's token was
 // already issued to another address or boot: a possible takeover attempt.
 type Claim struct {
 	At            time.Time `json:"at"`
-	Via           string    `json:"via"` // lookup | heartbeat
+	Via           string    `json:"via"` // lookup | heartbeat | boot script
 	Address       string    `json:"address"`
 	BootID        string    `json:"boot_id"`
 	HolderAddress string    `json:"holder_address"`
@@ -154,16 +176,21 @@ const (
 	keyBootNonce       = "agent_boot_nonce"
 	keyAgentAddress    = "agent_lookup_address"
 	keyClaims          = "agent_claims"
+	keyNonceVia        = "agent_nonce_via"
+	keyNonceServedTo   = "agent_nonce_served_to"
+	keyAlarm           = "agent_alarm"
 )
 
-// TokenKey is the driver_internal_info key of the agent's secret, which the
-// API masks.
-const TokenKey = keyToken
+// SecretInternalKey reports whether a driver_internal_info key holds a
+// secret of the agent session (its token, the boot's nonce), which the API
+// masks.
+func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonce }
 
 // operationKeys lists every key InternalInfo writes.
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
-	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims}
+	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
+	keyNonceVia, keyNonceServedTo, keyAlarm}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -238,6 +265,15 @@ func (n *Node) InternalInfo() map[string]any {
 	if len(a.Claims) > 0 {
 		set(keyClaims, a.Claims)
 	}
+	if a.NonceVia != "" {
+		out[keyNonceVia] = a.NonceVia
+	}
+	if a.NonceServedTo != "" {
+		out[keyNonceServedTo] = a.NonceServedTo
+	}
+	if a.Alarm != nil {
+		set(keyAlarm, a.Alarm)
+	}
 	return out
 }
 
@@ -246,7 +282,7 @@ func (op *Operation) empty() bool {
 	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
-		!a.NonceServed && a.Address == "" && len(a.Claims) == 0
+		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
@@ -325,6 +361,9 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyBootNonce, &a.BootNonce)
 	take(keyAgentAddress, &a.Address)
 	take(keyClaims, &a.Claims)
+	take(keyNonceVia, &a.NonceVia)
+	take(keyNonceServedTo, &a.NonceServedTo)
+	take(keyAlarm, &a.Alarm)
 	return op, rest
 }
 

@@ -63,17 +63,39 @@ func fromU32(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// pool hands out addresses of a range, recorded in a LeaseStore.
+// splitRange cuts the top pct percent of r (at least one address, the
+// server's own not counted) off for discovery targets: share, and main
+// before it (invalid when the share is the whole range). Being a part of
+// the range itself, the same on every controller given the same flags,
+// it holds across controllers sharing the lease table.
+func splitRange(r Range, pct float64, server netip.Addr) (main, share Range) {
+	n := u32(r.Last) - u32(r.First) + 1
+	k := max(1, min(n, uint32(float64(n)*pct/100)))
+	share = Range{fromU32(u32(r.Last) - k + 1), r.Last}
+	if share.Contains(server) && k < n {
+		k++
+		share.First = fromU32(u32(r.Last) - k + 1)
+	}
+	if k < n {
+		main = Range{r.First, fromU32(u32(r.Last) - k)}
+	}
+	return main, share
+}
+
+// pool hands out addresses of a range, recorded in a LeaseStore: to
+// enrolled nodes from all of it, the part before the share first, and to
+// discovery targets from the share only, so made-up MACs can exhaust no
+// more than that.
 type pool struct {
-	r       Range
-	exclude netip.Addr // the server's own address, if inside the range
-	st      LeaseStore
-	mu      sync.Mutex // one allocation at a time in this process; the store arbitrates between processes
+	main, share Range
+	exclude     netip.Addr // the server's own address, if inside the range
+	st          LeaseStore
+	mu          sync.Mutex // one allocation at a time in this process; the store arbitrates between processes
 	// held are addresses offered and not yet requested. Offers are kept in
 	// memory only: an offer is not a lease, and writing each to the
 	// database would double the writes of a busy boot storm. The REQUEST's
 	// claim in the store decides (another controller's claim in between
-	// gets the client a NAK, and it starts over).
+	// gets the client a NAK, and it starts over). At most one per address.
 	held map[netip.Addr]hold
 }
 
@@ -84,10 +106,24 @@ type hold struct {
 
 var errPoolFull = errors.New("dhcp: no free address in the range")
 
-// offer picks and holds (until expires) an address for mac: its current
-// lease's or offer's address, else the one it asks for if free, else a
-// never-leased address, else the one whose lease expired longest ago.
-func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now, expires time.Time) (netip.Addr, error) {
+// areas are the parts of the range a client may get, in order of preference.
+func (p *pool) areas(discovery bool) []Range {
+	if discovery || !p.main.First.IsValid() {
+		return []Range{p.share}
+	}
+	return []Range{p.main, p.share}
+}
+
+func within(areas []Range, a netip.Addr) bool {
+	return slices.ContainsFunc(areas, func(r Range) bool { return r.Contains(a) })
+}
+
+// offer picks and holds (until expires) an address for mac within its
+// areas: its current lease's or offer's address, else the one it asks
+// for if free, else a never-leased address, else the one whose lease
+// expired longest ago (the first area's before the next's).
+func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, discovery bool, now, expires time.Time) (netip.Addr, error) {
+	areas := p.areas(discovery)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	leases, err := p.st.ListDHCPLeases(ctx)
@@ -97,10 +133,6 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 	if p.held == nil {
 		p.held = map[netip.Addr]hold{}
 	}
-	heldByOther := func(a netip.Addr) bool {
-		h, ok := p.held[a]
-		return ok && h.mac != mac && h.until.After(now)
-	}
 	byIP := make(map[netip.Addr]store.DHCPLease, len(leases))
 	var mine netip.Addr
 	for _, l := range leases {
@@ -109,7 +141,7 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 			continue
 		}
 		byIP[a] = l
-		if l.MAC == mac && p.r.Contains(a) {
+		if l.MAC == mac && within(areas, a) {
 			mine = a
 		}
 	}
@@ -117,54 +149,61 @@ func (p *pool) offer(ctx context.Context, mac string, requested netip.Addr, now,
 		switch {
 		case !h.until.After(now):
 			delete(p.held, a)
-		case h.mac == mac && !mine.IsValid():
+		case h.mac == mac && !mine.IsValid() && within(areas, a):
 			mine = a
 		}
 	}
-	free := func(a netip.Addr) bool {
-		if !p.r.Contains(a) || a == p.exclude || heldByOther(a) {
-			return false
+	// usable: not the server's, not offered to another; leased reports
+	// whether someone has had a lease on it, live is whether that is
+	// another MAC's and still running.
+	usable := func(a netip.Addr) (ok, leased, live bool) {
+		if a == p.exclude {
+			return false, false, false
 		}
-		l, held := byIP[a]
-		return !held || l.MAC == mac || !l.ExpiresAt.After(now)
-	}
-	var cands []netip.Addr
-	if mine.IsValid() {
-		cands = append(cands, mine)
-	}
-	if requested.IsValid() && requested != mine && free(requested) {
-		cands = append(cands, requested)
-	}
-	var expired []store.DHCPLease
-	for v := u32(p.r.First); v <= u32(p.r.Last) && len(cands) < 8; v++ {
-		a := fromU32(v)
-		if a == p.exclude || a == mine || a == requested || heldByOther(a) {
-			continue
+		if h, held := p.held[a]; held && h.mac != mac {
+			return false, false, false
 		}
-		if l, held := byIP[a]; !held {
-			cands = append(cands, a)
-		} else if !l.ExpiresAt.After(now) {
-			expired = append(expired, l)
+		l, leased := byIP[a]
+		return true, leased, leased && l.MAC != mac && l.ExpiresAt.After(now)
+	}
+	addr := mine
+	if ok, _, live := usable(requested); !addr.IsValid() && requested.IsValid() && within(areas, requested) && ok && !live {
+		addr = requested
+	}
+	for _, area := range areas {
+		if addr.IsValid() {
+			break
 		}
-		if v == u32(p.r.Last) {
-			break // v++ would wrap at 255.255.255.255
+		var oldest store.DHCPLease
+		for v := u32(area.First); ; v++ {
+			a := fromU32(v)
+			ok, leased, live := usable(a)
+			if ok && !leased {
+				addr = a
+				break
+			}
+			if ok && !live && (oldest.IP == "" || byIP[a].ExpiresAt.Before(oldest.ExpiresAt)) {
+				oldest = byIP[a]
+			}
+			if v == u32(area.Last) {
+				break // v++ would wrap at 255.255.255.255
+			}
+		}
+		if !addr.IsValid() && oldest.IP != "" {
+			addr = netip.MustParseAddr(oldest.IP)
 		}
 	}
-	slices.SortFunc(expired, func(a, b store.DHCPLease) int { return a.ExpiresAt.Compare(b.ExpiresAt) })
-	for _, l := range expired {
-		cands = append(cands, netip.MustParseAddr(l.IP))
-	}
-	if len(cands) == 0 {
+	if !addr.IsValid() {
 		return netip.Addr{}, errPoolFull
 	}
-	p.held[cands[0]] = hold{mac: mac, until: expires}
-	return cands[0], nil
+	p.held[addr] = hold{mac: mac, until: expires}
+	return addr, nil
 }
 
 // confirm binds addr to mac until expires (a REQUEST); false if the address
-// is outside the range or someone else's.
-func (p *pool) confirm(ctx context.Context, mac string, addr netip.Addr, now, expires time.Time) (bool, error) {
-	if !p.r.Contains(addr) || addr == p.exclude {
+// is outside mac's areas or someone else's.
+func (p *pool) confirm(ctx context.Context, mac string, addr netip.Addr, discovery bool, now, expires time.Time) (bool, error) {
+	if !within(p.areas(discovery), addr) || addr == p.exclude {
 		return false, nil
 	}
 	p.mu.Lock()

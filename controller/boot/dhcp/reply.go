@@ -12,6 +12,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/anvil-metal/anvil/controller/limits"
 )
 
 // Mode is how the service answers.
@@ -41,6 +43,23 @@ type Config struct {
 	Range    Range      // full mode
 	// LeaseTime of full-mode addresses (default 1 h; offers are held 1 min).
 	LeaseTime time.Duration
+	// DiscoveryShare is the percentage of Range, its top addresses, that
+	// discovery targets (MACs no port has) may get in full mode, at least
+	// one address (default 25): made-up MACs can exhaust only that share,
+	// and enrolled nodes may use all of the range.
+	DiscoveryShare float64
+	// DiscoveryLease is the lease of discovery targets' addresses (default
+	// 5 min, at most LeaseTime): enough for the ramdisk to boot and
+	// report, after which the machine is a node and gets LeaseTime while
+	// it is being booted; made-up MACs lose theirs soon.
+	DiscoveryLease time.Duration
+	// Limits bound packets per MAC and new discovery targets per second;
+	// zero fields take DefaultLimits'.
+	Limits Limits
+	// Dropped, if set, counts requests refused or ignored for a bound, by
+	// a short label: rate, discovery_rate, discovery_share_full,
+	// pool_full, malformed.
+	Dropped func(reason string)
 	// HTTPBase is the controller's URL as nodes reach it, e.g. http://10.0.0.1:6385.
 	HTTPBase string
 	Nodes    Nodes
@@ -68,11 +87,21 @@ type Responder struct {
 	// non-PXE client) gets an address in full mode, not every device on
 	// the network.
 	discovering map[string]time.Time
+	perMAC      *limits.Keyed // Limits.PerMAC, by client MAC
+	newUnknown  *limits.Keyed // Limits.Discovery, over all unknown MACs (one key)
 }
+
+// Defaults of Config, also those of the controller's flags.
+const (
+	DefaultLeaseTime      = time.Hour
+	DefaultDiscoveryShare = 25.0 // percent
+	DefaultDiscoveryLease = 5 * time.Minute
+)
 
 const (
 	offerHold      = time.Minute
 	recordInterval = time.Minute
+	maxRecorded    = 4096
 	// discoveryWindow is how long after its firmware was answered a
 	// machine being discovered may take to boot the ramdisk and ask for
 	// an address from it; maxDiscovering bounds the table.
@@ -92,8 +121,21 @@ func NewResponder(cfg Config) (*Responder, error) {
 		return nil, errors.New("dhcp: no node lookup")
 	}
 	if cfg.LeaseTime <= 0 {
-		cfg.LeaseTime = time.Hour
+		cfg.LeaseTime = DefaultLeaseTime
 	}
+	if cfg.DiscoveryShare == 0 {
+		cfg.DiscoveryShare = DefaultDiscoveryShare
+	}
+	if cfg.DiscoveryLease == 0 {
+		cfg.DiscoveryLease = min(DefaultDiscoveryLease, cfg.LeaseTime)
+	}
+	if !(cfg.DiscoveryShare > 0 && cfg.DiscoveryShare <= 100) {
+		return nil, fmt.Errorf("dhcp: discovery share %v%%: want above 0 and at most 100", cfg.DiscoveryShare)
+	}
+	if cfg.DiscoveryLease < 0 || cfg.DiscoveryLease > cfg.LeaseTime {
+		return nil, fmt.Errorf("dhcp: discovery lease %v: want above 0 and at most the lease time %v", cfg.DiscoveryLease, cfg.LeaseTime)
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -104,7 +146,10 @@ func NewResponder(cfg Config) (*Responder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{}}
+	lim := cfg.Limits
+	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{},
+		perMAC:     limits.NewKeyed(limits.Rate{PerSecond: lim.PerMAC, Burst: lim.PerMACBurst}, maxClients, cfg.Now),
+		newUnknown: limits.NewKeyed(limits.Rate{PerSecond: lim.Discovery, Burst: lim.DiscoveryBurst}, 1, cfg.Now)}
 	if cfg.Mode == ModeFull {
 		if !cfg.Range.First.IsValid() || cfg.Leases == nil {
 			return nil, errors.New("dhcp: full mode needs a range and a lease store")
@@ -112,7 +157,8 @@ func NewResponder(cfg Config) (*Responder, error) {
 		if cfg.Netmask == nil {
 			return nil, errors.New("dhcp: full mode needs the boot network's netmask")
 		}
-		r.pool = &pool{r: cfg.Range, exclude: cfg.ServerIP, st: cfg.Leases}
+		main, share := splitRange(cfg.Range, cfg.DiscoveryShare, cfg.ServerIP)
+		r.pool = &pool{main: main, share: share, exclude: cfg.ServerIP, st: cfg.Leases}
 	}
 	return r, nil
 }
@@ -127,6 +173,12 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 	mac := req.ClientHWAddr.String()
 	mt := req.MessageType()
 	kind := classify(req)
+	// Before the lookup, which costs a database read.
+	if !r.allowMAC(mac) {
+		r.drop("rate")
+		r.log.Debug("dhcp: ignoring a MAC over its rate", "mac", mac, "type", mt)
+		return nil, nil
+	}
 	t, err := r.cfg.Nodes.BootTarget(ctx, mac)
 	if errors.Is(err, ErrUnknownMAC) {
 		r.log.Debug("dhcp: ignoring an unknown MAC", "mac", mac, "kind", kind, "type", mt)
@@ -135,9 +187,14 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 	if err != nil {
 		return nil, fmt.Errorf("dhcp: look up %s: %w", mac, err)
 	}
-	if t.Discovery && !r.discoveryAnswer(mac, kind) {
-		r.log.Debug("dhcp: ignoring a non-PXE client of an unknown MAC", "mac", mac, "type", mt)
-		return nil, nil
+	if t.Discovery {
+		if ok, why := r.discoveryAnswer(mac, kind); !ok {
+			if why != "" {
+				r.drop(why)
+			}
+			r.log.Debug("dhcp: ignoring an unknown MAC", "mac", mac, "kind", kind, "type", mt, "why", why)
+			return nil, nil
+		}
 	}
 	if !t.Booting {
 		if kind != KindOther {
@@ -186,11 +243,24 @@ func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kin
 func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind Kind, boot bootInfo) (*dhcpv4.DHCPv4, error) {
 	now := r.cfg.Now()
 	m := macOf(req)
+	lease := r.cfg.LeaseTime
+	if t.Discovery {
+		lease = r.cfg.DiscoveryLease
+	}
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		want, _ := netip.AddrFromSlice(req.RequestedIPAddress().To4())
-		addr, err := r.pool.offer(ctx, m, want, now, now.Add(offerHold))
+		addr, err := r.pool.offer(ctx, m, want, t.Discovery, now, now.Add(offerHold))
+		if errors.Is(err, errPoolFull) && t.Discovery {
+			r.drop("discovery_share_full")
+			if !r.recently("\x00share full", now) {
+				r.log.Warn("boot service: the DHCP range's share for unknown MACs is full: machines to discover get no address until its short leases run out (made-up MACs flooding the network?)",
+					"share", fmt.Sprintf("%s-%s", r.pool.share.First, r.pool.share.Last), "lease", r.cfg.DiscoveryLease)
+			}
+			return nil, nil
+		}
 		if errors.Is(err, errPoolFull) {
+			r.drop("pool_full")
 			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP DISCOVER from %s firmware of port %s not answered: no free address in %s-%s", kind, m, r.cfg.Range.First, r.cfg.Range.Last))
 			return nil, nil
 		}
@@ -201,7 +271,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		if err != nil {
 			return nil, err
 		}
-		r.withAddress(resp, addr)
+		r.withAddress(resp, addr, lease)
 		return resp, nil
 	case dhcpv4.MessageTypeRequest:
 		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(net.IP(r.cfg.ServerIP.AsSlice())) {
@@ -212,7 +282,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 			ip = req.ClientIPAddr // renewing or rebinding
 		}
 		addr, _ := netip.AddrFromSlice(ip.To4())
-		ok, err := r.pool.confirm(ctx, m, addr, now, now.Add(r.cfg.LeaseTime))
+		ok, err := r.pool.confirm(ctx, m, addr, t.Discovery, now, now.Add(lease))
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +296,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		if err != nil {
 			return nil, err
 		}
-		r.withAddress(resp, addr)
+		r.withAddress(resp, addr, lease)
 		if r.cfg.Addressed != nil {
 			r.cfg.Addressed(addr, t.NodeUUID)
 		}
@@ -276,11 +346,11 @@ func (r *Responder) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, kind Kind, 
 	return resp, nil
 }
 
-func (r *Responder) withAddress(resp *dhcpv4.DHCPv4, addr netip.Addr) {
+func (r *Responder) withAddress(resp *dhcpv4.DHCPv4, addr netip.Addr, lease time.Duration) {
 	resp.YourIPAddr = net.IP(addr.AsSlice())
 	resp.UpdateOption(dhcpv4.OptSubnetMask(r.cfg.Netmask))
-	resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(r.cfg.LeaseTime))
-	resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionRenewTimeValue, u32bytes(uint32(r.cfg.LeaseTime/2/time.Second))))
+	resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(lease))
+	resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionRenewTimeValue, u32bytes(uint32(lease/2/time.Second))))
 }
 
 func u32bytes(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
@@ -299,55 +369,54 @@ func describe(kind Kind, boot bootInfo, server netip.Addr) string {
 }
 
 // discoveryAnswer decides whether a MAC no port has is answered in
-// discovery mode: its boot firmware always (and remembered), a non-PXE
+// discovery mode: its boot firmware (and it is remembered), a non-PXE
 // client only within discoveryWindow of that, so a laptop on the
-// provisioning network gets no address from us.
-func (r *Responder) discoveryAnswer(mac string, kind Kind) bool {
+// provisioning network gets no address from us. Firmware of MACs not
+// remembered is answered at Limits.Discovery a second over all, so a
+// flood of made-up MACs costs little. why labels a refusal for Dropped
+// ("" for a stranger that is simply not ours).
+func (r *Responder) discoveryAnswer(mac string, kind Kind) (ok bool, why string) {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	at, seen := r.discovering[mac]
+	seen = seen && now.Sub(at) < discoveryWindow
 	if kind == KindOther {
-		at, ok := r.discovering[mac]
-		return ok && now.Sub(at) < discoveryWindow
+		return seen, ""
 	}
-	if len(r.discovering) >= maxDiscovering {
-		for m, at := range r.discovering {
-			if now.Sub(at) >= discoveryWindow {
-				delete(r.discovering, m)
-			}
+	if !seen {
+		if !r.newUnknown.Allow("") {
+			return false, "discovery_rate"
 		}
-		if len(r.discovering) >= maxDiscovering {
-			clear(r.discovering) // a flood of made-up MACs: start over
-		}
+		makeRoom(r.discovering, maxDiscovering, func(at time.Time) bool { return now.Sub(at) >= discoveryWindow })
 	}
 	r.discovering[mac] = now
-	return true
+	return true, ""
 }
 
 // record writes msg into the node's history unless the same line was
 // written within recordInterval (firmware retries DHCP every few seconds).
 // A machine being discovered has no node yet: its lines go to the log.
 func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) {
-	now := r.cfg.Now()
-	key := nodeUUID + "\x00" + msg
-	r.mu.Lock()
-	last, seen := r.recorded[key]
-	if seen && now.Sub(last) < recordInterval {
-		r.mu.Unlock()
+	if r.recently(nodeUUID+"\x00"+msg, r.cfg.Now()) {
 		return
 	}
-	r.recorded[key] = now
-	if len(r.recorded) > 4096 {
-		for k, at := range r.recorded {
-			if now.Sub(at) >= recordInterval {
-				delete(r.recorded, k)
-			}
-		}
-	}
-	r.mu.Unlock()
 	if nodeUUID == "" {
 		r.log.Info(msg, "discovery", true)
 		return
 	}
 	r.cfg.Record(ctx, nodeUUID, severity, msg)
+}
+
+// recently reports whether key was noted within recordInterval, and
+// notes it if not.
+func (r *Responder) recently(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last, ok := r.recorded[key]; ok && now.Sub(last) < recordInterval {
+		return true
+	}
+	makeRoom(r.recorded, maxRecorded, func(at time.Time) bool { return now.Sub(at) >= recordInterval })
+	r.recorded[key] = now
+	return false
 }

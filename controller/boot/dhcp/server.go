@@ -77,6 +77,7 @@ func (r *Responder) Serve(ctx context.Context, conn *net.UDPConn, pxePort bool) 
 		}
 		req, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
+			r.drop("malformed")
 			r.log.Debug("dhcp: unparsable packet", "from", peer, "err", err)
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,7 +40,7 @@ func TestReadSizesAndOptions(t *testing.T) {
 	for _, tc := range cases {
 		for _, n := range sizes {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, n), func(t *testing.T) {
-				c := newClient(t, addr)
+				c := newNode(t, addr) // 49 reads: more than one address may make at once
 				if tc.window > 0 {
 					c.window = tc.window
 				}
@@ -66,10 +67,10 @@ func TestInMemoryFiles(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "grub/grub.cfg", []byte("on disk"))
 	_, addr := startServer(t, Config{Root: dir, Files: map[string][]byte{"grub/grub.cfg": []byte("generated\n")},
-		Dynamic: func(_ context.Context, name string) ([]byte, bool, error) {
+		Dynamic: func(_ context.Context, name string, client netip.Addr) ([]byte, bool, error) {
 			switch name {
 			case "nodes/a.cfg":
-				return []byte("node a"), true, nil
+				return []byte("node a for " + client.String()), true, nil
 			case "nodes/broken.cfg":
 				return nil, false, errors.New("no such node")
 			}
@@ -83,7 +84,7 @@ func TestInMemoryFiles(t *testing.T) {
 	assert.Equal(t, "generated\r\n", string(res.data))
 	res = newClient(t, addr).get("nodes/a.cfg", "octet")
 	require.NoError(t, res.err)
-	assert.Equal(t, "node a", string(res.data))
+	assert.Equal(t, "node a for 127.0.0.1", string(res.data), "Dynamic knows who asks")
 	res = newClient(t, addr).get("nodes/broken.cfg", "octet")
 	assert.Equal(t, int(errNotFound), tftpCode(res.err))
 	res = newClient(t, addr).get("nodes/../../x", "octet")
@@ -315,9 +316,9 @@ func TestManyParallel(t *testing.T) {
 	writeFile(t, dir, "ipxe", data)
 	_, addr := startServer(t, Config{Root: dir})
 	var wg sync.WaitGroup
-	for range 20 {
+	for range 20 { // 20 nodes: one address may hold MaxPerSource transfers only
 		wg.Go(func() {
-			res := newClient(t, addr).get("ipxe", "octet", "blksize", "1400")
+			res := newNode(t, addr).get("ipxe", "octet", "blksize", "1400")
 			assert.NoError(t, res.err)
 			assert.Equal(t, data, res.data)
 		})

@@ -1,0 +1,289 @@
+package conductor
+
+// Agent trust: who may act as a node's agent during a boot the controller
+// started. The rules, and what they leave to an attacker on the
+// provisioning network, are in the README ("Agent trust").
+//
+//   - A boot whose path the controller serves (its iPXE script or GRUB
+//     configuration, or the node's virtual-media ISO) gets a nonce when the
+//     controller starts it, before the node is powered on. While the nonce
+//     is set, a lookup without it gets nothing: there is no window in which
+//     the first stranger to ask wins.
+//   - The boot script carries the nonce to one address: in full-DHCP mode
+//     only one the boot service leased to the node's ports (none leased:
+//     nobody); the same address may fetch it again until the agent looked
+//     up (a firmware retry). The ISO is fetched by the BMC under a key only
+//     the BMC has.
+//   - Anybody who shows up with this boot's secret after somebody else
+//     used it (a second script fetch from elsewhere, a second lookup with
+//     the nonce, the token from another boot or address) is a second
+//     claimant. The controller cannot tell which of the two is the real
+//     machine, so it trusts neither: the token is revoked at once and the
+//     operation stops (failed, powered off, a security alarm in last_error,
+//     history and metrics). A stranger can make an operation fail loudly;
+//     it cannot quietly take it over.
+//   - A request without the secret proves nothing and costs the node at
+//     most a bounded number of history lines.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/anvil-metal/anvil/controller/limits"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// ErrSecondClaimant marks the refusal of a lookup, heartbeat or boot-script
+// fetch that brought this boot's secret after somebody else had used it:
+// the operation is stopped (see trust.go's rules).
+var ErrSecondClaimant = errors.New("second agent claimant")
+
+// ErrNotTrusted marks a lookup or boot-script fetch refused because it
+// lacks what this boot requires (the nonce, the leased address): nothing
+// was given away and the operation goes on.
+var ErrNotTrusted = errors.New("agent request not trusted")
+
+// LeaseBook tells which addresses the controller's own DHCP server leased
+// to MACs (full mode); nil when it leases none, and then the boot script
+// is not bound to an address.
+type LeaseBook interface {
+	LeasedTo(ctx context.Context, macs []string) ([]netip.Addr, error)
+}
+
+// BootFetch is a fetch of the node's boot configuration (the iPXE script,
+// the GRUB configuration, the ISO) that may carry the boot's nonce.
+type BootFetch struct {
+	Via     string // "ipxe", "grub" or "vmedia"
+	Address string // where the request came from (the relay's client for GRUB over TFTP)
+}
+
+// Refusal messages of unauthenticated requests: they name no node and no
+// state, so a stranger learns nothing from them. The details go into the
+// controller's log and, bounded, the node's history.
+const (
+	msgNoAgentExpected = "No node expects an agent at these addresses now: no port has them, or its node is not being cleaned, deployed, inspected or rescued by the controller (its history and the controller's log say which)."
+	msgNotAllowed      = "Not allowed: this request does not carry what this boot requires (the nonce on the ramdisk's kernel command line, anvil.token=); nothing was issued."
+	msgSecondClaimant  = "Not allowed: this boot's agent secret was already used by another party; the operation was stopped and the node is being powered off. An operator must look at the node's history before it is used again."
+)
+
+// nonceVia decides how a boot the controller starts now delivers its
+// nonce: through the ISO for virtual media, through the boot script when
+// the controller serves boot scripts and the node does not opt out
+// (driver_info anvil_boot_nonce false: it boots the ramdisk from a
+// configuration of the operator's), else not at all.
+func (c *core) nonceVia(n *store.Node) string {
+	switch {
+	case usesVirtualMedia(n):
+		return store.NonceVirtualMedia
+	case c.cfg.BootScripts && !optedOutOfNonce(n):
+		return store.NonceNetboot
+	}
+	return ""
+}
+
+// optedOutOfNonce reads driver_info anvil_boot_nonce (false, "false", "no", "0").
+func optedOutOfNonce(n *store.Node) bool {
+	switch v := n.DriverInfo["anvil_boot_nonce"].(type) {
+	case bool:
+		return !v
+	case string:
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "false", "no", "0", "off":
+			return true
+		}
+	}
+	return false
+}
+
+// newBoot starts the agent session of a new boot of the node: no token is
+// issued yet, and the boot's nonce (if its path carries one) is minted.
+func newBoot(a *store.AgentSession, via string) {
+	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceVia, a.NonceServedTo, a.NonceLegacyServed = "", "", "", "", via, "", false
+	if via != "" {
+		a.BootNonce = newToken()
+	}
+}
+
+// BootNonce returns the nonce to put on the kernel command line of the
+// boot configuration a node fetches now ("" for none), and binds its
+// delivery: see trust.go's rules. A refusal is an *Error wrapping
+// ErrNotTrusted (nothing given, the operation goes on) or
+// ErrSecondClaimant (the operation is stopped).
+func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) (string, error) {
+	// With the controller's DHCP server giving the addresses (full mode),
+	// the node's firmware fetches its script from an address leased to
+	// one of its ports, and nothing else gets the nonce.
+	bound := f.Via != "vmedia" && c.cfg.Leases != nil
+	var leased []netip.Addr
+	if bound {
+		macs, err := c.nodeMACs(ctx, nodeUUID)
+		if err != nil {
+			return "", err
+		}
+		if leased, err = c.cfg.Leases.LeasedTo(ctx, macs); err != nil {
+			return "", fmt.Errorf("leases of node %s: %w", nodeUUID, err)
+		}
+	}
+	var nonce, refused string
+	var alarm *store.Claim
+	_, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
+		nonce, refused, alarm = "", "", nil
+		a := &n.Operation.Agent
+		switch {
+		case !state.LookupAllowed(state.State(n.ProvisionState)) || a.BootNonce == "" || a.NonceLegacyServed:
+			return nil, errUnchanged // no nonce to give (the caller serves what fits the state)
+		case a.Alarm != nil:
+			refused = "the operation is being stopped after a second claimant"
+			return nil, errUnchanged
+		case f.Via == "vmedia":
+			if a.NonceVia == store.NonceVirtualMedia {
+				nonce = a.BootNonce // the BMC reads the ISO again and again
+			}
+			return nil, errUnchanged
+		case a.NonceVia != store.NonceNetboot:
+			refused = "the node boots from virtual media, so its boot script carries no nonce"
+			return nil, errUnchanged
+		case bound && len(leased) == 0:
+			refused = "the boot service has leased no address to the node's ports, and only the address it leases gets the nonce"
+			return nil, errUnchanged
+		case bound && !leasedTo(leased, f.Address):
+			refused = fmt.Sprintf("the boot service leased the node's port %s, not %s", joinAddrs(leased), f.Address)
+			return nil, errUnchanged
+		case a.Token == "" && (a.NonceServedTo == "" || a.NonceServedTo == f.Address):
+			nonce = a.BootNonce
+			if a.NonceServedTo != "" {
+				return nil, errUnchanged // the same address again: a firmware retry
+			}
+			a.NonceServedTo = f.Address
+			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("boot %s with this boot's nonce served to %s", f.Via, f.Address))}, nil
+		}
+		holder := a.NonceServedTo
+		if a.Token != "" {
+			holder = a.Address
+		}
+		alarm = &store.Claim{At: c.now(), Via: "boot " + f.Via, Address: f.Address, HolderAddress: holder, HolderBootID: a.BootID}
+		return c.raiseAlarm(n, alarm), nil
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return "", NotFound("Boot configuration not found.")
+	}
+	if err != nil {
+		return "", err
+	}
+	if alarm != nil {
+		c.kick(nodeUUID)
+		return "", Wrap(CodeForbidden, ErrSecondClaimant, msgSecondClaimant)
+	}
+	if refused != "" {
+		c.refusedEvent(ctx, nodeUUID, fmt.Sprintf("boot %s from %s refused: %s", f.Via, f.Address, refused))
+		return "", Wrap(CodeForbidden, ErrNotTrusted, msgNotAllowed)
+	}
+	return nonce, nil
+}
+
+func leasedTo(leased []netip.Addr, addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	return err == nil && slices.Contains(leased, a.Unmap())
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// nodeMACs are the MACs of the node's ports.
+func (c *sessions) nodeMACs(ctx context.Context, nodeUUID string) ([]string, error) {
+	ports, err := c.st.ListPorts(ctx, store.ResourceFilter{NodeUUID: &nodeUUID}, store.Page{})
+	if err != nil {
+		return nil, err
+	}
+	macs := make([]string, len(ports))
+	for i, p := range ports {
+		macs[i] = p.Address
+	}
+	return macs, nil
+}
+
+// raiseAlarm ends this boot's trust in n: the token is revoked in the same
+// write, the claim is kept on the node, and the engine stops the
+// operation when it sees the alarm (securityStop). It returns the history
+// entry.
+func (c *sessions) raiseAlarm(n *store.Node, cl *store.Claim) []*store.Event {
+	a := &n.Operation.Agent
+	a.Alarm = cl
+	a.AddClaim(*cl)
+	a.Token, a.Command = "", nil
+	return []*store.Event{c.newEvent(n.UUID, "ERROR", "agent", "SECURITY: "+alarmText(cl)+"; the agent token is revoked and the operation stops")}
+}
+
+// alarmText says what a second claimant did, for last_error and history.
+func alarmText(cl *store.Claim) string {
+	return fmt.Sprintf("second agent claimant: %s from %s (boot %s) after this boot's secret went to %s (boot %s); "+
+		"either the machine booted again outside the controller or somebody else is posing as it",
+		cl.Via, orUnknown(cl.Address), orUnknown(cl.BootID), orUnknown(cl.HolderAddress), orUnknown(cl.HolderBootID))
+}
+
+// refusedEvent records a request refused for lacking this boot's secret,
+// within the node's budget: a stranger polling cannot fill a history. The
+// first line after a quiet spell says how many were left out.
+func (c *sessions) refusedEvent(ctx context.Context, nodeUUID, msg string) {
+	c.log.InfoContext(ctx, "agent request refused", "node", nodeUUID, "reason", msg)
+	ok, dropped := c.refusals.Take(nodeUUID)
+	if !ok {
+		if c.cfg.Suppressed != nil {
+			c.cfg.Suppressed("agent", 1)
+		}
+		return
+	}
+	if dropped > 0 {
+		msg += fmt.Sprintf(" (%d more refusals since the last recorded one were not recorded)", dropped)
+	}
+	c.event(ctx, nodeUUID, "WARNING", "agent", msg)
+}
+
+// refusalBudget bounds the history lines of refused agent requests per
+// node: a burst of 5, then one a minute.
+var refusalBudget = limits.Rate{PerSecond: 1.0 / 60, Burst: 5}
+
+// securityStop ends the operation of a node whose boot had a second
+// claimant: failed with the alarm in last_error, its agent torn down (no
+// token, powered off), and in maintenance with the alarm as the reason, so
+// nothing uses the node before an operator has looked (whoever posed as
+// its agent may have reported results that are not true).
+func (c *engine) securityStop(ctx context.Context, n *store.Node) error {
+	cl := n.Operation.Agent.Alarm
+	cur := state.State(n.ProvisionState)
+	msg := fmt.Sprintf("SECURITY ALARM in %s: %s. The operation was stopped and the node powered off; check the node and the provisioning network, then start the operation again.",
+		cur, alarmText(cl))
+	ph, inPhase := phaseOf(n)
+	stepRunning := inPhase && len(*ph.current(n)) > 0
+	_, err := c.transition(ctx, n.UUID, cur, state.EvFail, func(m *store.Node) error {
+		m.LastError = strp(msg)
+		c.tearDownAgent(m)
+		// Whatever answered as its agent, the node was booted for this
+		// operation: it is powered off in any case.
+		m.TargetPowerState, m.Reservation = strp(PowerOff), strp(c.cfg.Host)
+		if stepRunning {
+			ph.onFailure(m, msg)
+		}
+		m.Maintenance, m.MaintenanceReason = true, strp(msg)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.recordStopped(ctx, n, msg, store.OutcomeFailed)
+	c.log.WarnContext(ctx, "operation stopped: second agent claimant", "node", n.UUID, "state", cur, "claimant", cl.Address, "holder", cl.HolderAddress)
+	return nil
+}

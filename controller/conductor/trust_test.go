@@ -1,0 +1,340 @@
+package conductor
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// bootingNode is sessionNode whose boot the controller started with a
+// nonce delivered by via ("" for none), as bootRamdisk stores it.
+func bootingNode(t *testing.T, st store.Store, mac, via string) *store.Node {
+	t.Helper()
+	n := sessionNode(t, st, mac)
+	got, err := store.MutateNode(context.Background(), st, n.UUID, func(m *store.Node) error {
+		newBoot(&m.Operation.Agent, via)
+		return nil
+	})
+	require.NoError(t, err)
+	return got
+}
+
+func agentOf(t *testing.T, st store.Store, id string) store.AgentSession {
+	t.Helper()
+	n, err := st.GetNode(context.Background(), id)
+	require.NoError(t, err)
+	return n.Operation.Agent
+}
+
+func codeOf(t *testing.T, err error) Code {
+	t.Helper()
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	return ce.Code
+}
+
+func historyOf(t *testing.T, st store.Store, id string) []*store.Event {
+	t.Helper()
+	events, err := st.ListEvents(context.Background(), id, 0)
+	require.NoError(t, err)
+	return events
+}
+
+// Without a boot path of the controller's (no nonce), the first lookup of
+// the boot gets the token; the same agent asking again gets none (it
+// holds it). Anybody else with a claim on the boot — a lookup from another
+// boot or address, the token from elsewhere — is a second claimant: the
+// controller cannot tell which of the two is the machine, so the token is
+// revoked at once and the operation is marked to stop.
+func TestSecondClaimantEndsTheBootsTrust(t *testing.T) {
+	agent := LookupRequest{MACs: []string{"52:54:00:00:00:01"}, BootID: "boot-1", Address: "10.0.0.5"}
+	for _, tc := range []struct {
+		name  string
+		claim func(s *sessions, n *store.Node, token string) error
+		via   string
+	}{
+		{"lookup from another boot", func(s *sessions, n *store.Node, _ string) error {
+			_, err := s.Lookup(context.Background(), LookupRequest{NodeUUID: n.UUID, BootID: "boot-2", Address: "10.0.0.5"})
+			return err
+		}, "lookup"},
+		{"lookup from another address", func(s *sessions, _ *store.Node, _ string) error {
+			_, err := s.Lookup(context.Background(), LookupRequest{MACs: agent.MACs, BootID: "boot-1", Address: "10.0.0.66"})
+			return err
+		}, "lookup"},
+		{"the token from another address", func(s *sessions, n *store.Node, token string) error {
+			_, err := s.Heartbeat(context.Background(), n.UUID, "10.0.0.66", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
+			return err
+		}, "heartbeat"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openSQLite(t)
+			s, kicked := newSessions(st)
+			n := sessionNode(t, st, "52:54:00:00:00:01")
+
+			first, err := s.Lookup(ctx, agent)
+			require.NoError(t, err)
+			token := first.Config.AgentToken
+			require.NotEmpty(t, token)
+			_, err = s.Lookup(ctx, agent)
+			assert.Equal(t, CodeConflict, codeOf(t, err), "the agent of this boot holds its token; it is not handed out twice")
+			assert.NotErrorIs(t, err, ErrSecondClaimant)
+
+			err = tc.claim(s, n, token)
+			assert.ErrorIs(t, err, ErrSecondClaimant)
+			assert.Equal(t, CodeForbidden, codeOf(t, err))
+			assert.NotContains(t, err.Error(), n.UUID, "a stranger learns nothing about the node")
+			a := agentOf(t, st, n.UUID)
+			assert.Empty(t, a.Token, "revoked at once: neither party can act any more")
+			require.NotNil(t, a.Alarm)
+			assert.Equal(t, tc.via, a.Alarm.Via)
+			assert.Equal(t, "10.0.0.5", a.Alarm.HolderAddress)
+			assert.Contains(t, *kicked, n.UUID, "the engine is woken to stop the operation")
+
+			_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
+			assert.Equal(t, CodeUnauthorized, codeOf(t, err), "the first claimant's token is dead too")
+			_, err = s.Lookup(ctx, LookupRequest{MACs: agent.MACs, BootID: "boot-9", Address: "10.0.0.7"})
+			assert.ErrorIs(t, err, ErrNotTrusted, "nobody gets a token while the operation stops")
+			errors := 0
+			for _, e := range historyOf(t, st, n.UUID) {
+				if e.Severity == "ERROR" {
+					errors++
+					assert.Contains(t, e.Event, "SECURITY: second agent claimant: "+tc.via)
+				}
+			}
+			assert.Equal(t, 1, errors, "the alarm is in the history once")
+		})
+	}
+}
+
+// A boot whose script the controller serves has a nonce from the moment
+// the controller starts it: a lookup without it gets nothing, however
+// early, and a stranger polling costs the node a bounded history. The
+// script carries the nonce to one address (again to the same one, a
+// firmware retry); a fetch from elsewhere, or after the agent looked up,
+// stops the operation.
+func TestNetbootNonce(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:04", store.NonceNetboot)
+	require.NotEmpty(t, n.Operation.Agent.BootNonce, "minted when the boot starts, before any fetch")
+	before := n.Revision
+
+	for i := range 200 { // a stranger polling lookup before the node fetched its script
+		_, err := s.Lookup(ctx, LookupRequest{MACs: []string{"52:54:00:00:00:04"}, BootID: "stranger", Address: "10.0.0.66", Nonce: []string{"", "guess"}[i%2]})
+		require.ErrorIs(t, err, ErrNotTrusted)
+		assert.NotErrorIs(t, err, ErrSecondClaimant, "a request without the secret does not stop the operation")
+	}
+	got, err := st.GetNode(ctx, n.UUID)
+	require.NoError(t, err)
+	assert.Equal(t, before, got.Revision, "refused lookups write nothing to the node")
+	assert.Empty(t, got.Operation.Agent.Token)
+	assert.Len(t, historyOf(t, st, n.UUID), refusalBudget.Burst, "the history holds the budget's burst, not 200 lines")
+
+	nonce, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	assert.Equal(t, n.Operation.Agent.BootNonce, nonce)
+	again, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	assert.Equal(t, nonce, again, "the same address fetching again (a firmware retry) gets the same nonce")
+	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.5", Nonce: nonce})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lr.Config.AgentToken)
+
+	_, err = s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "a fetch after the lookup: the machine booted again, or somebody else")
+	require.NotNil(t, agentOf(t, st, n.UUID).Alarm)
+
+	t.Run("a second address before the lookup", func(t *testing.T) {
+		n := bootingNode(t, st, "52:54:00:00:00:05", store.NonceNetboot)
+		_, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+		require.NoError(t, err, "the stranger came first")
+		_, err = s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
+		assert.ErrorIs(t, err, ErrSecondClaimant, "the machine's own fetch exposes it")
+		a := agentOf(t, st, n.UUID)
+		assert.Equal(t, "10.0.0.66", a.Alarm.HolderAddress)
+		_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "s", Address: "10.0.0.66", Nonce: a.BootNonce})
+		assert.ErrorIs(t, err, ErrNotTrusted, "the stranger's nonce gets nothing now")
+	})
+	t.Run("the nonce used twice", func(t *testing.T) {
+		n := bootingNode(t, st, "52:54:00:00:00:06", store.NonceNetboot)
+		nonce := n.Operation.Agent.BootNonce
+		_, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "a", Address: "10.0.0.5", Nonce: nonce})
+		require.NoError(t, err)
+		_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "x", Address: "10.0.0.9", Nonce: nonce})
+		assert.ErrorIs(t, err, ErrSecondClaimant)
+	})
+}
+
+// fakeLeases is the DHCP lease table of a full-mode boot service.
+type fakeLeases map[string]string
+
+func (f fakeLeases) LeasedTo(_ context.Context, macs []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, m := range macs {
+		if ip, ok := f[m]; ok {
+			out = append(out, netip.MustParseAddr(ip))
+		}
+	}
+	return out, nil
+}
+
+// With the controller's own DHCP server giving addresses, the script's
+// nonce goes only to an address leased to the node's ports: a stranger
+// elsewhere on the network, before or after the node's firmware got its
+// lease, is refused without stopping anything.
+func TestNetbootNonceBoundToTheLease(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	s.cfg.Leases = fakeLeases{"52:54:00:00:00:07": "10.0.0.107"}
+	n := bootingNode(t, st, "52:54:00:00:00:07", store.NonceNetboot)
+	_, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrNotTrusted)
+	assert.Nil(t, agentOf(t, st, n.UUID).Alarm)
+	assert.Contains(t, historyOf(t, st, n.UUID)[0].Event, "the boot service leased the node's port 10.0.0.107, not 10.0.0.66")
+	nonce, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "grub", Address: "10.0.0.107"})
+	require.NoError(t, err)
+	assert.NotEmpty(t, nonce)
+
+	// Before the node's firmware got its address, nobody gets the nonce:
+	// a stranger fetching the script first learns nothing.
+	unleased := bootingNode(t, st, "52:54:00:00:00:08", store.NonceNetboot)
+	_, err = s.BootNonce(ctx, unleased.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrNotTrusted)
+	assert.Contains(t, historyOf(t, st, unleased.UUID)[0].Event, "the boot service has leased no address to the node's ports")
+	s.cfg.Leases = fakeLeases{"52:54:00:00:00:07": "10.0.0.107", "52:54:00:00:00:08": "10.0.0.108"}
+	nonce, err = s.BootNonce(ctx, unleased.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.108"})
+	require.NoError(t, err, "once the firmware has its lease")
+	assert.NotEmpty(t, nonce)
+	assert.Nil(t, agentOf(t, st, unleased.UUID).Alarm, "the stranger's refused fetch made it no claimant")
+}
+
+// A virtual-media boot's nonce travels in the ISO, which the BMC fetches
+// as often as it likes; the iPXE script of such a node carries none.
+func TestVirtualMediaNonce(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:09", store.NonceVirtualMedia)
+	for range 3 {
+		nonce, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "vmedia", Address: "10.1.0.7"})
+		require.NoError(t, err)
+		assert.Equal(t, n.Operation.Agent.BootNonce, nonce)
+	}
+	_, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrNotTrusted)
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.5"})
+	assert.ErrorIs(t, err, ErrNotTrusted, "the nonce is required from the start")
+	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.5", Nonce: n.Operation.Agent.BootNonce})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lr.Config.AgentToken)
+}
+
+// Refusals to unauthenticated callers name no node and no state.
+func TestLookupRefusalsSayNothingAboutTheNode(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	booting := bootingNode(t, st, "52:54:00:00:00:02", store.NonceNetboot)
+	resting := storetest.NewNode("")
+	resting.Driver, resting.ProvisionState = "script", string(state.Available)
+	require.NoError(t, st.CreateNode(ctx, resting))
+	unbooted := storetest.NewNode("")
+	unbooted.Driver, unbooted.ProvisionState = "script", string(state.Cleaning)
+	require.NoError(t, st.CreateNode(ctx, unbooted))
+
+	for _, tc := range []struct {
+		name        string
+		macs        []string
+		node, nonce string
+		code        Code
+	}{
+		{"unknown MAC", []string{"52:54:00:99:99:99"}, "", "", CodeNotFound},
+		{"no valid MAC", []string{"nonsense"}, "", "", CodeInvalid},
+		{"network-booted node without its nonce", []string{"52:54:00:00:00:02"}, "", "", CodeForbidden},
+		{"network-booted node with another nonce", nil, booting.UUID, "guess", CodeForbidden},
+		{"node not expecting an agent", nil, resting.UUID, "", CodeNotFound},
+		{"node the controller has not booted yet", nil, unbooted.UUID, "", CodeNotFound},
+		{"no such node", nil, "00000000-0000-0000-0000-000000000000", "", CodeNotFound},
+	} {
+		_, err := s.Lookup(ctx, LookupRequest{MACs: tc.macs, NodeUUID: tc.node, BootID: "boot", Nonce: tc.nonce})
+		assert.Equal(t, tc.code, codeOf(t, err), tc.name)
+		for _, secret := range []string{booting.UUID, resting.UUID, unbooted.UUID, "available", "cleaning", "clean wait"} {
+			assert.NotContains(t, err.Error(), secret, tc.name)
+		}
+	}
+	assert.Empty(t, agentOf(t, st, booting.UUID).Token, "no refused lookup got a token")
+}
+
+// The engine stops an operation whose boot had a second claimant: failed,
+// in maintenance with the alarm as the reason, the agent torn down and
+// the node powered off; the claim stays on the node.
+func TestSecurityStop(t *testing.T) {
+	drv := &scriptDriver{}
+	e := start(t, drv, Config{}, nil)
+	ctx := context.Background()
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.CleanWait)
+	n.PowerState = strp(PowerOn)
+	n.Operation.Agent = store.AgentSession{Token: "t", BootID: "b", Address: "10.0.0.5",
+		Await: &store.Await{Reason: "boot", Since: time.Now()}}
+	require.NoError(t, e.st.CreateNode(ctx, n))
+	cl := &store.Claim{At: time.Now(), Via: "lookup", Address: "10.0.0.66", BootID: "x", HolderAddress: "10.0.0.5", HolderBootID: "b"}
+	_, err := store.MutateNode(ctx, e.st, n.UUID, func(m *store.Node) error {
+		m.Operation.Agent.Alarm = cl
+		m.Operation.Agent.AddClaim(*cl)
+		return nil
+	})
+	require.NoError(t, err)
+	e.c.Kick(n.UUID)
+
+	got := e.wait(t, n.UUID, state.CleanFailed)
+	require.NotNil(t, got.LastError)
+	assert.Contains(t, *got.LastError, "SECURITY ALARM in clean wait: second agent claimant: lookup from 10.0.0.66 (boot x) after this boot's secret went to 10.0.0.5 (boot b)")
+	assert.True(t, got.Maintenance)
+	assert.Equal(t, got.LastError, got.MaintenanceReason)
+	assert.Equal(t, PowerOff, deref(got.PowerState), "powered off")
+	a := got.Operation.Agent
+	assert.Empty(t, a.Token)
+	assert.Nil(t, a.Alarm, "handled")
+	require.Len(t, a.Claims, 1, "kept on the node for the operator")
+}
+
+// Issue #30, finding 2, replayed on the controller's clock: a refused
+// stranger looking up every 10 ms for 61 s (6,100 lookups) adds the
+// budget's burst and one line a minute to the node's history, and the
+// rest is counted.
+func TestRefusedStrangerForAMinute(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	cfg := Config{Host: "s", Now: func() time.Time { return now }}
+	cfg.defaults()
+	suppressed := 0
+	cfg.Suppressed = func(what string, n int) {
+		assert.Equal(t, "agent", what)
+		suppressed += n
+	}
+	s := newSessionService(&core{cfg: cfg, st: st, drivers: map[string]Driver{}, log: cfg.Logger}, func(string) {})
+	n := bootingNode(t, st, "52:54:00:00:00:0a", store.NonceNetboot)
+	for range 6100 {
+		_, err := s.Lookup(ctx, LookupRequest{MACs: []string{"52:54:00:00:00:0a"}, BootID: "stranger", Address: "10.0.0.66"})
+		require.ErrorIs(t, err, ErrNotTrusted)
+		now = now.Add(10 * time.Millisecond)
+	}
+	events := historyOf(t, st, n.UUID)
+	assert.Len(t, events, refusalBudget.Burst+1, "a burst, then one a minute")
+	assert.Contains(t, events[len(events)-1].Event, "more refusals since the last recorded one were not recorded")
+	assert.Equal(t, 6100-len(events), suppressed, "everything left out is counted")
+}
