@@ -32,7 +32,7 @@ func Inventory(ctx context.Context, root string) (protocol.Inventory, error) {
 		inv.CPU.Count = int(cpu.TotalHardwareThreads)
 		for _, p := range cpu.Processors {
 			if p.Model != "" {
-				inv.CPU.ModelName = p.Model
+				inv.CPU.ModelName = protocol.CleanString(p.Model)
 				break
 			}
 		}
@@ -110,7 +110,7 @@ func cpuModelFromCPUInfo(path string) string {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
+			return strings.TrimSpace(protocol.CleanString(v))
 		}
 	}
 	return ""
@@ -129,10 +129,13 @@ func unameArch(goarch string) string {
 	return goarch
 }
 
+// readString reads a sysfs attribute as the inventory reports it: DMI
+// strings of odd firmware can hold NULs and bytes that are not UTF-8,
+// which the controller refuses to store, so they are cleaned here.
 func readString(p string) string {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(protocol.CleanString(string(b)))
 }

@@ -2,11 +2,15 @@ package hardware
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func snapshot(name string) string { return filepath.Join("..", "testdata", "hardware", name) }
@@ -38,4 +42,30 @@ func TestInventoryFromSnapshot(t *testing.T) {
 func TestInventoryMissingRoot(t *testing.T) {
 	_, err := Inventory(context.Background(), t.TempDir())
 	require.Error(t, err, "no sysfs block tree: disks cannot be listed")
+}
+
+// Odd firmware pads DMI strings with NULs or writes them in Latin-1: the
+// inventory carries them cleaned, so the controller's check of what it
+// stores (no NUL, valid UTF-8) never refuses a real agent.
+func TestReadStringCleansFirmwareText(t *testing.T) {
+	dir := t.TempDir()
+	for raw, want := range map[string]string{
+		"Dell Inc.\n":            "Dell Inc.",
+		"ACME\x00\x00\x00\n":     "ACME",
+		"Caf\xe9 Systems\n":      "Caf\uFFFD Systems",
+		"\x00\x00\x00\x00":       "",
+		"  To Be Filled\x00 \n":  "To Be Filled",
+		"Fujitsu\x00Siemens\xff": "FujitsuSiemens\uFFFD",
+	} {
+		p := filepath.Join(dir, "sys_vendor")
+		require.NoError(t, os.WriteFile(p, []byte(raw), 0o644))
+		got := readString(p)
+		assert.Equal(t, want, got, "%q", raw)
+		doc, err := json.Marshal(protocol.DiscoveryRequest{Inventory: protocol.Inventory{SystemVendor: protocol.SystemVendor{Manufacturer: got}}})
+		require.NoError(t, err)
+		assert.NoError(t, protocol.CheckJSON(doc), "%q is storable", got)
+	}
+	cpuinfo := filepath.Join(dir, "cpuinfo")
+	require.NoError(t, os.WriteFile(cpuinfo, []byte("processor\t: 0\nmodel name\t: Odd\x00 CPU \xff\n"), 0o644))
+	assert.Equal(t, "Odd CPU \uFFFD", cpuModelFromCPUInfo(cpuinfo))
 }

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -309,14 +310,26 @@ func (c *Command) Validate() error {
 }
 
 // decode reads one JSON document, refusing trailing data, bounded to
-// MaxMessageBytes. strict also refuses unknown fields: the controller is
-// strict with what agents send (it knows every agent field it supports),
-// while the agent ignores fields it does not know in the controller's
-// replies, since a ramdisk image outlives controller upgrades and must keep
-// working when a newer controller adds a field.
+// MaxMessageBytes. strict is the controller reading an agent: it refuses
+// unknown fields (it knows every agent field it supports) and, before
+// decoding, what it could not store (CheckStoredJSON: nesting, NUL,
+// invalid UTF-8), since a heartbeat's results are stored. The agent
+// ignores fields it does not know in the controller's replies, since a
+// ramdisk image outlives controller upgrades and must keep working when a
+// newer controller adds a field.
 func decode(r io.Reader, v any, strict bool) error {
-	dec := json.NewDecoder(io.LimitReader(r, MaxMessageBytes+1))
+	body, err := io.ReadAll(io.LimitReader(r, MaxMessageBytes+1))
+	if err != nil {
+		return fmt.Errorf("malformed message: %w", err)
+	}
+	if len(body) > MaxMessageBytes {
+		return fmt.Errorf("message larger than %d bytes", MaxMessageBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	if strict {
+		if err := CheckStoredJSON(body); err != nil {
+			return fmt.Errorf("malformed message: %w", err)
+		}
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
@@ -324,9 +337,6 @@ func decode(r io.Reader, v any, strict bool) error {
 	}
 	if dec.More() {
 		return errors.New("malformed message: trailing data after the JSON document")
-	}
-	if dec.InputOffset() > MaxMessageBytes {
-		return fmt.Errorf("message larger than %d bytes", MaxMessageBytes)
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store
 			return nil, nil, err
 		}
 	}
+	if err := boundField("allocation", "extra", b.Extra, maxFieldJSON); err != nil {
+		return nil, nil, err
+	}
 	if b.UUID != nil {
 		if _, err := uuid.Parse(*b.UUID); err != nil || len(*b.UUID) != 36 {
 			return nil, nil, badRequest("Expected UUID for uuid: %s", *b.UUID)

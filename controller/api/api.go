@@ -4,6 +4,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -418,9 +419,14 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// decodeBody decodes a JSON body strictly (unknown fields are refused).
+// decodeBody reads (readBody) and decodes a JSON body strictly (unknown
+// fields are refused).
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err)

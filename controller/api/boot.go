@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/internal/regularfile"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -329,13 +330,15 @@ func (s *Server) openBootFile(key string) (*os.File, string) {
 }
 
 // OpenBootFile opens the file nodes get as key ("vmlinuz", "initramfs",
-// ...) from a boot directory: the first existing candidate (nil if none).
+// ...) from a boot directory: the first candidate that is a regular file
+// (nil if none). Anything else under a candidate's name (a FIFO, a
+// directory, a device) counts as missing and is never waited on.
 func OpenBootFile(dir, key string) (*os.File, string) {
 	if dir == "" {
 		return nil, ""
 	}
 	for _, name := range bootFiles[key] {
-		if f, err := os.Open(filepath.Join(dir, name)); err == nil {
+		if f, err := regularfile.Open(filepath.Join(dir, name)); err == nil {
 			return f, name
 		}
 	}

@@ -140,6 +140,9 @@ func (s *Server) parseTemplate(doc map[string]any, t *store.DeployTemplate) erro
 	if err != nil {
 		return badRequest("Schema error for template: extra must be an object or null")
 	}
+	if err := boundField("template", "extra", extra, maxFieldJSON); err != nil {
+		return err
+	}
 	name, ok := doc["name"].(string)
 	if !ok {
 		return badRequest("Schema error for template: %s is not of type 'string'", mustJSON(doc["name"]))
@@ -153,6 +156,9 @@ func (s *Server) parseTemplate(doc map[string]any, t *store.DeployTemplate) erro
 	}
 	if len(raw) == 0 {
 		return badRequest("Schema error for template: [] is too short")
+	}
+	if err := boundField("template", "steps", raw, maxFieldJSON); err != nil {
+		return err
 	}
 	maps := make([]map[string]any, len(raw))
 	for i, x := range raw {

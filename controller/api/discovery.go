@@ -159,6 +159,14 @@ func discoveryMACs(inv protocol.Inventory) ([]string, error) {
 	return out, nil
 }
 
+// errAlreadyEnrolled is the answer to a machine that is already a node.
+// The caller is unauthenticated: it learns neither which node nor its
+// state; the node's history and the controller's log say which.
+func errAlreadyEnrolled() error {
+	return errf(http.StatusConflict, "This machine is already enrolled (a port has one of its MACs, or a node was discovered with its serial); "+
+		"discovery never changes an existing node.")
+}
+
 // discoveryUnique refuses a machine that is already a node: by a port's
 // MAC (any node), or by the serial a discovered node was created with.
 // The existing node is never changed; its history says it was seen.
@@ -170,7 +178,8 @@ func (s *Server) discoveryUnique(ctx context.Context, macs []string, serial stri
 		}
 		if len(ports) > 0 {
 			s.discoveryNote(ctx, ports[0].NodeUUID, fmt.Sprintf("discovery report for MAC %s refused: this node has a port with it; discovery never changes an existing node", mac))
-			return errf(http.StatusConflict, "MAC %s belongs to a port of node %s; discovery never changes an existing node.", mac, ports[0].NodeUUID)
+			s.log.Info("discovery: report refused, a port has its MAC", "mac", mac, "node", ports[0].NodeUUID)
+			return errAlreadyEnrolled()
 		}
 	}
 	if serial = usableSerial(serial); serial == "" {
@@ -184,7 +193,8 @@ func (s *Server) discoveryUnique(ctx context.Context, macs []string, serial stri
 	for _, n := range nodes {
 		if dd, _ := n.Extra["discovery"].(map[string]any); dd != nil && dd["serial"] == serial {
 			s.discoveryNote(ctx, n.UUID, fmt.Sprintf("discovery report with serial %q and MACs %s refused: this node was discovered with that serial", serial, strings.Join(macs, ", ")))
-			return errf(http.StatusConflict, "A node with serial number %q was already discovered: %s.", serial, n.UUID)
+			s.log.Info("discovery: report refused, a node was discovered with its serial", "serial", serial, "macs", macs, "node", n.UUID)
+			return errAlreadyEnrolled()
 		}
 	}
 	return nil
@@ -264,7 +274,8 @@ func (s *Server) enrolDiscovered(ctx context.Context, driver string, req protoco
 		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now}
 		if err := s.st.CreatePort(ctx, p); err != nil {
 			if errors.Is(err, store.ErrDuplicateAddr) {
-				return nil, undo(errf(http.StatusConflict, "MAC %s was enrolled meanwhile; discovery never changes an existing node.", mac))
+				s.log.Info("discovery: report refused, its MAC was enrolled meanwhile", "mac", mac)
+				return nil, undo(errAlreadyEnrolled())
 			}
 			return nil, undo(err)
 		}
@@ -328,11 +339,13 @@ func (s *Server) discoveryEvent(ctx context.Context, nodeUUID, severity, msg str
 	}
 }
 
-// clip bounds a string from an unauthenticated report.
+// clip bounds a string from an unauthenticated report to n bytes, cutting
+// before a character the bound falls in: half a character is invalid
+// UTF-8, which PostgreSQL refuses to store.
 func clip(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
-		return s[:n]
+		return strings.ToValidUTF8(s[:n], "")
 	}
 	return s
 }

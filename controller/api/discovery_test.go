@@ -18,10 +18,15 @@ import (
 // discoveryEnv is an API with discovery on (fake-hardware driver, so the
 // test's conductor has it) and boot files to serve.
 func discoveryEnv(t *testing.T, tune func(*DiscoveryConfig)) *testEnv {
+	return discoveryEnvOn(t, onSQLite, tune)
+}
+
+// discoveryEnvOn is discoveryEnv on a database of the given kind.
+func discoveryEnvOn(t *testing.T, kind storeKind, tune func(*DiscoveryConfig)) *testEnv {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("k"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "initramfs.cpio.gz"), []byte("i"), 0o644))
-	return newEnv(t, func(c *Config) {
+	return newEnvOn(t, kind, func(c *Config) {
 		c.BootDir, c.PublicURL = dir, "http://10.0.2.100:6385"
 		c.Discovery = DefaultDiscovery()
 		c.Discovery.Enabled, c.Discovery.Driver = true, "fake-hardware"
@@ -97,7 +102,7 @@ func TestDiscoveryEnrolsUnknownMachine(t *testing.T) {
 	assert.Contains(t, r.fault(t), "never changes an existing node")
 	r = e.do("POST", "/v1/discovery", "", discoveryReport("SN-0001", "52:54:00:aa:00:09"))
 	require.Equal(t, 409, r.status)
-	assert.Contains(t, r.fault(t), "SN-0001")
+	assert.Contains(t, r.fault(t), "already enrolled")
 	hist = string(e.do("GET", "/v1/nodes/"+id+"/history", latest, nil).body)
 	assert.Contains(t, hist, "refused")
 	assert.Equal(t, 1, strings.Count(hist, "refused"), "a replayed report cannot fill the history: %s", hist)

@@ -276,10 +276,16 @@ func (s *Server) writeNode(w http.ResponseWriter, r *http.Request, status int, n
 	return nil
 }
 
+// readBody reads a request body (bounded by requestMiddleware) and checks
+// it is JSON the store can keep (checkBody): every JSON body the API reads
+// comes through here.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		return nil, bodyError(err)
+	}
+	if err := checkBody(b); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -319,6 +319,9 @@ func (s *Server) putRAID(w http.ResponseWriter, r *http.Request) error {
 	if err := validateRAIDConfig(cfg); err != nil {
 		return err
 	}
+	if err := boundField("node", "target_raid_config", cfg, maxFieldJSON); err != nil {
+		return err
+	}
 	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
 		m.TargetRAIDConfig = cfg
 		return nil

@@ -107,11 +107,15 @@ func optStringField(min, maxLen int, name string, ptr func(n *store.Node) **stri
 		}}
 }
 
-func objectField(min int, name string, ptr func(n *store.Node) *map[string]any) writableField {
+// objectField is a dict field of at most max bytes as JSON (boundField).
+func objectField(min int, name string, max int, ptr func(n *store.Node) *map[string]any) writableField {
 	return writableField{min: min,
 		get: func(n *store.Node) any { return *ptr(n) },
 		set: func(n *store.Node, v any) error {
 			m, err := asObject(name, v)
+			if err == nil {
+				err = boundField("node", name, m, max)
+			}
 			*ptr(n) = m
 			return err
 		}}
@@ -166,11 +170,11 @@ var writable = map[string]writableField{
 		n.Driver = *s
 		return nil
 	}},
-	"driver_info":   objectField(1, "driver_info", func(n *store.Node) *map[string]any { return &n.DriverInfo }),
-	"properties":    objectField(1, "properties", func(n *store.Node) *map[string]any { return &n.Properties }),
-	"instance_info": objectField(1, "instance_info", func(n *store.Node) *map[string]any { return &n.InstanceInfo }),
-	"extra":         objectField(1, "extra", func(n *store.Node) *map[string]any { return &n.Extra }),
-	"network_data":  objectField(66, "network_data", func(n *store.Node) *map[string]any { return &n.NetworkData }),
+	"driver_info":   objectField(1, "driver_info", maxFieldJSON, func(n *store.Node) *map[string]any { return &n.DriverInfo }),
+	"properties":    objectField(1, "properties", maxFieldJSON, func(n *store.Node) *map[string]any { return &n.Properties }),
+	"instance_info": objectField(1, "instance_info", maxBody, func(n *store.Node) *map[string]any { return &n.InstanceInfo }),
+	"extra":         objectField(1, "extra", maxFieldJSON, func(n *store.Node) *map[string]any { return &n.Extra }),
+	"network_data":  objectField(66, "network_data", maxFieldJSON, func(n *store.Node) *map[string]any { return &n.NetworkData }),
 	"instance_uuid": {min: 1, get: func(n *store.Node) any { return sp(n.InstanceUUID) }, set: func(n *store.Node, v any) error {
 		s, err := asOptString("instance_uuid", v, 36)
 		if err != nil {

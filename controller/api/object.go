@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // appendValue writes v, a value decoded from JSON or one of the API's own
@@ -116,6 +118,10 @@ func appendString(b *bytes.Buffer, s string) {
 func appendStringBody(b *bytes.Buffer, s string) {
 	start := 0
 	for i := 0; i < len(s); {
+		// Runs written as they are (most bytes), eight at a time.
+		if i += protocol.PlainLen(s[i:]); i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

@@ -78,5 +78,9 @@ func FuzzAppendValue(f *testing.F) {
 		if b.String() != unescaped {
 			t.Fatalf("appendValue %s, encoding/json %s", b.Bytes(), want)
 		}
+		// The field bound counts what appendValue writes without writing it.
+		if n, err := jsonLen(v, &bytes.Buffer{}); err != nil || n != b.Len() {
+			t.Fatalf("jsonLen %d (%v), appendValue wrote %d: %s", n, err, b.Len(), b.Bytes())
+		}
 	})
 }

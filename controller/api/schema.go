@@ -75,6 +75,16 @@ func (sc *schema) validate(name string, doc map[string]any) error {
 			}
 		}
 	}
+	// Dict fields are bounded as the node's are (maxFieldJSON): every
+	// resource's create and PATCH comes through here.
+	for _, p := range sc.props {
+		switch v := doc[p.name].(type) {
+		case map[string]any, []any:
+			if err := boundField(name, p.name, v, maxFieldJSON); err != nil {
+				return err
+			}
+		}
+	}
 	for _, p := range sc.props {
 		v, ok := doc[p.name].(string)
 		if !ok {

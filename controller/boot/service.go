@@ -49,11 +49,17 @@ type Config struct {
 	// use. The client's address binds the nonce's delivery as for the iPXE
 	// script, so it is passed in-process rather than relayed over HTTP.
 	GrubConfig func(ctx context.Context, mac, client, base string) ([]byte, error)
-	Logger     *slog.Logger
+	// TFTPMaxLifetime ends a TFTP transfer that runs longer (0: the tftp
+	// package's default, 10 minutes).
+	TFTPMaxLifetime time.Duration
+	Logger          *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
-	// Dropped, if set, counts requests the service refused or ignored
-	// (service dhcp or tftp, reason a short label).
+	// Dropped, if set, counts requests the service refused or ignored:
+	// service "dhcp" or "tftp", reason a short label (dhcp's reasons, or
+	// one of tftp's Drop* constants: "rate", "busy", "per_source",
+	// "unknown_share", "silent", "stalled", "lifetime", "not_regular").
+	// Meant for a counter with both as labels.
 	Dropped func(service, reason string)
 }
 
@@ -131,8 +137,7 @@ func New(cfg Config, st Store) (*Service, error) {
 		}
 	}
 	if tftpAddr != "" {
-		t, err := tftp.New(tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"),
-			Files: grubFiles(), Dynamic: grubRelay{config: cfg.GrubConfig, base: base}.file, OnTransfer: hosts.transfer})
+		t, err := tftp.New(tftpConfig(cfg, mode != 0, base, hosts, log))
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -149,6 +154,24 @@ func New(cfg Config, st Store) (*Service, error) {
 		_ = s.tconn.SetReadBuffer(4 << 20) // a burst of RRQs from a rack booting at once
 	}
 	return s, nil
+}
+
+// tftpConfig configures the TFTP server; withDHCP says whether the
+// service's DHCP fills hosts.
+func tftpConfig(cfg Config, withDHCP bool, base string, hosts *hostBook, log *slog.Logger) tftp.Config {
+	tc := tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"), MaxLifetime: cfg.TFTPMaxLifetime,
+		Files: grubFiles(), Dynamic: grubRelay{config: cfg.GrubConfig, base: base}.file, OnTransfer: hosts.transfer}
+	if withDHCP {
+		// Addresses DHCP gave to (or saw at) nodes being booted keep a
+		// share of the TFTP slots that forged sources cannot take.
+		// Without DHCP the book stays empty: no source would be known,
+		// so all share every slot.
+		tc.Known = hosts.known
+	}
+	if cfg.Dropped != nil {
+		tc.Dropped = func(reason string) { cfg.Dropped("tftp", reason) }
+	}
+	return tc
 }
 
 // grubFiles is the GRUB configuration served over TFTP. Debian's signed
@@ -294,6 +317,13 @@ func (h *hostBook) learn(addr netip.Addr, nodeUUID string) {
 		clear(h.nodes)
 	}
 	h.nodes[addr] = nodeUUID
+}
+
+// known reports whether DHCP gave out or saw addr for a node.
+func (h *hostBook) known(addr netip.Addr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nodes[addr] != ""
 }
 
 func (h *hostBook) transfer(tr tftp.Transfer) {

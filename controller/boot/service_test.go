@@ -3,7 +3,14 @@ package boot
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,6 +134,8 @@ func TestHostBookRecordsTransfers(t *testing.T) {
 		lines = append(lines, node+" "+sev+" "+msg)
 	}}
 	h.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	assert.True(t, h.known(netip.MustParseAddr("10.0.0.5")))
+	assert.False(t, h.known(netip.MustParseAddr("10.0.0.6")))
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2070"), File: "snponly.efi", Bytes: 173792, Duration: 1500 * time.Millisecond})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.5:2071"), File: "undionly.kpxe", Err: errors.New("tftp error 1: file not found")})
 	h.transfer(tftp.Transfer{Remote: netip.MustParseAddrPort("10.0.0.6:2070"), File: "snponly.efi"})
@@ -135,4 +144,73 @@ func TestHostBookRecordsTransfers(t *testing.T) {
 		"node-1 INFO boot service: TFTP sent snponly.efi (173792 bytes, 1.5s) to 10.0.0.5",
 		"node-1 WARNING boot service: TFTP of undionly.kpxe to 10.0.0.5 failed: tftp error 1: file not found",
 	}, lines, "a client DHCP did not address is not in any node's history")
+}
+
+// The TFTP server knows the addresses the service's DHCP handed out (so
+// they keep their reserved share of slots) and reports what it drops
+// through Config.Dropped as service "tftp".
+func TestTFTPConfig(t *testing.T) {
+	hosts := &hostBook{nodes: map[netip.Addr]string{}}
+	hosts.learn(netip.MustParseAddr("10.0.0.5"), "node-1")
+	var dropped []string
+	cfg := Config{BootDir: "/srv/boot", TFTPMaxLifetime: time.Minute, Dropped: func(service, reason string) { dropped = append(dropped, service+" "+reason) }}
+	log := slog.New(slog.DiscardHandler)
+
+	tc := tftpConfig(cfg, true, "", hosts, log)
+	require.NotNil(t, tc.Known)
+	assert.True(t, tc.Known(netip.MustParseAddr("10.0.0.5")))
+	assert.False(t, tc.Known(netip.MustParseAddr("10.0.0.6")))
+	assert.Equal(t, time.Minute, tc.MaxLifetime)
+	tc.Dropped(tftp.DropBusy)
+	assert.Equal(t, []string{"tftp busy"}, dropped)
+
+	assert.Nil(t, tftpConfig(cfg, false, "", hosts, log).Known, "without DHCP nobody is known: all share every slot")
+	assert.Nil(t, tftpConfig(Config{BootDir: "/srv/boot"}, true, "", hosts, log).Dropped)
+}
+
+// A FIFO in --boot-dir: the read is refused at once, counted, and the
+// service still stops promptly.
+func TestServiceTFTPNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "undionly.kpxe")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	t.Cleanup(func() { // lets a reader stuck in open() go, should one be
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	var mu sync.Mutex
+	var dropped []string
+	st, _, _ := fleet(t)
+	svc, err := New(Config{TFTPListen: "127.0.0.1:0", BootDir: dir, Logger: slog.New(slog.DiscardHandler),
+		Dropped: func(service, reason string) { mu.Lock(); dropped = append(dropped, service+" "+reason); mu.Unlock() }}, st)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.WriteTo(append([]byte{0, 1}, "undionly.kpxe\x00octet\x00"...), svc.tconn.LocalAddr())
+	require.NoError(t, err)
+	buf := make([]byte, 600)
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	n, _, err := c.ReadFrom(buf)
+	require.NoError(t, err, "answered at once")
+	assert.Equal(t, append([]byte{0, 5, 0, 1}, "file not found\x00"...), buf[:n])
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(dropped, []string{"tftp not_regular"})
+	}, time.Second, 10*time.Millisecond)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the service did not stop within 2 s")
+	}
 }

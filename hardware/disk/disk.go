@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // VirtualMediaLabel is the filesystem label IPA gives its own virtual-media
@@ -311,7 +313,7 @@ func readDisk(ctx context.Context, root, dir, name string, links devLinks) (*Dis
 		d.WWN = wwnFromWWID(readString(filepath.Join(dev, "wwid")))
 	}
 	if d.Serial == "" && links.serial[name] != "" {
-		d.Serial = links.serial[name]
+		d.Serial = protocol.CleanString(links.serial[name]) // a link name may be any bytes
 	}
 	d.VirtualMedia, d.VirtualMediaReason = virtualMedia(d, links)
 	if !d.VirtualMedia {
@@ -437,7 +439,7 @@ func vpdSerial(path string) string {
 	if 4+n > len(b) {
 		n = len(b) - 4
 	}
-	return strings.TrimSpace(strings.Trim(string(b[4:4+n]), "\x00"))
+	return strings.TrimSpace(protocol.CleanString(string(b[4 : 4+n])))
 }
 
 // devLinks are the udev-style /dev/disk symlinks, when present (a ramdisk
@@ -497,12 +499,14 @@ func exists(p string) bool {
 	return err == nil
 }
 
+// readString reads a sysfs attribute; a device's model or serial can hold
+// NULs or bytes that are not UTF-8, which the controller refuses to store.
 func readString(p string) string {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(strings.Trim(string(b), "\x00"))
+	return strings.TrimSpace(protocol.CleanString(string(b)))
 }
 
 func readUint(p string) uint64 {

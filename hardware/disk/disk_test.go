@@ -3,6 +3,7 @@ package disk
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -259,4 +260,16 @@ func TestVirtualMediaHeuristics(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A device's model or serial can hold NULs or bytes that are not UTF-8: the
+// disk reports them cleaned, as the controller stores only clean text.
+func TestReadStringCleansDeviceText(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model")
+	require.NoError(t, os.WriteFile(model, []byte("SSD\x00 9000\xfe   \n"), 0o644))
+	assert.Equal(t, "SSD 9000\uFFFD", readString(model))
+	vpd := filepath.Join(dir, "vpd_pg80")
+	require.NoError(t, os.WriteFile(vpd, append([]byte{0, 0x80, 0, 12}, "\x00SN\x001\x802  \x00\x00\x00"...), 0o644))
+	assert.Equal(t, "SN1\uFFFD2", vpdSerial(vpd))
 }

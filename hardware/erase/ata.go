@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // ATA Security Erase is issued through SCSI ATA PASS-THROUGH(16) over SG_IO
@@ -139,7 +141,15 @@ func ataString(b []byte) string {
 	for i := 0; i+1 < len(b); i += 2 {
 		out[i], out[i+1] = b[i+1], b[i]
 	}
-	return strings.TrimSpace(string(out))
+	return identityString(out)
+}
+
+// identityString is a model, serial or firmware field of an IDENTIFY page
+// as results report it: padding trimmed, and NULs and bytes that are not
+// UTF-8 (a drive may pad with NULs) cleaned, since the controller refuses
+// to store them.
+func identityString(b []byte) string {
+	return strings.TrimSpace(protocol.CleanString(string(b)))
 }
 
 // eraseMinutes decodes words 89/90: with bit 15 set (ACS-3) bits 14:0 are

@@ -44,6 +44,20 @@ func TestParseATAIdentify(t *testing.T) {
 	assert.True(t, frozen.Frozen)
 	assert.Zero(t, frozen.EraseTime)
 
+	odd := ataIdentifyBlock(0x0021, 0, 0)
+	swapped := func(at int, s string, n int) { // an IDENTIFY string: n bytes, NUL padded
+		m := append([]byte(s), make([]byte, n-len(s))...)
+		for i := 0; i < n; i += 2 {
+			odd[at+i], odd[at+i+1] = m[i+1], m[i]
+		}
+	}
+	swapped(54, "Odd\xff", 40)
+	swapped(20, "SN", 20)
+	oddID, err := ParseATAIdentify(odd)
+	require.NoError(t, err)
+	assert.Equal(t, "Odd\uFFFD", oddID.Model, "NULs dropped, bytes that are not UTF-8 replaced")
+	assert.Equal(t, "SN", oddID.Serial)
+
 	locked, err := ParseATAIdentify(ataIdentifyBlock(0x0017, 0, 0))
 	require.NoError(t, err)
 	assert.True(t, locked.SecurityEnabled)

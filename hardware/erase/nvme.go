@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -116,9 +115,9 @@ func ParseIdentifyController(b []byte) (NVMeController, error) {
 		return NVMeController{}, fmt.Errorf("identify controller: %d bytes, want 4096", len(b))
 	}
 	return NVMeController{
-		Serial:   strings.TrimSpace(string(b[4:24])),
-		Model:    strings.TrimSpace(string(b[24:64])),
-		Firmware: strings.TrimSpace(string(b[64:72])),
+		Serial:   identityString(b[4:24]),
+		Model:    identityString(b[24:64]),
+		Firmware: identityString(b[64:72]),
 		OACS:     binary.LittleEndian.Uint16(b[256:258]),
 		SANICAP:  binary.LittleEndian.Uint32(b[328:332]),
 		FNA:      b[524],

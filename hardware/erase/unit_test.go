@@ -77,6 +77,16 @@ func TestParseIdentifyController(t *testing.T) {
 	}
 	_, err := ParseIdentifyController(make([]byte, 100))
 	assert.Error(t, err)
+
+	// A drive padding with NULs, or writing a byte that is not UTF-8:
+	// results carry the fields cleaned (the controller stores them).
+	odd := identifyController(0x10a, 0)
+	copy(odd[4:24], "SN-\x00\x00ODD\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	copy(odd[24:64], "Odd\xffCtrl\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	c, err := ParseIdentifyController(odd)
+	require.NoError(t, err)
+	assert.Equal(t, "SN-ODD", c.Serial)
+	assert.Equal(t, "Odd\uFFFDCtrl", c.Model)
 }
 
 func TestParseIdentifyNamespace(t *testing.T) {

@@ -1,6 +1,5 @@
 package dhcp
 
-
 // Limits bound what DHCP clients may cost the responder. A PXE ROM sends
 // a handful of packets per boot (DISCOVER and REQUEST, resent after a few
 // seconds, then iPXE's and the ramdisk's own), so the per-MAC default

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -32,15 +33,38 @@ type result struct {
 	err  error // an ERROR packet from the server, as *tftpError
 }
 
+// newClient is a client on 127.0.0.1.
 func newClient(t *testing.T, srv netip.AddrPort) *testClient {
 	t.Helper()
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	return newClientAt(t, srv, netip.MustParseAddr("127.0.0.1"))
+}
+
+// newNode is a client on an address of its own in 127.0.0.0/8, as each
+// booting node has its own: for tests of many reads, which one address
+// may not make (Config.MaxPerSource, RequestRate).
+func newNode(t *testing.T, srv netip.AddrPort) *testClient {
+	t.Helper()
+	return newClientAt(t, srv, randomLoopback())
+}
+
+// newClientAt is a client on the given loopback address.
+func newClientAt(t *testing.T, srv netip.AddrPort, ip netip.Addr) *testClient {
+	t.Helper()
+	require.True(t, ip.IsLoopback(), "tests speak over loopback only")
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return &testClient{conn: c, srv: srv, window: 1}
 }
 
-func (c *testClient) get(name, mode string, opts ...string) result {
+// randomLoopback is an address in 127.0.0.0/8 other than 127.0.0.1
+// (Linux answers on all of them); collisions are unlikely enough.
+func randomLoopback() netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(1 + rand.IntN(254)), byte(1 + rand.IntN(254))})
+}
+
+// rrq is a read request for name with options given as name, value pairs.
+func rrq(name, mode string, opts ...string) []byte {
 	req := &packet{op: opRRQ, filename: name, mode: mode}
 	if len(opts) > 0 {
 		req.options = map[string]string{}
@@ -49,7 +73,11 @@ func (c *testClient) get(name, mode string, opts ...string) result {
 			req.order = append(req.order, opts[i])
 		}
 	}
-	c.conn.WriteToUDPAddrPort(req.marshal(), c.srv)
+	return req.marshal()
+}
+
+func (c *testClient) get(name, mode string, opts ...string) result {
+	c.conn.WriteToUDPAddrPort(rrq(name, mode, opts...), c.srv)
 	res := result{data: []byte{}}
 	var tid netip.AddrPort
 	blockSize := 512

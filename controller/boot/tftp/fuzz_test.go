@@ -1,6 +1,7 @@
 package tftp
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +10,7 @@ import (
 
 // FuzzParsePacket: no input panics the parser; what parses survives an
 // encode/decode round trip, and option negotiation stays within the RFC
-// limits whatever a request asks.
+// limits and the server's timeout cap whatever a request asks.
 func FuzzParsePacket(f *testing.F) {
 	seeds := []*packet{
 		{op: opRRQ, filename: "undionly.kpxe", mode: "octet"},
@@ -23,12 +24,15 @@ func FuzzParsePacket(f *testing.F) {
 		{op: opOACK, order: []string{"blksize"}, options: map[string]string{"blksize": "512"}},
 	}
 	for _, p := range seeds {
-		f.Add(p.marshal())
+		f.Add(p.marshal(), uint8(5))
 	}
-	f.Add([]byte{0, 1, 0, 0})
-	f.Add([]byte{0, 5, 0})
-	f.Add([]byte{0, 1, 'a', 0, 'o', 'c', 't', 'e', 't', 0, 'b', 'l', 'k', 's', 'i', 'z', 'e', 0, '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', 0})
-	f.Fuzz(func(t *testing.T, b []byte) {
+	for _, v := range []string{"5", "6", "255", "256", "0", "-1", "+3", "05"} {
+		f.Add((&packet{op: opRRQ, filename: "f", mode: "octet", order: []string{"timeout"}, options: map[string]string{"timeout": v}}).marshal(), uint8(5))
+	}
+	f.Add([]byte{0, 1, 0, 0}, uint8(5))
+	f.Add([]byte{0, 5, 0}, uint8(0))
+	f.Add([]byte{0, 1, 'a', 0, 'o', 'c', 't', 'e', 't', 0, 'b', 'l', 'k', 's', 'i', 'z', 'e', 0, '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', '9', 0}, uint8(255))
+	f.Fuzz(func(t *testing.T, b []byte, maxTimeout uint8) {
 		p, err := parsePacket(b)
 		if err != nil {
 			return
@@ -42,11 +46,17 @@ func FuzzParsePacket(f *testing.F) {
 		assert.Equal(t, p.block, q.block)
 		assert.Equal(t, p.code, q.code)
 		if p.op == opRRQ {
-			n, order, acc := negotiate(p, maxBlockSize)
+			n, order, acc := negotiate(p, maxBlockSize, int(maxTimeout))
 			assert.True(t, n.blockSize >= minBlockSize && n.blockSize <= maxBlockSize)
 			assert.True(t, n.windowSize >= 1 && n.windowSize <= maxWindowSize)
-			assert.True(t, n.timeoutSec >= 0 && n.timeoutSec <= maxTimeoutSecs)
+			assert.True(t, n.timeoutSec >= 0 && n.timeoutSec <= min(int(maxTimeout), maxTimeoutSecs))
 			assert.Len(t, acc, len(order))
+			// A timeout is either accepted as is or declined (absent).
+			if v, ok := acc["timeout"]; ok {
+				assert.Equal(t, strconv.Itoa(n.timeoutSec), v)
+			} else {
+				assert.Zero(t, n.timeoutSec)
+			}
 			if _, err := cleanName(p.filename); err == nil {
 				assert.NotContains(t, "/"+p.filename+"/", "/../")
 			}

@@ -207,8 +207,9 @@ type negotiated struct {
 // negotiate reads the options of a request (RFC 2347: unknown options and
 // values out of range are ignored, not refused, so the client falls back to
 // the defaults) and returns the accepted ones in the order received, for
-// the OACK.
-func negotiate(p *packet, maxBlock int) (negotiated, []string, map[string]string) {
+// the OACK. A timeout above maxTimeout seconds is declined: a client that
+// never answers would otherwise hold its transfer for 255 s per try.
+func negotiate(p *packet, maxBlock, maxTimeout int) (negotiated, []string, map[string]string) {
 	n := negotiated{blockSize: defaultBlockSize, windowSize: 1}
 	var order []string
 	acc := map[string]string{}
@@ -232,7 +233,7 @@ func negotiate(p *packet, maxBlock int) (negotiated, []string, map[string]string
 			n.windowSize = v
 			acc[name] = strconv.Itoa(v)
 		case "timeout":
-			if v < 1 || v > maxTimeoutSecs {
+			if v < 1 || v > min(maxTimeout, maxTimeoutSecs) {
 				continue
 			}
 			n.timeoutSec = v

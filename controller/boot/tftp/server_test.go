@@ -40,7 +40,7 @@ func TestReadSizesAndOptions(t *testing.T) {
 	for _, tc := range cases {
 		for _, n := range sizes {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, n), func(t *testing.T) {
-				c := newClient(t, addr)
+				c := newNode(t, addr) // 49 reads: more than one address may make at once
 				if tc.window > 0 {
 					c.window = tc.window
 				}
@@ -316,9 +316,9 @@ func TestManyParallel(t *testing.T) {
 	writeFile(t, dir, "ipxe", data)
 	_, addr := startServer(t, Config{Root: dir})
 	var wg sync.WaitGroup
-	for range 20 {
+	for range 20 { // 20 nodes: one address may hold MaxPerSource transfers only
 		wg.Go(func() {
-			res := newClient(t, addr).get("ipxe", "octet", "blksize", "1400")
+			res := newNode(t, addr).get("ipxe", "octet", "blksize", "1400")
 			assert.NoError(t, res.err)
 			assert.Equal(t, data, res.data)
 		})

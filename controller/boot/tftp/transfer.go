@@ -15,12 +15,38 @@ type transfer struct {
 	client    netip.AddrPort
 	blockSize int
 	window    int
-	timeout   time.Duration
+	timeout   time.Duration // once the client has acknowledged something
 	retries   int
-	rbuf      []byte
+	// Until the client's first ACK, which a forged source never sends,
+	// the server's own timeout and fewer tries apply (Config.SilentTries).
+	silentTimeout time.Duration
+	silentTries   int
+	answered      bool
+	deadline      time.Time // Config.MaxLifetime after the request
+	rbuf          []byte
 }
 
-var errGaveUp = errors.New("tftp: client stopped answering")
+var (
+	errGaveUp = errors.New("tftp: client stopped answering")
+	// errSilent is errGaveUp for a client that never acknowledged anything.
+	errSilent   = fmt.Errorf("%w (it acknowledged nothing)", errGaveUp)
+	errLifetime = errors.New("tftp: transfer exceeded its maximum lifetime")
+)
+
+// giveUp says whether to stop after a packet was sent sent times without
+// being acknowledged (nil: send it again).
+func (t *transfer) giveUp(sent int) error {
+	if !t.answered {
+		if sent >= t.silentTries {
+			return errSilent
+		}
+		return nil
+	}
+	if sent > t.retries {
+		return errGaveUp
+	}
+	return nil
+}
 
 // readChunk is how much of the file one read fetches.
 const readChunk = 256 << 10
@@ -59,7 +85,7 @@ func (t *transfer) run(f io.ReaderAt, size int64, order []string, acc map[string
 	chunk := make([]byte, chunkBlocks*t.blockSize)
 	chunkFirst, chunkLen := uint64(0), -1 // first block in chunk; bytes valid
 	var acked uint64
-	tries := 0
+	sent := 0 // times the current window went out
 	for acked < last {
 		end := min(acked+uint64(t.window), last)
 		for b := acked + 1; b <= end; b++ {
@@ -79,17 +105,18 @@ func (t *transfer) run(f io.ReaderAt, size int64, order []string, acc map[string
 				return int64(acked) * int64(t.blockSize), fmt.Errorf("tftp: send: %w", err)
 			}
 		}
+		sent++
 		got, err := t.awaitAck(acked, end)
 		if errors.Is(err, errTimeout) {
-			if tries++; tries > t.retries {
-				return int64(acked) * int64(t.blockSize), errGaveUp
+			if err := t.giveUp(sent); err != nil {
+				return int64(acked) * int64(t.blockSize), err
 			}
 			continue
 		}
 		if err != nil {
 			return int64(acked) * int64(t.blockSize), err
 		}
-		acked, tries = got, 0
+		acked, sent = got, 0
 	}
 	return size, nil
 }
@@ -114,7 +141,7 @@ func (e *clientError) Error() string {
 // exchange sends pkt and waits for the ACK of block want (used for the
 // OACK, acknowledged by ACK 0), resending on timeout.
 func (t *transfer) exchange(pkt []byte, acked, want uint64) error {
-	for tries := 0; ; tries++ {
+	for sent := 1; ; sent++ {
 		if err := t.send(pkt); err != nil {
 			return fmt.Errorf("tftp: send: %w", err)
 		}
@@ -125,17 +152,29 @@ func (t *transfer) exchange(pkt []byte, acked, want uint64) error {
 		if !errors.Is(err, errTimeout) {
 			return err
 		}
-		if tries >= t.retries {
-			return errGaveUp
+		if err := t.giveUp(sent); err != nil {
+			return err
 		}
 	}
 }
 
 // awaitAck waits up to one timeout for an ACK of a block in (acked, end]
 // (or of block 0 when acked == end == 0, the OACK's) and returns the
-// highest block it acknowledges.
+// highest block it acknowledges. Past the transfer's deadline it returns
+// errLifetime, however busy the client keeps it.
 func (t *transfer) awaitAck(acked, end uint64) (uint64, error) {
-	deadline := time.Now().Add(t.timeout)
+	now := time.Now()
+	if !now.Before(t.deadline) {
+		return 0, errLifetime
+	}
+	wait := t.timeout
+	if !t.answered {
+		wait = t.silentTimeout
+	}
+	deadline := now.Add(wait)
+	if deadline.After(t.deadline) {
+		deadline = t.deadline
+	}
 	if err := t.conn.SetReadDeadline(deadline); err != nil {
 		return 0, err
 	}
@@ -144,6 +183,9 @@ func (t *transfer) awaitAck(acked, end uint64) (uint64, error) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if !time.Now().Before(t.deadline) {
+					return 0, errLifetime
+				}
 				return 0, errTimeout
 			}
 			return 0, fmt.Errorf("tftp: receive: %w", err)
@@ -164,6 +206,7 @@ func (t *transfer) awaitAck(acked, end uint64) (uint64, error) {
 		case opACK:
 			if acked == 0 && end == 0 {
 				if p.block == 0 {
+					t.answered = true
 					return 0, nil
 				}
 				continue
@@ -171,6 +214,7 @@ func (t *transfer) awaitAck(acked, end uint64) (uint64, error) {
 			// The 16-bit number names the block within the window just sent.
 			d := uint64(uint16(p.block - uint16(acked)))
 			if d >= 1 && acked+d <= end {
+				t.answered = true
 				return acked + d, nil
 			}
 			// An old or duplicate ACK: wait on.
