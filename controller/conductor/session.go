@@ -67,6 +67,7 @@ type LookupRequest struct {
 // refused without alarm (Conflict): it holds the token. Anybody else with
 // the boot's secret is a second claimant, and the operation stops.
 func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.LookupResponse, error) {
+	req.Address = canonicalAddr(req.Address)
 	ident := req.NodeUUID
 	if ident == "" {
 		var err error
@@ -211,6 +212,7 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 // next command. It never waits for the node's worker: work it enables is
 // handed over with Kick.
 func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
+	addr = canonicalAddr(addr)
 	resp := &protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 	kick := false
 	var claim *store.Claim

@@ -115,6 +115,7 @@ func newBoot(a *store.AgentSession, via string) {
 // ErrNotTrusted (nothing given, the operation goes on) or
 // ErrSecondClaimant (the operation is stopped).
 func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) (string, error) {
+	f.Address = canonicalAddr(f.Address)
 	// With the controller's DHCP server giving the addresses (full mode),
 	// the node's firmware fetches its script from an address leased to
 	// one of its ports, and nothing else gets the nonce.
@@ -187,6 +188,16 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 		return "", Wrap(CodeForbidden, ErrNotTrusted, msgNotAllowed)
 	}
 	return nonce, nil
+}
+
+// canonicalAddr writes an IP address one way (an IPv4 address seen as
+// ::ffff:a.b.c.d is a.b.c.d), so the addresses a boot's requests come
+// from compare equal when they are the same; anything else is kept.
+func canonicalAddr(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().String()
+	}
+	return s
 }
 
 func leasedTo(leased []netip.Addr, addr string) bool {

@@ -338,3 +338,18 @@ func TestRefusedStrangerForAMinute(t *testing.T) {
 	assert.Contains(t, events[len(events)-1].Event, "more refusals since the last recorded one were not recorded")
 	assert.Equal(t, 6100-len(events), suppressed, "everything left out is counted")
 }
+
+// The same machine seen over IPv4 and as an IPv4-mapped IPv6 address is
+// one address: its retry gets the nonce again, no alarm.
+func TestBootNonceAddressesCompareCanonically(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:0b", store.NonceNetboot)
+	first, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	again, err := s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "::ffff:10.0.0.5"})
+	require.NoError(t, err)
+	assert.Equal(t, first, again)
+	assert.Nil(t, agentOf(t, st, n.UUID).Alarm)
+}

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/anvil-metal/anvil/internal/regularfile"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -111,7 +112,8 @@ func New(cfg Config) (*Builder, error) {
 	if b.slot.Bytes != int64(len(want)) {
 		return nil, fmt.Errorf("virtual media: the ISO's node slot is %d bytes, this controller writes %d: rebuild the image", b.slot.Bytes, len(want))
 	}
-	f, err := os.Open(b.iso)
+	// Only a regular file: a FIFO in --boot-dir would block the start.
+	f, err := regularfile.Open(b.iso)
 	if err != nil {
 		return nil, fmt.Errorf("virtual media: %w", err)
 	}
@@ -282,7 +284,7 @@ func (b *Builder) Open(nodeUUID, secret string, config func() (protocol.BootConf
 		return nil, ErrNotFound
 	}
 	path := b.file(nodeUUID)
-	if f, err := os.Open(path); err == nil {
+	if f, err := regularfile.Open(path); err == nil {
 		return f, nil
 	}
 	cfg, err := config()
@@ -292,7 +294,7 @@ func (b *Builder) Open(nodeUUID, secret string, config func() (protocol.BootConf
 	if err := b.Build(path, cfg); err != nil {
 		return nil, err
 	}
-	return os.Open(path)
+	return regularfile.Open(path)
 }
 
 // Build writes the common ISO with cfg in its node slot to path.
@@ -301,7 +303,7 @@ func (b *Builder) Build(path string, cfg protocol.BootConfig) error {
 	if err != nil {
 		return fmt.Errorf("virtual media: %w", err)
 	}
-	src, err := os.Open(b.iso)
+	src, err := regularfile.Open(b.iso)
 	if err != nil {
 		return fmt.Errorf("virtual media: %w", err)
 	}

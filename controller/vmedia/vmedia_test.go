@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,6 +125,23 @@ func TestNewChecksTheISO(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.Prepare("n", "")
 	assert.ErrorContains(t, err, "--public-url", "without a URL the BMC could reach")
+
+	// A FIFO where the ISO should be is refused at once (opening it for
+	// reading would wait for a writer, and the controller would never
+	// start).
+	fifo, _ := fakeBootDir(t, 1<<20, 512<<10)
+	require.NoError(t, os.Remove(filepath.Join(fifo, ISOName)))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(fifo, ISOName), 0o644))
+	done := make(chan error, 1)
+	go func() { _, err := New(Config{BootDir: fifo, CacheDir: t.TempDir()}); done <- err }()
+	select {
+	case err := <-done:
+		assert.ErrorContains(t, err, "not a regular file")
+	case <-time.After(5 * time.Second):
+		f, _ := os.OpenFile(filepath.Join(fifo, ISOName), os.O_WRONLY, 0) // unblock the reader
+		f.Close()
+		t.Fatal("New blocked on a FIFO")
+	}
 }
 
 // BenchmarkBuild measures a per-node ISO of the real image's size (the
