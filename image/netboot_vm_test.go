@@ -236,22 +236,7 @@ func cleanOverNetboot(t *testing.T, c *controller, nodes []*netbootNode) {
 		c.waitState(t, n.name, "clean wait", time.Minute)
 		n.start(t, fmt.Sprintf("tap%d", i))
 	}
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Go(func() {
-			waitFor(t, c, n.name, 6*time.Minute, func(m map[string]any) bool {
-				if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
-					t.Errorf("%s: %s: %v", n.name, s, m["last_error"])
-					return true
-				}
-				return m["provision_state"] == "available"
-			})
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	waitAll(t, c, nodes, "available")
 	t.Logf("[%6.1fs] %d node(s) network-booted, cleaned and available", time.Since(start).Seconds(), len(nodes))
 	for _, n := range nodes {
 		assertErased(t, n.disks)
@@ -265,6 +250,28 @@ func cleanOverNetboot(t *testing.T, c *controller, nodes []*netbootNode) {
 		if t.Failed() || testing.Verbose() {
 			t.Logf("%s history:\n%s", n.name, hist)
 		}
+	}
+}
+
+// waitAll waits until every node rests in want; a node that fails fails
+// the test at once.
+func waitAll(t *testing.T, c *controller, nodes []*netbootNode, want string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			waitFor(t, c, n.name, 6*time.Minute, func(m map[string]any) bool {
+				if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
+					t.Errorf("%s: %s: %v", n.name, s, m["last_error"])
+					return true
+				}
+				return m["provision_state"] == want
+			})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 
@@ -361,22 +368,7 @@ func deployOverNetboot(t *testing.T, c *controller, nodes []*netbootNode) {
 		n.stop()
 		n.start(t, fmt.Sprintf("tap%d", i))
 	}
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Go(func() {
-			waitFor(t, c, n.name, 6*time.Minute, func(m map[string]any) bool {
-				if s, _ := m["provision_state"].(string); strings.HasSuffix(s, "failed") {
-					t.Errorf("%s: %s: %v", n.name, s, m["last_error"])
-					return true
-				}
-				return m["provision_state"] == "active"
-			})
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	waitAll(t, c, nodes, "active")
 	for _, n := range nodes {
 		n.stop()
 		assertImageOnDisk(t, n.disks[0].Path, image)
