@@ -164,7 +164,7 @@ func TestStrangerFetchingTheScriptFirstStopsTheOperation(t *testing.T) {
 	require.Error(t, err, "the real node's firmware is refused")
 	assert.Contains(t, err.Error(), "403")
 	n := e.waitState("raced", "deploy failed")
-	assert.Contains(t, n["last_error"], "SECURITY ALARM in wait call-back: second agent claimant: boot ipxe from 127.0.0.1 (boot (none)) after this boot's secret went to 127.0.0.2")
+	assert.Contains(t, n["last_error"], "SECURITY ALARM in wait call-back: second agent claimant: boot ipxe from 127.0.0.1 after this boot's secret went to 127.0.0.2 (boot ")
 	assert.Equal(t, true, n["maintenance"])
 	assert.Equal(t, "power off", n["power_state"])
 	_, err = stranger.Heartbeat(context.Background())

@@ -240,9 +240,17 @@ func (c *sessions) raiseAlarm(n *store.Node, cl *store.Claim) []*store.Event {
 
 // alarmText says what a second claimant did, for last_error and history.
 func alarmText(cl *store.Claim) string {
-	return fmt.Sprintf("second agent claimant: %s from %s (boot %s) after this boot's secret went to %s (boot %s); "+
+	return fmt.Sprintf("second agent claimant: %s from %s after this boot's secret went to %s; "+
 		"either the machine booted again outside the controller or somebody else is posing as it",
-		cl.Via, orUnknown(cl.Address), orUnknown(cl.BootID), orUnknown(cl.HolderAddress), orUnknown(cl.HolderBootID))
+		cl.Via, whoIs(cl.Address, cl.BootID), whoIs(cl.HolderAddress, cl.HolderBootID))
+}
+
+// whoIs names a claimant by its address and, once it has one, its boot.
+func whoIs(addr, bootID string) string {
+	if bootID == "" {
+		return orUnknown(addr)
+	}
+	return orUnknown(addr) + " (boot " + bootID + ")"
 }
 
 // refusedEvent records a request refused for lacking this boot's secret,
