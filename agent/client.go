@@ -198,6 +198,7 @@ func (c *Client) Heartbeat(ctx context.Context, nodeUUID string, hb *protocol.He
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: encode: %w", err)
 	}
+	body = protocol.WithoutNUL(body) // a NUL from odd firmware must not get the heartbeat refused
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+protocol.HeartbeatPath+url.PathEscape(nodeUUID), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: %w", err)

@@ -32,6 +32,7 @@ func (c *Client) Discover(ctx context.Context, dr *protocol.DiscoveryRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("discovery: encode: %w", err)
 	}
+	body = protocol.WithoutNUL(body) // the controller refuses NULs; firmware strings may hold them
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+protocol.DiscoveryPath, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)

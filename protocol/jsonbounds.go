@@ -358,3 +358,26 @@ func (s *jsonScanner) literal(lit string) error {
 	s.i += len(lit)
 	return nil
 }
+
+// WithoutNUL returns the JSON text b (as encoding/json writes it) with
+// every NUL character escape (\u0000) in its strings replaced by U+FFFD's
+// (\ufffd), so CheckJSON accepts it. The agent sends what it read from
+// hardware, and a firmware string with a NUL in it must not get a whole
+// heartbeat refused. A backslash appears in JSON only inside strings, and
+// each escape is read as a whole, so an escaped backslash followed by
+// "u0000" is left alone. b is changed in place when there is anything to
+// change.
+func WithoutNUL(b []byte) []byte {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) && string(b[i+2:i+6]) == "0000" {
+			copy(b[i+2:i+6], "fffd")
+			i += 5
+			continue
+		}
+		i++ // the escaped character: it never starts another escape
+	}
+	return b
+}

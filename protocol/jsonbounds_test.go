@@ -298,3 +298,22 @@ func BenchmarkDecodeDiscoveryReport(b *testing.B) {
 		}
 	}
 }
+
+// The agent's encoded messages pass CheckJSON whatever strings the
+// hardware gave it.
+func TestWithoutNUL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"serial\x00\x00X", "serial\ufffd\ufffdX"},
+		{`a literal \u0000 stays`, `a literal \u0000 stays`},
+		{`\` + "\x00", `\` + "\ufffd"},
+		{"plain", "plain"},
+	} {
+		b, err := json.Marshal(map[string]string{"k\x00": tc.in})
+		require.NoError(t, err)
+		out := WithoutNUL(b)
+		require.NoError(t, CheckJSON(out), "%s", out)
+		var got map[string]string
+		require.NoError(t, json.Unmarshal(out, &got))
+		assert.Equal(t, map[string]string{"k\ufffd": tc.want}, got)
+	}
+}
