@@ -26,6 +26,7 @@ import (
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/boot"
+	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -266,7 +267,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if !ok {
 			return fmt.Errorf("--boot-dhcp full needs a database that keeps DHCP leases; %T does not", st)
 		}
-		cc.Leases = leaseBook{st: ls, now: time.Now}
+		cc.Leases = leaseBook{st: ls, now: time.Now, term: dhcp.DefaultLeaseTime}
 	}
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),

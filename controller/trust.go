@@ -12,17 +12,24 @@ import (
 )
 
 // leaseBook answers the conductor's "which addresses did our DHCP server
-// lease to these MACs?" from the lease table (full mode), so a node's boot
-// script carries its nonce only to the address its port was given.
+// lease to these MACs since?" from the lease table (full mode), so a
+// node's boot script carries its nonce only to the address its port was
+// given in this boot.
 type leaseBook struct {
 	st interface {
 		ListDHCPLeases(context.Context) ([]store.DHCPLease, error)
 	}
 	now func() time.Time
+	// term is the lease time the DHCP server gives nodes being booted: a
+	// lease expiring at t was given (or renewed) at t-term. The table
+	// keeps no grant time; every answer to a booting node's DHCP
+	// REQUEST moves its expiry to now+term.
+	term time.Duration
 }
 
-// LeasedTo returns the live leases' addresses of macs.
-func (b leaseBook) LeasedTo(ctx context.Context, macs []string) ([]netip.Addr, error) {
+// LeasedTo returns the addresses of macs' live leases given or renewed
+// at or after since.
+func (b leaseBook) LeasedTo(ctx context.Context, macs []string, since time.Time) ([]netip.Addr, error) {
 	leases, err := b.st.ListDHCPLeases(ctx)
 	if err != nil {
 		return nil, err
@@ -30,7 +37,7 @@ func (b leaseBook) LeasedTo(ctx context.Context, macs []string) ([]netip.Addr, e
 	now := b.now()
 	var out []netip.Addr
 	for _, l := range leases {
-		if !slices.Contains(macs, l.MAC) || !l.ExpiresAt.After(now) {
+		if !slices.Contains(macs, l.MAC) || !l.ExpiresAt.After(now) || l.ExpiresAt.Add(-b.term).Before(since) {
 			continue
 		}
 		if a, err := netip.ParseAddr(l.IP); err == nil {

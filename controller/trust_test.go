@@ -20,14 +20,21 @@ func (l leaseTable) ListDHCPLeases(context.Context) ([]store.DHCPLease, error) {
 
 func TestLeaseBookGivesLiveLeasesOfTheMACs(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	b := leaseBook{now: func() time.Time { return now }, st: leaseTable{
+	b := leaseBook{now: func() time.Time { return now }, term: time.Hour, st: leaseTable{
 		{MAC: "52:54:00:00:00:01", IP: "10.0.0.101", ExpiresAt: now.Add(time.Hour)},
 		{MAC: "52:54:00:00:00:02", IP: "10.0.0.102", ExpiresAt: now.Add(time.Hour)},
 		{MAC: "52:54:00:00:00:03", IP: "10.0.0.103", ExpiresAt: now.Add(-time.Second)},
+		{MAC: "52:54:00:00:00:04", IP: "10.0.0.104", ExpiresAt: now.Add(50 * time.Minute)},
 	}}
-	got, err := b.LeasedTo(context.Background(), []string{"52:54:00:00:00:01", "52:54:00:00:00:03"})
+	macs := []string{"52:54:00:00:00:01", "52:54:00:00:00:03", "52:54:00:00:00:04"}
+	got, err := b.LeasedTo(context.Background(), macs, time.Time{})
 	require.NoError(t, err)
-	assert.Equal(t, []netip.Addr{netip.MustParseAddr("10.0.0.101")}, got, "another MAC's lease and an expired one do not count")
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("10.0.0.101"), netip.MustParseAddr("10.0.0.104")}, got,
+		"another MAC's lease and an expired one do not count")
+	got, err = b.LeasedTo(context.Background(), macs, now.Add(-5*time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("10.0.0.101")}, got,
+		"a lease given ten minutes ago is the previous boot's, not one given since this boot started")
 }
 
 // A stranger forging boot requests for a node's address fills its history

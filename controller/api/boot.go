@@ -105,7 +105,8 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !state.LookupAllowed(state.State(n.ProvisionState)) {
-		fmt.Fprintf(w, "#!ipxe\necho anvil: node %s is %s and expects no agent; booting the next device\nexit 0\n", n.UUID, n.ProvisionState)
+		// Said to whoever asks: nothing about the node but that.
+		fmt.Fprint(w, "#!ipxe\necho anvil: this machine expects no agent now; booting the next device\nexit 0\n")
 		return nil
 	}
 	base, args, err := s.agentBoot(r.Context(), n, s.publicBase(r, n), conductor.BootFetch{Via: "ipxe", Address: sourceAddr(r)})
@@ -169,7 +170,7 @@ func (s *Server) GrubConfig(ctx context.Context, mac, client, base string) ([]by
 func (s *Server) grubConfig(ctx context.Context, n *store.Node, base, client string) ([]byte, error) {
 	var b strings.Builder
 	if !state.LookupAllowed(state.State(n.ProvisionState)) {
-		fmt.Fprintf(&b, "echo 'anvil: node %s is %s and expects no agent; booting the next device'\nexit\n", n.UUID, n.ProvisionState)
+		b.WriteString("echo 'anvil: this machine expects no agent now; booting the next device'\nexit\n")
 		return []byte(b.String()), nil
 	}
 	_, args, err := s.agentBoot(ctx, n, base, conductor.BootFetch{Via: "grub", Address: client})

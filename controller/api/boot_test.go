@@ -28,7 +28,9 @@ func TestBootScriptAndFiles(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.True(t, strings.HasPrefix(string(r.body), "#!ipxe\n"))
 	assert.Contains(t, string(r.body), "exit 0", "a manageable node expects no agent: boot the next device")
-	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe/grub", "", nil).body), "expects no agent; booting the next device'\nexit\n")
+	assert.NotContains(t, string(r.body), id, "said to anybody: nothing about the node")
+	assert.NotContains(t, string(r.body), "manageable")
+	assert.Contains(t, string(e.do("GET", "/v1/boot/pxe/grub", "", nil).body), "expects no agent now; booting the next device'\nexit\n")
 
 	require.Equal(t, 202, e.provision("pxe", "provide", nil).status)
 	e.waitState("pxe", "clean wait")

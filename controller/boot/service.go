@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/boot/tftp"
+	"github.com/anvil-metal/anvil/controller/limits"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -159,8 +160,9 @@ func New(cfg Config, st Store) (*Service, error) {
 // tftpConfig configures the TFTP server; withDHCP says whether the
 // service's DHCP fills hosts.
 func tftpConfig(cfg Config, withDHCP bool, base string, hosts *hostBook, log *slog.Logger) tftp.Config {
+	grub := grubRelay{config: cfg.GrubConfig, base: base, rate: limits.NewKeyed(grubRate, 1, nil)}
 	tc := tftp.Config{Root: cfg.BootDir, Logger: log.With("component", "tftp"), MaxLifetime: cfg.TFTPMaxLifetime,
-		Files: grubFiles(), Dynamic: grubRelay{config: cfg.GrubConfig, base: base}.file, OnTransfer: hosts.transfer}
+		Files: grubFiles(), OnTransfer: hosts.transfer}
 	if withDHCP {
 		// Addresses DHCP gave to (or saw at) nodes being booted keep a
 		// share of the TFTP slots that forged sources cannot take.
@@ -170,7 +172,9 @@ func tftpConfig(cfg Config, withDHCP bool, base string, hosts *hostBook, log *sl
 	}
 	if cfg.Dropped != nil {
 		tc.Dropped = func(reason string) { cfg.Dropped("tftp", reason) }
+		grub.dropped = tc.Dropped
 	}
+	tc.Dynamic = grub.file
 	return tc
 }
 
@@ -194,7 +198,17 @@ func grubFiles() map[string][]byte {
 type grubRelay struct {
 	config func(ctx context.Context, mac, client, base string) ([]byte, error)
 	base   string // the URL nodes use, for anvil.api=
+	// rate bounds the configurations rendered per second over all
+	// clients: each costs database reads, and TFTP requests are easily
+	// forged from any number of addresses (nil: no bound).
+	rate    *limits.Keyed
+	dropped func(reason string)
 }
+
+// grubRate is how many GRUB configurations the service renders a second,
+// bursts of 40: a rack of Secure Boot nodes booting at once asks for one
+// (two with a size probe) each.
+var grubRate = limits.Rate{PerSecond: 20, Burst: 40}
 
 func (g grubRelay) file(ctx context.Context, name string, client netip.Addr) ([]byte, bool, error) {
 	rest, ok := strings.CutPrefix(name, "grub/nodes/")
@@ -205,6 +219,12 @@ func (g grubRelay) file(ctx context.Context, name string, client netip.Addr) ([]
 	hw, err := net.ParseMAC(mac)
 	if err != nil || len(hw) != 6 || g.config == nil {
 		return nil, false, fmt.Errorf("grub configuration for %q: not a MAC, or no API to ask", mac)
+	}
+	if g.rate != nil && !g.rate.Allow("") {
+		if g.dropped != nil {
+			g.dropped("grub_rate")
+		}
+		return nil, false, fmt.Errorf("grub configuration for %s: more than %v a second asked for; try again", hw, grubRate.PerSecond)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

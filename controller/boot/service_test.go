@@ -19,6 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/boot/tftp"
+	"github.com/anvil-metal/anvil/controller/limits"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 )
@@ -125,6 +126,17 @@ func TestGrubRelay(t *testing.T) {
 	assert.ErrorContains(t, err, "could not be found")
 	_, _, err = g.file(ctx, "grub/nodes/notamac.cfg", client)
 	assert.Error(t, err)
+
+	// Forged TFTP requests cannot drive the database: a bounded number of
+	// configurations is rendered a second, over all clients.
+	dropped := 0
+	g.rate, g.dropped = limits.NewKeyed(limits.Rate{PerSecond: 1e-9, Burst: 3}, 1, nil), func(string) { dropped++ }
+	asked = nil
+	for i := range 10 {
+		_, _, _ = g.file(ctx, "grub/nodes/52:54:00:77:00:01.cfg", netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}))
+	}
+	assert.Len(t, asked, 3, "the burst, then nothing")
+	assert.Equal(t, 7, dropped)
 	assert.Contains(t, string(grubFiles()["grub/grub.cfg"]), "configfile $prefix/nodes/$net_default_mac.cfg\n")
 }
 

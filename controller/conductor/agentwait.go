@@ -30,7 +30,7 @@ func awaitBoot(m *store.Node, aw *store.Await) {
 func (c *engine) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
 	oldBoot := n.Operation.Agent.BootID
 	if _, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
-		newBoot(&m.Operation.Agent, c.nonceVia(m))
+		newBoot(&m.Operation.Agent, c.nonceVia(m), c.now())
 		m.Operation.Agent.Command = nil
 		return nil
 	}); err != nil {

@@ -36,11 +36,25 @@ var errStale = errors.New("node state changed concurrently")
 // Targets follow Ironic: entering a non-stable state shows its default
 // target, except that wait/resume/fail/abort keep the operation's target
 // (manual cleaning targets manageable); a stable state clears it.
+//
+// A node whose boot had a second claimant (an alarm) moves only by
+// securityStop: any other transition is stale, so whatever the worker was
+// finishing (a clean step the impostor reported done, a deploy) never
+// lands, and the next pass stops the operation instead.
 func (c *engine) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
+	return c.move(ctx, nodeUUID, from, ev, false, mut, extra...)
+}
+
+// move is transition; alarmed says it is the security stop, the one
+// transition a node with an alarm may make.
+func (c *engine) move(ctx context.Context, nodeUUID string, from state.State, ev state.Event, alarmed bool, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
 	var to state.State
 	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
 		if state.State(n.ProvisionState) != from {
 			return nil, fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
+		}
+		if n.Operation.Agent.Alarm != nil && !alarmed {
+			return nil, fmt.Errorf("%w: a second agent claimant was seen; the operation stops instead", errStale)
 		}
 		next, err := state.Next(from, ev)
 		if err != nil {
@@ -56,6 +70,9 @@ func (c *engine) transition(ctx context.Context, nodeUUID string, from state.Sta
 		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
 	})
 	if err != nil {
+		if errors.Is(err, errStale) && !alarmed {
+			c.kick(nodeUUID) // an alarm may be why: the next pass stops the operation
+		}
 		return nil, err
 	}
 	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)

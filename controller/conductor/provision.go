@@ -356,7 +356,14 @@ func (c *engine) SetPower(ctx context.Context, ident, target string) error {
 		n.TargetPowerState = strp(target)
 		n.LastError = nil
 		n.Reservation = strp(c.cfg.Host)
-		return []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}, nil
+		events := []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}
+		if a := &n.Operation.Agent; state.LookupAllowed(cur) && target != PowerOff && target != SoftPowerOff && (a.Booted || a.Await != nil) {
+			// The ramdisk boots again: its agent is the first of a new
+			// boot, not a claimant of the old one.
+			c.bootAgain(n)
+			events = append(events, c.newEvent(n.UUID, "INFO", "agent", "power action "+target+" boots the ramdisk again: a new agent session"))
+		}
+		return events, nil
 	})
 	if err != nil {
 		return err

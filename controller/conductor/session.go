@@ -75,10 +75,10 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			return nil, err
 		}
 	}
-	var token, refused, absent string
+	var token, refused, absent, nodeID string
 	var alarm *store.Claim
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
-		token, refused, absent, alarm = "", "", "", nil
+		token, refused, absent, alarm, nodeID = "", "", "", nil, n.UUID // ident may be a name
 		a := &n.Operation.Agent
 		switch {
 		case !state.LookupAllowed(state.State(n.ProvisionState)):
@@ -91,6 +91,11 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			return nil, errUnchanged
 		case a.Alarm != nil:
 			refused = "the operation is being stopped after a second claimant"
+			return nil, errUnchanged
+		case req.BootID != "" && req.BootID == a.PreviousBootID:
+			// The agent of the boot before this one, still up while the
+			// controller reboots the node: not a claimant of this boot.
+			refused = "it comes from the agent of the previous boot, which the controller is rebooting"
 			return nil, errUnchanged
 		case a.BootNonce != "" && subtle.ConstantTimeCompare([]byte(a.BootNonce), []byte(req.Nonce)) != 1:
 			refused = "it carried no nonce or another one than this boot's"
@@ -124,7 +129,7 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		c.log.InfoContext(ctx, "lookup refused", "node", ident, "reason", absent, "from", req.Address, "boot_id", req.BootID)
 		return nil, NotFound(msgNoAgentExpected)
 	case refused != "":
-		c.refusedEvent(ctx, ident, fmt.Sprintf("lookup from %s (boot %s) refused: %s", orUnknown(req.Address), orUnknown(req.BootID), refused))
+		c.refusedEvent(ctx, nodeID, fmt.Sprintf("lookup from %s (boot %s) refused: %s", orUnknown(req.Address), orUnknown(req.BootID), refused))
 		return nil, Wrap(CodeForbidden, ErrNotTrusted, msgNotAllowed)
 	}
 	name := ""
@@ -222,7 +227,7 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 		if claim = c.heartbeatClaim(n, addr, hb); claim != nil {
 			return ctx, c.raiseAlarm(n, claim), nil
 		}
-		events, material, err := c.heartbeat(n, hb, resp, &kick)
+		events, material, err := c.heartbeat(n, addr, hb, resp, &kick)
 		if err != nil || material {
 			return ctx, events, err
 		}
@@ -256,7 +261,10 @@ func (c *sessions) heartbeatClaim(n *store.Node, addr string, hb *protocol.Heart
 	if a.Token == "" || subtle.ConstantTimeCompare([]byte(a.Token), []byte(hb.AgentToken)) != 1 {
 		return nil
 	}
-	if (a.BootID == "" || a.BootID == hb.BootID) && (a.Address == "" || addr == "" || a.Address == addr) {
+	if a.BootID == "" || a.BootID == hb.BootID {
+		// The token and this boot's id: its agent, wherever it now
+		// sends from (a NIC failover, a new DHCP address, a dual-stack
+		// URL). heartbeat records the move.
 		return nil
 	}
 	return &store.Claim{At: c.now(), Via: "heartbeat", Address: addr, BootID: hb.BootID, HolderAddress: a.Address, HolderBootID: a.BootID}
@@ -265,7 +273,7 @@ func (c *sessions) heartbeatClaim(n *store.Node, addr string, hb *protocol.Heart
 // heartbeat applies one heartbeat to n and fills resp. material reports a
 // change that must survive a power loss (anything but last-seen, agent
 // version and the progress of a still-running command).
-func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
+func (c *sessions) heartbeat(n *store.Node, addr string, hb *protocol.Heartbeat, resp *protocol.HeartbeatResponse, kick *bool) (events []*store.Event, material bool, err error) {
 	a := &n.Operation.Agent
 	want := a.Token
 	if want == "" {
@@ -278,8 +286,12 @@ func (c *sessions) heartbeat(n *store.Node, hb *protocol.Heartbeat, resp *protoc
 		return nil, false, Unauthorized("Invalid or missing agent token received: it was issued to another boot; look the node up again.")
 	}
 	now := c.now()
+	if addr != "" && a.Address != "" && addr != a.Address {
+		events = append(events, c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("the agent of boot %s now heartbeats from %s (it looked up from %s)", a.BootID, addr, a.Address)))
+		a.Address = addr
+	}
 	first := a.LastHeartbeat.IsZero()
-	material = first || hb.Steps != nil || a.Version == nil || *a.Version != hb.AgentVersion
+	material = first || hb.Steps != nil || a.Version == nil || *a.Version != hb.AgentVersion || len(events) > 0
 	version := hb.AgentVersion
 	a.LastHeartbeat, a.Version = now, &version
 	if first && len(hb.BootTimings) > 0 {
@@ -394,9 +406,12 @@ func (c *sessions) ResetAgentToken(ctx context.Context, ident string) error {
 		if a.Token == "" {
 			held = "none issued"
 		}
-		newBoot(a, c.nonceVia(n))
+		c.bootAgain(n)
 		next := "the next lookup gets a new one"
-		if a.BootNonce != "" {
+		switch {
+		case a.NonceVia == store.NonceVirtualMedia:
+			next = "the next lookup carrying the nonce of the node's virtual-media ISO gets a new one"
+		case a.BootNonce != "":
 			next = "the next lookup carrying the nonce of the boot script's next fetch gets a new one"
 		}
 		return []*store.Event{c.newEvent(n.UUID, "WARNING", "agent",

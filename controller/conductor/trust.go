@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/anvil-metal/anvil/controller/limits"
 	"github.com/anvil-metal/anvil/controller/state"
@@ -49,10 +50,12 @@ var ErrSecondClaimant = errors.New("second agent claimant")
 var ErrNotTrusted = errors.New("agent request not trusted")
 
 // LeaseBook tells which addresses the controller's own DHCP server leased
-// to MACs (full mode); nil when it leases none, and then the boot script
-// is not bound to an address.
+// to MACs (full mode) since a time: a lease given before the boot started
+// is the previous boot's, and a stranger who takes its address while the
+// node is off must not be taken for the node. nil when the controller
+// leases none, and then the boot script is not bound to an address.
 type LeaseBook interface {
-	LeasedTo(ctx context.Context, macs []string) ([]netip.Addr, error)
+	LeasedTo(ctx context.Context, macs []string, since time.Time) ([]netip.Addr, error)
 }
 
 // BootFetch is a fetch of the node's boot configuration (the iPXE script,
@@ -100,12 +103,34 @@ func optedOutOfNonce(n *store.Node) bool {
 	return false
 }
 
-// newBoot starts the agent session of a new boot of the node: no token is
-// issued yet, and the boot's nonce (if its path carries one) is minted.
-func newBoot(a *store.AgentSession, via string) {
+// newBoot starts the agent session of a new boot of the node at now: no
+// token is issued yet, and the boot's nonce (if its path carries one) is
+// minted. The agent of the previous boot is remembered, so its lookups
+// while the node reboots are refused rather than taken for this boot's.
+func newBoot(a *store.AgentSession, via string, now time.Time) {
+	if a.BootID != "" {
+		a.PreviousBootID = a.BootID
+	}
 	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceVia, a.NonceServedTo, a.NonceLegacyServed = "", "", "", "", via, "", false
+	a.BootStartedAt = now
 	if via != "" {
 		a.BootNonce = newToken()
+	}
+}
+
+// bootAgain starts a new boot of a node that boots again outside the
+// controller's own reboot (an operator's token reset or power action): a
+// new session and nonce, except that a virtual-media node keeps its nonce,
+// since the ISO its BMC serves is made once per boot and already holds it.
+func (c *core) bootAgain(n *store.Node) {
+	a := &n.Operation.Agent
+	kept := ""
+	if a.NonceVia == store.NonceVirtualMedia {
+		kept = a.BootNonce
+	}
+	newBoot(a, c.nonceVia(n), c.now())
+	if kept != "" && a.NonceVia == store.NonceVirtualMedia {
+		a.BootNonce = kept
 	}
 }
 
@@ -126,7 +151,11 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 		if err != nil {
 			return "", err
 		}
-		if leased, err = c.cfg.Leases.LeasedTo(ctx, macs); err != nil {
+		n, err := c.st.GetNode(ctx, nodeUUID)
+		if err != nil {
+			return "", notFoundOr(err)
+		}
+		if leased, err = c.cfg.Leases.LeasedTo(ctx, macs, n.Operation.Agent.BootStartedAt); err != nil {
 			return "", fmt.Errorf("leases of node %s: %w", nodeUUID, err)
 		}
 	}
@@ -162,6 +191,14 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 			}
 			a.NonceServedTo = f.Address
 			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("boot %s with this boot's nonce served to %s", f.Via, f.Address))}, nil
+		case a.NonceServedTo == f.Address:
+			// The address the script went to, after the lookup: the
+			// machine booted again by itself, or a request forged with its
+			// address (one UDP datagram does it over TFTP). Neither gets
+			// anything, and a forgery must not be able to stop the
+			// operation.
+			refused = "the script of this boot was served to this address already and its agent has looked up"
+			return nil, errUnchanged
 		}
 		holder := a.NonceServedTo
 		if a.Token != "" {
@@ -198,6 +235,14 @@ func canonicalAddr(s string) string {
 		return a.Unmap().String()
 	}
 	return s
+}
+
+// notFoundOr is err as a caller without credentials sees a missing node.
+func notFoundOr(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return NotFound("Boot configuration not found.")
+	}
+	return err
 }
 
 func leasedTo(leased []netip.Addr, addr string) bool {
@@ -287,7 +332,7 @@ func (c *engine) securityStop(ctx context.Context, n *store.Node) error {
 		cur, alarmText(cl))
 	ph, inPhase := phaseOf(n)
 	stepRunning := inPhase && len(*ph.current(n)) > 0
-	_, err := c.transition(ctx, n.UUID, cur, state.EvFail, func(m *store.Node) error {
+	_, err := c.move(ctx, n.UUID, cur, state.EvFail, true, func(m *store.Node) error {
 		m.LastError = strp(msg)
 		c.tearDownAgent(m)
 		// Whatever answered as its agent, the node was booted for this

@@ -21,7 +21,7 @@ func bootingNode(t *testing.T, st store.Store, mac, via string) *store.Node {
 	t.Helper()
 	n := sessionNode(t, st, mac)
 	got, err := store.MutateNode(context.Background(), st, n.UUID, func(m *store.Node) error {
-		newBoot(&m.Operation.Agent, via)
+		newBoot(&m.Operation.Agent, via, time.Now())
 		return nil
 	})
 	require.NoError(t, err)
@@ -70,8 +70,8 @@ func TestSecondClaimantEndsTheBootsTrust(t *testing.T) {
 			_, err := s.Lookup(context.Background(), LookupRequest{MACs: agent.MACs, BootID: "boot-1", Address: "10.0.0.66"})
 			return err
 		}, "lookup"},
-		{"the token from another address", func(s *sessions, n *store.Node, token string) error {
-			_, err := s.Heartbeat(context.Background(), n.UUID, "10.0.0.66", &protocol.Heartbeat{AgentToken: token, BootID: "boot-1"})
+		{"the token from another boot", func(s *sessions, n *store.Node, token string) error {
+			_, err := s.Heartbeat(context.Background(), n.UUID, "10.0.0.66", &protocol.Heartbeat{AgentToken: token, BootID: "boot-x"})
 			return err
 		}, "heartbeat"},
 	} {
@@ -152,7 +152,10 @@ func TestNetbootNonce(t *testing.T) {
 	assert.NotEmpty(t, lr.Config.AgentToken)
 
 	_, err = s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.5"})
-	assert.ErrorIs(t, err, ErrSecondClaimant, "a fetch after the lookup: the machine booted again, or somebody else")
+	assert.ErrorIs(t, err, ErrNotTrusted, "the same address after the lookup gets nothing (over TFTP one forged datagram would do): refused, nothing stops")
+	require.Nil(t, agentOf(t, st, n.UUID).Alarm)
+	_, err = s.BootNonce(ctx, n.UUID, BootFetch{Via: "ipxe", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "another address after the lookup: the machine booted again, or somebody else")
 	require.NotNil(t, agentOf(t, st, n.UUID).Alarm)
 
 	t.Run("a second address before the lookup", func(t *testing.T) {
@@ -179,7 +182,7 @@ func TestNetbootNonce(t *testing.T) {
 // fakeLeases is the DHCP lease table of a full-mode boot service.
 type fakeLeases map[string]string
 
-func (f fakeLeases) LeasedTo(_ context.Context, macs []string) ([]netip.Addr, error) {
+func (f fakeLeases) LeasedTo(_ context.Context, macs []string, _ time.Time) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, m := range macs {
 		if ip, ok := f[m]; ok {
@@ -352,4 +355,121 @@ func TestBootNonceAddressesCompareCanonically(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, first, again)
 	assert.Nil(t, agentOf(t, st, n.UUID).Alarm)
+}
+
+// Issue #30 review: an alarm raised while the worker is finishing the
+// operation (the impostor reported the last step done; the worker is
+// powering the node off) wins: the finishing transition is stale, and the
+// operation stops instead of ending in available.
+func TestAlarmBeatsAFinishingTransition(t *testing.T) {
+	e := start(t, &scriptDriver{}, Config{}, nil)
+	ctx := context.Background()
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.CleanWait)
+	cl := store.Claim{At: time.Now(), Via: "boot ipxe", Address: "10.0.0.5", HolderAddress: "10.0.0.66"}
+	n.Operation.Agent = store.AgentSession{Booted: true, Alarm: &cl, Claims: []store.Claim{cl}}
+	require.NoError(t, e.st.CreateNode(ctx, n))
+
+	_, err := e.c.transition(ctx, n.UUID, state.CleanWait, state.EvResume, nil)
+	require.ErrorIs(t, err, errStale, "no transition but the security stop while an alarm stands")
+	got := e.wait(t, n.UUID, state.CleanFailed)
+	assert.Contains(t, *got.LastError, "SECURITY ALARM in clean wait")
+	assert.Nil(t, got.Operation.Agent.Alarm)
+}
+
+// Issue #30 review: without a nonce, a step that asks for a reboot must
+// not turn the agent of the ending boot into the new boot's token holder
+// (it looks up again the moment its heartbeat is refused), which would
+// make the rebooted node's own agent a second claimant.
+func TestPreviousBootsAgentIsNoClaimant(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:0c", "")
+	old := LookupRequest{MACs: []string{"52:54:00:00:00:0c"}, BootID: "boot-1", Address: "10.0.0.5"}
+	_, err := s.Lookup(ctx, old)
+	require.NoError(t, err)
+	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error { // the controller reboots the node
+		newBoot(&m.Operation.Agent, "", time.Now())
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = s.Lookup(ctx, old)
+	assert.ErrorIs(t, err, ErrNotTrusted, "the dying agent gets nothing")
+	lr, err := s.Lookup(ctx, LookupRequest{MACs: old.MACs, BootID: "boot-2", Address: "10.0.0.5"})
+	require.NoError(t, err, "the new boot's agent is the first of its boot")
+	assert.NotEmpty(t, lr.Config.AgentToken)
+	assert.Nil(t, agentOf(t, st, n.UUID).Alarm)
+}
+
+// An operator's token reset of a node booting from virtual media keeps the
+// nonce: the ISO the BMC serves holds it, and is made once per boot.
+func TestResetKeepsTheVirtualMediaNonce(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:0d", store.NonceVirtualMedia)
+	n.Interfaces.Boot = BootVirtualMedia
+	_, err := store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error { m.Interfaces.Boot = BootVirtualMedia; return nil })
+	require.NoError(t, err)
+	nonce := n.Operation.Agent.BootNonce
+	require.NoError(t, s.ResetAgentToken(ctx, n.UUID))
+	assert.Equal(t, nonce, agentOf(t, st, n.UUID).BootNonce)
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "b", Address: "10.0.0.5", Nonce: nonce})
+	require.NoError(t, err)
+}
+
+// The agent of this boot that moves (a NIC failover, a new DHCP address,
+// a dual-stack URL) is still its agent: the move is recorded, nothing
+// stops.
+func TestAgentThatMovesKeepsItsSession(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := sessionNode(t, st, "52:54:00:00:00:0e")
+	lr, err := s.Lookup(ctx, LookupRequest{MACs: []string{"52:54:00:00:00:0e"}, BootID: "boot-1", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.6", &protocol.Heartbeat{AgentToken: lr.Config.AgentToken, BootID: "boot-1", AgentVersion: "1"})
+	require.NoError(t, err)
+	a := agentOf(t, st, n.UUID)
+	assert.Nil(t, a.Alarm)
+	assert.Equal(t, "10.0.0.6", a.Address)
+	assert.Contains(t, historyOf(t, st, n.UUID)[len(historyOf(t, st, n.UUID))-1].Event, "now heartbeats from 10.0.0.6 (it looked up from 10.0.0.5)")
+}
+
+// An operator's reboot of a node whose ramdisk is up starts a new boot:
+// the agent that comes back is not a claimant of the old one.
+func TestOperatorRebootStartsANewBoot(t *testing.T) {
+	e := start(t, &scriptDriver{}, Config{}, nil)
+	ctx := context.Background()
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.DeployWait)
+	n.Operation.Agent = store.AgentSession{Booted: true, Token: "t", BootID: "boot-1", Address: "10.0.0.5"}
+	require.NoError(t, e.st.CreateNode(ctx, n))
+	require.NoError(t, e.c.SetPower(ctx, n.UUID, Rebooting))
+	a := agentOf(t, e.st, n.UUID)
+	assert.Empty(t, a.Token)
+	assert.Equal(t, "boot-1", a.PreviousBootID)
+	lr, err := e.c.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-2", Address: "10.0.0.5"})
+	require.NoError(t, err, "the rebooted node's agent is the first of its boot")
+	assert.NotEmpty(t, lr.Config.AgentToken)
+}
+
+// A refused lookup that names the node by its name is recorded in that
+// node's history (under its UUID), not under the name.
+func TestRefusalByNameGoesToTheNodesHistory(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := bootingNode(t, st, "52:54:00:00:00:0f", store.NonceNetboot)
+	_, err := store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error { m.Name = strp("named-node"); return nil })
+	require.NoError(t, err)
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: "named-node", BootID: "b", Address: "10.0.0.66"})
+	require.ErrorIs(t, err, ErrNotTrusted)
+	events := historyOf(t, st, n.UUID)
+	require.NotEmpty(t, events)
+	assert.Contains(t, events[len(events)-1].Event, "lookup from 10.0.0.66 (boot b) refused")
+	byName, err := st.ListEvents(ctx, "named-node", 0)
+	require.NoError(t, err)
+	assert.Empty(t, byName)
 }

@@ -76,6 +76,14 @@ type AgentSession struct {
 	// NonceLegacyServed reads the flag of the release before NonceVia
 	// (the script had been served with the nonce); never written.
 	NonceLegacyServed bool `json:"nonce_served,omitempty"`
+	// BootStartedAt is when the controller started this boot (before
+	// powering the node): only a DHCP lease given since binds the boot
+	// script's nonce, not one left from an earlier boot.
+	BootStartedAt time.Time `json:"boot_started_at,omitzero"`
+	// PreviousBootID is the boot id of the agent of the boot before this
+	// one: still running while the node reboots, its lookups are refused
+	// (it is not a claimant of this boot).
+	PreviousBootID string `json:"previous_boot_id,omitempty"`
 	// Address is where the lookup that got the token came from.
 	Address string `json:"address,omitempty"`
 	// Claims are the latest second claimants refused (MaxClaims at most);
@@ -179,6 +187,8 @@ const (
 	keyNonceVia        = "agent_nonce_via"
 	keyNonceServedTo   = "agent_nonce_served_to"
 	keyAlarm           = "agent_alarm"
+	keyBootStarted     = "agent_boot_started_at"
+	keyPreviousBoot    = "agent_previous_boot_id"
 )
 
 // SecretInternalKey reports whether a driver_internal_info key holds a
@@ -190,7 +200,7 @@ func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonc
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
-	keyNonceVia, keyNonceServedTo, keyAlarm}
+	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -274,6 +284,12 @@ func (n *Node) InternalInfo() map[string]any {
 	if a.Alarm != nil {
 		set(keyAlarm, a.Alarm)
 	}
+	if !a.BootStartedAt.IsZero() {
+		out[keyBootStarted] = a.BootStartedAt.Format(time.RFC3339Nano)
+	}
+	if a.PreviousBootID != "" {
+		out[keyPreviousBoot] = a.PreviousBootID
+	}
 	return out
 }
 
@@ -282,7 +298,8 @@ func (op *Operation) empty() bool {
 	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
-		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil
+		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
+		a.BootStartedAt.IsZero() && a.PreviousBootID == ""
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
@@ -364,6 +381,13 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyNonceVia, &a.NonceVia)
 	take(keyNonceServedTo, &a.NonceServedTo)
 	take(keyAlarm, &a.Alarm)
+	if v, ok := rest[keyBootStarted].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Format(time.RFC3339Nano) == v {
+			a.BootStartedAt = t
+			delete(rest, keyBootStarted)
+		}
+	}
+	take(keyPreviousBoot, &a.PreviousBootID)
 	return op, rest
 }
 

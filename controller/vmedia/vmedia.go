@@ -88,7 +88,7 @@ func New(cfg Config) (*Builder, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Builder{cfg: cfg, iso: filepath.Join(cfg.BootDir, ISOName), boots: map[string]string{}}
-	raw, err := os.ReadFile(filepath.Join(cfg.BootDir, "manifest.json"))
+	raw, err := readRegular(filepath.Join(cfg.BootDir, "manifest.json"))
 	if err != nil {
 		return nil, fmt.Errorf("virtual media: %w", err)
 	}
@@ -295,6 +295,17 @@ func (b *Builder) Open(nodeUUID, secret string, config func() (protocol.BootConf
 		return nil, err
 	}
 	return regularfile.Open(path)
+}
+
+// readRegular reads a small file of --boot-dir that must be a regular
+// file (a FIFO there would block the controller's start).
+func readRegular(path string) ([]byte, error) {
+	f, err := regularfile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 1<<20))
 }
 
 // Build writes the common ISO with cfg in its node slot to path.

@@ -129,18 +129,20 @@ func TestNewChecksTheISO(t *testing.T) {
 	// A FIFO where the ISO should be is refused at once (opening it for
 	// reading would wait for a writer, and the controller would never
 	// start).
-	fifo, _ := fakeBootDir(t, 1<<20, 512<<10)
-	require.NoError(t, os.Remove(filepath.Join(fifo, ISOName)))
-	require.NoError(t, syscall.Mkfifo(filepath.Join(fifo, ISOName), 0o644))
-	done := make(chan error, 1)
-	go func() { _, err := New(Config{BootDir: fifo, CacheDir: t.TempDir()}); done <- err }()
-	select {
-	case err := <-done:
-		assert.ErrorContains(t, err, "not a regular file")
-	case <-time.After(5 * time.Second):
-		f, _ := os.OpenFile(filepath.Join(fifo, ISOName), os.O_WRONLY, 0) // unblock the reader
-		f.Close()
-		t.Fatal("New blocked on a FIFO")
+	for _, name := range []string{ISOName, "manifest.json"} {
+		fifo, _ := fakeBootDir(t, 1<<20, 512<<10)
+		require.NoError(t, os.Remove(filepath.Join(fifo, name)))
+		require.NoError(t, syscall.Mkfifo(filepath.Join(fifo, name), 0o644))
+		done := make(chan error, 1)
+		go func() { _, err := New(Config{BootDir: fifo, CacheDir: t.TempDir()}); done <- err }()
+		select {
+		case err := <-done:
+			assert.ErrorContains(t, err, "not a regular file", name)
+		case <-time.After(5 * time.Second):
+			f, _ := os.OpenFile(filepath.Join(fifo, name), os.O_WRONLY, 0) // unblock the reader
+			f.Close()
+			t.Fatalf("New blocked on a FIFO named %s", name)
+		}
 	}
 }
 

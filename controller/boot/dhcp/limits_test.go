@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,7 +194,8 @@ func TestRateLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &clock{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 			d := &drops{}
-			r := newResponder(t, tc.mode, &history{}, withSQLite(t, filepath.Join(t.TempDir(), "a.db")), clk.set, d.hook,
+			h := &history{}
+			r := newResponder(t, tc.mode, h, withSQLite(t, filepath.Join(t.TempDir(), "a.db")), clk.set, d.hook,
 				func(c *Config) { c.Nodes, c.Limits = discoveryNodes{nodes}, tc.limits })
 			answered := 0
 			for i := range 100 {
@@ -205,6 +207,15 @@ func TestRateLimits(t *testing.T) {
 			}
 			assert.Equal(t, tc.answered, answered, "a burst of 100: the first %d answered", tc.answered)
 			assert.Equal(t, 100-tc.answered, d.of(tc.reason))
+			if tc.reason == "rate" {
+				notes := 0
+				for _, l := range h.all() {
+					if strings.Contains(l, "DHCP packets of port "+macBooting+" are ignored") {
+						notes++
+					}
+				}
+				assert.Equal(t, 1, notes, "the node's history says once that its port's packets are ignored")
+			}
 			// Those answered are not charged again for being new.
 			resp, err := r.Respond(ctx, request(t, dhcpv4.MessageTypeRequest, tc.macs(0), KindBIOS), true)
 			require.NoError(t, err)

@@ -89,6 +89,7 @@ type Responder struct {
 	discovering map[string]time.Time
 	perMAC      *limits.Keyed // Limits.PerMAC, by client MAC
 	newUnknown  *limits.Keyed // Limits.Discovery, over all unknown MACs (one key)
+	rateNotes   *limits.Keyed // one history line a minute per MAC over its rate
 }
 
 // Defaults of Config, also those of the controller's flags.
@@ -149,7 +150,8 @@ func NewResponder(cfg Config) (*Responder, error) {
 	lim := cfg.Limits
 	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{},
 		perMAC:     limits.NewKeyed(limits.Rate{PerSecond: lim.PerMAC, Burst: lim.PerMACBurst}, maxClients, cfg.Now),
-		newUnknown: limits.NewKeyed(limits.Rate{PerSecond: lim.Discovery, Burst: lim.DiscoveryBurst}, 1, cfg.Now)}
+		newUnknown: limits.NewKeyed(limits.Rate{PerSecond: lim.Discovery, Burst: lim.DiscoveryBurst}, 1, cfg.Now),
+		rateNotes:  limits.NewKeyed(limits.Rate{PerSecond: 1.0 / 60, Burst: 1}, maxClients, cfg.Now)}
 	if cfg.Mode == ModeFull {
 		if !cfg.Range.First.IsValid() || cfg.Leases == nil {
 			return nil, errors.New("dhcp: full mode needs a range and a lease store")
@@ -177,6 +179,7 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 	if !r.allowMAC(mac) {
 		r.drop("rate")
 		r.log.Debug("dhcp: ignoring a MAC over its rate", "mac", mac, "type", mt)
+		r.noteRate(ctx, mac)
 		return nil, nil
 	}
 	t, err := r.cfg.Nodes.BootTarget(ctx, mac)
@@ -392,6 +395,22 @@ func (r *Responder) discoveryAnswer(mac string, kind Kind) (ok bool, why string)
 	}
 	r.discovering[mac] = now
 	return true, ""
+}
+
+// noteRate says in a node's history, at most once a minute, that its
+// port's DHCP packets are being ignored for their rate: anybody can send
+// packets with a node's MAC, and a flood of them would otherwise keep the
+// node from booting with nothing to show for it but a wait timeout.
+func (r *Responder) noteRate(ctx context.Context, mac string) {
+	if !r.rateNotes.Allow(mac) {
+		return
+	}
+	t, err := r.cfg.Nodes.BootTarget(ctx, mac)
+	if err != nil || t.NodeUUID == "" {
+		return
+	}
+	r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP packets of port %s are ignored: more than %v a second (a burst of %d) came with its MAC; "+
+		"if the node does not boot, look for a client flooding with it", mac, r.cfg.Limits.PerMAC, r.cfg.Limits.PerMACBurst))
 }
 
 // record writes msg into the node's history unless the same line was
