@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,11 +57,23 @@ func TestBootTFTPAlone(t *testing.T) {
 	require.NoError(t, err)
 	port := c.LocalAddr().(*net.UDPAddr).Port
 	c.Close()
-	startController(t, "--database", "sqlite://:memory:", "--boot-dir", dir, "--boot-tftp-listen", fmt.Sprintf("127.0.0.1:%d", port))
+	p := startController(t, "--database", "sqlite://:memory:", "--boot-dir", dir, "--boot-tftp-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--metrics-public")
 	out := filepath.Join(t.TempDir(), "got")
 	msg, err := exec.Command("tftp", "-m", "binary", "127.0.0.1", fmt.Sprint(port), "-c", "get", "undionly.kpxe", out).CombinedOutput()
 	require.NoError(t, err, string(msg))
 	got, err := os.ReadFile(out)
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(ipxe, got), "content differs")
+
+	// A FIFO in the boot directory is refused at once, and the refusal
+	// reaches the controller's metrics.
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo.efi"), 0o644))
+	msg, _ = exec.Command("tftp", "-m", "binary", "127.0.0.1", fmt.Sprint(port), "-c", "get", "fifo.efi", filepath.Join(t.TempDir(), "x")).CombinedOutput()
+	assert.Contains(t, string(msg), "not found")
+	res, err := http.Get(p.URL + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	metrics, _ := io.ReadAll(res.Body)
+	assert.Contains(t, string(metrics), `anvil_boot_requests_dropped_total{reason="not_regular",service="tftp"} 1`)
 }
