@@ -293,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		bc.Discovery = cfg.Discovery.Enabled
 		bc.GrubConfig = srv.GrubConfig
 		bc.Logger = log.With("component", "boot")
-		bc.Record = budgeted(recorder(st, log, cc.Host, "boot"), bootHistoryBudget, time.Now, func(n int) { metrics.Suppressed("boot", n) })
+		bc.Record = bootRecorder(recorder(st, log, cc.Host, "boot"), func(n int) { metrics.Suppressed("boot", n) })
 		bc.Dropped = metrics.Dropped
 		bs, ok := st.(boot.Store)
 		if !ok {

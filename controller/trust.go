@@ -53,22 +53,12 @@ func (b leaseBook) LeasedTo(ctx context.Context, macs []string, since time.Time)
 // than a burst and then one every ten seconds.
 var bootHistoryBudget = limits.Rate{PerSecond: 0.1, Burst: 30}
 
-// budgeted wraps a history recorder with a per-node budget; what it
-// leaves out is counted (suppressed) and said by the next line it writes.
-func budgeted(record func(ctx context.Context, nodeUUID, severity, msg string), r limits.Rate, now func() time.Time,
-	suppressed func(n int)) func(ctx context.Context, nodeUUID, severity, msg string) {
-	budget := limits.NewKeyed(r, 0, now)
-	return func(ctx context.Context, nodeUUID, severity, msg string) {
-		ok, dropped := budget.Take(nodeUUID)
-		if !ok {
-			if suppressed != nil {
-				suppressed(1)
-			}
-			return
-		}
-		if dropped > 0 {
-			msg += fmt.Sprintf(" (%d earlier boot-service lines for this node were not recorded: over its budget)", dropped)
-		}
-		record(ctx, nodeUUID, severity, msg)
-	}
+// bootRecorder is record within each node's bootHistoryBudget.
+func bootRecorder(record func(ctx context.Context, nodeUUID, severity, msg string), suppressed func(n int)) func(ctx context.Context, nodeUUID, severity, msg string) {
+	return limits.Budgeted(record, bootHistoryBudget, time.Now, bootHistoryNote, suppressed)
+}
+
+// bootHistoryNote says how many boot-service lines a node's budget left out.
+func bootHistoryNote(left int) string {
+	return fmt.Sprintf(" (%d earlier boot-service lines for this node were not recorded: over its budget)", left)
 }

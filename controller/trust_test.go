@@ -44,8 +44,8 @@ func TestBudgetedRecorder(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	var lines []string
 	suppressed := 0
-	rec := budgeted(func(_ context.Context, node, sev, msg string) { lines = append(lines, node+" "+msg) },
-		limits.Rate{PerSecond: 0.1, Burst: 3}, func() time.Time { return now }, func(n int) { suppressed += n })
+	rec := limits.Budgeted(func(_ context.Context, node, sev, msg string) { lines = append(lines, node+" "+msg) },
+		limits.Rate{PerSecond: 0.1, Burst: 3}, func() time.Time { return now }, bootHistoryNote, func(n int) { suppressed += n })
 	for range 100 {
 		rec(context.Background(), "n1", "WARNING", "TFTP of undionly.kpxe failed")
 	}

@@ -136,8 +136,7 @@ var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait)
 // be released at once and found unleased again at the next scan).
 func needsWork(n *store.Node) bool {
 	return n.TargetPowerState != nil || state.Working(state.State(n.ProvisionState)) ||
-		slices.Contains(leaseWaitStates, n.ProvisionState) ||
-		(n.Operation.Agent.Alarm != nil && state.LookupAllowed(state.State(n.ProvisionState)))
+		slices.Contains(leaseWaitStates, n.ProvisionState) || alarmPending(n)
 }
 
 // lease makes sure this controller holds the node's lease before working on

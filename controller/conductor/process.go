@@ -15,7 +15,7 @@ import (
 // it again and goes on); a node that rests or waits with nothing to do
 // gives false.
 func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bool, err error) {
-	if n.Operation.Agent.Alarm != nil && state.LookupAllowed(state.State(n.ProvisionState)) {
+	if alarmPending(n) {
 		return true, c.securityStop(ctx, n) // before anything else the node would do
 	}
 	if n.TargetPowerState != nil {

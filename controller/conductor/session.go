@@ -29,13 +29,23 @@ import (
 type sessions struct {
 	*core
 	kick func(nodeUUID string) // hands work a heartbeat enabled to the runtime
-	// refusals is each node's budget of history lines for requests
-	// refused for lacking the boot's secret (trust.go).
-	refusals *limits.Keyed
+	// refusals writes history lines about requests refused for lacking
+	// the boot's secret, within each node's budget (trust.go).
+	refusals func(ctx context.Context, nodeUUID, severity, msg string)
 }
 
 func newSessionService(co *core, kick func(string)) *sessions {
-	return &sessions{core: co, kick: kick, refusals: limits.NewKeyed(refusalBudget, 0, co.cfg.Now)}
+	s := &sessions{core: co, kick: kick}
+	suppressed := func(n int) {
+		if co.cfg.Suppressed != nil {
+			co.cfg.Suppressed("agent", n)
+		}
+	}
+	s.refusals = limits.Budgeted(func(ctx context.Context, nodeUUID, severity, msg string) {
+		co.event(ctx, nodeUUID, severity, "agent", msg)
+	},
+		refusalBudget, co.cfg.Now, refusalNote, suppressed)
+	return s
 }
 
 // UsesAgent reports whether the node's deploy interface runs in-band steps.

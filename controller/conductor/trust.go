@@ -147,13 +147,13 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 	bound := f.Via != "vmedia" && c.cfg.Leases != nil
 	var leased []netip.Addr
 	if bound {
-		macs, err := c.nodeMACs(ctx, nodeUUID)
-		if err != nil {
-			return "", err
-		}
 		n, err := c.st.GetNode(ctx, nodeUUID)
 		if err != nil {
 			return "", notFoundOr(err)
+		}
+		macs, err := c.nodeMACs(ctx, n.UUID)
+		if err != nil {
+			return "", err
 		}
 		if leased, err = c.cfg.Leases.LeasedTo(ctx, macs, n.Operation.Agent.BootStartedAt); err != nil {
 			return "", fmt.Errorf("leases of node %s: %w", nodeUUID, err)
@@ -207,14 +207,8 @@ func (c *sessions) BootNonce(ctx context.Context, nodeUUID string, f BootFetch) 
 		alarm = &store.Claim{At: c.now(), Via: "boot " + f.Via, Address: f.Address, HolderAddress: holder, HolderBootID: a.BootID}
 		return c.raiseAlarm(n, alarm), nil
 	})
-	if errors.Is(err, errUnchanged) {
-		err = nil
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return "", NotFound("Boot configuration not found.")
-	}
-	if err != nil {
-		return "", err
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return "", notFoundOr(err)
 	}
 	if alarm != nil {
 		c.kick(nodeUUID)
@@ -298,27 +292,29 @@ func whoIs(addr, bootID string) string {
 	return orUnknown(addr) + " (boot " + bootID + ")"
 }
 
-// refusedEvent records a request refused for lacking this boot's secret,
-// within the node's budget: a stranger polling cannot fill a history. The
-// first line after a quiet spell says how many were left out.
-func (c *sessions) refusedEvent(ctx context.Context, nodeUUID, msg string) {
-	c.log.InfoContext(ctx, "agent request refused", "node", nodeUUID, "reason", msg)
-	ok, dropped := c.refusals.Take(nodeUUID)
-	if !ok {
-		if c.cfg.Suppressed != nil {
-			c.cfg.Suppressed("agent", 1)
-		}
-		return
-	}
-	if dropped > 0 {
-		msg += fmt.Sprintf(" (%d more refusals since the last recorded one were not recorded)", dropped)
-	}
-	c.event(ctx, nodeUUID, "WARNING", "agent", msg)
+// refusalNote says how many refusals a node's budget left out of its
+// history.
+func refusalNote(left int) string {
+	return fmt.Sprintf(" (%d more refusals since the last recorded one were not recorded)", left)
 }
 
 // refusalBudget bounds the history lines of refused agent requests per
 // node: a burst of 5, then one a minute.
 var refusalBudget = limits.Rate{PerSecond: 1.0 / 60, Burst: 5}
+
+// refusedEvent records a request refused for lacking this boot's secret,
+// within the node's budget (sessions.refusals): a stranger polling cannot
+// fill a history.
+func (c *sessions) refusedEvent(ctx context.Context, nodeUUID, msg string) {
+	c.log.InfoContext(ctx, "agent request refused", "node", nodeUUID, "reason", msg)
+	c.refusals(ctx, nodeUUID, "WARNING", msg)
+}
+
+// alarmPending reports whether n's boot had a second claimant and its
+// operation is still to be stopped (securityStop).
+func alarmPending(n *store.Node) bool {
+	return n.Operation.Agent.Alarm != nil && state.LookupAllowed(state.State(n.ProvisionState))
+}
 
 // securityStop ends the operation of a node whose boot had a second
 // claimant: failed with the alarm in last_error, its agent torn down (no

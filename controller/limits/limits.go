@@ -6,6 +6,7 @@
 package limits
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -104,4 +105,29 @@ func (k *Keyed) Len() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.buckets)
+}
+
+// Budgeted wraps record, a writer of lines into a node's history, with a
+// budget of r per node: a line over the budget is left out and counted
+// (suppressed, if set), and the next line the node may have again says
+// how many were left out, in the words note gives (" (N ... were not
+// recorded)"). It is what keeps requests from strangers, who cost nothing
+// to send, from filling a node's history. now is the clock (nil:
+// time.Now).
+func Budgeted(record func(ctx context.Context, nodeUUID, severity, msg string), r Rate, now func() time.Time,
+	note func(left int) string, suppressed func(n int)) func(ctx context.Context, nodeUUID, severity, msg string) {
+	budget := NewKeyed(r, 0, now)
+	return func(ctx context.Context, nodeUUID, severity, msg string) {
+		ok, left := budget.Take(nodeUUID)
+		if !ok {
+			if suppressed != nil {
+				suppressed(1)
+			}
+			return
+		}
+		if left > 0 {
+			msg += note(left)
+		}
+		record(ctx, nodeUUID, severity, msg)
+	}
 }

@@ -245,7 +245,7 @@ func TestLimitTablesBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, r.perMAC.Len(), maxClients)
 	assert.LessOrEqual(t, len(r.discovering), maxDiscovering)
-	assert.LessOrEqual(t, len(r.recorded), maxRecorded)
+	assert.LessOrEqual(t, r.recorded.Len(), maxRecorded)
 }
 
 func TestSplitRange(t *testing.T) {

@@ -81,7 +81,7 @@ type Responder struct {
 	pool *pool
 
 	mu       sync.Mutex
-	recorded map[string]time.Time // history lines written recently, to not repeat retries
+	recorded *limits.Keyed // history lines written recently (one a recordInterval), to not repeat retries
 	// discovering are the unknown MACs whose firmware was answered in
 	// discovery mode, when: only their ramdisk's own DHCP client (a
 	// non-PXE client) gets an address in full mode, not every device on
@@ -148,7 +148,8 @@ func NewResponder(cfg Config) (*Responder, error) {
 		log = slog.Default()
 	}
 	lim := cfg.Limits
-	r := &Responder{cfg: cfg, log: log, recorded: map[string]time.Time{}, discovering: map[string]time.Time{},
+	r := &Responder{cfg: cfg, log: log, discovering: map[string]time.Time{},
+		recorded:   limits.NewKeyed(limits.Rate{PerSecond: 1 / recordInterval.Seconds(), Burst: 1}, maxRecorded, cfg.Now),
 		perMAC:     limits.NewKeyed(limits.Rate{PerSecond: lim.PerMAC, Burst: lim.PerMACBurst}, maxClients, cfg.Now),
 		newUnknown: limits.NewKeyed(limits.Rate{PerSecond: lim.Discovery, Burst: lim.DiscoveryBurst}, 1, cfg.Now),
 		rateNotes:  limits.NewKeyed(limits.Rate{PerSecond: 1.0 / 60, Burst: 1}, maxClients, cfg.Now)}
@@ -256,7 +257,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		addr, err := r.pool.offer(ctx, m, want, t.Discovery, now, now.Add(offerHold))
 		if errors.Is(err, errPoolFull) && t.Discovery {
 			r.drop("discovery_share_full")
-			if !r.recently("\x00share full", now) {
+			if !r.recently("\x00share full") {
 				r.log.Warn("boot service: the DHCP range's share for unknown MACs is full: machines to discover get no address until its short leases run out (made-up MACs flooding the network?)",
 					"share", fmt.Sprintf("%s-%s", r.pool.share.First, r.pool.share.Last), "lease", r.cfg.DiscoveryLease)
 			}
@@ -417,7 +418,7 @@ func (r *Responder) noteRate(ctx context.Context, mac string) {
 // written within recordInterval (firmware retries DHCP every few seconds).
 // A machine being discovered has no node yet: its lines go to the log.
 func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) {
-	if r.recently(nodeUUID+"\x00"+msg, r.cfg.Now()) {
+	if r.recently(nodeUUID + "\x00" + msg) {
 		return
 	}
 	if nodeUUID == "" {
@@ -429,13 +430,4 @@ func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) 
 
 // recently reports whether key was noted within recordInterval, and
 // notes it if not.
-func (r *Responder) recently(key string, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if last, ok := r.recorded[key]; ok && now.Sub(last) < recordInterval {
-		return true
-	}
-	makeRoom(r.recorded, maxRecorded, func(at time.Time) bool { return now.Sub(at) >= recordInterval })
-	r.recorded[key] = now
-	return false
-}
+func (r *Responder) recently(key string) bool { return !r.recorded.Allow(key) }

@@ -117,29 +117,18 @@ func (s *Server) allowSource(src netip.Addr) bool {
 	return s.rate == nil || s.rate.Allow(src.String())
 }
 
-// throttle bounds the log lines of refusals: one per reason and interval,
-// saying how many were left out. The Dropped hook counts them all.
-type throttle struct {
-	every   time.Duration
-	mu      sync.Mutex
-	last    map[string]time.Time
-	skipped map[string]int
-}
+// throttle bounds the log lines of refusals: one per reason and interval
+// (a token bucket per reason), saying how many were left out. The Dropped
+// hook counts them all.
+type throttle struct{ lines *limits.Keyed }
 
-func newThrottle(every time.Duration) *throttle {
-	return &throttle{every: every, last: map[string]time.Time{}, skipped: map[string]int{}}
+func newThrottle(every time.Duration, now func() time.Time) *throttle {
+	return &throttle{lines: limits.NewKeyed(limits.Rate{PerSecond: 1 / every.Seconds(), Burst: 1}, 0, now)}
 }
 
 // warn logs msg for reason unless it did in the last interval.
-func (t *throttle) warn(log *slog.Logger, now time.Time, reason, msg string, args ...any) {
-	t.mu.Lock()
-	if last, ok := t.last[reason]; ok && now.Sub(last) < t.every {
-		t.skipped[reason]++
-		t.mu.Unlock()
-		return
+func (t *throttle) warn(log *slog.Logger, reason, msg string, args ...any) {
+	if ok, skipped := t.lines.Take(reason); ok {
+		log.Warn(msg, append(args, "reason", reason, "similar_not_logged", skipped)...)
 	}
-	skipped := t.skipped[reason]
-	t.last[reason], t.skipped[reason] = now, 0
-	t.mu.Unlock()
-	log.Warn(msg, append(args, "reason", reason, "similar_not_logged", skipped)...)
 }

@@ -380,13 +380,17 @@ func TestRequestRate(t *testing.T) {
 func TestRefusalLogThrottle(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	th := newThrottle(10 * time.Second)
-	now := time.Unix(1000, 0)
+	start := time.Unix(1000, 0)
+	now := start
+	th := newThrottle(10*time.Second, func() time.Time { return now })
 	for i := range 5 {
-		th.warn(log, now.Add(time.Duration(i)*time.Second), DropBusy, "refusing")
+		now = start.Add(time.Duration(i) * time.Second)
+		th.warn(log, DropBusy, "refusing")
 	}
-	th.warn(log, now, DropPerSource, "refusing")
-	th.warn(log, now.Add(11*time.Second), DropBusy, "refusing")
+	now = start
+	th.warn(log, DropPerSource, "refusing")
+	now = start.Add(11 * time.Second)
+	th.warn(log, DropBusy, "refusing")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 3)
 	assert.Contains(t, lines[0], "reason=busy similar_not_logged=0")

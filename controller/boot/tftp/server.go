@@ -123,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, root: root, log: log, rate: newRateLimiter(cfg.RequestRate, cfg.RequestBurst), warn: newThrottle(10 * time.Second),
+	return &Server{cfg: cfg, root: root, log: log, rate: newRateLimiter(cfg.RequestRate, cfg.RequestBurst), warn: newThrottle(10*time.Second, nil),
 		slots: slots{active: map[netip.AddrPort]bool{}, perSource: map[netip.Addr]int{}}}, nil
 }
 
@@ -252,7 +252,7 @@ func (s *Server) refuse(conn *net.UDPConn, from netip.AddrPort, file, why string
 		msg = "too many transfers from your address"
 	}
 	total, unknown := s.inUse()
-	s.warn.warn(s.log, time.Now(), why, "tftp: refusing a read", "from", from, "file", file, "transfers", total, "unknown_sources", unknown)
+	s.warn.warn(s.log, why, "tftp: refusing a read", "from", from, "file", file, "transfers", total, "unknown_sources", unknown)
 	conn.WriteToUDPAddrPort(errorPacket(errUndefined, msg), from)
 }
 
