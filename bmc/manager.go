@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // primitive is one power command as a BMC understands it. The Manager maps
@@ -353,18 +355,10 @@ func (op *operation) pace(ctx context.Context, gap time.Duration) error {
 	if wait <= 0 {
 		return nil
 	}
-	return sleep(ctx, wait)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
+	if !pause.For(ctx, wait) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 func (op *operation) closeSession(ctx context.Context) {
@@ -441,8 +435,8 @@ func (op *operation) retryGap(ctx context.Context, what string, gap time.Duratio
 			return fmt.Errorf("%s: giving up after %d attempts in %s: %w", what, attempt, time.Since(start).Round(time.Millisecond), err)
 		}
 		op.log.WarnContext(ctx, "bmc: retrying", "command", what, "attempt", attempt, "backoff", jittered, "error", err)
-		if err := sleep(ctx, jittered); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if !pause.For(ctx, jittered) {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
 		backoff = min(backoff*2, pol.Max)
 	}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/agent"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // DefaultPort is IPA's listen and advertise port.
@@ -97,7 +99,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for failures := 0; hw == nil; failures++ {
 		if hw, err = a.Hardware(ctx, lr.Node); err != nil {
 			log.Error("ipa: hardware managers", "err", err)
-			if !sleep(ctx, a.Backoff.Delay(failures)) {
+			if !pause.For(ctx, a.Backoff.Delay(failures)) {
 				return nil
 			}
 		}
@@ -155,17 +157,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // networkUp returns the MACs to look up with, BOOTIF's first; nil when ctx
 // ended.
 func (a *Agent) networkUp(ctx context.Context) []string {
@@ -175,7 +166,7 @@ func (a *Agent) networkUp(ctx context.Context) []string {
 			return withBootIF(macs, a.Config.BootIF)
 		}
 		a.Log.Warn("ipa: network not up yet", "err", err)
-		if !sleep(ctx, a.Backoff.Delay(failures)) {
+		if !pause.For(ctx, a.Backoff.Delay(failures)) {
 			return nil
 		}
 	}
@@ -202,7 +193,7 @@ func withBootIF(macs []string, bootif string) []string {
 // lookup retries until Ironic knows the node; nil when ctx ended. A locked
 // node (409) waits 5, 10, then 30 s as IPA does.
 func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupResult {
-	pause := 0 * time.Second
+	locked := 0 * time.Second
 	for failures := 0; ; failures++ {
 		lr, err := c.Lookup(ctx, macs, a.Config.NodeUUID)
 		if err == nil {
@@ -211,11 +202,11 @@ func (a *Agent) lookup(ctx context.Context, c *Client, macs []string) *LookupRes
 		}
 		d := a.Backoff.Delay(failures)
 		if errors.Is(err, ErrConflict) {
-			pause = nextLockPause(pause)
-			d = pause
+			locked = nextLockPause(locked)
+			d = locked
 		}
 		a.Log.Warn("ipa: lookup failed; retrying", "addresses", macs, "err", err, "retry_in", d.String())
-		if !sleep(ctx, d) {
+		if !pause.For(ctx, d) {
 			return nil
 		}
 	}
@@ -244,7 +235,7 @@ func (a *Agent) callbackURL(ctx context.Context, ln net.Listener) string {
 	for failures := 0; host == ""; failures++ {
 		if host = routeSource(a.Config.API); host == "" {
 			a.Log.Warn("ipa: no route to Ironic to advertise an address from; set ipa-advertise-host")
-			if !sleep(ctx, a.Backoff.Delay(failures)) {
+			if !pause.For(ctx, a.Backoff.Delay(failures)) {
 				return ""
 			}
 		}
@@ -296,7 +287,7 @@ func (a *Agent) heartbeats(ctx context.Context, log *slog.Logger, c *Client, lr 
 		case <-forced:
 			timer.Stop()
 			if since := time.Since(last); since < a.MinHeartbeat {
-				if !sleep(ctx, a.MinHeartbeat-since) {
+				if !pause.For(ctx, a.MinHeartbeat-since) {
 					return
 				}
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/internal/ironicserver"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // "anvil-bench ironic" runs the same workload, over the HTTP API only,
@@ -298,7 +300,7 @@ func prepareSide(ctx context.Context, cfg ironicConfig, out io.Writer, start fun
 
 	// Idle: after start-up has settled, before any request but the
 	// readiness probe.
-	if !sleep(ctx, 3*time.Second) {
+	if !pause.For(ctx, 3*time.Second) {
 		return sd, ctx.Err()
 	}
 	idle := sumProcs(srv.pids(), srv.leader)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // ironicAPIVersion is the microversion the workload asks both servers for:
@@ -67,7 +69,7 @@ func (w *workload) call(ctx context.Context, method, path string, body any, want
 		}
 		if res.StatusCode == http.StatusConflict && time.Now().Before(deadline) {
 			w.conflicts.Add(1)
-			if !sleep(ctx, 50*time.Millisecond) {
+			if !pause.For(ctx, 50*time.Millisecond) {
 				return ctx.Err()
 			}
 			continue
@@ -261,7 +263,7 @@ func (w *workload) waitAll(ctx context.Context, prefix, state string, want int) 
 				return fmt.Errorf("waiting for %s: %w", state, err)
 			}
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !pause.For(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("waiting for %d nodes %s (%d so far): %w", want, state, ready, ctx.Err())
 		}
 	}

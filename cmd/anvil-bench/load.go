@@ -24,6 +24,8 @@ import (
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/simagent"
 	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // loadConfig are the knobs of one load run.
@@ -330,7 +332,7 @@ func (l *loadRun) enrol(ctx context.Context) error {
 		if len(left) == 0 {
 			break
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if !pause.For(ctx, 200*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -360,7 +362,7 @@ func (l *loadRun) slot(ctx context.Context) {
 		if n.cleaned {
 			if err := l.manage(ctx, n); err != nil {
 				l.pool <- n
-				if !sleep(ctx, l.cfg.heartbeat) {
+				if !pause.For(ctx, l.cfg.heartbeat) {
 					return
 				}
 				continue
@@ -369,7 +371,7 @@ func (l *loadRun) slot(ctx context.Context) {
 		start := time.Now()
 		if err := l.timed(ctx, "provide", func() error { return l.api.Provision(ctx, n.uuid, "provide", nil) }); err != nil {
 			l.pool <- n
-			if !sleep(ctx, l.cfg.heartbeat) {
+			if !pause.For(ctx, l.cfg.heartbeat) {
 				return
 			}
 			continue
@@ -428,7 +430,7 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 		a.Outcomes[k] = simagent.Outcome{Runs: l.cfg.stepRuns}
 	}
 	// A ramdisk takes a while to boot, and boots do not line up.
-	if !sleep(ctx, rand.N(l.cfg.heartbeat)) {
+	if !pause.For(ctx, rand.N(l.cfg.heartbeat)) {
 		return ""
 	}
 	t := time.NewTicker(l.cfg.heartbeat)
@@ -503,14 +505,5 @@ func (l *loadRun) apiClient(ctx context.Context, tick <-chan time.Time, i int) {
 		path := map[string]string{"list": "/v1/nodes?limit=100&marker=" + node,
 			"detail": "/v1/nodes/detail?limit=100&marker=" + node, "show": "/v1/nodes/" + node}[kind]
 		_ = l.timed(ctx, kind, func() error { return l.api.Do(ctx, http.MethodGet, path, nil, nil) })
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
 	}
 }

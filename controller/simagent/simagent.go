@@ -20,6 +20,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/anvil-metal/anvil/protocol"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // Outcome scripts what a step does when the simulated agent runs it.
@@ -358,7 +360,7 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 	for ctx.Err() == nil {
 		if a.Token() == "" {
 			if a.Lookup(ctx) != nil {
-				sleep(ctx, interval)
+				pause.For(ctx, interval)
 				continue
 			}
 		}
@@ -371,13 +373,6 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 		case <-t.C:
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 

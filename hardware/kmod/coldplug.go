@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // Loader loads a kernel module, with its dependencies, by name. Load must
@@ -352,7 +354,7 @@ func (c *Coldplug) Watch(ctx context.Context, interval time.Duration) {
 // ends the wait is not kept: Run reads sysfs first and finds its device.
 func (c *Coldplug) next(ctx context.Context, interval time.Duration) bool {
 	if c.Events == nil {
-		return sleep(ctx, interval)
+		return pause.For(ctx, interval)
 	}
 	select {
 	case <-ctx.Done():
@@ -361,17 +363,6 @@ func (c *Coldplug) next(ctx context.Context, interval time.Duration) bool {
 		if !ok {
 			c.Events = nil // the listener stopped: poll
 		}
-		return true
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
 		return true
 	}
 }
