@@ -57,6 +57,11 @@ func TestLoadSmoke(t *testing.T) {
 			assert.Equal(t, "controller-0", res.Processes[0].Name)
 			assert.Positive(t, res.Processes[0].RSSPeakMB)
 			assert.Positive(t, res.Processes[0].CPUSeconds)
+			if db == "postgres" {
+				require.Len(t, res.Processes, 3)
+				assert.Equal(t, "postgres (all)", res.Processes[1].Name)
+				assert.Positive(t, res.Processes[1].RSSPeakMB, "the server's processes were found in /proc")
+			}
 			assert.Contains(t, out.String(), "heartbeat latency p50 / p99", "the table is printed too")
 		})
 	}
@@ -108,4 +113,22 @@ func TestBalancerRoundRobin(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"a/x", "b/x", "a/x", "b/x"}, got)
 	assert.NotEqual(t, got[0], got[1], "consecutive requests go to different controllers")
+}
+
+func TestIsPostgresOn(t *testing.T) {
+	tests := []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"/usr/lib/postgresql/17/bin/postgres", "-D", "/tmp/pg", "-p", "5433"}, true},
+		{[]string{"postgres", "-p", "5433", "-k", "/tmp"}, true},
+		{[]string{"postgres", "-p", "5432"}, false},
+		{[]string{"postgres: walwriter"}, false},
+		{[]string{"/usr/bin/not-postgres", "-p", "5433"}, false},
+		{[]string{"postgres", "-p"}, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, isPostgresOn(tt.args, 5433), "%q", tt.args)
+	}
 }

@@ -8,12 +8,15 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/procfs"
 )
 
 // loadResult is what a run measured; printed as a table and as one JSON line.
@@ -177,26 +180,16 @@ func readProc(pid int, withChildren bool) (procStat, error) {
 // the shared pages it touched again. It has no peak.
 func postgresStat(port int) (procStat, error) {
 	var total procStat
-	entries, err := os.ReadDir("/proc")
+	ps, err := procfs.List("/proc")
 	if err != nil {
 		return total, err
 	}
 	master := 0
 	parent := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		parent[pid], _ = strconv.Atoi(f[1])
-		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmd), "postgres\x00") && strings.Contains(string(cmd), "\x00-p\x00"+strconv.Itoa(port)+"\x00") {
-			master = pid
+	for _, p := range ps {
+		parent[p.PID] = p.PPID
+		if isPostgresOn(procfs.Cmdline("/proc", p.PID), port) {
+			master = p.PID
 		}
 	}
 	if master == 0 {
@@ -217,6 +210,19 @@ func postgresStat(port int) (procStat, error) {
 	total.rssKB = total.anonKB + total.shmemKB
 	total.hwmKB = total.rssKB
 	return total, nil
+}
+
+// isPostgresOn says whether args start a postgres server on port.
+func isPostgresOn(args []string, port int) bool {
+	if len(args) == 0 || filepath.Base(args[0]) != "postgres" {
+		return false
+	}
+	for i := 1; i+1 < len(args); i++ {
+		if args[i] == "-p" && args[i+1] == strconv.Itoa(port) {
+			return true
+		}
+	}
+	return false
 }
 
 // machineStat reads the busy and total CPU time of the whole machine.

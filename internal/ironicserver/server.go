@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/procfs"
 )
 
 // Python is the interpreter Debian's Ironic is installed for (a pyenv
@@ -218,24 +220,14 @@ func (s *Server) Pids() []int { return GroupPids(s.Pid) }
 
 // GroupPids lists the processes of the process group pgid.
 func GroupPids(pgid int) []int {
-	entries, err := os.ReadDir("/proc")
+	ps, err := procfs.List("/proc")
 	if err != nil {
 		return nil
 	}
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// After the command name (which may hold spaces): state, ppid, pgrp.
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) {
-			out = append(out, pid)
+	for _, p := range ps {
+		if p.PGrp == pgid {
+			out = append(out, p.PID)
 		}
 	}
 	return out
