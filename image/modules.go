@@ -244,6 +244,20 @@ func ResolveModules(modulesDir, release string, sel ModuleSelection) (ModuleSet,
 			into[d] = true
 		}
 	}
+	// addClass records a class with the files it brings (own) and adds
+	// them to the image's.
+	addClass := func(info ClassInfo, own map[string]bool) error {
+		for p := range own {
+			files[p] = true
+		}
+		info.Files = len(own)
+		var err error
+		if info.Bytes, err = sizeOf(modulesDir, own); err != nil {
+			return err
+		}
+		set.Classes = append(set.Classes, info)
+		return nil
+	}
 	loadSeen := map[string]bool{}
 	for _, c := range sel.Classes {
 		info := ClassInfo{Name: c.Name}
@@ -264,14 +278,9 @@ func ResolveModules(modulesDir, release string, sel ModuleSelection) (ModuleSet,
 				}
 			}
 		}
-		for p := range own {
-			files[p] = true
-		}
-		info.Files = len(own)
-		if info.Bytes, err = sizeOf(modulesDir, own); err != nil {
+		if err := addClass(info, own); err != nil {
 			return set, err
 		}
-		set.Classes = append(set.Classes, info)
 	}
 	if len(sel.Add) > 0 {
 		info := ClassInfo{Name: "added"}
@@ -290,14 +299,9 @@ func ResolveModules(modulesDir, release string, sel ModuleSelection) (ModuleSet,
 				set.Missing = append(set.Missing, n)
 			}
 		}
-		for p := range own {
-			files[p] = true
-		}
-		info.Files = len(own)
-		if info.Bytes, err = sizeOf(modulesDir, own); err != nil {
+		if err := addClass(info, own); err != nil {
 			return set, err
 		}
-		set.Classes = append(set.Classes, info)
 	}
 	soft, err := resolveSoftdeps(modulesDir, byName, deps, files)
 	if err != nil {
