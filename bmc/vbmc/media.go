@@ -147,15 +147,11 @@ func fetchMedia(ctx context.Context, dir, node, url string) (string, int64, erro
 // (VirtualMedia/Cd), linked both ways with the system.
 
 func (s *Server) listManagers(w http.ResponseWriter, _ *http.Request) {
-	var members []any
+	var members []string
 	for _, n := range s.nodes {
-		members = append(members, link("/redfish/v1/Managers/"+n.Name))
+		members = append(members, "/redfish/v1/Managers/"+n.Name)
 	}
-	c := odata("/redfish/v1/Managers", "#ManagerCollection.ManagerCollection")
-	c["Name"] = "Manager Collection"
-	c["Members"] = orEmpty(members)
-	c["Members@odata.count"] = len(members)
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, collection("/redfish/v1/Managers", "#ManagerCollection.ManagerCollection", "Manager Collection", members))
 }
 
 func (s *Server) getManager(w http.ResponseWriter, _ *http.Request, n *Node) {
@@ -172,14 +168,11 @@ func (s *Server) getManager(w http.ResponseWriter, _ *http.Request, n *Node) {
 
 func (s *Server) listVirtualMedia(w http.ResponseWriter, _ *http.Request, n *Node) {
 	id := "/redfish/v1/Managers/" + n.Name + "/VirtualMedia"
-	c := odata(id, "#VirtualMediaCollection.VirtualMediaCollection")
-	c["Name"] = "Virtual Media Services"
-	members := []any{}
+	var members []string
 	if n.HasMedia() {
-		members = append(members, link(id+"/Cd"))
+		members = append(members, id+"/Cd")
 	}
-	c["Members"], c["Members@odata.count"] = members, len(members)
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, collection(id, "#VirtualMediaCollection.VirtualMediaCollection", "Virtual Media Services", members))
 }
 
 func (s *Server) withMedia(h func(http.ResponseWriter, *http.Request, *Node)) func(http.ResponseWriter, *http.Request, *Node) {

@@ -217,23 +217,25 @@ func (s *Server) sessionService(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	var members []any
+	var members []string
 	for _, tok := range s.order {
-		members = append(members, link("/redfish/v1/SessionService/Sessions/"+s.sessions[tok]))
+		members = append(members, "/redfish/v1/SessionService/Sessions/"+s.sessions[tok])
 	}
 	s.mu.Unlock()
-	c := odata("/redfish/v1/SessionService/Sessions", "#SessionCollection.SessionCollection")
-	c["Name"] = "Session Collection"
-	c["Members"] = orEmpty(members)
-	c["Members@odata.count"] = len(members)
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, collection("/redfish/v1/SessionService/Sessions", "#SessionCollection.SessionCollection", "Session Collection", members))
 }
 
-func orEmpty(v []any) []any {
-	if v == nil {
-		return []any{}
+// collection is a Redfish collection resource: id, type and name, and a
+// link to each member's path.
+func collection(id, typ, name string, members []string) map[string]any {
+	c := odata(id, typ)
+	c["Name"] = name
+	links := make([]any, 0, len(members))
+	for _, m := range members {
+		links = append(links, link(m))
 	}
-	return v
+	c["Members"], c["Members@odata.count"] = links, len(links)
+	return c
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -303,15 +305,11 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSystems(w http.ResponseWriter, _ *http.Request) {
-	var members []any
+	var members []string
 	for _, n := range s.nodes {
-		members = append(members, link("/redfish/v1/Systems/"+n.Name))
+		members = append(members, "/redfish/v1/Systems/"+n.Name)
 	}
-	c := odata("/redfish/v1/Systems", "#ComputerSystemCollection.ComputerSystemCollection")
-	c["Name"] = "Computer System Collection"
-	c["Members"] = orEmpty(members)
-	c["Members@odata.count"] = len(members)
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, collection("/redfish/v1/Systems", "#ComputerSystemCollection.ComputerSystemCollection", "Computer System Collection", members))
 }
 
 func (s *Server) withNode(h func(http.ResponseWriter, *http.Request, *Node)) http.HandlerFunc {
