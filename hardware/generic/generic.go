@@ -179,6 +179,17 @@ func (m *Manager) policy(args map[string]any) (erase.Policy, error) {
 	return p, nil
 }
 
+// eraseTarget is what every erase step starts from: the policy its
+// arguments make and the disks there are now.
+func (m *Manager) eraseTarget(ctx context.Context, args map[string]any) (erase.Policy, []disk.Disk, error) {
+	pol, err := m.policy(args)
+	if err != nil {
+		return pol, nil, err
+	}
+	disks, err := m.disks(ctx)
+	return pol, disks, err
+}
+
 // shared is the shared-storage filesystem check of the metadata wipes
 // (erase_devices plans it per device instead).
 func (m *Manager) shared(pol erase.Policy) erase.SharedCheck {
@@ -198,11 +209,7 @@ func (m *Manager) disks(ctx context.Context) ([]disk.Disk, error) {
 type EraseResult = erase.Result
 
 func (m *Manager) eraseDevices(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
-	pol, err := m.policy(args)
-	if err != nil {
-		return nil, err
-	}
-	disks, err := m.disks(ctx)
+	pol, disks, err := m.eraseTarget(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -212,11 +219,7 @@ func (m *Manager) eraseDevices(ctx context.Context, args map[string]any, progres
 }
 
 func (m *Manager) eraseMetadata(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
-	pol, err := m.policy(args)
-	if err != nil {
-		return nil, err
-	}
-	disks, err := m.disks(ctx)
+	pol, disks, err := m.eraseTarget(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -233,15 +236,11 @@ type ExpressResult struct {
 // other device, and any NVMe whose format failed, gets a metadata wipe
 // (IPA's erase_devices_express).
 func (m *Manager) eraseExpress(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
-	pol, err := m.policy(args)
+	pol, disks, err := m.eraseTarget(ctx, args)
 	if err != nil {
 		return nil, err
 	}
 	pol.EnableATASecureErase, pol.ContinueIfSecureEraseFailed = false, false
-	disks, err := m.disks(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var res ExpressResult
 	var nvmePlans []erase.DevicePlan
 	formatted := map[string]bool{}
