@@ -177,10 +177,16 @@ func TestDocsRunsCheapCommands(t *testing.T) {
 	}
 }
 
-// TestDocsLinks: every relative link in the docs names a file that exists,
-// and a heading that exists when it has an #anchor into Markdown.
+// TestDocsLinks: every relative link in the docs, and in the READMEs of
+// image/ and bmc/vbmc/ that they link to, names a file that exists, and a
+// heading that exists when it has an #anchor into Markdown.
 func TestDocsLinks(t *testing.T) {
 	files := markdownFiles(t)
+	for _, rel := range []string{"image/README.md", "bmc/vbmc/README.md"} {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		require.NoError(t, err)
+		files[rel] = string(b)
+	}
 	for file, src := range files {
 		for _, l := range Links(src) {
 			if strings.Contains(l.Target, "://") || strings.HasPrefix(l.Target, "mailto:") {
