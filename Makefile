@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean fmt vet clean
+.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean docs fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ demo-sim: build ## the same walk on a fake-hardware node whose agent the control
 
 demo-clean: ## remove what the demo left behind (it stops everything it started itself)
 	rm -rf out/demo
+
+docs: ## regenerate the generated parts of docs/ (the flag table) from the code
+	ANVIL_UPDATE_DOCS=1 $(GO) test -count=1 -run 'FlagsDoc' ./cmd/anvil-controller/
 
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')

@@ -25,10 +25,8 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller"
-	"github.com/anvil-metal/anvil/controller/api"
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
-	"github.com/anvil-metal/anvil/controller/conductor"
 )
 
 func main() {
@@ -49,98 +47,31 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
 	hostname, _ := os.Hostname()
-	var (
-		listen    = fs.String("listen", "127.0.0.1:6385", "address to listen on")
-		database  = fs.String("database", "sqlite://./anvil.db", "database URL: sqlite://PATH, sqlite://:memory: (throwaway) or postgres://USER:PASSWORD@HOST/DB (several controllers sharing a fleet)")
-		auth      = fs.String("auth", "noauth", "auth strategy: noauth or http_basic")
-		htpasswd  = fs.String("htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
-		insecure  = fs.Bool("allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
-		publicURL = fs.String("public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
-		bootDir   = fs.String("boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes; with anvil.iso, also per-node ISOs for redfish-virtual-media")
-		vmediaDir = fs.String("vmedia-dir", "", "where per-node virtual media ISOs (and their URLs' secrets) are kept while their nodes boot, so boots under way survive a restart (default: vmedia/ in the data directory; without one a temporary directory)")
-		simulate  = fs.Bool("simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
-		simStep   = fs.Duration("simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
-		prio      = fs.String("clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
-		bmcGap    = fs.Duration("bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
-		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat = fs.String("log-format", "text", "text or json")
-		config    = fs.String("config", "", "config file of 'flag-name: value' lines")
-		dataDir   = fs.String("data-dir", "", "directory of the key that signs sanitization records, created on first start, and of virtual-media boots under way (default: the SQLite database's directory; none: a throwaway key)")
-	)
-	// The conductor's settings, their defaults from the conductor's one place.
-	cc := conductor.DefaultConfig()
-	cc.Host = hostname
-	fs.StringVar(&cc.Host, "host", cc.Host, "name written into node reservations")
-	fs.IntVar(&cc.Workers, "workers", cc.Workers, "concurrent node operations")
-	fs.BoolVar(&cc.AutomatedClean, "automated-clean", cc.AutomatedClean, "run automated cleaning on provide and undeploy")
-	fs.DurationVar(&cc.CleanWaitTimeout, "clean-wait-timeout", cc.CleanWaitTimeout, "fail nodes waiting in clean wait longer than this (0 disables)")
-	fs.DurationVar(&cc.DeployWaitTimeout, "deploy-wait-timeout", cc.DeployWaitTimeout, "fail nodes waiting in wait call-back longer than this (0 disables)")
-	fs.DurationVar(&cc.Agent.HeartbeatInterval, "heartbeat-interval", cc.Agent.HeartbeatInterval, "how often idle agents heartbeat")
-	fs.DurationVar(&cc.Agent.BootTimeout, "agent-boot-timeout", cc.Agent.BootTimeout, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
-	fs.DurationVar(&cc.Agent.SilenceTimeout, "agent-silence-timeout", cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")
-	fs.DurationVar(&cc.CheckInterval, "timeout-check-interval", cc.CheckInterval, "how often waiting nodes are checked against their timers")
-	fs.DurationVar(&cc.Agent.StepTimeout, "step-timeout", cc.Agent.StepTimeout, "default limit of one in-band step run, for steps that declare no max_seconds (0: none)")
-	fs.DurationVar(&cc.Agent.AbortTimeout, "abort-timeout", cc.Agent.AbortTimeout, "how long an aborted in-band step's agent has to report it stopped before the node is powered off")
-	fs.DurationVar(&cc.PowerSync.Interval, "power-sync-interval", cc.PowerSync.Interval, "check every managed node's power state once per interval, spread over it (0 disables)")
-	fs.BoolVar(&cc.PowerSync.Enforce, "power-sync-enforce", cc.PowerSync.Enforce, "restore the recorded power state of resting nodes outside maintenance when the BMC reports another")
-	fs.DurationVar(&cc.LeaseTTL, "lease-ttl", cc.LeaseTTL, "node lease period: controllers sharing a PostgreSQL database take over a dead controller's nodes after this long")
-	// The network-boot service (DHCP, TFTP): off unless set.
-	var bc boot.Config
-	fs.StringVar(&bc.DHCP, "boot-dhcp", "off", "network boot DHCP: off, proxy (boot information beside the site's DHCP server) or full (addresses from --boot-dhcp-range too); answers only enrolled ports of nodes being booted")
-	fs.StringVar(&bc.Interface, "boot-interface", "", "provisioning network interface the boot service's DHCP (and by default TFTP) listens on")
-	fs.StringVar(&bc.Range, "boot-dhcp-range", "", "addresses full-mode DHCP hands out: FIRST-LAST, inside --boot-interface's network")
-	fs.StringVar(&bc.TFTPListen, "boot-tftp-listen", "", "TFTP address ADDR:PORT serving --boot-dir (default: port 69 on --boot-interface's address when --boot-dhcp is on)")
-	dc := api.DefaultDiscovery()
-	fs.BoolVar(&dc.Enabled, "boot-discovery", false, "discovery: boot the agent ramdisk on MACs no port has and enrol each machine that reports back as a new node in enroll (powered off, never cleaned or deployed by itself)")
-	fs.StringVar(&dc.Driver, "boot-discovery-driver", dc.Driver, "driver of discovered nodes (ipmi, redfish or fake-hardware); add the BMC's driver_info before managing them")
-	fs.IntVar(&dc.MaxPending, "boot-discovery-max-pending", dc.MaxPending, "refuse discovery reports while this many discovered nodes wait in enroll (0: no cap)")
-	fs.Float64Var(&dc.Rate, "boot-discovery-rate", dc.Rate, "discovery reports per second accepted over all sources (bursts of 10; 0: unlimited)")
-	fs.Float64Var(&bc.DiscoveryDHCPShare, "boot-discovery-dhcp-share", dhcp.DefaultDiscoveryShare, "percentage of --boot-dhcp-range (its top addresses, at least one) full-mode DHCP gives to MACs no port has; enrolled nodes may use all of it")
-	fs.DurationVar(&bc.DiscoveryDHCPLease, "boot-discovery-dhcp-lease", dhcp.DefaultDiscoveryLease, "full-mode DHCP lease of MACs no port has, until the machine reports and is a node (below the 1h lease of nodes being booted)")
-	pl := api.DefaultPublicLimit()
-	fs.Float64Var(&pl.Rate, "agent-rate-limit", pl.Rate, "requests per second one source address may make to lookup, heartbeat and boot files (0: unlimited; loopback is exempt)")
-	fs.IntVar(&pl.Burst, "agent-rate-burst", pl.Burst, "requests one source address may make at once to lookup, heartbeat and boot files")
-	// HTTP limits, their defaults from the API's one place.
-	hl := api.DefaultHTTPLimits()
-	fs.DurationVar(&hl.ReadHeaderTimeout, "http-read-header-timeout", hl.ReadHeaderTimeout, "cut off a client whose request headers take longer than this (0: no limit)")
-	fs.DurationVar(&hl.ReadTimeout, "http-read-timeout", hl.ReadTimeout, "cut off a client whose whole request, body included, takes longer than this (0: no limit)")
-	fs.DurationVar(&hl.WriteTimeout, "http-write-timeout", hl.WriteTimeout, "limit from the end of a request's headers to the end of its response; boot files get 10m (0: no limit)")
-	fs.DurationVar(&hl.IdleTimeout, "http-idle-timeout", hl.IdleTimeout, "close keep-alive connections idle this long (0: the read timeout)")
-	fs.IntVar(&hl.MaxUnauthConnsPerSource, "max-unauth-conns-per-source", hl.MaxUnauthConnsPerSource, "connections one source IP may hold open before authenticating; more are answered 503 (0: no cap)")
-	// HTTPS: plain HTTP unless set (labs), with a warning at start.
-	var tc controller.TLSConfig
-	fs.StringVar(&tc.CertFile, "tls-cert", "", "serve HTTPS with this PEM certificate (chain); needs --tls-key")
-	fs.StringVar(&tc.KeyFile, "tls-key", "", "the PEM private key of --tls-cert")
-	fs.BoolVar(&tc.SelfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed ECDSA certificate created in --tls-dir on the first start and reused after")
-	fs.StringVar(&tc.Dir, "tls-dir", "", "directory of the self-signed certificate (default: the SQLite database's directory, else the working directory)")
-	tlsHosts := fs.String("tls-hosts", "", "extra host names and IPs for the self-signed certificate, comma-separated (the host name, localhost, loopback and the hosts of --public-url and --listen are always in)")
-	printFP := fs.Bool("print-fingerprint", false, "print the SHA-256 fingerprint of the controller's TLS certificate (creating the self-signed one if needed) and exit")
-	metricsAt := fs.String("metrics-listen", "", "serve /metrics without auth on this address of its own instead of on the API behind its auth")
-	metricsPub := fs.Bool("metrics-public", false, "serve /metrics on the API without auth")
+	o := controllerFlags(fs, hostname)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := applyDefaults(fs, *config, getenv); err != nil {
+	if err := applyDefaults(fs, o.config, getenv); err != nil {
 		return err
 	}
-	overrides, err := parsePriorities(*prio)
+	overrides, err := parsePriorities(o.prio)
 	if err != nil {
 		return err
 	}
-	if err := checkDiscoveryDHCP(bc); err != nil {
+	if err := checkDiscoveryDHCP(o.bc); err != nil {
 		return err
 	}
-	cc.PriorityOverrides = overrides
-	for _, h := range strings.Split(*tlsHosts, ",") {
+	o.cc.PriorityOverrides = overrides
+	for _, h := range strings.Split(o.tlsHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
-			tc.Hosts = append(tc.Hosts, h)
+			o.tc.Hosts = append(o.tc.Hosts, h)
 		}
 	}
-	if *printFP {
-		if !tc.Enabled() {
+	if o.printFP {
+		if !o.tc.Enabled() {
 			return errors.New("--print-fingerprint: the controller serves plain HTTP; give --tls-self-signed or --tls-cert/--tls-key")
 		}
-		_, fp, err := controller.ServerCertificate(controller.Config{Listen: *listen, Database: *database, PublicURL: *publicURL, TLS: tc})
+		_, fp, err := controller.ServerCertificate(controller.Config{Listen: o.listen, Database: o.database, PublicURL: o.publicURL, TLS: o.tc})
 		if err != nil {
 			return err
 		}
@@ -148,22 +79,22 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if *logFormat == "json" {
+	if o.logFormat == "json" {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	log := slog.New(h)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return controller.Run(ctx, controller.Config{Listen: *listen, Database: *database, Auth: *auth, HTPasswd: *htpasswd,
-		AllowInsecureNoAuth: *insecure, PublicURL: *publicURL, BootDir: *bootDir, VMediaDir: *vmediaDir, BMCMinInterval: *bmcGap,
-		SimulateAgents: *simulate, SimulateStepTime: *simStep, Conductor: cc, PublicLimit: pl, Boot: bc, Discovery: dc, Logger: log,
-		HTTP: &hl, MetricsListen: *metricsAt, MetricsPublic: *metricsPub, TLS: tc, DataDir: *dataDir})
+	return controller.Run(ctx, controller.Config{Listen: o.listen, Database: o.database, Auth: o.auth, HTPasswd: o.htpasswd,
+		AllowInsecureNoAuth: o.insecure, PublicURL: o.publicURL, BootDir: o.bootDir, VMediaDir: o.vmediaDir, BMCMinInterval: o.bmcGap,
+		SimulateAgents: o.simulate, SimulateStepTime: o.simStep, Conductor: o.cc, PublicLimit: o.pl, Boot: o.bc, Discovery: o.dc, Logger: log,
+		HTTP: &o.hl, MetricsListen: o.metricsAt, MetricsPublic: o.metricsPub, TLS: o.tc, DataDir: o.dataDir})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*
