@@ -27,7 +27,7 @@ import (
 // The dashboard's browser test: a real controller (--simulate-agents, HTTP
 // basic auth) and Debian's chromium, headless, driven over the DevTools
 // protocol. Screenshots land in out/ui/, or with ANVIL_UPDATE_SCREENSHOTS=1
-// in docs/ui/, which README.md shows.
+// in docs/ui/, which docs/operator/dashboard.md shows.
 
 const (
 	uiUser = "operator"
@@ -145,7 +145,7 @@ func screenshot(t *testing.T, ctx context.Context, name string, full bool) {
 	}
 	png, err := chromedp.Run(ctx, shot)
 	require.NoError(t, err)
-	// out/ui (ignored by git) every run; docs/ui, which README.md shows,
+	// out/ui (ignored by git) every run; docs/ui, which docs/operator/dashboard.md shows,
 	// when asked to refresh them.
 	dir := filepath.Join("..", "..", "out", "ui")
 	if os.Getenv("ANVIL_UPDATE_SCREENSHOTS") != "" {

@@ -136,7 +136,7 @@ var transitions = map[edge]State{
 }
 
 // Extensions are anvil's transitions beyond Ironic 21.4's table, each
-// documented in the README. They are kept apart from transitions so the
+// documented in docs/reference/api.md. They are kept apart from transitions so the
 // reference table stays exactly Ironic's (TestEveryReferenceTransition).
 //
 // abort in wait call-back: Ironic has none (an operator must wait for the

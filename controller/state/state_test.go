@@ -71,7 +71,7 @@ func TestEveryOtherPairIsRefused(t *testing.T) {
 
 // TestExtensions pins anvil's transitions beyond Ironic's: each is new
 // (not a reference pair, so it cannot change Ironic's behaviour), allowed,
-// and leads where the README says.
+// and leads where docs/reference/api.md says.
 func TestExtensions(t *testing.T) {
 	table := loadTable(t)
 	want := map[edge]State{{DeployWait, EvAbort}: DeployFailed}
