@@ -18,7 +18,7 @@ import (
 	"github.com/anvil-metal/anvil/protocol"
 )
 
-// Node flags in properties (documented in docs/reference/agent-steps.md, "Fail-closed cleaning").
+// Node flags in properties (documented in docs/reference/agent-steps.md, "Cleaning fails closed").
 const (
 	// FlagDiskless allows a node without any disk (netboot compute): no
 	// disk seen is then a success, and storage controllers without a
