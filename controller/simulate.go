@@ -28,8 +28,11 @@ type simulatedHardware struct {
 
 	mu     sync.Mutex
 	agents map[string]context.CancelFunc
-	wg     sync.WaitGroup
-	ctx    context.Context
+	// next is each node's boot device as last set: a node told to boot
+	// from its disk boots its instance, not the ramdisk, so no agent.
+	next map[string]string
+	wg   sync.WaitGroup
+	ctx  context.Context
 	// tls is how the agents trust this controller's HTTPS (nil: plain).
 	tls *tls.Config
 }
@@ -40,7 +43,7 @@ func newSimulatedHardware(ctx context.Context, st store.Store, log *slog.Logger,
 		stepTime = time.Second
 	}
 	return &simulatedHardware{st: st, log: log, url: url, interval: interval, stepRuns: max(1, int(stepTime/interval)),
-		agents: map[string]context.CancelFunc{}, ctx: ctx, tls: tc}
+		agents: map[string]context.CancelFunc{}, next: map[string]string{}, ctx: ctx, tls: tc}
 }
 
 // simulatedDisks are what the simulated erase steps report, per device, as
@@ -59,6 +62,14 @@ func (s *simulatedHardware) SetPower(ctx context.Context, n *store.Node, target 
 	return nil
 }
 
+// SetBootDevice records where the node boots next.
+func (s *simulatedHardware) SetBootDevice(_ context.Context, n *store.Node, device string, _ bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next[n.UUID] = device
+	return nil
+}
+
 func (s *simulatedHardware) stop(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,6 +81,14 @@ func (s *simulatedHardware) stop(node string) {
 
 func (s *simulatedHardware) boot(ctx context.Context, n *store.Node) {
 	if !conductor.UsesAgent(n) {
+		return
+	}
+	s.mu.Lock()
+	fromDisk := s.next[n.UUID] == "disk"
+	s.mu.Unlock()
+	if fromDisk {
+		s.stop(n.UUID) // the deployed instance boots; its ramdisk is gone
+		s.log.Info("simulated node booted its instance from disk", "node", n.UUID)
 		return
 	}
 	ports, err := s.st.ListPorts(ctx, store.ResourceFilter{NodeUUID: &n.UUID}, store.Page{})

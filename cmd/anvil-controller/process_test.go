@@ -81,6 +81,12 @@ func TestSimulatedAgents(t *testing.T) {
 	assert.Contains(t, all, "clean step deploy.erase_devices_metadata finished")
 	assert.Contains(t, all, "clean step deploy.erase_devices finished")
 	assert.Contains(t, all, "deploy step deploy.write_image finished")
+
+	// The deployed node rebooted from its disk, as a real one boots its
+	// instance: no simulated agent is left looking itself up.
+	time.Sleep(time.Second)
+	assert.NotContains(t, p.log(), "lookup refused", "an agent kept running after the deploy")
+	assert.Contains(t, p.log(), "simulated node booted its instance from disk")
 }
 
 // TestSecondControllerOnOneSQLiteFileIsRefused: two controllers on one
