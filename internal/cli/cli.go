@@ -48,7 +48,7 @@ func Flags(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return nil, &UsageError{Usage: withFlags(fs, usage), Err: err}
+		return nil, &UsageError{Usage: Usage(fs, usage), Err: err}
 	}
 	return fs.Args(), nil
 }
@@ -72,7 +72,7 @@ func Parse(fs *flag.FlagSet, usage string, args []string, want ...string) ([]str
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	usage = withFlags(fs, usage)
+	usage = Usage(fs, usage)
 	if len(want) == 0 && len(pos) == 1 && pos[0] == "help" {
 		return nil, Help(usage)
 	}
@@ -102,8 +102,9 @@ func Parse(fs *flag.FlagSet, usage string, args []string, want ...string) ([]str
 	return pos, nil
 }
 
-// withFlags is usage followed by the descriptions of fs's flags, if any.
-func withFlags(fs *flag.FlagSet, usage string) string {
+// Usage is usage followed by the descriptions of fs's flags, if any: the
+// text a command level with flags shows.
+func Usage(fs *flag.FlagSet, usage string) string {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(usage, "\n"))
 	b.WriteString("\n")
