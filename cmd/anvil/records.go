@@ -50,18 +50,16 @@ its fingerprint.
 // eraseRecords is "anvil erase-records ...": export a node's signed
 // sanitization records, verify an export offline, or print the key.
 func eraseRecords(ctx context.Context, dial connect, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("erase-records", flag.ContinueOnError)
-	format := fs.String("format", "json", "json (signed, for verify), text (a certificate per disk) or pdf (the same, a page per disk)")
 	if len(args) > 0 {
 		switch args[0] {
 		case "verify":
 			return verifyRecords(args[1:], out)
 		case "public-key":
 			return publicKey(ctx, dial, args[1:], out)
-		case "help":
-			return cli.Help(cli.Usage(fs, recordsUsage))
 		}
 	}
+	fs := flag.NewFlagSet("erase-records", flag.ContinueOnError)
+	format := fs.String("format", "json", "json (signed, for verify), text (a certificate per disk) or pdf (the same, a page per disk)")
 	pos, err := cli.Parse(fs, recordsUsage, args, "NODE")
 	if err != nil {
 		return err

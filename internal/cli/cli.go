@@ -58,8 +58,7 @@ func Flags(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
 // last "[VALUE...]" takes any number), with flags before, between and
 // after them. A positional argument that starts with "-" is refused, so
 // a mistyped flag never becomes a name; a lone "-" is accepted only where
-// want offers it (standard input). A command that takes none answers a
-// lone "help" word with its usage.
+// want offers it (standard input). A lone "help" word asks for the usage.
 func Parse(fs *flag.FlagSet, usage string, args []string, want ...string) ([]string, error) {
 	var pos []string
 	for {
@@ -73,7 +72,10 @@ func Parse(fs *flag.FlagSet, usage string, args []string, want ...string) ([]str
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
 	usage = Usage(fs, usage)
-	if len(want) == 0 && len(pos) == 1 && pos[0] == "help" {
+	// A lone "help" is a help request even where a name is taken: that is
+	// what it means at a prompt; a node can be named by its UUID, a file
+	// as ./help.
+	if len(pos) == 1 && pos[0] == "help" {
 		return nil, Help(usage)
 	}
 	required, limit := len(want), len(want)
