@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean docs fmt vet clean
+.PHONY: help build check-tidy test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean docs fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -13,6 +13,11 @@ help: ## list targets
 build: ## build all binaries into bin/ (static, no cgo)
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/...
+
+# -diff prints what tidy would change and fails, leaving go.mod and go.sum as
+# they are, so a failing CI run does not hide the problem by fixing its clone.
+check-tidy: ## fail if `go mod tidy` would change go.mod or go.sum (changes nothing)
+	$(GO) mod tidy -diff
 
 test-quick: ## unit and integration tests without VMs (< 5 min)
 	$(GO) test -count=1 ./...
@@ -29,7 +34,7 @@ test-vm: ## only the tests that boot QEMU VMs (TCG) and drive BMC emulators, inc
 test-e2e: ## only the end-to-end scenarios, verbose
 	$(GO) test -count=1 -tags vm -run 'VME2E' -timeout 30m -v ./image/
 
-test: test-compat ## everything CI runs: all Go tests including VM ones, the end-to-end scenarios with their durations, and the CLI compatibility test
+test: check-tidy test-compat ## everything CI runs: the go.mod/go.sum tidy check, all Go tests including VM ones, the end-to-end scenarios with their durations, and the CLI compatibility test
 	$(GO) test -count=1 -tags 'vm ironic' -skip 'VME2E' -timeout 40m ./...
 	@mkdir -p out
 	@echo "== end-to-end scenarios (QEMU nodes behind anvil-vbmc, real agent ramdisk)"

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/hardware/kmod"
+	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -43,8 +43,19 @@ func main() {
 		coldplug(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		return
 	}
-	os.Exit(run(ctx, os.Args[1:], os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+const usage = `usage: anvil-agent [flags]
+
+The in-band agent of the anvil ramdisk: it brings the network up, looks its
+node up on the controller (or, in discovery mode, reports the machine for
+enrolment) and heartbeats, running the commands the controller answers
+with. Its settings come from the kernel command line (anvil.api=,
+anvil.token=, anvil.node=, anvil.interface=, anvil.devices=, anvil.debug,
+...); flags override them. Outside the ramdisk, destructive steps write only
+to the devices of --devices.
+`
 
 // Defaults of --proc and --root: only these describe the machine the agent
 // runs on, so only with them may it act as the ramdisk's agent.
@@ -89,10 +100,9 @@ type options struct {
 	netProblems []string
 }
 
-func parseFlags(args []string, stderr io.Writer) (options, error) {
+func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("anvil-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.api, "api", "", "controller URL (default: anvil.api= from the kernel command line)")
 	fs.StringVar(&o.apiPin, "api-fingerprint", "", "accept only a controller whose TLS certificate has this SHA-256 fingerprint, sha256:<hex> (default: anvil.api_fingerprint=)")
 	fs.StringVar(&o.node, "node", "", "node UUID to look up (default: anvil.node=)")
@@ -105,11 +115,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.proc, "proc", systemProc, "procfs used to detect the ramdisk and read the uptime (another procfs never gets ramdisk powers)")
 	fs.BoolVar(&o.debug, "debug", false, "debug logging (default: anvil.debug)")
 	fs.BoolVar(&o.discovery, "discovery", false, "discovery mode: report this machine's inventory for enrolment as a new node (default: anvil.discovery)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -190,18 +197,15 @@ func deviceGuard(o options, env hardware.Environment, powers bool, why string) *
 	return hardware.NewGuard(env, o.allowList())
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args)
 	if err != nil {
-		fmt.Fprintln(stderr, "anvil-agent:", err)
-		if env := hardware.DetectEnvironment("/proc", os.Getpid()); env.InRamdisk {
+		code := cli.Exit(stdout, stderr, "anvil-agent", err)
+		if env := hardware.DetectEnvironment("/proc", os.Getpid()); code != 0 && env.InRamdisk {
 			stayUp(ctx, slog.New(slog.NewTextHandler(stderr, nil)), "bad arguments in the ramdisk's init configuration", err)
 			return 0
 		}
-		return 2
+		return code
 	}
 	env := hardware.DetectEnvironment(o.proc, os.Getpid())
 	powers, why := ramdiskPowers(o, env)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -366,7 +367,7 @@ func TestParseFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := cmdline(tt.cmdline)
-			got, err := parseFlags(append([]string{"--cmdline", path}, tt.args...), &bytes.Buffer{})
+			got, err := parseFlags(append([]string{"--cmdline", path}, tt.args...))
 			require.NoError(t, err)
 			tt.want.root, tt.want.cmdline, tt.want.proc, tt.want.bootConfig = "/", path, "/proc", "/etc/anvil/boot.json"
 			assert.Equal(t, tt.want, got)
@@ -377,7 +378,7 @@ func TestParseFlags(t *testing.T) {
 		require.NoError(t, os.WriteFile(bc, []byte(`{"cmdline":"anvil.api=http://10.0.2.100:6385 anvil.node=n3 anvil.token=t0k",
 			"network_data":{"links":[{"id":"p","type":"phy","ethernet_mac_address":"52:54:00:aa:bb:cc"}],
 			"networks":[{"id":"n","type":"ipv4","link":"p","ip_address":"10.0.2.50/24"}]}}`), 0o600))
-		got, err := parseFlags([]string{"--cmdline", cmdline("console=ttyS0 anvil.vmedia anvil.vlan=9"), "--boot-config", bc}, &bytes.Buffer{})
+		got, err := parseFlags([]string{"--cmdline", cmdline("console=ttyS0 anvil.vmedia anvil.vlan=9"), "--boot-config", bc})
 		require.NoError(t, err)
 		assert.Equal(t, "http://10.0.2.100:6385", got.api)
 		assert.Equal(t, "n3", got.node)
@@ -385,13 +386,50 @@ func TestParseFlags(t *testing.T) {
 		require.NotNil(t, got.static)
 		assert.Equal(t, &agent.StaticIP{Address: netip.MustParsePrefix("10.0.2.50/24"), Device: "52:54:00:aa:bb:cc"}, got.static)
 		assert.Nil(t, got.vlan, "network_data replaces the command line's network setup")
-		_, err = parseFlags([]string{"--boot-config", filepath.Join(dir, "missing.json")}, &bytes.Buffer{})
+		_, err = parseFlags([]string{"--boot-config", filepath.Join(dir, "missing.json")})
 		assert.Error(t, err, "an explicit --boot-config must exist")
 	})
-	_, err := parseFlags([]string{"--cmdline", filepath.Join(dir, "missing")}, &bytes.Buffer{})
+	_, err := parseFlags([]string{"--cmdline", filepath.Join(dir, "missing")})
 	assert.Error(t, err, "an explicit --cmdline must exist")
-	_, err = parseFlags([]string{"stray"}, &bytes.Buffer{})
+	_, err = parseFlags([]string{"stray"})
 	assert.Error(t, err)
+}
+
+// TestHelpAndUsageErrors: -h, --help and help print the usage on stdout;
+// an unknown flag or a stray word is a usage error (outside the ramdisk;
+// in it the agent stays up, TestBinaryWithoutAPIInRamdiskStaysUp).
+func TestHelpAndUsageErrors(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{args: []string{"--help"}, stdout: "usage: anvil-agent [flags]"},
+		{args: []string{"-h"}, stdout: "  -devices string"},
+		{args: []string{"help"}, stdout: "flags override them"},
+		{args: []string{"--debug", "-help"}, stdout: "usage: anvil-agent [flags]"},
+		{args: []string{"--bogus"}, code: 2, stderr: "anvil-agent: flag provided but not defined: -bogus\n\nusage: anvil-agent [flags]"},
+		{args: []string{"stray"}, code: 2, stderr: `anvil-agent: unexpected argument "stray"`},
+		{args: []string{"--", "-x"}, code: 2, stderr: `"-x" cannot be an argument: it starts with "-"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			// Done already: a case that started the agent by mistake ends.
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, tt.args, &stdout, &stderr)
+			assert.Equal(t, tt.code, code, "stderr: %s", stderr.String())
+			if tt.code == 0 {
+				assert.Contains(t, stdout.String(), tt.stdout)
+				assert.Empty(t, stderr.String())
+				return
+			}
+			assert.Empty(t, stdout.String())
+			assert.Contains(t, stderr.String(), tt.stderr)
+		})
+	}
 }
 
 // TestDeviceGuard: which devices the guard lets destructive steps write,

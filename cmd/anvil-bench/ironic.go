@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/internal/ironicserver"
 
 	"github.com/anvil-metal/anvil/internal/pause"
@@ -37,6 +38,14 @@ type ironicConfig struct {
 	only      string // "", "anvil" or "ironic"
 }
 
+const ironicUsage = `usage: anvil-bench ironic [flags]
+
+One workload against anvil-controller and against Debian's stock Ironic 21.4
+(python3-ironic), side by side with the ratios: enrolment, detailed node
+lists with one and -clients clients, -lifecycle nodes taken to active with
+CPU and memory measured. Prints a report, then the same as JSON.
+`
+
 func parseIronic(args []string) (ironicConfig, error) {
 	fs := flag.NewFlagSet("anvil-bench ironic", flag.ContinueOnError)
 	self, _ := os.Executable()
@@ -49,7 +58,7 @@ func parseIronic(args []string) (ironicConfig, error) {
 	fs.IntVar(&c.conc, "concurrency", 8, "concurrent requests while enrolling, deleting and acting on nodes")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "abort the whole run after this long")
 	fs.StringVar(&c.only, "only", "", "run one side only: anvil or ironic (no ratios)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, ironicUsage, args); err != nil {
 		return c, err
 	}
 	switch {

@@ -24,7 +24,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/simagent"
 	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
-
+	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/internal/pause"
 )
 
@@ -48,6 +48,14 @@ type loadConfig struct {
 	pgOptions   string
 }
 
+const loadUsage = `usage: anvil-bench load [flags]
+
+The fleet load test: -nodes nodes enrolled and made manageable, -cleaning of
+them kept cleaning at once with simulated agents, API clients reading
+alongside, for -duration, on -controllers controllers sharing -database.
+Prints a report, then the same as JSON.
+`
+
 func parseLoad(args []string) (loadConfig, error) {
 	fs := flag.NewFlagSet("anvil-bench load", flag.ContinueOnError)
 	self, _ := os.Executable()
@@ -68,7 +76,7 @@ func parseLoad(args []string) (loadConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "abort the whole run after this long")
 	fs.StringVar(&c.pgOptions, "pg-options", "", "extra options of the PostgreSQL URL, e.g. pool_max_conns=16")
 	fs.StringVar(&c.logDir, "log-dir", "", "keep the controllers' logs (level warn) in this directory (default: a temp dir, removed)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, loadUsage, args); err != nil {
 		return c, err
 	}
 	switch {

@@ -29,14 +29,25 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-bench:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil-bench", run(os.Args[1:], os.Stdout)))
 }
+
+const usage = `usage: anvil-bench [flags]
+       anvil-bench load [flags]
+       anvil-bench ironic [flags]
+
+The first form measures anvil-controller from another process over
+loopback: node creation, list latency, a 100-node lifecycle, deletion and
+resident memory. "load" is the fleet load test: thousands of nodes, hundreds
+cleaning at once with simulated agents, API traffic alongside, on one or
+more controllers. "ironic" runs one workload against the controller and
+against stock Ironic 21.4 and prints them side by side.
+"anvil-bench load --help" and "anvil-bench ironic --help" list their flags.
+`
 
 type bench struct {
 	c    *client.Client
@@ -54,13 +65,15 @@ func run(args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "ironic" {
 		return runIronic(args[1:], out)
 	}
+	// Parsed before anything starts: "help" or a misspelt subcommand must
+	// not start a whole benchmark run.
 	fs := flag.NewFlagSet("anvil-bench", flag.ContinueOnError)
 	self, _ := os.Executable()
 	bin := fs.String("controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
 	conc := fs.Int("concurrency", 8, "concurrent keep-alive clients")
 	big := fs.Int("big", 10000, "fleet size for the large RSS measurement (0 skips)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "abort the run after this long")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

@@ -27,14 +27,28 @@ import (
 	"github.com/anvil-metal/anvil/controller"
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-controller:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil-controller", run(context.Background(), os.Args[1:], os.Getenv)))
 }
+
+const usage = `usage: anvil-controller [flags]
+       anvil-controller export [--database URL] [-o FILE] [--force]
+       anvil-controller import [--database URL] FILE|-
+
+The anvil controller daemon: an OpenStack Ironic-compatible API with the
+provision state machine, its workers and optionally the network-boot
+service (DHCP, TFTP).
+
+Every flag can also be set with an ANVIL_* environment variable (--listen:
+ANVIL_LISTEN) or in a --config file of "flag-name: value" lines.
+Precedence: flag, environment, file, default.
+
+export and import move a whole fleet between databases (SQLite and
+PostgreSQL); "anvil-controller export --help" describes them.
+`
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
 	return runTo(ctx, args, getenv, os.Stdout)
@@ -43,12 +57,14 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 // runTo is run writing its own output (--print-fingerprint) to stdout.
 func runTo(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) > 0 && (args[0] == "export" || args[0] == "import") {
-		return runTransfer(ctx, args[0], args[1:], getenv, os.Stdin, os.Stdout, os.Stderr)
+		return runTransfer(ctx, args[0], args[1:], getenv, os.Stdin, stdout, os.Stderr)
 	}
 	fs := flag.NewFlagSet("anvil-controller", flag.ContinueOnError)
 	hostname, _ := os.Hostname()
 	o := controllerFlags(fs, hostname)
-	if err := fs.Parse(args); err != nil {
+	// No positional arguments: a stray word (a subcommand misspelt) must
+	// not start a controller.
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
 	if err := applyDefaults(fs, o.config, getenv); err != nil {

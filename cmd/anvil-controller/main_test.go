@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func TestSettingsPrecedence(t *testing.T) {
@@ -74,5 +80,55 @@ func TestParsePriorities(t *testing.T) {
 	for _, bad := range []string{"erase_devices:1", "deploy.x", "deploy.x:-1", "deploy.x:high", ".x:1"} {
 		_, err := parsePriorities(bad)
 		assert.Error(t, err, bad)
+	}
+}
+
+// TestHelpAndUsageErrors: the daemon and its subcommands answer -h, --help
+// and help on stdout; an unknown flag or a stray word is a usage error and
+// starts no controller (the short context would stop one that did).
+func TestHelpAndUsageErrors(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{args: []string{"--help"}, stdout: "usage: anvil-controller [flags]"},
+		{args: []string{"-h"}, stdout: "  -listen string"},
+		{args: []string{"-help"}, stdout: "Precedence: flag, environment, file, default."},
+		{args: []string{"help"}, stdout: "usage: anvil-controller [flags]"},
+		{args: []string{"--listen", "127.0.0.1:0", "--help"}, stdout: "usage: anvil-controller [flags]"},
+		{args: []string{"export", "--help"}, stdout: "usage: anvil-controller export [--database URL] [-o FILE] [--force]"},
+		{args: []string{"export", "-h"}, stdout: "  -force"},
+		{args: []string{"export", "help"}, stdout: "usage: anvil-controller export"},
+		{args: []string{"import", "--help"}, stdout: "usage: anvil-controller import [--database URL] FILE|-"},
+		{args: []string{"import", "help"}, stdout: "usage: anvil-controller import"},
+
+		{args: []string{"--bogus"}, code: 2, stderr: "anvil-controller: flag provided but not defined: -bogus\n\nusage: anvil-controller [flags]"},
+		{args: []string{"exprot"}, code: 2, stderr: `anvil-controller: unexpected argument "exprot"`},
+		{args: []string{"--listen", "127.0.0.1:0", "--database", "sqlite://:memory:", "extra"}, code: 2, stderr: `unexpected argument "extra"`},
+		{args: []string{"--workers", "many"}, code: 2, stderr: `invalid value "many" for flag -workers`},
+		{args: []string{"export", "--bogus"}, code: 2, stderr: "flag provided but not defined: -bogus\n\nusage: anvil-controller export"},
+		{args: []string{"export", "out.json"}, code: 2, stderr: `export: unexpected argument "out.json" (the output file is -o FILE)`},
+		{args: []string{"import", "--database", "sqlite://:memory:"}, code: 2, stderr: "anvil-controller: missing FILE|-"},
+		{args: []string{"import", "--database", "sqlite://:memory:", "--", "-x"}, code: 2, stderr: `"-x" cannot be FILE|-: it starts with "-"`},
+		{args: []string{"import", "--database", "sqlite://:memory:", "a.json", "b.json"}, code: 2, stderr: `unexpected argument "b.json"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := runTo(ctx, tt.args, func(string) string { return "" }, &stdout)
+			code := cli.Exit(&stdout, &stderr, "anvil-controller", err)
+			assert.Equal(t, tt.code, code, "stderr: %s", stderr.String())
+			if tt.code == 0 {
+				assert.Contains(t, stdout.String(), tt.stdout)
+				assert.Empty(t, stderr.String())
+				return
+			}
+			assert.Empty(t, stdout.String())
+			assert.Contains(t, stderr.String(), tt.stderr)
+		})
 	}
 }

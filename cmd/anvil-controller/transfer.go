@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller"
 	"github.com/anvil-metal/anvil/controller/transfer"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 const exportUsage = `usage: anvil-controller export [--database URL] [-o FILE] [--force]
@@ -53,7 +53,6 @@ The database defaults to $ANVIL_DATABASE.
 // runTransfer runs the export and import subcommands.
 func runTransfer(ctx context.Context, cmd string, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("anvil-controller "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	database := fs.String("database", "", "database `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default $ANVIL_DATABASE)")
 	var output *string
 	var force *bool
@@ -63,15 +62,17 @@ func runTransfer(ctx context.Context, cmd string, args []string, getenv func(str
 		output = fs.String("o", "", "write the document to `FILE` (mode 0600) instead of standard output")
 		force = fs.Bool("force", false, "export even while nodes are reserved by a running operation")
 	}
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+	want := "FILE|-"
+	if cmd == "export" {
+		// Taken to name them in the error: the output file is -o FILE.
+		want = "[FILE...]"
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	pos, err := cli.Parse(fs, usage, args, want)
+	if err != nil {
 		return err
+	}
+	if cmd == "export" && len(pos) > 0 {
+		return cli.Errorf(cli.Usage(fs, usage), "export: unexpected argument %q (the output file is -o FILE)", pos[0])
 	}
 	if *database == "" {
 		*database = getenv("ANVIL_DATABASE")
@@ -82,15 +83,9 @@ func runTransfer(ctx context.Context, cmd string, args []string, getenv func(str
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cmd == "export" {
-		if fs.NArg() != 0 {
-			return fmt.Errorf("export: unexpected argument %q (the output file is -o FILE)", fs.Arg(0))
-		}
 		return runExport(ctx, *database, *output, *force, stdout, stderr)
 	}
-	if fs.NArg() != 1 {
-		return errors.New("import: name one document: anvil-controller import --database URL FILE|-")
-	}
-	return runImport(ctx, *database, fs.Arg(0), stdin, stderr)
+	return runImport(ctx, *database, pos[0], stdin, stderr)
 }
 
 func runExport(ctx context.Context, database, output string, force bool, stdout, stderr io.Writer) error {

@@ -182,15 +182,20 @@ func TestTransferCommandErrors(t *testing.T) {
 		"import help":     {[]string{"import", "-h"}, 0, "usage: anvil-controller import [--database URL] FILE|-"},
 		"no database":     {[]string{"export"}, 1, "anvil-controller: export: no database: pass --database URL or set ANVIL_DATABASE"},
 		"missing sqlite":  {[]string{"export", "--database", "sqlite://" + dir + "/nope.db"}, 1, "export: no database at " + dir + "/nope.db"},
-		"no file":         {[]string{"import", "--database", "sqlite://" + dir + "/a.db"}, 1, "import: name one document"},
+		"no file":         {[]string{"import", "--database", "sqlite://" + dir + "/a.db"}, 2, "anvil-controller: missing FILE|-\n\nusage: anvil-controller import"},
 		"missing file":    {[]string{"import", "--database", "sqlite://" + dir + "/a.db", dir + "/nope.json"}, 1, "no such file or directory"},
-		"export argument": {[]string{"export", "--database", "sqlite://" + dir + "/a.db", "out.json"}, 1, `unexpected argument "out.json" (the output file is -o FILE)`},
+		"export argument": {[]string{"export", "--database", "sqlite://" + dir + "/a.db", "out.json"}, 2, `unexpected argument "out.json" (the output file is -o FILE)`},
 		"bad URL":         {[]string{"import", "--database", "mysql://root:pw@db/x", "-"}, 1, "unsupported database URL"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			res := runCLI(t, []string{"ANVIL_DATABASE="}, strings.NewReader(""), tt.args...)
 			assert.Equal(t, tt.code, res.code, res.stderr)
+			if tt.code == 0 {
+				assert.Contains(t, res.stdout, tt.want, "help goes to stdout")
+				assert.Empty(t, res.stderr)
+				return
+			}
 			assert.Contains(t, res.stderr, tt.want)
 			assert.NotContains(t, res.stderr, "pw@")
 		})

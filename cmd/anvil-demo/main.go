@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func main() {
@@ -37,11 +38,18 @@ func main() {
 			os.Exit(relay(addr))
 		}
 	}
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-demo:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil-demo", run(os.Args[1:], os.Stdout)))
 }
+
+const usage = `usage: anvil-demo [flags]
+
+Starts anvil-controller on its embedded SQLite store and walks one node
+through its lifecycle (manage, inspect, provide, deploy, undeploy), printing
+every transition with timings and a summary table; it stops everything it
+started. The node is fake hardware whose agent the controller simulates
+(seconds), or with -vm a QEMU machine behind anvil-vbmc (Redfish) booting
+the real agent ramdisk of -image (make image). -dir is recreated.
+`
 
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("anvil-demo", flag.ContinueOnError)
@@ -51,7 +59,8 @@ func run(args []string, out io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	vm := fs.Bool("vm", false, "provision a QEMU virtual machine behind anvil-vbmc (Redfish) with the real agent ramdisk")
 	imageDir := fs.String("image", "out/image", "agent ramdisk (make image) for -vm")
-	if err := fs.Parse(args); err != nil {
+	// Parsed before -dir is removed: help or a typo must not delete it.
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -19,20 +19,26 @@ import (
 	"syscall"
 
 	"github.com/anvil-metal/anvil/image"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-image:", err)
-		os.Exit(1)
-	}
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil-image", err))
 }
+
+const usage = `usage: anvil-image [flags]
+
+Builds the agent ramdisk: vmlinuz, the initramfs and manifest.json in -out,
+and the hybrid ISO for virtual media (see image/README.md). Debian's kernel
+and modules are downloaded once into -cache. SOURCE_DATE_EPOCH fixes the
+build's timestamps.
+`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("anvil-image", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	repo := fs.String("repo", ".", "anvil checkout (Go module with cmd/anvil-agent)")
 	out := fs.String("out", "", "output directory (default <repo>/out/image)")
 	cache := fs.String("cache", "", "download and base cache (default <repo>/out/image-cache)")
@@ -46,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	checkRepro := fs.Bool("check-reproducible", false, "then build everything again from scratch (u-root, base, overlay; downloads shared) in a temp dir and fail if the initramfs differs")
 	noISO := fs.Bool("no-iso", false, "do not write the hybrid ISO ("+image.ISOName+") for virtual media")
 	verbose := fs.Bool("v", false, "debug logging (u-root's build output)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
 	level := slog.LevelInfo

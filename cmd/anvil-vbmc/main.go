@@ -13,7 +13,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,20 +24,33 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "chassis-control" {
-		os.Exit(chassisControl(os.Args[2:]))
+		os.Exit(cli.Exit(os.Stdout, os.Stderr, "chassis-control", chassisControl(os.Args[2:], os.Stdout)))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := serve(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-vbmc:", err)
-		stop()
-		os.Exit(1)
-	}
+	err := serve(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil-vbmc", err))
 }
+
+const usage = `usage: anvil-vbmc [--listen ADDR] [--config FILE] [--node NAME]... [flags]
+       anvil-vbmc chassis-control --url URL MC get|set PARAM [VALUE]
+
+A virtual BMC for development and tests: a Redfish service in front of
+in-memory or QEMU virtual nodes (bmc/vbmc/README.md). chassis-control is the
+program ipmi_sim runs to drive the same nodes over IPMI
+("anvil-vbmc chassis-control --help").
+`
+
+const chassisUsage = `usage: anvil-vbmc chassis-control --url URL [--username U] [--password P] MC get|set PARAM [VALUE]
+
+ipmi_sim's chassis-control program: prints PARAM:VALUE of the virtual node
+at URL (get) or sets PARAM (set). URL must be on loopback.
+`
 
 type nodeList []string
 
@@ -60,7 +72,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	ignoreBoot := fs.Bool("fault-ignore-boot-override", false, "accept boot override PATCHes without applying them")
 	var extra nodeList
 	fs.Var(&extra, "node", "add an in-memory node with this name (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
 
@@ -153,26 +165,22 @@ func firstNonEmpty(vals ...string) string {
 
 // chassisControl is run by ipmi_sim for every chassis_control call; it
 // prints "param:value" for gets and must finish quickly.
-func chassisControl(args []string) int {
+func chassisControl(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("chassis-control", flag.ContinueOnError)
 	url := fs.String("url", "", "node control URL, e.g. http://127.0.0.1:8000/control/node-1")
 	username := fs.String("username", "", "BMC user name (default $ANVIL_VBMC_USERNAME, else admin)")
 	password := fs.String("password", "", "BMC password (default $ANVIL_VBMC_PASSWORD, else password)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, err := cli.Parse(fs, chassisUsage, args, "MC", "get|set", "PARAM", "[VALUE...]")
+	if err != nil {
+		return err
 	}
 	if *url == "" {
-		fmt.Fprintln(os.Stderr, "chassis-control: --url is required")
-		return 2
+		return cli.Errorf(cli.Usage(fs, chassisUsage), "--url is required")
 	}
 	user := firstNonEmpty(*username, os.Getenv("ANVIL_VBMC_USERNAME"), "admin")
 	pass := firstNonEmpty(*password, os.Getenv("ANVIL_VBMC_PASSWORD"), "password")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
-	if err := vbmc.ChassisControl(ctx, hc, *url, user, pass, fs.Args(), os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "chassis-control:", err)
-		return 1
-	}
-	return 0
+	return vbmc.ChassisControl(ctx, hc, *url, user, pass, pos, stdout)
 }

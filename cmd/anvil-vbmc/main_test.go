@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 func freePort(t *testing.T) int {
@@ -67,10 +70,54 @@ func TestServeNeedsNodes(t *testing.T) {
 	assert.Contains(t, err.Error(), "no nodes")
 }
 
-func TestChassisControlUsage(t *testing.T) {
-	assert.Equal(t, 2, chassisControl([]string{"0x20", "get", "power"}), "--url required")
-	port := freePort(t) // nothing listens: the call fails fast
-	assert.Equal(t, 1, chassisControl([]string{"--url", fmt.Sprintf("http://127.0.0.1:%d/control/n1", port), "0x20", "get", "power"}))
+// TestHelpAndUsageErrors: the virtual BMC and chassis-control answer -h,
+// --help and help on stdout; an unknown flag, a stray word or a missing
+// argument is a usage error (exit 2), a failed call exit 1.
+func TestHelpAndUsageErrors(t *testing.T) {
+	down := fmt.Sprintf("--url=http://127.0.0.1:%d/control/n1", freePort(t)) // nothing listens: the call fails fast
+	tests := []struct {
+		chassis bool // anvil-vbmc chassis-control
+		args    []string
+		code    int
+		stdout  string
+		stderr  string
+	}{
+		{args: []string{"--help"}, stdout: "usage: anvil-vbmc [--listen ADDR]"},
+		{args: []string{"-h"}, stdout: "  -node value"},
+		{args: []string{"help"}, stdout: "anvil-vbmc chassis-control --url URL"},
+		{chassis: true, args: []string{"--help"}, stdout: "usage: anvil-vbmc chassis-control --url URL"},
+		{chassis: true, args: []string{"help"}, stdout: "  -url string"},
+		{chassis: true, args: []string{"-h", "0x20", "get", "power"}, stdout: "ipmi_sim's chassis-control program"},
+
+		{args: []string{"--bogus"}, code: 2, stderr: "anvil-vbmc: flag provided but not defined: -bogus\n\nusage: anvil-vbmc"},
+		{args: []string{"--node", "n1", "n2"}, code: 2, stderr: `anvil-vbmc: unexpected argument "n2"`},
+		{args: []string{"--node", "n1", "--", "-n2"}, code: 2, stderr: `"-n2" cannot be an argument: it starts with "-"`},
+		{chassis: true, args: []string{"0x20", "get", "power"}, code: 2, stderr: "chassis-control: --url is required\n\nusage: anvil-vbmc chassis-control"},
+		{chassis: true, args: []string{down, "0x20", "get"}, code: 2, stderr: "chassis-control: missing PARAM"},
+		{chassis: true, args: []string{down, "--bogus", "0x20", "get", "power"}, code: 2, stderr: "flag provided but not defined: -bogus"},
+		{chassis: true, args: []string{down, "0x20", "get", "power"}, code: 1, stderr: "chassis-control: "},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			var code int
+			if tt.chassis {
+				code = cli.Exit(&stdout, &stderr, "chassis-control", chassisControl(tt.args, &stdout))
+			} else {
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // ends a server started by mistake
+				defer cancel()
+				code = cli.Exit(&stdout, &stderr, "anvil-vbmc", serve(ctx, tt.args, &stderr))
+			}
+			assert.Equal(t, tt.code, code, "stderr: %s", stderr.String())
+			if tt.code == 0 {
+				assert.Contains(t, stdout.String(), tt.stdout)
+				assert.Empty(t, stderr.String())
+				return
+			}
+			assert.Empty(t, stdout.String())
+			assert.Contains(t, stderr.String(), tt.stderr)
+		})
+	}
 }
 
 func TestFirstNonEmpty(t *testing.T) {

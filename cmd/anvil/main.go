@@ -21,7 +21,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,20 +31,45 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil:", err)
-		os.Exit(1)
-	}
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Getenv)
+	stop()
+	os.Exit(cli.Exit(os.Stdout, os.Stderr, "anvil", err))
 }
 
-const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] node <list|show|steps|events|step-results|manage|provide|inspect|clean|deploy|undeploy|abort> [NODE] [flags]
-       anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] erase-records <NODE [--format json|text]|verify FILE [--key KEY]|public-key>`
+const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX] COMMAND ...
+
+commands:
+  node ...            list nodes, show one, act on one (anvil node --help)
+  erase-records ...   the signed sanitization records (anvil erase-records --help)
+
+The controller URL comes from --url or ANVIL_URL; http_basic credentials
+from ANVIL_USERNAME and ANVIL_PASSWORD. An https controller is trusted by
+the system roots, --ca-file (ANVIL_CA_FILE) or --fingerprint
+(ANVIL_FINGERPRINT, the sha256:<hex> the controller prints).
+`
+
+const nodeUsage = `usage: anvil node COMMAND ...
+
+commands:
+  list [--state S]                nodes with state, current step, last error
+  show NODE                       one node in detail
+  steps NODE                      the cached clean steps, their age and fingerprint
+  events NODE                     the node's history
+  step-results NODE [--limit N] [--json]
+                                  each step run's outcome and per-device result, newest first
+  manage|provide|inspect|deploy|undeploy|abort NODE [--wait] [--timeout D]
+                                  move the node on; --wait shows progress until it rests
+  clean NODE --steps FILE|- [--wait] [--timeout D]
+                                  manual cleaning with the steps in FILE (JSON)
+
+NODE is a node's name or UUID. "anvil node COMMAND --help" describes one.
+`
 
 // verbs maps CLI verbs to provision targets and the state --wait expects.
 var verbs = map[string]struct{ target, want string }{
@@ -53,6 +77,10 @@ var verbs = map[string]struct{ target, want string }{
 	"clean": {"clean", "manageable"}, "deploy": {"active", "active"}, "undeploy": {"deleted", "available"},
 	"abort": {"abort", ""},
 }
+
+// connect makes the API client; commands call it only once their own
+// arguments parsed, so help and usage errors never need a good --ca-file.
+type connect func() (*client.Client, error)
 
 func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("anvil", flag.ContinueOnError)
@@ -64,53 +92,92 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 	var trust client.TrustConfig
 	fs.StringVar(&trust.CAFile, "ca-file", getenv("ANVIL_CA_FILE"), "PEM CA bundle to verify an https controller with (e.g. its anvil-tls.crt)")
 	fs.StringVar(&trust.Fingerprint, "fingerprint", getenv("ANVIL_FINGERPRINT"), "trust only the controller certificate with this SHA-256 fingerprint (sha256:<hex>, from anvil-controller --print-fingerprint)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	rest := fs.Args()
-	hc, err := trust.HTTPClient()
+	rest, err := cli.Flags(fs, usage, args)
 	if err != nil {
 		return err
 	}
-	c := client.New(*url, hc)
-	if u := getenv("ANVIL_USERNAME"); u != "" {
-		c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
+	dial := func() (*client.Client, error) {
+		hc, err := trust.HTTPClient()
+		if err != nil {
+			return nil, err
+		}
+		c := client.New(*url, hc)
+		if u := getenv("ANVIL_USERNAME"); u != "" {
+			c.WithBasicAuth(u, getenv("ANVIL_PASSWORD"))
+		}
+		return c, nil
 	}
-	if len(rest) > 0 && rest[0] == "erase-records" {
-		return eraseRecords(ctx, c, rest[1:], out)
+	top := cli.Usage(fs, usage)
+	switch {
+	case len(rest) == 0:
+		return cli.Errorf(top, "missing command")
+	case cli.IsHelp(rest[0]):
+		return cli.Help(top)
+	case rest[0] == "node":
+		return node(ctx, dial, rest[1:], stdin, out)
+	case rest[0] == "erase-records":
+		return eraseRecords(ctx, dial, rest[1:], out)
 	}
-	if len(rest) < 2 || rest[0] != "node" {
-		return errors.New(usage)
+	return cli.Errorf(top, "unknown command %q", rest[0])
+}
+
+// node is "anvil node COMMAND ...".
+func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out io.Writer) error {
+	if len(args) == 0 {
+		return cli.Errorf(nodeUsage, "missing command")
 	}
-	cmd, rest := rest[1], rest[2:]
+	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "list":
-		return list(ctx, c, rest, out)
+		return list(ctx, dial, rest, out)
 	case "step-results":
-		return stepResults(ctx, c, rest, out)
+		return stepResults(ctx, dial, rest, out)
 	case "show", "steps", "events":
-		if len(rest) != 1 {
-			return fmt.Errorf("usage: anvil node %s NODE", cmd)
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		pos, err := cli.Parse(fs, nodeReadUsage(cmd), rest, "NODE")
+		if err != nil {
+			return err
+		}
+		c, err := dial()
+		if err != nil {
+			return err
 		}
 		switch cmd {
 		case "show":
-			return show(ctx, c, rest[0], out)
+			return show(ctx, c, pos[0], out)
 		case "steps":
-			return steps(ctx, c, rest[0], out)
+			return steps(ctx, c, pos[0], out)
 		}
-		return events(ctx, c, rest[0], out)
+		return events(ctx, c, pos[0], out)
+	}
+	if cli.IsHelp(cmd) {
+		return cli.Help(nodeUsage)
 	}
 	v, ok := verbs[cmd]
 	if !ok {
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return cli.Errorf(nodeUsage, "unknown command %q", cmd)
 	}
-	return verb(ctx, c, cmd, v.target, v.want, rest, stdin, out)
+	return verb(ctx, dial, cmd, v.target, v.want, rest, stdin, out)
 }
 
-func list(ctx context.Context, c *client.Client, args []string, out io.Writer) error {
+// nodeReadUsage is the usage of the node commands that only read one node.
+func nodeReadUsage(cmd string) string {
+	what := map[string]string{
+		"show":   "The node in detail (JSON), then warnings: second agent claimants, missing disks,\nthe inspection's warnings, and for a retired node its sanitization records.",
+		"steps":  "The clean steps the node's agent last reported (cached by the controller),\ntheir age and fingerprint.",
+		"events": "The node's history: state changes, step outcomes, refusals and alarms.",
+	}[cmd]
+	return "usage: anvil node " + cmd + " NODE\n\n" + what + "\n"
+}
+
+func list(ctx context.Context, dial connect, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	st := fs.String("state", "", "only nodes in this provision state")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse(fs, "usage: anvil node list [--state S]\n\nEvery node with its state, current step and last error.\n", args); err != nil {
+		return err
+	}
+	c, err := dial()
+	if err != nil {
 		return err
 	}
 	q := ""
@@ -307,23 +374,52 @@ func events(ctx context.Context, c *client.Client, node string, out io.Writer) e
 	return tw.Flush()
 }
 
-func verb(ctx context.Context, c *client.Client, name, target, want string, args []string, stdin io.Reader, out io.Writer) error {
-	if len(args) < 1 {
-		return fmt.Errorf("usage: anvil node %s NODE [--wait] [--timeout D]", name)
+// verbUsage is the usage of "anvil node VERB".
+func verbUsage(name, want string) string {
+	what := map[string]string{
+		"manage":   "Take the node to manageable (its BMC credentials are checked on the way).",
+		"provide":  "Make the node available (automated cleaning first, when enabled).",
+		"inspect":  "Inspect the node's hardware; it returns to manageable.",
+		"clean":    "Run the clean steps of FILE (- for standard input), a JSON list of\n{interface, step, args}, on the manageable node; it returns to manageable.",
+		"deploy":   "Write the node's instance_info image; the node ends active.",
+		"undeploy": "Tear the node's instance down (cleaning it when enabled); it ends available.",
+		"abort":    "Stop the node's operation while it waits (e.g. in clean wait or inspect wait).",
+	}[name]
+	flags := "[--wait] [--timeout D]"
+	if name == "clean" {
+		flags = "--steps FILE|- " + flags
 	}
-	node := args[0]
+	if want != "" {
+		what += "\nWith --wait, shows progress until the node rests in " + want + "."
+	} else {
+		what += "\n--wait returns at once: an abort ends in no single state."
+	}
+	return fmt.Sprintf("usage: anvil node %s NODE %s\n\n%s\n", name, flags, what)
+}
+
+func verb(ctx context.Context, dial connect, name, target, want string, args []string, stdin io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	wait := fs.Bool("wait", false, "wait until the node rests in the expected state, showing progress")
 	timeout := fs.Duration("timeout", time.Hour, "give up waiting after this long")
-	stepsFile := fs.String("steps", "", "clean steps as JSON, from a file or - for standard input")
-	if err := fs.Parse(args[1:]); err != nil {
+	var stepsFile *string
+	if name == "clean" {
+		stepsFile = fs.String("steps", "", "clean steps as JSON, from a file or - for standard input")
+	}
+	usage := verbUsage(name, want)
+	pos, err := cli.Parse(fs, usage, args, "NODE")
+	if err != nil {
+		return err
+	}
+	node := pos[0]
+	if name == "clean" && *stepsFile == "" {
+		return cli.Errorf(cli.Usage(fs, usage), "clean needs --steps FILE|-")
+	}
+	c, err := dial()
+	if err != nil {
 		return err
 	}
 	extra := map[string]any{}
 	if name == "clean" {
-		if *stepsFile == "" {
-			return errors.New("anvil node clean needs --steps FILE|-")
-		}
 		var r io.Reader = stdin
 		if *stepsFile != "-" {
 			f, err := os.Open(*stepsFile)

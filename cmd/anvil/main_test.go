@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 // TestCLIAgainstRealAPI drives the CLI against a real API server and store.
@@ -72,6 +73,87 @@ func TestCLIAgainstRealAPI(t *testing.T) {
 	assert.ErrorContains(t, err, "unknown command")
 	_, err = cli("", "node", "show", "missing")
 	assert.ErrorContains(t, err, "Node missing could not be found.")
+}
+
+// TestHelpAndUsageErrors: every level answers -h, --help and help on
+// stdout; unknown flags, words and flag-like names are usage errors. The
+// CA file does not exist, so any command that got as far as connecting
+// would fail with "CA file" instead.
+func TestHelpAndUsageErrors(t *testing.T) {
+	env := func(k string) string {
+		return map[string]string{"ANVIL_URL": "http://127.0.0.1:1", "ANVIL_CA_FILE": "/nonexistent/ca.pem"}[k]
+	}
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{args: []string{"--help"}, stdout: "usage: anvil [--url URL]"},
+		{args: []string{"-h"}, stdout: "  -fingerprint string"},
+		{args: []string{"help"}, stdout: "erase-records ..."},
+		{args: []string{"--url", "http://x", "help"}, stdout: "usage: anvil [--url URL]"},
+		{args: []string{"node", "--help"}, stdout: "usage: anvil node COMMAND"},
+		{args: []string{"node", "help"}, stdout: "step-results NODE"},
+		{args: []string{"node", "-h"}, stdout: "usage: anvil node COMMAND"},
+		{args: []string{"node", "list", "--help"}, stdout: "usage: anvil node list [--state S]"},
+		{args: []string{"node", "list", "help"}, stdout: "-state string"},
+		{args: []string{"node", "show", "--help"}, stdout: "usage: anvil node show NODE"},
+		{args: []string{"node", "show", "n1", "-h"}, stdout: "usage: anvil node show NODE"},
+		{args: []string{"node", "show", "help"}, stdout: "usage: anvil node show NODE"},
+		{args: []string{"node", "manage", "help", "--wait"}, stdout: "usage: anvil node manage NODE"},
+		{args: []string{"erase-records", "verify", "help"}, stdout: "usage: anvil erase-records verify FILE"},
+		{args: []string{"node", "steps", "-help"}, stdout: "usage: anvil node steps NODE"},
+		{args: []string{"node", "events", "--help"}, stdout: "usage: anvil node events NODE"},
+		{args: []string{"node", "step-results", "--help"}, stdout: "usage: anvil node step-results NODE [--limit N] [--json]"},
+		{args: []string{"node", "manage", "--help"}, stdout: "rests in manageable"},
+		{args: []string{"node", "clean", "-h"}, stdout: "  -steps string"},
+		{args: []string{"node", "abort", "--help"}, stdout: "usage: anvil node abort NODE [--wait]"},
+		{args: []string{"erase-records", "--help"}, stdout: "anvil erase-records verify FILE"},
+		{args: []string{"erase-records", "help"}, stdout: "  -format string"},
+		{args: []string{"erase-records", "verify", "--help"}, stdout: "  -key string"},
+		{args: []string{"erase-records", "public-key", "-h"}, stdout: "usage: anvil erase-records public-key"},
+
+		{args: nil, code: 2, stderr: "anvil: missing command\n\nusage: anvil [--url URL]"},
+		{args: []string{"--bogus"}, code: 2, stderr: "anvil: flag provided but not defined: -bogus\n\nusage: anvil [--url URL]"},
+		{args: []string{"frobnicate"}, code: 2, stderr: `anvil: unknown command "frobnicate"`},
+		{args: []string{"node"}, code: 2, stderr: "anvil: missing command\n\nusage: anvil node COMMAND"},
+		{args: []string{"node", "frobnicate", "n1"}, code: 2, stderr: `anvil: unknown command "frobnicate"`},
+		{args: []string{"node", "show"}, code: 2, stderr: "anvil: missing NODE\n\nusage: anvil node show NODE"},
+		{args: []string{"node", "show", "--wait"}, code: 2, stderr: "flag provided but not defined: -wait"},
+		{args: []string{"node", "show", "n1", "n2"}, code: 2, stderr: `unexpected argument "n2"`},
+		{args: []string{"node", "show", "--", "-n1"}, code: 2, stderr: `"-n1" cannot be NODE: it starts with "-"`},
+		{args: []string{"node", "list", "extra"}, code: 2, stderr: `unexpected argument "extra"`},
+		{args: []string{"node", "manage", "--wiat", "n1"}, code: 2, stderr: "flag provided but not defined: -wiat"},
+		{args: []string{"node", "manage", "--steps", "f", "n1"}, code: 2, stderr: "flag provided but not defined: -steps"},
+		{args: []string{"node", "clean", "n1"}, code: 2, stderr: "anvil: clean needs --steps FILE|-"},
+		{args: []string{"node", "step-results", "--json"}, code: 2, stderr: "anvil: missing NODE"},
+		{args: []string{"erase-records"}, code: 2, stderr: "anvil: missing NODE\n\nusage: anvil erase-records NODE"},
+		{args: []string{"erase-records", "--bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
+		{args: []string{"erase-records", "n1", "--format", "docx"}, code: 2, stderr: `--format "docx": want json, text or pdf`},
+		{args: []string{"erase-records", "verify"}, code: 2, stderr: "anvil: missing FILE"},
+		{args: []string{"erase-records", "verify", "-"}, code: 2, stderr: `"-" cannot be FILE`},
+		{args: []string{"erase-records", "public-key", "extra"}, code: 2, stderr: `unexpected argument "extra"`},
+
+		// Parsed well, the commands connect: here to the missing CA file.
+		{args: []string{"node", "show", "n1"}, code: 1, stderr: "anvil: CA file: open /nonexistent/ca.pem"},
+		{args: []string{"erase-records", "n1", "--format", "text"}, code: 1, stderr: "anvil: CA file"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tt.args, strings.NewReader(""), &stdout, env)
+			code := cli.Exit(&stdout, &stderr, "anvil", err)
+			assert.Equal(t, tt.code, code, "stderr: %s", stderr.String())
+			if tt.code == 0 {
+				assert.Contains(t, stdout.String(), tt.stdout)
+				assert.Empty(t, stderr.String())
+				return
+			}
+			assert.Empty(t, stdout.String())
+			assert.Contains(t, stderr.String(), tt.stderr)
+		})
+	}
 }
 
 func newClient(url string) *client.Client { return client.New(url, nil) }

@@ -18,39 +18,59 @@ import (
 	"github.com/anvil-metal/anvil/controller/client"
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/erasure/erasurepdf"
+	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
-const recordsUsage = `usage: anvil erase-records NODE [--format json|text|pdf] | verify FILE [--key PUBLIC-KEY] | public-key`
+const recordsUsage = `usage: anvil erase-records NODE [--format json|text|pdf]
+       anvil erase-records verify FILE [--key PUBLIC-KEY]
+       anvil erase-records public-key
+
+The first form writes the node's signed sanitization records (one per
+erased disk) to standard output: as JSON for verify, as text certificates,
+or as a PDF with a page per record. verify checks such a JSON file offline;
+public-key prints the key the controller signs with. NODE is a node's name
+or UUID; a deleted node's records are found by its UUID.
+`
+
+const verifyUsage = `usage: anvil erase-records verify FILE [--key PUBLIC-KEY]
+
+Checks the signature of every record in FILE (from "anvil erase-records
+NODE") offline. With --key only that key is trusted; without, each record's
+own key is checked and its fingerprint printed, to compare with
+"anvil erase-records public-key".
+`
+
+const publicKeyUsage = `usage: anvil erase-records public-key
+
+Prints the public key the controller signs sanitization records with, and
+its fingerprint.
+`
 
 // eraseRecords is "anvil erase-records ...": export a node's signed
 // sanitization records, verify an export offline, or print the key.
-func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.Writer) error {
-	if len(args) < 1 {
-		return errors.New(recordsUsage)
-	}
-	switch args[0] {
-	case "verify":
-		return verifyRecords(args[1:], out)
-	case "public-key":
-		var body struct {
-			PublicKey   string `json:"public_key"`
-			Fingerprint string `json:"fingerprint"`
+func eraseRecords(ctx context.Context, dial connect, args []string, out io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "verify":
+			return verifyRecords(args[1:], out)
+		case "public-key":
+			return publicKey(ctx, dial, args[1:], out)
 		}
-		if err := c.Do(ctx, "GET", "/v1/erase-records/public-key", nil, &body); err != nil {
-			return err
-		}
-		_, err := fmt.Fprintf(out, "%s\nfingerprint %s\n", body.PublicKey, body.Fingerprint)
-		return err
 	}
-	node := args[0]
 	fs := flag.NewFlagSet("erase-records", flag.ContinueOnError)
 	format := fs.String("format", "json", "json (signed, for verify), text (a certificate per disk) or pdf (the same, a page per disk)")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := cli.Parse(fs, recordsUsage, args, "NODE")
+	if err != nil {
 		return err
 	}
+	node := pos[0]
 	if *format != "json" && *format != "text" && *format != "pdf" {
-		return fmt.Errorf("--format %q: want json, text or pdf", *format)
+		return cli.Errorf(cli.Usage(fs, recordsUsage), "--format %q: want json, text or pdf", *format)
+	}
+	c, err := dial()
+	if err != nil {
+		return err
 	}
 	// The file names the node by UUID, which every record holds (a name
 	// can change or be reused), and the records are listed by it too.
@@ -111,6 +131,25 @@ func eraseRecords(ctx context.Context, c *client.Client, args []string, out io.W
 	return err
 }
 
+func publicKey(ctx context.Context, dial connect, args []string, out io.Writer) error {
+	if _, err := cli.Parse(flag.NewFlagSet("public-key", flag.ContinueOnError), publicKeyUsage, args); err != nil {
+		return err
+	}
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	var body struct {
+		PublicKey   string `json:"public_key"`
+		Fingerprint string `json:"fingerprint"`
+	}
+	if err := c.Do(ctx, "GET", "/v1/erase-records/public-key", nil, &body); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\nfingerprint %s\n", body.PublicKey, body.Fingerprint)
+	return err
+}
+
 // resolveNode is the UUID of the node named node (a name or UUID). A
 // deleted node's records are still listed by its UUID, so a UUID the API
 // no longer knows as a node is taken as it is.
@@ -132,15 +171,13 @@ func resolveNode(ctx context.Context, c *client.Client, node string) (string, er
 // that key is trusted; without, each record's own key is checked and its
 // fingerprint printed, to compare with "anvil erase-records public-key".
 func verifyRecords(args []string, out io.Writer) error {
-	if len(args) < 1 {
-		return errors.New("usage: anvil erase-records verify FILE [--key PUBLIC-KEY]")
-	}
-	file := args[0]
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	keyText := fs.String("key", "", "trust only this public key (base64, as 'anvil erase-records public-key' prints it)")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := cli.Parse(fs, verifyUsage, args, "FILE")
+	if err != nil {
 		return err
 	}
+	file := pos[0]
 	var trusted []ed25519.PublicKey
 	if *keyText != "" {
 		k, err := erasure.DecodePublicKey(strings.TrimSpace(*keyText))

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/anvil-metal/anvil/controller/client"
+	"github.com/anvil-metal/anvil/internal/cli"
 )
 
 // stepResult is what the CLI shows of GET /v1/nodes/{node}/steps/results.
@@ -31,17 +31,25 @@ type stepResult struct {
 	ResultTruncated bool            `json:"result_truncated"`
 }
 
+const stepResultsUsage = `usage: anvil node step-results NODE [--limit N] [--json]
+
+The node's step runs, newest first: one line per run (kind, step, outcome,
+duration), then one per device the run reported (erase and metadata steps).
+`
+
 // stepResults prints a node's step runs, newest first: one line per run,
 // then one per device the run reported (erase and metadata steps).
-func stepResults(ctx context.Context, c *client.Client, args []string, out io.Writer) error {
-	if len(args) < 1 {
-		return fmt.Errorf("usage: anvil node step-results NODE [--limit N] [--json]")
-	}
-	node := args[0]
+func stepResults(ctx context.Context, dial connect, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("step-results", flag.ContinueOnError)
 	limit := fs.Int("limit", 20, "show the newest N runs")
 	asJSON := fs.Bool("json", false, "print the results as the API returns them")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := cli.Parse(fs, stepResultsUsage, args, "NODE")
+	if err != nil {
+		return err
+	}
+	node := pos[0]
+	c, err := dial()
+	if err != nil {
 		return err
 	}
 	var body struct {
