@@ -85,11 +85,7 @@ func (c *engine) mergeDeploySteps(n *store.Node, d Driver, templates []string, t
 // node would run, made when the verb is accepted (Ironic's
 // validate_user_deploy_steps_and_templates with skip_missing: in-band
 // steps an agent has not reported yet pass). The plan checks them again.
-func (c *engine) checkTemplates(ctx context.Context, ident string, verb state.Verb) error {
-	n, err := c.st.GetNode(ctx, ident)
-	if err != nil {
-		return err
-	}
+func (c *engine) checkTemplates(ctx context.Context, n *store.Node, verb state.Verb) error {
 	cur := state.State(n.ProvisionState)
 	d, ok := c.drivers[n.Driver]
 	if !ok || len(InstanceTraits(n)) == 0 || n.Maintenance || !state.Allowed(cur, verb.Event) || state.Working(cur) ||

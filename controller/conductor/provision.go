@@ -35,13 +35,14 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 		}
 		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
-	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
-		if err := c.checkTemplates(ctx, ident, verb); err != nil {
-			return err
-		}
-	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
+		if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+			// checked on the node as this write reads it: one read
+			if err := c.checkTemplates(ctx, n, verb); err != nil {
+				return nil, err
+			}
+		}
 		if err := c.acceptVerb(n, verb, req); err != nil {
 			return nil, err
 		}
