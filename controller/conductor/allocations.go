@@ -1,5 +1,9 @@
 package conductor
 
+// The allocator: allocations (Ironic's) completed in the background by a
+// few workers, taken over from controllers that are gone, backfilled for
+// deployed nodes and removed with their node's instance.
+
 import (
 	"context"
 	"errors"

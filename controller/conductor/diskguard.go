@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/anvil-metal/anvil/controller/diskcheck"
 	"github.com/anvil-metal/anvil/controller/state"
@@ -26,6 +27,14 @@ import (
 // it), and the disks seen at the last deploy, which the cleaning after an
 // undeploy expects.
 
+// diskGuard checks the disks before a guarded step.
+type diskGuard struct {
+	*core
+	// complete ends the guarded step when the check fails
+	// (stepRunner.completeAsync).
+	complete func(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error
+}
+
 // guardedStep reports whether a step needs the disk check first: every
 // in-band erase step, and writing the deploy image (root device hints).
 func guardedStep(kind string, step protocol.Step) bool {
@@ -44,7 +53,7 @@ func guardedStep(kind string, step protocol.Step) bool {
 // issueGuardedStep leaves the inventory command that precedes a guarded
 // step; the step follows when the check passes (diskCheckDone). Resuming
 // after a restart keeps a check or step already issued.
-func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step) {
+func issueGuardedStep(m *store.Node, name string, step protocol.Step, now time.Time) {
 	if p := m.Operation.Agent.Command; p != nil {
 		if p.Name == protocol.CmdInventory && p.Guards != nil && p.Guards.Key() == step.Key() {
 			return
@@ -53,20 +62,20 @@ func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step
 			return
 		}
 	}
-	issueCommand(m, protocol.CmdInventory, nil, c.now())
+	issueCommand(m, protocol.CmdInventory, nil, now)
 	s := step
 	m.Operation.Agent.Command.Guards, m.Operation.Agent.Command.GuardedCommand = &s, name
 }
 
 // diskCheckDone compares the inventory the agent reported before a guarded
 // step with the node's expected disks: the step is issued, or fails.
-func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
+func (c *diskGuard) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
 	step := *pending.Guards
 	key := step.Key()
 	cur := state.State(n.ProvisionState)
 	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
 	fail := func(err error) error {
-		return c.completeAsync(ctx, n.UUID, key, err, "", nil, clearCmd)
+		return c.complete(ctx, n.UUID, key, err, "", nil, clearCmd)
 	}
 	if st.State == protocol.CommandFailed {
 		msg := "no reason given"
@@ -164,7 +173,7 @@ func deployCheck(r diskcheck.Result) (bool, string) {
 // expectedDisks gathers what the node should have: its stored inspection
 // inventory (none when never inspected), the disks it had when deployed,
 // and its properties.
-func (c *engine) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
+func (c *diskGuard) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
 	var inspected *protocol.Inventory
 	raw, err := c.st.GetInventory(ctx, n.UUID)
 	switch {
