@@ -39,20 +39,15 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
-	var ph stepPhase
 	n, err := c.st.GetNode(ctx, nodeUUID)
 	if err != nil {
 		return err
 	}
-	switch state.State(n.ProvisionState) {
-	case state.CleanWait:
-		ph = cleanPhase
-	case state.DeployWait:
-		ph = deployPhase
-	default:
+	wait := state.State(n.ProvisionState)
+	ph, ok := phaseOf(n)
+	if !ok || wait != ph.wait {
 		return Conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
 	}
-	wait := state.State(n.ProvisionState)
 	cur := *ph.current(n)
 	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
 		return Conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)

@@ -28,17 +28,18 @@ type stepRunner struct {
 	agents *agents // in-band steps and the direct deploy interface
 }
 
-// stepPhase describes cleaning or deploying for the shared step runner.
+// stepPhase describes a flow made of steps for the shared step runner.
 type stepPhase struct {
-	kind      string // clean | deploy
-	running   state.State
+	kind      string      // clean | deploy
+	running   state.State // where its steps run
+	wait      state.State // where it waits for a step left running
 	plan      func(op *store.Operation) **store.StepPlan
 	current   func(n *store.Node) *map[string]any
 	onFailure func(n *store.Node, msg string)
 }
 
 var cleanPhase = stepPhase{
-	kind: "clean", running: state.Cleaning, plan: func(op *store.Operation) **store.StepPlan { return &op.Clean },
+	kind: "clean", running: state.Cleaning, wait: state.CleanWait, plan: func(op *store.Operation) **store.StepPlan { return &op.Clean },
 	current: func(n *store.Node) *map[string]any { return &n.CleanStep },
 	onFailure: func(n *store.Node, msg string) {
 		// A step that failed while running puts the node in maintenance
@@ -50,7 +51,7 @@ var cleanPhase = stepPhase{
 }
 
 var deployPhase = stepPhase{
-	kind: "deploy", running: state.Deploying, plan: func(op *store.Operation) **store.StepPlan { return &op.Deploy },
+	kind: "deploy", running: state.Deploying, wait: state.DeployWait, plan: func(op *store.Operation) **store.StepPlan { return &op.Deploy },
 	current:   func(n *store.Node) *map[string]any { return &n.DeployStep },
 	onFailure: func(*store.Node, string) {},
 }
@@ -142,13 +143,17 @@ func (c *stepRunner) failSteps(ctx context.Context, nodeUUID string, ph stepPhas
 	return err
 }
 
+// stepPhases are the flows made of steps: a new one (servicing) is added
+// here.
+func stepPhases() []stepPhase { return []stepPhase{cleanPhase, deployPhase} }
+
 // phaseOf returns the step phase of a wait or running state.
 func phaseOf(n *store.Node) (stepPhase, bool) {
-	switch state.State(n.ProvisionState) {
-	case state.CleanWait, state.Cleaning:
-		return cleanPhase, true
-	case state.DeployWait, state.Deploying:
-		return deployPhase, true
+	cur := state.State(n.ProvisionState)
+	for _, ph := range stepPhases() {
+		if cur == ph.running || cur == ph.wait {
+			return ph, true
+		}
 	}
 	return stepPhase{}, false
 }
