@@ -1,5 +1,8 @@
 package conductor
 
+// Aborts and the security stop, two of the ways an operation is stopped
+// (stops, timeouts.go).
+
 import (
 	"context"
 	"errors"
@@ -20,7 +23,7 @@ import (
 // as before (checkAbortTimeouts).
 
 // finishAbort ends the operation of an aborted step the agent reported.
-func (c *engine) finishAbort(ctx context.Context, n *store.Node, key string, st protocol.CommandStatus, report *agentReport) error {
+func (c *stops) finishAbort(ctx context.Context, n *store.Node, key string, st protocol.CommandStatus, report *agentReport) error {
 	ph, ok := phaseOf(n)
 	if !ok {
 		return nil
@@ -52,7 +55,7 @@ func (c *engine) finishAbort(ctx context.Context, n *store.Node, key string, st 
 
 // abortOverdue is the message failing a node whose agent did not stop an
 // aborted step in time ("" while there is time).
-func (c *engine) abortOverdue(n *store.Node) string {
+func (c *stops) abortOverdue(n *store.Node) string {
 	p := n.Operation.Agent.Command
 	if p == nil || p.AbortRequestedAt == nil || p.Step == nil || c.now().Sub(*p.AbortRequestedAt) <= c.cfg.Agent.AbortTimeout {
 		return ""
@@ -63,7 +66,7 @@ func (c *engine) abortOverdue(n *store.Node) string {
 
 // abortByPowerOff is the fallback of an abort the agent did not act on:
 // the operation fails as Ironic's abort does, and the node is powered off.
-func (c *engine) abortByPowerOff(ctx context.Context, n *store.Node, msg string) {
+func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) {
 	if !c.leases.lease(ctx, n) {
 		return // its holder does it
 	}
@@ -73,7 +76,7 @@ func (c *engine) abortByPowerOff(ctx context.Context, n *store.Node, msg string)
 	}
 	_, err := c.transition(c.leases.fenced(ctx), n.UUID, state.State(n.ProvisionState), state.EvAbort, func(m *store.Node) error {
 		m.LastError = strp(msg)
-		c.tearDownAgent(m)
+		c.agents.tearDownAgent(m)
 		*ph.current(m) = map[string]any{}
 		return nil
 	}, c.newEvent(n.UUID, "ERROR", "agent", msg))
@@ -85,11 +88,107 @@ func (c *engine) abortByPowerOff(ctx context.Context, n *store.Node, msg string)
 	}
 	key := currentStepKey(n)
 	args, _ := (*ph.current(n))["args"].(map[string]any)
-	r := c.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
+	r := c.steps.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
 	if p := n.Operation.Agent.Command; p != nil {
 		r.UUID = p.ID
 	}
-	c.recordRun(ctx, r)
+	c.steps.recordRun(ctx, r)
 	c.log.Warn("agent did not stop an aborted step; powered off", "node", n.UUID)
 	c.kick(n.UUID)
+}
+
+// applyAbort handles abort in a wait state. An abortable (or absent) current
+// step fails the operation now; a non-abortable one is marked and the node
+// fails as soon as that step finishes. In wait call-back (an anvil
+// extension, see state.Extension) only a step the agent is running counts:
+// a deploy waiting for the ramdisk to boot is aborted at once.
+func (c *stops) applyAbort(n *store.Node) error {
+	cur := state.State(n.ProvisionState)
+	var step map[string]any
+	switch cur {
+	case state.CleanWait:
+		step = n.CleanStep
+	case state.DeployWait:
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil {
+			step = n.DeployStep
+		}
+	}
+	if len(step) > 0 {
+		if abortable, _ := step["abortable"].(bool); !abortable {
+			step["abort_after"] = true
+			return nil
+		}
+		// An agent running the step stops it itself: the node stays in
+		// its wait state until the agent reports (or AbortTimeout passes).
+		if p, st := n.Operation.Agent.Command, n.Operation.Agent.CommandStatus; p != nil && p.Step != nil && st != nil &&
+			st.ID == p.ID && st.State == protocol.CommandRunning {
+			if p.AbortRequestedAt == nil {
+				now := c.now()
+				p.AbortRequestedAt = &now
+			}
+			return nil
+		}
+	}
+	next, err := state.Next(cur, state.EvAbort)
+	if err != nil {
+		return err
+	}
+	c.applyState(n, next, state.EvAbort)
+	c.agents.tearDownAgent(n) // an aborted erase really stops
+	name := "(none)"
+	if len(step) > 0 {
+		name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
+	}
+	switch cur {
+	case state.CleanWait:
+		n.LastError = strp(fmt.Sprintf("By request, the clean operation was aborted during or after the completion of step %q", name))
+		n.CleanStep = map[string]any{}
+	case state.DeployWait:
+		if len(step) == 0 && len(n.DeployStep) > 0 {
+			name = fmt.Sprintf("%v.%v", n.DeployStep["interface"], n.DeployStep["step"])
+		}
+		msg := fmt.Sprintf("Deploy aborted by operator during step %q", name)
+		if UsesAgent(n) {
+			msg += ": no agent step was running; the node is powered off"
+		}
+		n.LastError = strp(msg)
+		n.DeployStep = map[string]any{}
+	case state.InspectWait:
+		n.LastError = strp("By request, the inspection operation has been aborted")
+	case state.RescueWait:
+		n.LastError = strp("By request, the rescue operation has been aborted")
+	}
+	return nil
+}
+
+// securityStop ends the operation of a node whose boot had a second
+// claimant: failed with the alarm in last_error, its agent torn down (no
+// token, powered off), and in maintenance with the alarm as the reason, so
+// nothing uses the node before an operator has looked (whoever posed as
+// its agent may have reported results that are not true).
+func (c *stops) securityStop(ctx context.Context, n *store.Node) error {
+	cl := n.Operation.Agent.Alarm
+	cur := state.State(n.ProvisionState)
+	msg := fmt.Sprintf("SECURITY ALARM in %s: %s. The operation was stopped and the node powered off; check the node and the provisioning network, then start the operation again.",
+		cur, alarmText(cl))
+	ph, inPhase := phaseOf(n)
+	stepRunning := inPhase && len(*ph.current(n)) > 0
+	_, err := c.move(ctx, n.UUID, cur, state.EvFail, true, func(m *store.Node) error {
+		m.LastError = strp(msg)
+		c.agents.tearDownAgent(m)
+		// Whatever answered as its agent, the node was booted for this
+		// operation: it is powered off in any case.
+		m.TargetPowerState, m.Reservation = strp(PowerOff), strp(c.cfg.Host)
+		if stepRunning {
+			ph.onFailure(m, msg)
+		}
+		m.Maintenance, m.MaintenanceReason = true, strp(msg)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.steps.recordStopped(ctx, n, msg, store.OutcomeFailed)
+	c.log.WarnContext(ctx, "operation stopped: second agent claimant", "node", n.UUID, "state", cur, "claimant", cl.Address, "holder", cl.HolderAddress)
+	return nil
 }

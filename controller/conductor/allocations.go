@@ -1,5 +1,9 @@
 package conductor
 
+// The allocator: allocations (Ironic's) completed in the background by a
+// few workers, taken over from controllers that are gone, backfilled for
+// deployed nodes and removed with their node's instance.
+
 import (
 	"context"
 	"errors"
@@ -183,15 +187,25 @@ func (a *allocator) processAllocation(ctx context.Context, uuid string) {
 	if al.State != AllocAllocating || al.ConductorAffinity != a.holder {
 		return
 	}
-	if done, err := a.resume(ctx, al); done || err != nil {
-		if err != nil && !errors.Is(err, errAllocationLost) && ctx.Err() == nil {
+	// The nodes that have the allocation's UUID as instance, read once:
+	// resume finishes with the one reserved for it, reserve refuses when
+	// another holds it.
+	holders, err := a.instanceHolders(ctx, al.UUID)
+	if err == nil {
+		var done bool
+		if done, err = a.resume(ctx, al, holders); done && err == nil {
+			return
+		}
+	}
+	if err != nil {
+		if !errors.Is(err, errAllocationLost) && ctx.Err() == nil {
 			a.log.Error("finishing an interrupted allocation failed", "allocation", uuid, "err", err)
 		}
 		return
 	}
 	nodes, err := a.candidates(ctx, al)
 	if err == nil {
-		err = a.reserve(ctx, al, nodes)
+		err = a.reserve(ctx, al, holders, nodes)
 	}
 	if err == nil || errors.Is(err, errAllocationLost) || ctx.Err() != nil {
 		return
@@ -200,13 +214,10 @@ func (a *allocator) processAllocation(ctx context.Context, uuid string) {
 }
 
 // resume finishes an allocation whose node was reserved by a controller
-// that stopped before it recorded the node on the allocation.
-func (a *allocator) resume(ctx context.Context, al *store.Allocation) (bool, error) {
-	nodes, err := a.st.ListNodes(ctx, store.NodeFilter{InstanceUUID: &al.UUID}, store.Page{Limit: 2})
-	if err != nil {
-		return false, err
-	}
-	for _, n := range nodes {
+// that stopped before it recorded the node on the allocation; holders are
+// the nodes whose instance is the allocation's.
+func (a *allocator) resume(ctx context.Context, al *store.Allocation, holders []*store.Node) (bool, error) {
+	for _, n := range holders {
 		if n.AllocationUUID == nil || *n.AllocationUUID != al.UUID {
 			continue
 		}
@@ -332,8 +343,8 @@ func suitable(n *store.Node, al *store.Allocation) bool {
 
 // reserve is Ironic's _allocate_node: try every node; nodes that were busy
 // (work running on them) are tried again, up to retries rounds.
-func (a *allocator) reserve(ctx context.Context, al *store.Allocation, nodes []*store.Node) error {
-	if err := a.checkInstanceFree(ctx, al.UUID, ""); err != nil {
+func (a *allocator) reserve(ctx context.Context, al *store.Allocation, holders, nodes []*store.Node) error {
+	if err := instanceFree(al.UUID, "", holders); err != nil {
 		return err
 	}
 	for round := 1; ; round++ {
@@ -374,14 +385,17 @@ func (a *allocator) reserve(ctx context.Context, al *store.Allocation, nodes []*
 	}
 }
 
-// checkInstanceFree is Ironic's InstanceAssociated: the allocation's UUID
-// becomes the node's instance_uuid, which no other node may have.
-func (a *allocator) checkInstanceFree(ctx context.Context, uuid, node string) error {
-	others, err := a.st.ListNodes(ctx, store.NodeFilter{InstanceUUID: &uuid}, store.Page{Limit: 2})
-	if err != nil {
-		return err
-	}
-	for _, o := range others {
+// instanceHolders lists (at most two of) the nodes whose instance_uuid is
+// uuid.
+func (a *allocator) instanceHolders(ctx context.Context, uuid string) ([]*store.Node, error) {
+	return a.st.ListNodes(ctx, store.NodeFilter{InstanceUUID: &uuid}, store.Page{Limit: 2})
+}
+
+// instanceFree is Ironic's InstanceAssociated: the allocation's UUID
+// becomes the node's instance_uuid, which no node but node (of holders,
+// the nodes that have it) may have.
+func instanceFree(uuid, node string, holders []*store.Node) error {
+	for _, o := range holders {
 		if o.UUID != node {
 			return Conflict("Instance %s is already associated with a node, it cannot be associated with this other node %s", uuid, node)
 		}
@@ -471,7 +485,10 @@ func pyList(s []string) string {
 // backfill_allocation: the node must be active and match the request.
 // On failure the allocation is left in state error and the error returned.
 func (a *allocator) Backfill(ctx context.Context, al *store.Allocation, nodeUUID string) error {
-	err := a.checkInstanceFree(ctx, al.UUID, nodeUUID)
+	holders, err := a.instanceHolders(ctx, al.UUID)
+	if err == nil {
+		err = instanceFree(al.UUID, nodeUUID, holders)
+	}
 	if err == nil {
 		err = a.claim(ctx, al, nodeUUID, func(n *store.Node) error {
 			if n.Reservation != nil {

@@ -1,5 +1,9 @@
 package conductor
 
+// The end of a step the node waited for (clean wait, wait call-back): the
+// step runner's completion, which moves the node to its next step or
+// fails it.
+
 import (
 	"context"
 	"fmt"
@@ -16,7 +20,7 @@ import (
 // (abort requested while it could not be interrupted) fails the operation
 // once it finishes, unless it was the last step. stepKey must name the
 // current step, so a stale report can never advance the wrong step.
-func (c *engine) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
+func (c *stepRunner) CompleteAsyncStep(ctx context.Context, nodeUUID, stepKey string, stepErr error) error {
 	return c.completeAsync(ctx, nodeUUID, stepKey, stepErr, "", nil, nil)
 }
 
@@ -31,24 +35,19 @@ type agentReport struct {
 // summary of what the step did (the agent's) goes into its "finished"
 // history event. Without an agent report (whose result is stored
 // already), the run's result is stored once the node moved on.
-func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error {
+func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
 	}
-	var ph stepPhase
 	n, err := c.st.GetNode(ctx, nodeUUID)
 	if err != nil {
 		return err
 	}
-	switch state.State(n.ProvisionState) {
-	case state.CleanWait:
-		ph = cleanPhase
-	case state.DeployWait:
-		ph = deployPhase
-	default:
+	wait := state.State(n.ProvisionState)
+	ph, ok := phaseOf(n)
+	if !ok || wait != ph.wait {
 		return Conflict("node %s is in state %q, not waiting for a step", nodeUUID, n.ProvisionState)
 	}
-	wait := state.State(n.ProvisionState)
 	cur := *ph.current(n)
 	if got := fmt.Sprintf("%v.%v", cur["interface"], cur["step"]); got != stepKey {
 		return Conflict("node %s is running step %s, not %s", nodeUUID, got, stepKey)
@@ -69,7 +68,7 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			mut(m)
-			c.tearDownAgent(m)
+			c.agents.tearDownAgent(m)
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil
@@ -94,7 +93,7 @@ func (c *engine) completeAsync(ctx context.Context, nodeUUID, stepKey string, st
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			mut(m)
-			c.tearDownAgent(m)
+			c.agents.tearDownAgent(m)
 			m.LastError = strp(msg)
 			*ph.current(m) = map[string]any{}
 			return nil

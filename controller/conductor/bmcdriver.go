@@ -1,5 +1,7 @@
 package conductor
 
+// The hardware types with a real BMC (ipmi, redfish): their Driver.
+
 import (
 	"context"
 	"errors"

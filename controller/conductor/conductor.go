@@ -8,9 +8,12 @@
 //   - the runtime (runtime.go, leases.go, powersync.go): the work queue and
 //     its workers, node leases among controllers, takeover of interrupted
 //     work, fleet-wide power sync;
-//   - the lifecycle engine (engine.go, provision.go, process.go, async.go,
-//     agentwait.go, agentdeploy.go, timeouts.go): the state machine, step
-//     planning and execution, wait-state timers;
+//   - the lifecycle engine (engine.go and its parts: machine.go, the state
+//     machine's writes; provision.go, the requests; steps.go, async.go,
+//     results.go, records.go, the step runner; agents.go, agentdeploy.go,
+//     vmedia.go, diskguard.go, agentwait.go, the agent's boots, commands and
+//     reports; timeouts.go, abort.go, the stops; clean.go, deploy.go,
+//     deploysteps.go, inspect.go, the flows);
 //   - the agent-session service (session.go): lookup, heartbeats, tokens and
 //     the commands left for the agent;
 //   - the allocator (allocations.go): allocations completed in the
@@ -43,11 +46,13 @@ type core struct {
 // Conductor owns node operations: the public face of its four parts.
 type Conductor struct {
 	*runtime
-	*engine
+	*requests   // Provision, SetPower
+	*stepRunner // CompleteAsyncStep, CleanStepsFor
 	*sessions
 	*allocator
 	*vifs
-	core *core
+	core   *core
+	engine *engine
 }
 
 // New builds a conductor over st with the given hardware types.
@@ -58,11 +63,12 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 		co.drivers[d.Name()] = d
 	}
 	rt := newRuntime(co)
-	eng := &engine{core: co, kick: rt.Kick, leases: rt}
-	rt.advance, rt.checkTimers = eng.advance, eng.checkTimeouts
+	eng, req := newEngine(co, rt.Kick, rt)
+	rt.advance, rt.checkTimers = eng.advance, eng.stops.checkTimeouts
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
-	return &Conductor{runtime: rt, engine: eng, sessions: newSessionService(co, rt.Kick), allocator: al, vifs: &vifs{core: co}, core: co}
+	return &Conductor{runtime: rt, requests: req, stepRunner: eng.steps, sessions: newSessionService(co, rt.Kick), allocator: al,
+		vifs: &vifs{core: co}, core: co, engine: eng}
 }
 
 // Host is the name this conductor writes into reservations.

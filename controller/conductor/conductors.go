@@ -1,5 +1,8 @@
 package conductor
 
+// The registered controllers (GET /v1/conductors): this one's
+// registration and the list of the live ones.
+
 import (
 	"context"
 	"sort"

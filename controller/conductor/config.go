@@ -1,5 +1,7 @@
 package conductor
 
+// The conductor's configuration and its defaults.
+
 import (
 	"log/slog"
 	"time"

@@ -1,5 +1,9 @@
 package conductor
 
+// Deployment's plan: the steps a deploy runs (the driver's, the deploy
+// templates' named by the instance's traits, the user's), merged and
+// checked, and the check of the templates when the verb is accepted.
+
 import (
 	"context"
 	"errors"
@@ -17,7 +21,7 @@ import (
 // instance traits, and the user's deploy_steps. A user step overrides a
 // template step, and either overrides the driver step of the same name
 // (priority 0 disables it); the result is sorted by priority.
-func (c *engine) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]protocol.Step, error) {
+func (c *deploying) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]protocol.Step, error) {
 	templates, steps, err := c.templateSteps(ctx, n)
 	if err != nil {
 		return nil, err
@@ -25,12 +29,20 @@ func (c *engine) deploySteps(ctx context.Context, n *store.Node, d Driver) ([]pr
 	return c.mergeDeploySteps(n, d, templates, steps, n.Operation.UserDeploySteps)
 }
 
+// availableDeploySteps lists every deploy step the node offers.
+func availableDeploySteps(n *store.Node, d Driver) []protocol.Step {
+	if UsesAgent(n) {
+		return mergeSteps(agentDeploySteps, cachedSteps(n, "deploy"))
+	}
+	return d.DeploySteps(n)
+}
+
 // mergeDeploySteps merges and checks the driver's, the templates' and
 // the user's deploy steps (see deploySteps).
-func (c *engine) mergeDeploySteps(n *store.Node, d Driver, templates []string, tsteps, user []protocol.Step) ([]protocol.Step, error) {
+func (c *deploying) mergeDeploySteps(n *store.Node, d Driver, templates []string, tsteps, user []protocol.Step) ([]protocol.Step, error) {
 	byKey := map[string]protocol.Step{}
 	var order []string
-	for _, s := range c.availableDeploySteps(n, d) {
+	for _, s := range availableDeploySteps(n, d) {
 		byKey[s.Key()] = s
 		order = append(order, s.Key())
 	}
@@ -85,11 +97,7 @@ func (c *engine) mergeDeploySteps(n *store.Node, d Driver, templates []string, t
 // node would run, made when the verb is accepted (Ironic's
 // validate_user_deploy_steps_and_templates with skip_missing: in-band
 // steps an agent has not reported yet pass). The plan checks them again.
-func (c *engine) checkTemplates(ctx context.Context, ident string, verb state.Verb) error {
-	n, err := c.st.GetNode(ctx, ident)
-	if err != nil {
-		return err
-	}
+func (c *deploying) checkTemplates(ctx context.Context, n *store.Node, verb state.Verb) error {
 	cur := state.State(n.ProvisionState)
 	d, ok := c.drivers[n.Driver]
 	if !ok || len(InstanceTraits(n)) == 0 || n.Maintenance || !state.Allowed(cur, verb.Event) || state.Working(cur) ||
@@ -109,7 +117,7 @@ func (c *engine) checkTemplates(ctx context.Context, ident string, verb state.Ve
 // templateSteps reads the deploy templates named by the node's instance
 // traits (Ironic's _get_deployment_templates) and returns their names and
 // steps; two templates may not both have a step.
-func (c *engine) templateSteps(ctx context.Context, n *store.Node) ([]string, []protocol.Step, error) {
+func (c *deploying) templateSteps(ctx context.Context, n *store.Node) ([]string, []protocol.Step, error) {
 	traits := InstanceTraits(n)
 	if len(traits) == 0 {
 		return nil, nil, nil

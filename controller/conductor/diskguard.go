@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/anvil-metal/anvil/controller/diskcheck"
 	"github.com/anvil-metal/anvil/controller/state"
@@ -20,22 +21,18 @@ import (
 // disk hidden by a missing driver fails the step before anything is erased,
 // and the node can never reach available with an unerased disk.
 
-// Keys of driver_internal_info the guard keeps beyond one operation.
-const (
-	// DiskCheckKey holds the last comparison (diskcheck.Result plus the
-	// step and time), shown by the API and `anvil node show`.
-	DiskCheckKey = "disk_check"
-	// diiDeployedDisks are the disks seen when the node was last deployed:
-	// cleaning after undeploy expects them.
-	diiDeployedDisks = "disks_at_deploy"
-)
+// The guard keeps its records beyond one operation in the node's
+// operation record (store.DiskRecords): the last comparison, which the
+// API shows as driver_internal_info disk_check (`anvil node show` reads
+// it), and the disks seen at the last deploy, which the cleaning after an
+// undeploy expects.
 
-// DiskCheck is the record kept under DiskCheckKey.
-type DiskCheck struct {
-	Step string `json:"step"`
-	At   string `json:"at"`
-	OK   bool   `json:"ok"`
-	diskcheck.Result
+// diskGuard checks the disks before a guarded step.
+type diskGuard struct {
+	*core
+	// complete ends the guarded step when the check fails
+	// (stepRunner.completeAsync).
+	complete func(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error
 }
 
 // guardedStep reports whether a step needs the disk check first: every
@@ -56,7 +53,7 @@ func guardedStep(kind string, step protocol.Step) bool {
 // issueGuardedStep leaves the inventory command that precedes a guarded
 // step; the step follows when the check passes (diskCheckDone). Resuming
 // after a restart keeps a check or step already issued.
-func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step) {
+func issueGuardedStep(m *store.Node, name string, step protocol.Step, now time.Time) {
 	if p := m.Operation.Agent.Command; p != nil {
 		if p.Name == protocol.CmdInventory && p.Guards != nil && p.Guards.Key() == step.Key() {
 			return
@@ -65,20 +62,20 @@ func (c *engine) issueGuardedStep(m *store.Node, name string, step protocol.Step
 			return
 		}
 	}
-	issueCommand(m, protocol.CmdInventory, nil, c.now())
+	issueCommand(m, protocol.CmdInventory, nil, now)
 	s := step
 	m.Operation.Agent.Command.Guards, m.Operation.Agent.Command.GuardedCommand = &s, name
 }
 
 // diskCheckDone compares the inventory the agent reported before a guarded
 // step with the node's expected disks: the step is issued, or fails.
-func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
+func (c *diskGuard) diskCheckDone(ctx context.Context, n *store.Node, pending store.AgentCommand, st protocol.CommandStatus) error {
 	step := *pending.Guards
 	key := step.Key()
 	cur := state.State(n.ProvisionState)
 	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
 	fail := func(err error) error {
-		return c.completeAsync(ctx, n.UUID, key, err, "", nil, clearCmd)
+		return c.complete(ctx, n.UUID, key, err, "", nil, clearCmd)
 	}
 	if st.State == protocol.CommandFailed {
 		msg := "no reason given"
@@ -103,7 +100,7 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 		// hints name is missing; the rest is history.
 		failed, msg = deployCheck(r)
 	}
-	rec := DiskCheck{Step: key, At: c.now().Format("2006-01-02T15:04:05Z07:00"), OK: !failed, Result: r}
+	rec := &store.DiskCheck{Step: key, At: c.now().Format("2006-01-02T15:04:05Z07:00"), OK: !failed, Result: r}
 	summary := fmt.Sprintf("disk check before %s: %s", key, oneLine(r.Summary()))
 	if failed {
 		sev := "ERROR"
@@ -111,7 +108,7 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 			if m.ProvisionState != string(cur) {
 				return nil, errStale
 			}
-			setDII(m, DiskCheckKey, rec)
+			m.Operation.Disks.Check = rec
 			return []*store.Event{c.newEvent(m.UUID, sev, "agent", summary)}, nil
 		}); err != nil {
 			return err
@@ -122,7 +119,7 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 		if m.ProvisionState != string(cur) {
 			return nil, errStale
 		}
-		setDII(m, DiskCheckKey, rec)
+		m.Operation.Disks.Check = rec
 		if pending.GuardedCommand == protocol.CmdExecuteDeployStep {
 			var disks []protocol.Disk
 			for _, d := range seen.Disks {
@@ -130,7 +127,7 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 					disks = append(disks, protocol.Disk{Name: d.Name, Serial: d.Serial, WWN: d.WWN, Model: d.Model, Size: d.Size, ByPath: d.ByPath})
 				}
 			}
-			setDII(m, diiDeployedDisks, disks)
+			m.Operation.Disks.AtDeploy = disks
 		}
 		issueCommand(m, pending.GuardedCommand, &step, c.now())
 		return []*store.Event{c.newEvent(m.UUID, "INFO", "agent", summary)}, nil
@@ -143,8 +140,8 @@ func (c *engine) diskCheckDone(ctx context.Context, n *store.Node, pending store
 // only by that flag: "no devices to erase" alone would read as if the
 // agent had looked at every disk.
 func withDisklessNote(n *store.Node, stepKey, summary string) string {
-	rec, ok := getDII[DiskCheck](n, DiskCheckKey)
-	if !ok || rec.Step != stepKey || !rec.OK || !rec.NoDisks || rec.DisklessAllowedBy == "" {
+	rec := n.Operation.Disks.Check
+	if rec == nil || rec.Step != stepKey || !rec.OK || !rec.NoDisks || rec.DisklessAllowedBy == "" {
 		return summary
 	}
 	note := "no disks present, allowed by " + rec.DisklessAllowedBy
@@ -176,7 +173,7 @@ func deployCheck(r diskcheck.Result) (bool, string) {
 // expectedDisks gathers what the node should have: its stored inspection
 // inventory (none when never inspected), the disks it had when deployed,
 // and its properties.
-func (c *engine) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
+func (c *diskGuard) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Expectation, error) {
 	var inspected *protocol.Inventory
 	raw, err := c.st.GetInventory(ctx, n.UUID)
 	switch {
@@ -190,32 +187,5 @@ func (c *engine) expectedDisks(ctx context.Context, n *store.Node) (diskcheck.Ex
 		}
 		inspected = &inv
 	}
-	deployed, _ := getDII[[]protocol.Disk](n, diiDeployedDisks)
-	return diskcheck.Expect(inspected, deployed, n.Properties)
-}
-
-// getDII and setDII keep the guard's records in the node's own
-// driver_internal_info as JSON values (they outlive an operation, unlike
-// the operation record).
-func getDII[T any](n *store.Node, key string) (T, bool) {
-	var v T
-	raw, ok := n.DriverInternalInfo[key]
-	if !ok || raw == nil {
-		return v, false
-	}
-	b, err := json.Marshal(raw)
-	if err != nil || json.Unmarshal(b, &v) != nil {
-		return v, false
-	}
-	return v, true
-}
-
-func setDII(n *store.Node, key string, v any) {
-	var m any
-	b, _ := json.Marshal(v)
-	_ = json.Unmarshal(b, &m)
-	if n.DriverInternalInfo == nil {
-		n.DriverInternalInfo = map[string]any{}
-	}
-	n.DriverInternalInfo[key] = m
+	return diskcheck.Expect(inspected, n.Operation.Disks.AtDeploy, n.Properties)
 }

@@ -1,5 +1,8 @@
 package conductor
 
+// What the conductor needs of a hardware type (Driver) and the names of
+// its power states.
+
 import (
 	"context"
 

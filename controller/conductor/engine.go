@@ -1,102 +1,157 @@
 package conductor
 
+// The lifecycle engine: the runtime hands it a node whose lease it holds
+// (advance), and it sends the node to the flow that owns the node's
+// working state, or to the agent's report when the node waits for its
+// agent (agentwait.go). The flows are clean.go, deploy.go, inspect.go and
+// simple (rescue, adoption); they share the step runner (steps.go), the
+// agent's boots and commands (agents.go) and the ways an operation is
+// stopped (timeouts.go, abort.go). A new flow (servicing, firmware) is a
+// type beside them, its working states in newEngine's work table and,
+// for a step-based flow, a stepPhase (steps.go).
+
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// engine is the lifecycle engine: it accepts provision and power requests
-// (provision.go), walks the state machine and runs the steps of cleaning
-// and deployment in their order (process.go, async.go), drives the agent
-// ramdisk's boots and commands (agentwait.go, agentdeploy.go), and fails
-// nodes that waited too long (timeouts.go). Every change goes through
-// transition or a store mutation of the node and its operation record.
+// engine dispatches node work to the flows.
 type engine struct {
-	*core
-	kick   func(nodeUUID string) // schedules the node on the runtime
-	leases leaser
+	*machine
+	agents     *agents
+	steps      *stepRunner
+	guard      *diskGuard
+	inspection *inspecting
+	stops      *stops
+	// work maps each working state to what advances a node in it.
+	work map[state.State]func(ctx context.Context, n *store.Node, d Driver) error
 }
 
-// leaser is what the engine needs of the runtime's leases: its timers find
-// nodes outside any worker and must hold a node's lease to fail it.
-type leaser interface {
-	lease(ctx context.Context, n *store.Node) bool
-	fenced(ctx context.Context) context.Context
+// newEngine builds the lifecycle engine and its parts over co; kick
+// schedules a node on the runtime, leases are the runtime's.
+func newEngine(co *core, kick func(nodeUUID string), leases leaser) (*engine, *requests) {
+	m := &machine{core: co, kick: kick}
+	ag := &agents{core: co}
+	steps := &stepRunner{machine: m, agents: ag}
+	st := &stops{machine: m, steps: steps, agents: ag, leases: leases}
+	cl := &cleaning{machine: m, steps: steps, agents: ag}
+	dp := &deploying{machine: m, steps: steps}
+	in := &inspecting{machine: m, agents: ag}
+	e := &engine{machine: m, agents: ag, steps: steps, guard: &diskGuard{core: co, complete: steps.completeAsync},
+		inspection: in, stops: st}
+	e.work = map[state.State]func(context.Context, *store.Node, Driver) error{
+		state.Verifying:  e.verify,
+		state.Cleaning:   cl.clean,
+		state.Deploying:  dp.deploy,
+		state.Deleting:   dp.tearDown,
+		state.Inspecting: in.inspect,
+		state.Adopting:   e.simple,
+		state.Rescuing:   e.simple,
+		state.Unrescuing: e.simple,
+	}
+	return e, &requests{machine: m, steps: steps, deploy: dp, stops: st}
 }
 
-// errStale means the node moved on (abort, another request) while we worked.
-var errStale = errors.New("node state changed concurrently")
-
-// transition moves the node from `from` by event ev, applying mut in the same
-// write, together with the transition's history entry and any extra events.
-// Targets follow Ironic: entering a non-stable state shows its default
-// target, except that wait/resume/fail/abort keep the operation's target
-// (manual cleaning targets manageable); a stable state clears it.
-//
-// A node whose boot had a second claimant (an alarm) moves only by
-// securityStop: any other transition is stale, so whatever the worker was
-// finishing (a clean step the impostor reported done, a deploy) never
-// lands, and the next pass stops the operation instead.
-func (c *engine) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
-	return c.move(ctx, nodeUUID, from, ev, false, mut, extra...)
-}
-
-// move is transition; alarmed says it is the security stop, the one
-// transition a node with an alarm may make.
-func (c *engine) move(ctx context.Context, nodeUUID string, from state.State, ev state.Event, alarmed bool, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
-	var to state.State
-	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
-		if state.State(n.ProvisionState) != from {
-			return nil, fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
-		}
-		if n.Operation.Agent.Alarm != nil && !alarmed {
-			return nil, fmt.Errorf("%w: a second agent claimant was seen; the operation stops instead", errStale)
-		}
-		next, err := state.Next(from, ev)
-		if err != nil {
-			return nil, err
-		}
-		to = next
-		c.applyState(n, next, ev)
-		if mut != nil {
-			if err := mut(n); err != nil {
-				return nil, err
+// advance does the next piece of the node's work, for the runtime that
+// holds its lease. again says the node moved on (the runtime then loads
+// it again and goes on); a node that rests or waits with nothing to do
+// gives false.
+func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bool, err error) {
+	if alarmPending(n) {
+		return true, c.stops.securityStop(ctx, n) // before anything else the node would do
+	}
+	if n.TargetPowerState != nil {
+		return true, c.power(ctx, n, d)
+	}
+	cur := state.State(n.ProvisionState)
+	if work, ok := c.work[cur]; ok {
+		return true, work(ctx, n, d)
+	}
+	switch cur {
+	case state.CleanWait, state.DeployWait, state.InspectWait:
+		before := n.Revision
+		if err = c.agentWait(ctx, n, d); err == nil {
+			if after, gerr := c.st.GetNode(ctx, n.UUID); gerr != nil || after.Revision == before {
+				return false, nil // nothing happened: keep waiting
 			}
 		}
-		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
-	})
-	if err != nil {
-		if errors.Is(err, errStale) && !alarmed {
-			c.kick(nodeUUID) // an alarm may be why: the next pass stops the operation
-		}
-		return nil, err
+	default:
+		return false, nil // resting or waiting: nothing to do
 	}
-	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
-	if n.TargetPowerState != nil {
-		c.kick(nodeUUID) // e.g. the power-off of a torn-down agent operation
-	}
-	return n, nil
+	return true, err
 }
 
-func (c *engine) applyState(n *store.Node, next state.State, ev state.Event) {
-	now := c.now()
-	n.ProvisionState = string(next)
-	n.ProvisionUpdatedAt = &now
-	switch {
-	case state.Stable(next):
-		n.TargetProvisionState = nil
-	case n.TargetProvisionState != nil && (ev == state.EvWait || ev == state.EvResume || ev == state.EvFail || ev == state.EvAbort):
-		// same operation continues or fails: keep its target
-	default:
-		n.TargetProvisionState = strp(string(state.DefaultTarget(next)))
+func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
+	target := *n.TargetPowerState
+	if resultingPower(target) == PowerOff && c.agents.mediaActive(n) && !state.LookupAllowed(state.State(n.ProvisionState)) {
+		// A failed or aborted agent operation (tearDownAgent) ends with
+		// this power-off: the node leaves the ramdisk here.
+		c.agents.ejectMedia(ctx, n, d, "the agent operation ended", true)
 	}
-	if state.Working(next) {
-		n.Reservation = strp(c.cfg.Host)
-	} else if n.TargetPowerState == nil {
-		n.Reservation = nil
+	err := d.SetPower(ctx, n, target)
+	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
+	if err != nil {
+		ev = c.newEvent(n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))
 	}
+	_, merr := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		m.TargetPowerState = nil
+		if err != nil {
+			m.LastError = strp(fmt.Sprintf("Failed to change power state to %q: %v", target, err))
+		} else {
+			m.PowerState = strp(resultingPower(target))
+		}
+		if !state.Working(state.State(m.ProvisionState)) {
+			m.Reservation = nil
+		}
+		return []*store.Event{ev}, nil
+	})
+	return merr
+}
+
+func resultingPower(target string) string {
+	switch target {
+	case PowerOff, SoftPowerOff:
+		return PowerOff
+	}
+	return PowerOn
+}
+
+func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
+	if err := d.VerifyAccess(ctx, n); err != nil {
+		_, terr := c.transition(ctx, n.UUID, state.Verifying, state.EvFail, func(m *store.Node) error {
+			m.LastError = strp(fmt.Sprintf("Failed to verify management access to node %s: %v", n.UUID, err))
+			return nil
+		})
+		return terr
+	}
+	ps, perr := d.PowerState(ctx, n)
+	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
+		// Ironic's do_node_verify records what the power interface
+		// reports; "" (fake-hardware before any power action) is null
+		switch {
+		case perr != nil:
+		case ps == "":
+			m.PowerState = nil
+		default:
+			m.PowerState = &ps
+		}
+		return nil
+	})
+	return err
+}
+
+// simple is the rescue flow (rescue, unrescue) and adoption, which
+// fake-hardware completes at once.
+func (c *engine) simple(ctx context.Context, n *store.Node, _ Driver) error {
+	_, err := c.transition(ctx, n.UUID, state.State(n.ProvisionState), state.EvDone, func(m *store.Node) error {
+		delete(m.InstanceInfo, "rescue_password")
+		if m.ProvisionState == string(state.Active) {
+			m.PowerState = strp(PowerOn)
+		}
+		return nil
+	})
+	return err
 }

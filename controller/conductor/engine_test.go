@@ -205,12 +205,12 @@ func TestWaitTimeout(t *testing.T) {
 	require.NoError(t, e.c.Provision(ctx, id, ProvisionRequest{Target: "provide"}))
 	e.wait(t, id, state.CleanWait)
 
-	e.c.checkTimeouts(ctx)
+	e.c.engine.stops.checkTimeouts(ctx)
 	e.wait(t, id, state.CleanWait) // not yet
 	mu.Lock()
 	now = now.Add(31 * time.Minute)
 	mu.Unlock()
-	e.c.checkTimeouts(ctx)
+	e.c.engine.stops.checkTimeouts(ctx)
 	n := e.wait(t, id, state.CleanFailed)
 	assert.Contains(t, *n.LastError, "Timeout reached while cleaning the node")
 	assert.Contains(t, *n.LastError, "erase_devices_metadata")

@@ -1,5 +1,8 @@
 package conductor
 
+// Refusals: the errors the conductor answers a request with, classified
+// for the API.
+
 import (
 	"fmt"
 

@@ -1,5 +1,7 @@
 package conductor
 
+// The fake-hardware type.
+
 import (
 	"context"
 	"fmt"

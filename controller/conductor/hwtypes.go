@@ -1,5 +1,8 @@
 package conductor
 
+// The hardware types' interface tables and properties, as the API shows
+// them.
+
 import (
 	"maps"
 

@@ -1,5 +1,8 @@
 package conductor
 
+// Power sync: the runtime's periodic check of every node's power state
+// against its BMC.
+
 import (
 	"context"
 	"errors"

@@ -1,14 +1,25 @@
 package conductor
 
+// Requests: the provision verbs and power actions the API accepts,
+// checked against the node and committed with the state change they make
+// before the runtime is asked to do the work.
+
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
+
+// requests accepts provision and power requests.
+type requests struct {
+	*machine
+	steps  *stepRunner
+	deploy *deploying // the deploy templates a deploy verb is checked against
+	stops  *stops     // abort
+}
 
 // ProvisionRequest is a PUT /v1/nodes/{id}/states/provision body, already
 // checked for shape and microversion by the API.
@@ -26,7 +37,7 @@ type ProvisionRequest struct {
 
 // Provision validates and commits a provision verb, then schedules the work.
 // When it returns nil the new state is already stored.
-func (c *engine) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
+func (c *requests) Provision(ctx context.Context, ident string, req ProvisionRequest) error {
 	verb, ok := state.LookupVerb(req.Target)
 	if !ok {
 		n, err := c.st.GetNode(ctx, ident)
@@ -35,13 +46,14 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 		}
 		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
-	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
-		if err := c.checkTemplates(ctx, ident, verb); err != nil {
-			return err
-		}
-	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
+		if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+			// checked on the node as this write reads it: one read
+			if err := c.deploy.checkTemplates(ctx, n, verb); err != nil {
+				return nil, err
+			}
+		}
 		if err := c.acceptVerb(n, verb, req); err != nil {
 			return nil, err
 		}
@@ -59,7 +71,7 @@ func (c *engine) Provision(ctx context.Context, ident string, req ProvisionReque
 }
 
 // acceptVerb checks a verb against the node and applies it.
-func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+func (c *requests) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	cur := state.State(n.ProvisionState)
 	if (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild) && n.Maintenance {
 		return Invalid("The %s operation can't be performed on node %s because it's in maintenance mode.", req.Target, n.UUID)
@@ -81,7 +93,7 @@ func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest
 		return err
 	}
 	if verb.Event == state.EvAbort {
-		return c.applyAbort(n)
+		return c.stops.applyAbort(n)
 	}
 	next, _ := state.Next(cur, verb.Event)
 	c.applyState(n, next, verb.Event)
@@ -89,7 +101,7 @@ func (c *engine) acceptVerb(n *store.Node, verb state.Verb, req ProvisionRequest
 }
 
 // checkVerb holds the synchronous, per-verb refusals (400s before any work).
-func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
+func (c *requests) checkVerb(n *store.Node, d Driver, verb state.Verb, req ProvisionRequest) error {
 	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
 		// Ironic's do_node_deploy validation (the template steps are
 		// checked when the deploy plans its steps)
@@ -132,7 +144,7 @@ func (c *engine) checkVerb(n *store.Node, d Driver, verb state.Verb, req Provisi
 
 // prepare records what the operation needs in the same write as the state
 // change, and clears leftovers of the previous one.
-func (c *engine) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
+func (c *requests) prepare(n *store.Node, verb state.Verb, req ProvisionRequest) error {
 	op := &n.Operation
 	if state.Working(state.State(n.ProvisionState)) {
 		n.LastError = nil // a new asynchronous operation starts clean
@@ -189,82 +201,18 @@ func cleaningRequester(verb state.Verb, req ProvisionRequest) string {
 	return fmt.Sprintf("automated cleaning (controller policy) on %s requested by %s", on, who)
 }
 
-// applyAbort handles abort in a wait state. An abortable (or absent) current
-// step fails the operation now; a non-abortable one is marked and the node
-// fails as soon as that step finishes. In wait call-back (an anvil
-// extension, see state.Extension) only a step the agent is running counts:
-// a deploy waiting for the ramdisk to boot is aborted at once.
-func (c *engine) applyAbort(n *store.Node) error {
-	cur := state.State(n.ProvisionState)
-	var step map[string]any
-	switch cur {
-	case state.CleanWait:
-		step = n.CleanStep
-	case state.DeployWait:
-		if p := n.Operation.Agent.Command; p != nil && p.Step != nil {
-			step = n.DeployStep
-		}
-	}
-	if len(step) > 0 {
-		if abortable, _ := step["abortable"].(bool); !abortable {
-			step["abort_after"] = true
-			return nil
-		}
-		// An agent running the step stops it itself: the node stays in
-		// its wait state until the agent reports (or AbortTimeout passes).
-		if p, st := n.Operation.Agent.Command, n.Operation.Agent.CommandStatus; p != nil && p.Step != nil && st != nil &&
-			st.ID == p.ID && st.State == protocol.CommandRunning {
-			if p.AbortRequestedAt == nil {
-				now := c.now()
-				p.AbortRequestedAt = &now
-			}
-			return nil
-		}
-	}
-	next, err := state.Next(cur, state.EvAbort)
-	if err != nil {
-		return err
-	}
-	c.applyState(n, next, state.EvAbort)
-	c.tearDownAgent(n) // an aborted erase really stops
-	name := "(none)"
-	if len(step) > 0 {
-		name = fmt.Sprintf("%v.%v", step["interface"], step["step"])
-	}
-	switch cur {
-	case state.CleanWait:
-		n.LastError = strp(fmt.Sprintf("By request, the clean operation was aborted during or after the completion of step %q", name))
-		n.CleanStep = map[string]any{}
-	case state.DeployWait:
-		if len(step) == 0 && len(n.DeployStep) > 0 {
-			name = fmt.Sprintf("%v.%v", n.DeployStep["interface"], n.DeployStep["step"])
-		}
-		msg := fmt.Sprintf("Deploy aborted by operator during step %q", name)
-		if UsesAgent(n) {
-			msg += ": no agent step was running; the node is powered off"
-		}
-		n.LastError = strp(msg)
-		n.DeployStep = map[string]any{}
-	case state.InspectWait:
-		n.LastError = strp("By request, the inspection operation has been aborted")
-	case state.RescueWait:
-		n.LastError = strp("By request, the rescue operation has been aborted")
-	}
-	return nil
-}
-
 // checkCleanSteps validates a manual clean request before anything is
 // powered on. For an agent node whose catalogue is not cached yet, steps
 // of the in-band interfaces (deploy, raid) are checked once the agent has
 // reported them; everything else is checked now.
-func (c *engine) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
+func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
 	requested = withNodeArgs(n, requested)
 	if !UsesAgent(n) {
-		_, err := c.resolveSteps(d.CleanSteps(n), requested, true)
+		_, err := c.steps.resolveSteps(d.CleanSteps(n), requested, true)
 		return err
 	}
 	if n.Operation.Agent.Steps != nil {
-		_, err := c.resolveSteps(c.CleanStepsFor(n), requested, true)
+		_, err := c.steps.resolveSteps(c.steps.CleanStepsFor(n), requested, true)
 		return err
 	}
 	oob := d.CleanSteps(n)
@@ -274,65 +222,12 @@ func (c *engine) checkCleanSteps(n *store.Node, d Driver, requested []protocol.S
 			now = append(now, r)
 		}
 	}
-	_, err := c.resolveSteps(oob, now, true)
+	_, err := c.steps.resolveSteps(oob, now, true)
 	return err
 }
 
-// withNodeArgs fills arguments that Ironic takes from the node rather than
-// from the request: raid.create_configuration builds the node's
-// target_raid_config (set with PUT /v1/nodes/{id}/states/raid).
-func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
-	out := make([]protocol.Step, len(requested))
-	for i, r := range requested {
-		if r.Key() == "raid.create_configuration" && len(n.TargetRAIDConfig) > 0 {
-			if _, given := r.Args["target_raid_config"]; !given {
-				args := map[string]any{"target_raid_config": n.TargetRAIDConfig}
-				for k, v := range r.Args {
-					args[k] = v
-				}
-				r.Args = args
-			}
-		}
-		out[i] = r
-	}
-	return out
-}
-
-// resolveSteps matches requested steps against the available ones. For
-// manual cleaning the requested order is kept and priority/abortable are
-// copied from the driver's step; arguments are checked against argsinfo.
-func (c *engine) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
-	byKey := map[string]protocol.Step{}
-	for _, s := range available {
-		byKey[s.Key()] = s
-	}
-	out := make([]protocol.Step, 0, len(requested))
-	for _, r := range requested {
-		s, ok := byKey[r.Key()]
-		if !ok {
-			return nil, fmt.Errorf("node does not support clean step %s", r.Key())
-		}
-		if err := s.CheckArgs(r.Args); err != nil {
-			return nil, err
-		}
-		s.Args = r.Args
-		if !manual {
-			s.Priority = r.Priority
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-func stepToMap(s protocol.Step) map[string]any {
-	var m map[string]any
-	b, _ := json.Marshal(s)
-	_ = json.Unmarshal(b, &m)
-	return m
-}
-
 // SetPower validates and commits a power request, then schedules it.
-func (c *engine) SetPower(ctx context.Context, ident, target string) error {
+func (c *requests) SetPower(ctx context.Context, ident, target string) error {
 	switch target {
 	case PowerOn, PowerOff, Rebooting, SoftRebooting, SoftPowerOff:
 	default:

@@ -1,5 +1,8 @@
 package conductor
 
+// Sanitization records: the step runner signs one for every device an
+// erase step erased.
+
 import (
 	"context"
 	"fmt"
@@ -13,7 +16,7 @@ import (
 // res erased, and returns the history event that lists them. Records are
 // stored before the node moves on: a failure here is retried with the
 // agent's repeated report (record ids derive from the run and device).
-func (c *engine) signRecords(ctx context.Context, n *store.Node, res *store.StepResult) ([]*store.Event, error) {
+func (c *stepRunner) signRecords(ctx context.Context, n *store.Node, res *store.StepResult) ([]*store.Event, error) {
 	if c.cfg.Records == nil || len(res.Result) == 0 {
 		return nil, nil
 	}

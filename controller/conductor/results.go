@@ -2,11 +2,11 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -27,7 +27,7 @@ func stepRunID(nodeUUID, kind, step string, start time.Time) string {
 }
 
 // runResult builds the result of a run without an agent report.
-func (c *engine) runResult(n *store.Node, ph stepPhase, step string, args map[string]any, stepErr error, outcome string) *store.StepResult {
+func (c *stepRunner) runResult(n *store.Node, ph stepPhase, step string, args map[string]any, stepErr error, outcome string) *store.StepResult {
 	start := c.now()
 	if p := *ph.plan(&n.Operation); p != nil && !p.StartedAt.IsZero() {
 		start = p.StartedAt
@@ -44,7 +44,7 @@ func (c *engine) runResult(n *store.Node, ph stepPhase, step string, args map[st
 }
 
 // agentResult builds the result of an agent command that finished.
-func (c *engine) agentResult(n *store.Node, ph stepPhase, cmd *store.AgentCommand, st protocol.CommandStatus) *store.StepResult {
+func (c *stepRunner) agentResult(n *store.Node, ph stepPhase, cmd *store.AgentCommand, st protocol.CommandStatus) *store.StepResult {
 	r := &store.StepResult{UUID: cmd.ID, NodeUUID: n.UUID, Kind: ph.kind, Step: cmd.Step.Key(), Args: cmd.Step.Args,
 		StartedAt: st.StartedAt, FinishedAt: c.now(), Outcome: store.OutcomeSucceeded, Summary: oneLine(st.Summary),
 		RebootRequested: cmd.Step.RebootRequested, Result: st.Result}
@@ -74,19 +74,25 @@ func (c *engine) agentResult(n *store.Node, ph stepPhase, cmd *store.AgentComman
 
 // recordRun stores a result after the node moved on: a failure to store
 // it is logged, never fatal (the node's history has the step's outcome).
-func (c *engine) recordRun(ctx context.Context, r *store.StepResult) {
+func (c *stepRunner) recordRun(ctx context.Context, r *store.StepResult) {
 	if err := c.st.PutStepResult(ctx, r); err != nil {
 		c.log.Error("storing a step result failed", "node", r.NodeUUID, "step", r.Step, "err", err)
 	}
 }
 
-// phaseOf returns the step phase of a wait or running state.
-func phaseOf(n *store.Node) (stepPhase, bool) {
-	switch state.State(n.ProvisionState) {
-	case state.CleanWait, state.Cleaning:
-		return cleanPhase, true
-	case state.DeployWait, state.Deploying:
-		return deployPhase, true
+// recordStopped stores the result of the step n (as it was before failing)
+// was running when the controller stopped it (a timeout, a security
+// alarm), if any.
+func (c *stepRunner) recordStopped(ctx context.Context, n *store.Node, msg, outcome string) {
+	ph, ok := phaseOf(n)
+	key := currentStepKey(n)
+	if !ok || key == "" {
+		return
 	}
-	return stepPhase{}, false
+	args, _ := (*ph.current(n))["args"].(map[string]any)
+	r := c.runResult(n, ph, key, args, errors.New(msg), outcome)
+	if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == key {
+		r.UUID = p.ID // the agent's run: a late report of it is the same run
+	}
+	c.recordRun(ctx, r)
 }

@@ -1,5 +1,8 @@
 package conductor
 
+// The runtime: the work queue, its workers and the processing of one node
+// (leases.go: node leases among controllers; powersync.go: power sync).
+
 import (
 	"context"
 	"errors"
@@ -23,7 +26,7 @@ type runtime struct {
 
 	// advance does the next piece of a node's work (engine.advance).
 	advance func(ctx context.Context, n *store.Node, d Driver) (again bool, err error)
-	// checkTimers fails nodes that waited too long (engine.checkTimeouts).
+	// checkTimers fails nodes that waited too long (stops.checkTimeouts).
 	checkTimers func(ctx context.Context)
 	// background are further loops run beside the workers until ctx
 	// ends (the allocator's).

@@ -1,5 +1,9 @@
 package conductor
 
+// The ways the controller ends an operation itself: wait-state timeouts
+// and the agent's timers here, an operator's abort and the security stop
+// in abort.go. stops holds them.
+
 import (
 	"context"
 	"errors"
@@ -10,9 +14,24 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
+// stops ends operations: timeouts, aborts and security stops.
+type stops struct {
+	*machine
+	steps  *stepRunner // the stopped step's result
+	agents *agents     // tear-down of the agent
+	leases leaser
+}
+
+// leaser is what stops needs of the runtime's leases: its timers find
+// nodes outside any worker and must hold a node's lease to fail it.
+type leaser interface {
+	lease(ctx context.Context, n *store.Node) bool
+	fenced(ctx context.Context) context.Context
+}
+
 // checkTimeouts fails nodes that waited too long for their agent. It reads
 // only nodes in wait states (an indexed filter), never the whole table.
-func (c *engine) checkTimeouts(ctx context.Context) {
+func (c *stops) checkTimeouts(ctx context.Context) {
 	waits := []struct {
 		st      state.State
 		timeout time.Duration
@@ -65,7 +84,7 @@ func (c *engine) checkTimeouts(ctx context.Context) {
 				continue
 			}
 			if err == nil {
-				c.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
+				c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
 			c.kick(n.UUID) // at rest now: its lease is released
@@ -76,7 +95,7 @@ func (c *engine) checkTimeouts(ctx context.Context) {
 // checkAgentTimers fails waiting nodes whose ramdisk never called back after
 // a (re)boot, or whose agent went silent, each with its own message naming
 // the phase, so an operator knows where to look.
-func (c *engine) checkAgentTimers(ctx context.Context) {
+func (c *stops) checkAgentTimers(ctx context.Context) {
 	no := false
 	now := c.now()
 	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.InspectWait} {
@@ -105,7 +124,7 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 			stepRunning := len(n.CleanStep) > 0
 			_, err := c.transition(c.leases.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
-				c.tearDownAgent(m)
+				c.agents.tearDownAgent(m)
 				if st == state.CleanWait && stepRunning {
 					cleanPhase.onFailure(m, msg)
 				}
@@ -115,14 +134,14 @@ func (c *engine) checkAgentTimers(ctx context.Context) {
 				c.log.Error("failing node after agent timeout failed", "node", n.UUID, "err", err)
 				continue
 			}
-			c.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
+			c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
 			c.kick(n.UUID)
 		}
 	}
 }
 
-func (c *engine) agentTimerExpired(n *store.Node, now time.Time) string {
+func (c *stops) agentTimerExpired(n *store.Node, now time.Time) string {
 	step := currentStepKey(n)
 	a := &n.Operation.Agent
 	if p := a.Command; p != nil && p.Step != nil {
@@ -167,21 +186,4 @@ func currentStepKey(n *store.Node) string {
 		return ""
 	}
 	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
-}
-
-// recordStopped stores the result of the step n (as it was before failing)
-// was running when the controller stopped it (a timeout, a security
-// alarm), if any.
-func (c *engine) recordStopped(ctx context.Context, n *store.Node, msg, outcome string) {
-	ph, ok := phaseOf(n)
-	key := currentStepKey(n)
-	if !ok || key == "" {
-		return
-	}
-	args, _ := (*ph.current(n))["args"].(map[string]any)
-	r := c.runResult(n, ph, key, args, errors.New(msg), outcome)
-	if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == key {
-		r.UUID = p.ID // the agent's run: a late report of it is the same run
-	}
-	c.recordRun(ctx, r)
 }

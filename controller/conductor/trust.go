@@ -315,35 +315,3 @@ func (c *sessions) refusedEvent(ctx context.Context, nodeUUID, msg string) {
 func alarmPending(n *store.Node) bool {
 	return n.Operation.Agent.Alarm != nil && state.LookupAllowed(state.State(n.ProvisionState))
 }
-
-// securityStop ends the operation of a node whose boot had a second
-// claimant: failed with the alarm in last_error, its agent torn down (no
-// token, powered off), and in maintenance with the alarm as the reason, so
-// nothing uses the node before an operator has looked (whoever posed as
-// its agent may have reported results that are not true).
-func (c *engine) securityStop(ctx context.Context, n *store.Node) error {
-	cl := n.Operation.Agent.Alarm
-	cur := state.State(n.ProvisionState)
-	msg := fmt.Sprintf("SECURITY ALARM in %s: %s. The operation was stopped and the node powered off; check the node and the provisioning network, then start the operation again.",
-		cur, alarmText(cl))
-	ph, inPhase := phaseOf(n)
-	stepRunning := inPhase && len(*ph.current(n)) > 0
-	_, err := c.move(ctx, n.UUID, cur, state.EvFail, true, func(m *store.Node) error {
-		m.LastError = strp(msg)
-		c.tearDownAgent(m)
-		// Whatever answered as its agent, the node was booted for this
-		// operation: it is powered off in any case.
-		m.TargetPowerState, m.Reservation = strp(PowerOff), strp(c.cfg.Host)
-		if stepRunning {
-			ph.onFailure(m, msg)
-		}
-		m.Maintenance, m.MaintenanceReason = true, strp(msg)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	c.recordStopped(ctx, n, msg, store.OutcomeFailed)
-	c.log.WarnContext(ctx, "operation stopped: second agent claimant", "node", n.UUID, "state", cur, "claimant", cl.Address, "holder", cl.HolderAddress)
-	return nil
-}

@@ -370,7 +370,7 @@ func TestAlarmBeatsAFinishingTransition(t *testing.T) {
 	n.Operation.Agent = store.AgentSession{Booted: true, Alarm: &cl, Claims: []store.Claim{cl}}
 	require.NoError(t, e.st.CreateNode(ctx, n))
 
-	_, err := e.c.transition(ctx, n.UUID, state.CleanWait, state.EvResume, nil)
+	_, err := e.c.engine.transition(ctx, n.UUID, state.CleanWait, state.EvResume, nil)
 	require.ErrorIs(t, err, errStale, "no transition but the security stop while an alarm stands")
 	got := e.wait(t, n.UUID, state.CleanFailed)
 	assert.Contains(t, *got.LastError, "SECURITY ALARM in clean wait")

@@ -1,5 +1,8 @@
 package conductor
 
+// The VIFs of a node's ports and port groups (Ironic's vif_attach,
+// vif_list, vif_detach).
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,8 @@
 package conductor
 
+// Virtual media: the agent's boots from an ISO the node's BMC attaches,
+// a part of the agents' boots (agents.go).
+
 import (
 	"context"
 	"fmt"
@@ -52,13 +55,13 @@ func mediaBaseURL(n *store.Node) string {
 }
 
 // mediaActive: the node booted from virtual media and has not left.
-func (c *engine) mediaActive(n *store.Node) bool {
+func (c *agents) mediaActive(n *store.Node) bool {
 	return usesVirtualMedia(n) && c.cfg.Media != nil && c.cfg.Media.Active(n.UUID)
 }
 
 // insertMedia prepares the node's ISO and has the BMC attach it; the
 // caller then sets the CD as the next boot device and reboots.
-func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error {
+func (c *agents) insertMedia(ctx context.Context, n *store.Node, d Driver) error {
 	md, ok := d.(MediaDriver)
 	if !ok {
 		return fmt.Errorf("boot interface %s: hardware type %s has no virtual media (use redfish)", BootVirtualMedia, d.Name())
@@ -83,7 +86,7 @@ func (c *engine) insertMedia(ctx context.Context, n *store.Node, d Driver) error
 // over, its URL dies). Failing to eject does
 // not fail the operation (the next virtual-media boot ejects first); it
 // is recorded in the node's history.
-func (c *engine) ejectMedia(ctx context.Context, n *store.Node, d Driver, why string, leaving bool) {
+func (c *agents) ejectMedia(ctx context.Context, n *store.Node, d Driver, why string, leaving bool) {
 	if !usesVirtualMedia(n) {
 		return
 	}

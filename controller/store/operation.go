@@ -32,6 +32,8 @@ type Operation struct {
 	UserCleanSteps  []protocol.Step `json:"user_clean_steps,omitempty"`
 	UserDeploySteps []protocol.Step `json:"user_deploy_steps,omitempty"`
 	Agent           AgentSession    `json:"agent,omitzero"`
+	// Disks are the disk guard's records, which outlive the operation.
+	Disks DiskRecords `json:"disks,omitzero"`
 }
 
 // StepPlan is the ordered steps of one cleaning or deployment and the index
@@ -200,7 +202,7 @@ func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonc
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
-	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot}
+	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -290,6 +292,7 @@ func (n *Node) InternalInfo() map[string]any {
 	if a.PreviousBootID != "" {
 		out[keyPreviousBoot] = a.PreviousBootID
 	}
+	op.Disks.show(out)
 	return out
 }
 
@@ -299,7 +302,7 @@ func (op *Operation) empty() bool {
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
 		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
-		a.BootStartedAt.IsZero() && a.PreviousBootID == ""
+		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty()
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
@@ -325,20 +328,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	for k, v := range dii {
 		rest[k] = v
 	}
-	take := func(key string, dst any) bool {
-		v, ok := rest[key]
-		if !ok {
-			return false
-		}
-		if v != nil {
-			b, err := json.Marshal(v)
-			if err != nil || json.Unmarshal(b, dst) != nil || !reflect.DeepEqual(jsonValue(v), jsonValue(dst)) {
-				return false // not what this release wrote: left as it is
-			}
-		}
-		delete(rest, key)
-		return v != nil
-	}
+	take := func(key string, dst any) bool { return takeValue(rest, key, dst) }
 	plan := func(stepsKey, indexKey string) *StepPlan {
 		var p StepPlan
 		hasSteps := take(stepsKey, &p.Steps)
@@ -388,7 +378,29 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 		}
 	}
 	take(keyPreviousBoot, &a.PreviousBootID)
+	op.Disks.take(rest)
 	return op, rest
+}
+
+// takeValue decodes rest[key] into dst (a pointer) and deletes it from
+// rest if the decoded value shows it back exactly; any other value (one
+// that does not decode, or a partial step written by hand) stays, and dst
+// is left alone. It reports whether a non-null value was taken.
+func takeValue(rest map[string]any, key string, dst any) bool {
+	v, ok := rest[key]
+	if !ok {
+		return false
+	}
+	if v != nil {
+		fresh := reflect.New(reflect.TypeOf(dst).Elem())
+		b, err := json.Marshal(v)
+		if err != nil || json.Unmarshal(b, fresh.Interface()) != nil || !reflect.DeepEqual(jsonValue(v), jsonValue(fresh.Interface())) {
+			return false // not what this release wrote: left as it is
+		}
+		reflect.ValueOf(dst).Elem().Set(fresh.Elem())
+	}
+	delete(rest, key)
+	return v != nil
 }
 
 // EncodeOperation and DecodeOperation are the stores' codec for the

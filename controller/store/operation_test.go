@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/controller/diskcheck"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -25,7 +26,10 @@ func TestInternalInfoRoundTrip(t *testing.T) {
 			Command:       &AgentCommand{Command: protocol.Command{ID: "c", Name: "n"}, IssuedAt: at},
 			CommandStatus: &protocol.CommandStatus{ID: "c", State: "RUNNING", StartedAt: at},
 			Await:         &Await{Reason: "boot", Since: at}, Booted: true, BootNonce: "nonce", Address: "10.0.0.5",
-			Claims: []Claim{{At: at, Via: "lookup", Address: "10.0.0.6", BootID: "x", HolderAddress: "10.0.0.5", HolderBootID: "b"}}}}
+			Claims: []Claim{{At: at, Via: "lookup", Address: "10.0.0.6", BootID: "x", HolderAddress: "10.0.0.5", HolderBootID: "b"}}},
+		Disks: DiskRecords{Check: &DiskCheck{Step: "deploy.erase_devices", At: "2026-05-06T07:08:09Z", OK: true,
+			Result: diskcheck.Result{Seen: []diskcheck.Disk{{Name: "/dev/sda", Serial: "S1", Size: 1 << 30}}}},
+			AtDeploy: []protocol.Disk{{Name: "/dev/sda", Serial: "S1", Size: 1 << 30}}}}
 	n := &Node{DriverInternalInfo: map[string]any{"agent_url": "http://10.0.0.5:9999"}, Operation: op}
 	view := n.InternalInfo()
 	// through JSON, as an export is

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,4 +80,22 @@ func testReleaseDatabase(t *testing.T, url string) {
 	require.NoError(t, conn.Close(ctx)) // the dump empties search_path for its session
 	s := openStore(t, url)
 	storetest.CheckRelease(t, s)
+}
+
+// testDiskRecordsMigration: a database written before the disk guard's
+// records moved into the operation record (the records in
+// driver_internal_info) migrates on open.
+func testDiskRecordsMigration(t *testing.T, srcURL, url string) {
+	ctx := context.Background()
+	src := openStore(t, srcURL)
+	before := storetest.PopulateLegacyDiskRecords(t, src)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	storetest.BeforeDiskRecords(t, src.DB(), db, sqlstore.Postgres(), func(n int) string { return fmt.Sprintf("$%d", n) })
+	require.NoError(t, db.Close())
+	s := openStore(t, url)
+	v, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sqlstore.LatestSchemaVersion(), v)
+	storetest.CheckDiskRecordsMoved(t, s, before)
 }

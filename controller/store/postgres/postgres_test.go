@@ -49,6 +49,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("RefusesNewerSchema", func(t *testing.T) { testRefusesNewerSchema(t, srv.NewDatabase(t)) })
 	t.Run("LegacyMigration", func(t *testing.T) { testLegacyMigration(t, srv.NewDatabase(t)) })
 	t.Run("ReleaseDatabase", func(t *testing.T) { testReleaseDatabase(t, srv.NewDatabase(t)) })
+	t.Run("DiskRecordsMigration", func(t *testing.T) { testDiskRecordsMigration(t, srv.NewDatabase(t), srv.NewDatabase(t)) })
 	t.Run("DocumentsAreStoredVerbatim", func(t *testing.T) { testDocumentsVerbatim(t, srv.NewDatabase(t)) })
 	t.Run("KeysetPagingMatchesSQLite", func(t *testing.T) {
 		// A database whose default collation is not byte order (ICU's

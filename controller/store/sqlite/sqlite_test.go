@@ -137,6 +137,30 @@ func TestLegacyDatabaseMigrates(t *testing.T) {
 	storetest.CheckLegacyMigrated(t, s, rows)
 }
 
+// A database written before the disk guard's records moved into the
+// operation record (schema DiskRecordsMigration-1, the records in
+// driver_internal_info) migrates on open: the records are in the
+// operation record, and the API shows them where it did.
+func TestDiskRecordsMigrate(t *testing.T) {
+	ctx := context.Background()
+	src, err := Open(ctx, filepath.Join(t.TempDir(), "src.db"))
+	require.NoError(t, err)
+	defer src.Close()
+	before := storetest.PopulateLegacyDiskRecords(t, src)
+	path := filepath.Join(t.TempDir(), "anvil.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	storetest.BeforeDiskRecords(t, src.DB(), db, sqlstore.SQLite(), func(int) string { return "?" })
+	require.NoError(t, db.Close())
+	s, err := Open(ctx, path)
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := s.SchemaVersion(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, sqlstore.LatestSchemaVersion(), v)
+	storetest.CheckDiskRecordsMoved(t, s, before)
+}
+
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return openFile(b) })
 }

@@ -46,12 +46,15 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	v := have + 1
-	if _, err := tx.ExecContext(ctx, s.d.pick(migrations[v-1])); err != nil {
-		return false, fmt.Errorf("migration %d: %w", v, err)
+	if stmt := s.d.pick(migrations[v-1]); stmt != "" { // "": a migration of data only
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return false, fmt.Errorf("migration %d: %w", v, err)
+		}
 	}
 	move := map[int]func(context.Context, *sql.Tx) error{
-		operationMigration:  s.moveOperations,
-		agentStateMigration: s.moveAgentState,
+		operationMigration:   s.moveOperations,
+		agentStateMigration:  s.moveAgentState,
+		DiskRecordsMigration: s.moveDiskRecords,
 	}[v]
 	if move != nil {
 		if err := move(ctx, tx); err != nil {
@@ -93,6 +96,42 @@ func (s *Store) moveOperations(ctx context.Context, tx *sql.Tx) error {
 		}
 		if _, err := s.exec(ctx, tx, `UPDATE nodes SET data = $1, operation = $2 WHERE id = $3`, data, op, id); err != nil {
 			return fmt.Errorf("move operation of node %s: %w", n.UUID, err)
+		}
+		return nil
+	})
+}
+
+// DiskRecordsMigration is the migration that moves the disk guard's
+// records into the operation column (moveDiskRecords).
+const DiskRecordsMigration = 12
+
+// moveDiskRecords moves the disk guard's records that earlier releases
+// kept in each node's driver_internal_info into its operation record, in
+// the migration's transaction. Revisions stay, as in moveOperations: the
+// API shows the records where it did.
+func (s *Store) moveDiskRecords(ctx context.Context, tx *sql.Tx) error {
+	return s.eachNodeRow(ctx, tx, "", func(id int64, data, op []byte) error {
+		var n store.Node
+		if err := json.Unmarshal(data, &n); err != nil {
+			return fmt.Errorf("decode node %d: %w", id, err)
+		}
+		// The column holds the operation without the agent state
+		// (agent_state), which this write leaves where it is.
+		if err := store.DecodeOperation(op, &n.Operation); err != nil {
+			return fmt.Errorf("decode operation of node %s: %w", n.UUID, err)
+		}
+		if !n.AdoptDiskRecords() {
+			return nil
+		}
+		data, err := json.Marshal(&n)
+		if err != nil {
+			return fmt.Errorf("encode node %s: %w", n.UUID, err)
+		}
+		if op, err = store.EncodeOperation(&n.Operation); err != nil {
+			return fmt.Errorf("encode operation of node %s: %w", n.UUID, err)
+		}
+		if _, err := s.exec(ctx, tx, `UPDATE nodes SET data = $1, operation = $2 WHERE id = $3`, data, op, id); err != nil {
+			return fmt.Errorf("move disk records of node %s: %w", n.UUID, err)
 		}
 		return nil
 	})

@@ -375,4 +375,10 @@ var migrations = []migration{
 		data bytea NOT NULL
 	);`,
 	},
+	{
+		// 12: no schema change: moveDiskRecords moves the disk guard's
+		// records (disk_check, disks_at_deploy) from each node's
+		// driver_internal_info into its operation column
+		// (store.DiskRecords).
+	},
 }

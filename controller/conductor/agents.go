@@ -1,0 +1,103 @@
+package conductor
+
+// The agent's boots and commands: the controller reboots a node into the
+// agent ramdisk (PXE or virtual media, vmedia.go) with a new agent
+// session, leaves steps for the agent to run (behind the disk guard's
+// check for the steps that write disks, diskguard.go), runs the direct
+// deploy interface's steps (agentdeploy.go), and tears the agent down
+// when its operation failed or was aborted. What the agent's reports mean
+// for the node is agentwait.go's; the session itself (lookup, heartbeats,
+// tokens) is session.go's.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// agents boots nodes into the agent ramdisk and leaves commands for the
+// agent.
+type agents struct {
+	*core
+}
+
+// awaitBoot records in m that the controller (re)booted the node into the
+// ramdisk: the agent of the new boot (started by bootRamdisk) is awaited
+// and no command is pending.
+func awaitBoot(m *store.Node, aw *store.Await) {
+	m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+}
+
+// bootRamdisk sets PXE (or, for virtual media, inserts the node's ISO and
+// sets the CD) for the next boot and reboots the node into the agent
+// ramdisk; the caller moves the node to a wait state with the await
+// record this returns. The new boot's agent session, with its nonce, is
+// stored before the node is powered: there is no moment in which the
+// node boots and a lookup without the nonce could get its token.
+func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
+	oldBoot := n.Operation.Agent.BootID
+	if _, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		newBoot(&m.Operation.Agent, c.nonceVia(m), c.now())
+		m.Operation.Agent.Command = nil
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("start the agent session of the new boot: %w", err)
+	}
+	dev := "pxe"
+	if usesVirtualMedia(n) {
+		if err := c.insertMedia(ctx, n, d); err != nil {
+			return nil, err
+		}
+		dev = "cdrom"
+	}
+	if err := d.SetBootDevice(ctx, n, dev, false); err != nil {
+		return nil, fmt.Errorf("set boot device %s: %w", dev, err)
+	}
+	if err := d.SetPower(ctx, n, Rebooting); err != nil {
+		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
+	}
+	return &store.Await{Reason: reason, Since: c.now(), OldBootID: oldBoot, Step: step}, nil
+}
+
+// tearDownAgent ends an agent operation that failed or was aborted, as
+// Ironic tears cleaning down: the agent's token dies (it can no longer act)
+// and the node is powered off by the worker (the power action holds the
+// reservation until done).
+func (c *agents) tearDownAgent(n *store.Node) {
+	wipeAgent(n)
+	if UsesAgent(n) || usesAgentInspect(n) {
+		n.TargetPowerState = strp(PowerOff)
+		n.Reservation = strp(c.cfg.Host)
+	}
+}
+
+// inbandStep starts a step on the agent: the command is left for the next
+// heartbeat and the node waits.
+func (c *agents) inbandStep(ctx context.Context, n *store.Node, kind string, step protocol.Step) (StepStatus, error) {
+	name := protocol.CmdExecuteCleanStep
+	if kind == "deploy" {
+		name = protocol.CmdExecuteDeployStep
+	}
+	_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		// Resuming after a restart may run this again: a command already
+		// issued for this step keeps its id, so the agent (which never
+		// re-runs an id) cannot execute the step twice. Completing a step
+		// clears its command, so a later identical step gets a new one.
+		if guardedStep(kind, step) {
+			issueGuardedStep(m, name, step, c.now())
+			return nil
+		}
+		if p := m.Operation.Agent.Command; p != nil && p.Name == name && p.Step != nil && p.Step.Key() == step.Key() {
+			return nil
+		}
+		s := step
+		issueCommand(m, name, &s, c.now())
+		return nil
+	})
+	if err != nil {
+		return StepDone, err
+	}
+	return StepWait, nil
+}

@@ -1,0 +1,94 @@
+package conductor
+
+// The state machine's writes, which every part of the lifecycle engine
+// makes its changes through: a transition moves a node from one
+// provision state by an event, in one store write with the change the
+// caller makes and the node's history entry, and schedules the node again.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// machine moves nodes through the provision state machine.
+type machine struct {
+	*core
+	kick func(nodeUUID string) // schedules the node on the runtime
+}
+
+// errStale means the node moved on (abort, another request) while we worked.
+var errStale = errors.New("node state changed concurrently")
+
+// transition moves the node from `from` by event ev, applying mut in the same
+// write, together with the transition's history entry and any extra events.
+// Targets follow Ironic: entering a non-stable state shows its default
+// target, except that wait/resume/fail/abort keep the operation's target
+// (manual cleaning targets manageable); a stable state clears it.
+//
+// A node whose boot had a second claimant (an alarm) moves only by
+// securityStop: any other transition is stale, so whatever the worker was
+// finishing (a clean step the impostor reported done, a deploy) never
+// lands, and the next pass stops the operation instead.
+func (c *machine) transition(ctx context.Context, nodeUUID string, from state.State, ev state.Event, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
+	return c.move(ctx, nodeUUID, from, ev, false, mut, extra...)
+}
+
+// move is transition; alarmed says it is the security stop, the one
+// transition a node with an alarm may make.
+func (c *machine) move(ctx context.Context, nodeUUID string, from state.State, ev state.Event, alarmed bool, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
+	var to state.State
+	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
+		if state.State(n.ProvisionState) != from {
+			return nil, fmt.Errorf("%w: expected %q, found %q", errStale, from, n.ProvisionState)
+		}
+		if n.Operation.Agent.Alarm != nil && !alarmed {
+			return nil, fmt.Errorf("%w: a second agent claimant was seen; the operation stops instead", errStale)
+		}
+		next, err := state.Next(from, ev)
+		if err != nil {
+			return nil, err
+		}
+		to = next
+		c.applyState(n, next, ev)
+		if mut != nil {
+			if err := mut(n); err != nil {
+				return nil, err
+			}
+		}
+		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
+	})
+	if err != nil {
+		if errors.Is(err, errStale) && !alarmed {
+			c.kick(nodeUUID) // an alarm may be why: the next pass stops the operation
+		}
+		return nil, err
+	}
+	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
+	if n.TargetPowerState != nil {
+		c.kick(nodeUUID) // e.g. the power-off of a torn-down agent operation
+	}
+	return n, nil
+}
+
+func (c *machine) applyState(n *store.Node, next state.State, ev state.Event) {
+	now := c.now()
+	n.ProvisionState = string(next)
+	n.ProvisionUpdatedAt = &now
+	switch {
+	case state.Stable(next):
+		n.TargetProvisionState = nil
+	case n.TargetProvisionState != nil && (ev == state.EvWait || ev == state.EvResume || ev == state.EvFail || ev == state.EvAbort):
+		// same operation continues or fails: keep its target
+	default:
+		n.TargetProvisionState = strp(string(state.DefaultTarget(next)))
+	}
+	if state.Working(next) {
+		n.Reservation = strp(c.cfg.Host)
+	} else if n.TargetPowerState == nil {
+		n.Reservation = nil
+	}
+}

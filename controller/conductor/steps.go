@@ -1,0 +1,283 @@
+package conductor
+
+// The step runner: the steps a node offers (the driver's and its agent's),
+// a plan's steps run in order from the persisted index, each where it
+// belongs (the driver, the agent, the direct deploy interface), and the
+// node failed when one fails. A step left running on the agent ends in
+// async.go, its result is stored by results.go and records.go.
+//
+// A flow made of steps (cleaning, deployment; servicing next) is a
+// stepPhase: its running state, where its plan and current step are kept
+// and what a failed step does to the node; phaseOf names the phase of a
+// node's state.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// stepRunner plans and runs the steps of cleaning and deployment and
+// records their results.
+type stepRunner struct {
+	*machine
+	agents *agents // in-band steps and the direct deploy interface
+}
+
+// stepPhase describes a flow made of steps for the shared step runner.
+type stepPhase struct {
+	kind      string      // clean | deploy
+	running   state.State // where its steps run
+	wait      state.State // where it waits for a step left running
+	plan      func(op *store.Operation) **store.StepPlan
+	current   func(n *store.Node) *map[string]any
+	onFailure func(n *store.Node, msg string)
+}
+
+var cleanPhase = stepPhase{
+	kind: "clean", running: state.Cleaning, wait: state.CleanWait, plan: func(op *store.Operation) **store.StepPlan { return &op.Clean },
+	current: func(n *store.Node) *map[string]any { return &n.CleanStep },
+	onFailure: func(n *store.Node, msg string) {
+		// A step that failed while running puts the node in maintenance
+		// with fault "clean failure", as Ironic does.
+		n.Maintenance = true
+		n.MaintenanceReason = strp(msg)
+		n.Fault = strp("clean failure")
+	},
+}
+
+var deployPhase = stepPhase{
+	kind: "deploy", running: state.Deploying, wait: state.DeployWait, plan: func(op *store.Operation) **store.StepPlan { return &op.Deploy },
+	current:   func(n *store.Node) *map[string]any { return &n.DeployStep },
+	onFailure: func(*store.Node, string) {},
+}
+
+// runSteps executes the step list from the persisted index. plan, when
+// not nil, is a freshly computed list, stored with the first step's write.
+// Each step costs one write, made before it runs (current step, index and
+// the history of the previous step), so a restart resumes at the step that
+// was running (steps are idempotent). It returns done=true when every step
+// has finished, with the events still to be committed by the caller's final
+// transition.
+func (c *stepRunner) runSteps(ctx context.Context, n *store.Node, d Driver, ph stepPhase, plan []protocol.Step) (bool, []*store.Event, error) {
+	steps, start := plan, 0
+	if stored := *ph.plan(&n.Operation); plan == nil && stored != nil {
+		steps, start = stored.Steps, stored.Index
+	}
+	var pending []*store.Event
+	for idx := start; idx < len(steps); idx++ {
+		step := steps[idx]
+		verb := "started"
+		if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == step.Key() {
+			// Its command was issued before a restart and is reused (the
+			// agent never runs an id twice): the step goes on, it does
+			// not start again.
+			verb = "resumed"
+		}
+		started := c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s %s (%d/%d)", ph.kind, step.Key(), verb, idx+1, len(steps)))
+		var err error
+		n, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+			if state.State(m.ProvisionState) != ph.running {
+				return nil, fmt.Errorf("%w: expected %q, found %q", errStale, ph.running, m.ProvisionState)
+			}
+			stored := ph.plan(&m.Operation)
+			if plan != nil || *stored == nil {
+				*stored = &store.StepPlan{Steps: steps}
+			}
+			*ph.current(m) = stepToMap(step)
+			if (*stored).Index != idx || (*stored).StartedAt.IsZero() || verb == "started" {
+				(*stored).StartedAt = c.now()
+			}
+			(*stored).Index = idx
+			return append(pending, started), nil
+		})
+		if err != nil {
+			return false, nil, err
+		}
+		plan, pending = nil, nil
+		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
+		if serr != nil {
+			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
+			err := c.failSteps(ctx, n.UUID, ph, msg, true)
+			if err == nil {
+				c.recordRun(ctx, c.runResult(n, ph, step.Key(), step.Args, serr, store.OutcomeFailed))
+			}
+			return false, nil, err
+		}
+		if status == StepWait {
+			_, err := c.transition(ctx, n.UUID, ph.running, state.EvWait, nil)
+			return false, nil, err
+		}
+		c.recordRun(ctx, c.runResult(n, ph, step.Key(), step.Args, nil, store.OutcomeSucceeded))
+		pending = []*store.Event{c.newEvent(n.UUID, "INFO", ph.kind+"ing", fmt.Sprintf("%s step %s finished", ph.kind, step.Key()))}
+	}
+	return true, pending, nil
+}
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
+// failSteps moves the node to its failure state. stepRunning says whether a
+// step was running (then the phase's failure policy applies, and the failed
+// step stays visible in clean_step/deploy_step).
+func (c *stepRunner) failSteps(ctx context.Context, nodeUUID string, ph stepPhase, msg string, stepRunning bool) error {
+	_, err := c.transition(ctx, nodeUUID, ph.running, state.EvFail, func(m *store.Node) error {
+		// the agent gets no further command; its token dies with the operation
+		c.agents.tearDownAgent(m)
+		m.LastError = strp(msg)
+		if stepRunning {
+			ph.onFailure(m, msg)
+		} else {
+			*ph.current(m) = map[string]any{}
+		}
+		return nil
+	}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
+	return err
+}
+
+// stepPhases are the flows made of steps: a new one (servicing) is added
+// here.
+func stepPhases() []stepPhase { return []stepPhase{cleanPhase, deployPhase} }
+
+// phaseOf returns the step phase of a wait or running state.
+func phaseOf(n *store.Node) (stepPhase, bool) {
+	cur := state.State(n.ProvisionState)
+	for _, ph := range stepPhases() {
+		if cur == ph.running || cur == ph.wait {
+			return ph, true
+		}
+	}
+	return stepPhase{}, false
+}
+
+// executeStep runs one step where it belongs: the driver (out of band), the
+// direct deploy interface, or the agent (in band).
+func (c *stepRunner) executeStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
+	if !UsesAgent(n) {
+		return d.ExecuteStep(ctx, n, kind, step)
+	}
+	if kind == "deploy" && isAgentDeployStep(step.Key()) {
+		return c.agents.directDeployStep(ctx, n, d, step)
+	}
+	oob := d.CleanSteps(n)
+	if kind == "deploy" {
+		oob = d.DeploySteps(n)
+	}
+	if isDriverStep(oob, step.Key()) {
+		return d.ExecuteStep(ctx, n, kind, step)
+	}
+	return c.agents.inbandStep(ctx, n, kind, step)
+}
+
+func isDriverStep(steps []protocol.Step, key string) bool {
+	for _, s := range steps {
+		if s.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// withNodeArgs fills arguments that Ironic takes from the node rather than
+// from the request: raid.create_configuration builds the node's
+// target_raid_config (set with PUT /v1/nodes/{id}/states/raid).
+func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
+	out := make([]protocol.Step, len(requested))
+	for i, r := range requested {
+		if r.Key() == "raid.create_configuration" && len(n.TargetRAIDConfig) > 0 {
+			if _, given := r.Args["target_raid_config"]; !given {
+				args := map[string]any{"target_raid_config": n.TargetRAIDConfig}
+				for k, v := range r.Args {
+					args[k] = v
+				}
+				r.Args = args
+			}
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// resolveSteps matches requested steps against the available ones. For
+// manual cleaning the requested order is kept and priority/abortable are
+// copied from the driver's step; arguments are checked against argsinfo.
+func (c *stepRunner) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
+	byKey := map[string]protocol.Step{}
+	for _, s := range available {
+		byKey[s.Key()] = s
+	}
+	out := make([]protocol.Step, 0, len(requested))
+	for _, r := range requested {
+		s, ok := byKey[r.Key()]
+		if !ok {
+			return nil, fmt.Errorf("node does not support clean step %s", r.Key())
+		}
+		if err := s.CheckArgs(r.Args); err != nil {
+			return nil, err
+		}
+		s.Args = r.Args
+		if !manual {
+			s.Priority = r.Priority
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func stepToMap(s protocol.Step) map[string]any {
+	var m map[string]any
+	b, _ := json.Marshal(s)
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+// cachedSteps returns the agent's cached steps of a kind.
+func cachedSteps(n *store.Node, kind string) []protocol.Step {
+	cache := n.Operation.Agent.Steps
+	if cache == nil {
+		return nil
+	}
+	if kind == "deploy" {
+		return cache.Deploy
+	}
+	return cache.Clean
+}
+
+// mergeSteps lists out-of-band steps and the agent's in-band steps; an
+// out-of-band step with the same interface.step shadows the in-band one
+// (that is how deploy.write_image wraps the agent's step).
+func mergeSteps(oob, inband []protocol.Step) []protocol.Step {
+	seen := map[string]bool{}
+	out := make([]protocol.Step, 0, len(oob)+len(inband))
+	for _, s := range oob {
+		seen[s.Key()] = true
+		out = append(out, s)
+	}
+	for _, s := range inband {
+		if !seen[s.Key()] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// CleanStepsFor lists every clean step the node offers now: the driver's
+// out-of-band steps and, for agent nodes, the cached in-band ones.
+func (c *stepRunner) CleanStepsFor(n *store.Node) []protocol.Step {
+	d, ok := c.drivers[n.Driver]
+	if !ok {
+		return nil
+	}
+	if UsesAgent(n) {
+		return mergeSteps(d.CleanSteps(n), cachedSteps(n, "clean"))
+	}
+	return d.CleanSteps(n)
+}
