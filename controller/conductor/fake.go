@@ -1,6 +1,6 @@
 package conductor
 
-// The fake-hardware type.
+// The fake-hardware driver: every interface succeeds at once.
 
 import (
 	"context"

@@ -2,7 +2,7 @@ package conductor
 
 // Agent trust: who may act as a node's agent during a boot the controller
 // started. The rules, and what they leave to an attacker on the
-// provisioning network, are in the README ("Agent trust").
+// provisioning network, are in docs/operator/agent-trust.md.
 //
 //   - A boot whose path the controller serves (its iPXE script or GRUB
 //     configuration, or the node's virtual-media ISO) gets a nonce when the
