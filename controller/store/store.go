@@ -309,7 +309,10 @@ type Ports interface {
 	GetPort(ctx context.Context, uuid string) (*Port, error)
 	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
 	// UpdatePort writes p; if p.Revision is set (p was read from the
-	// store), only if it is still current (else ErrConflict).
+	// store), only if it is still current (else ErrConflict), and then
+	// p.Revision is the new one. A p not read (Revision 0) is written
+	// unconditionally and stays at 0: a revision it never read would
+	// make its next write a conflict with itself.
 	UpdatePort(ctx context.Context, p *Port) error
 	DeletePort(ctx context.Context, uuid string) error
 }
@@ -329,8 +332,7 @@ type Allocations interface {
 	CreateAllocation(ctx context.Context, a *Allocation) error
 	GetAllocation(ctx context.Context, ident string) (*Allocation, error)
 	ListAllocations(ctx context.Context, f ResourceFilter, p Page) ([]*Allocation, error)
-	// UpdateAllocation writes a if its Revision is still current (else
-	// ErrConflict) and bumps a.Revision.
+	// UpdateAllocation is UpdatePort for an allocation.
 	UpdateAllocation(ctx context.Context, a *Allocation) error
 	DeleteAllocation(ctx context.Context, uuid string) error
 }

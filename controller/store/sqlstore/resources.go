@@ -249,13 +249,14 @@ func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p s
 	return listResources(ctx, s, "allocation", f, p, setAllocationID)
 }
 
-// UpdateAllocation writes an allocation if its revision is still the one
-// read (else ErrConflict), and bumps a.Revision.
+// UpdateAllocation writes an allocation (if read: at the revision read).
 func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
 	if err := s.updateResource(ctx, "allocation", allocationKeys(a), a, a.Revision); err != nil {
 		return err
 	}
-	a.Revision++
+	if a.Revision > 0 {
+		a.Revision++
+	}
 	return nil
 }
 
