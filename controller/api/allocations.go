@@ -291,8 +291,8 @@ func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error 
 // nodeAllocation is the allocation of the node the route names; Ironic's
 // refusal when it has none.
 func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
-	if version(r.Context()) < 52 {
-		return nil, errf(http.StatusNotFound, "The resource could not be found.")
+	if err := since(r.Context(), 52); err != nil {
+		return nil, err
 	}
 	n, err := s.loadNode(r)
 	if err != nil {

@@ -289,8 +289,8 @@ var targetWrites = &writes[store.VolumeTarget]{
 func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler) {
 	gated := func(h handler) http.Handler {
 		return authed(func(w http.ResponseWriter, r *http.Request) error {
-			if version(r.Context()) < volumeVersion {
-				return errf(http.StatusNotFound, "The resource could not be found.")
+			if err := since(r.Context(), volumeVersion); err != nil {
+				return err
 			}
 			return h(w, r)
 		})
