@@ -271,8 +271,6 @@ var allocationWrites = &writes[store.Allocation]{
 		}
 		return err
 	},
-	// The allocator may write the allocation (state, node) meanwhile.
-	retryStale: true,
 }
 
 // deleteAllocation frees the node, unless it is deployed or busy.

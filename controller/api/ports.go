@@ -168,8 +168,8 @@ var portWrites = &writes[store.Port]{
 			return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
 		}
 		if errors.Is(err, store.ErrConflict) {
-			// Ironic serializes writes under the node's lock; a write that
-			// lost a race is refused as a locked node is.
+			// patchResource retries a lost race patchAttempts times; a
+			// port still rewritten meanwhile is refused as a locked node is.
 			return conductor.Wrap(conductor.CodeConflict, err, "Port %s was changed by another request, please retry.", p.UUID)
 		}
 		return err

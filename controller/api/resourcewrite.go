@@ -39,15 +39,14 @@ type writes[T any] struct {
 	touch          func(v *T) // sets updated_at
 	// writeErr turns a store refusal (a duplicate) into Ironic's.
 	writeErr func(v *T, err error) error
-	// retryStale: a PATCH whose update finds the resource changed since it
-	// was read (store.ErrConflict) is applied again to a fresh read, as
-	// Ironic's lock would have serialized the two writes. Allocations use
-	// it: the allocator writes them while a client may patch name/extra.
-	// Without it the client gets writeErr's 409.
-	retryStale bool
 }
 
-// patchAttempts bounds the re-reads of a retryStale PATCH.
+// patchAttempts bounds the re-reads of a PATCH whose update finds the
+// resource changed since it was read (store.ErrConflict): it is applied
+// again to a fresh read, as Ironic's lock would have serialized the two
+// writes (the allocator writes allocations, VIF attachment ports and port
+// groups, while a client patches them). Only a resource rewritten this
+// often meanwhile gets writeErr's 409.
 const patchAttempts = 50
 
 // checkVersions refuses fields above the negotiated version with 406, as
@@ -124,7 +123,7 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 	}
 	for attempt := 1; ; attempt++ {
 		v, err := patchOnce(s, r, res, ops)
-		if errors.Is(err, store.ErrConflict) && wr.retryStale && attempt < patchAttempts && ctx.Err() == nil {
+		if errors.Is(err, store.ErrConflict) && attempt < patchAttempts && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
