@@ -117,7 +117,8 @@ func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store
 		}
 	}
 	if a.UUID == "" {
-		// Backfilling without a UUID: the instance's is the allocation's.
+		// Not createUUID: an allocation body is no writes document, and
+		// backfilling without a UUID gives the instance's.
 		if node != nil && node.InstanceUUID != nil {
 			a.UUID = *node.InstanceUUID
 		} else {
