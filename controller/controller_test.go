@@ -50,10 +50,10 @@ func TestRamdiskSHA256(t *testing.T) {
 	assert.Equal(t, hex.EncodeToString(sum[:]), ramdiskSHA256(dir, log), "the file nodes are served")
 }
 
-// Virtual-media boots under way live in the data directory (--data-dir,
-// else the SQLite database's), so a restarted controller takes them over;
-// --vmedia-dir overrides it; without either they are temporary.
-func TestVirtualMediaDir(t *testing.T) {
+// vmediaBootDir is a boot directory with an agent ISO (returned) and its
+// manifest, as make image writes them.
+func vmediaBootDir(t *testing.T) (string, []byte) {
+	t.Helper()
 	boot := t.TempDir()
 	slot, err := protocol.BootConfig{Placeholder: true}.Slot()
 	require.NoError(t, err)
@@ -62,6 +62,14 @@ func TestVirtualMediaDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(boot, vmedia.ISOName), iso, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(boot, "manifest.json"),
 		fmt.Appendf(nil, `{"iso": {"path": "anvil.iso", "node_slot": {"offset": %d, "bytes": %d}}}`, len(slot), len(slot)), 0o644))
+	return boot, iso
+}
+
+// Virtual-media boots under way live in the data directory (--data-dir,
+// else the SQLite database's), so a restarted controller takes them over;
+// --vmedia-dir overrides it; without either they are temporary.
+func TestVirtualMediaDir(t *testing.T) {
+	boot, _ := vmediaBootDir(t)
 	log := slog.New(slog.DiscardHandler)
 	url := func() string { return "http://192.0.2.1:6385" }
 
@@ -105,14 +113,7 @@ func TestVirtualMediaDir(t *testing.T) {
 func TestTemporaryVirtualMediaDirs(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	boot := t.TempDir()
-	slot, err := protocol.BootConfig{Placeholder: true}.Slot()
-	require.NoError(t, err)
-	iso := make([]byte, 2*len(slot))
-	copy(iso[len(slot):], slot)
-	require.NoError(t, os.WriteFile(filepath.Join(boot, vmedia.ISOName), iso, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(boot, "manifest.json"),
-		fmt.Appendf(nil, `{"iso": {"path": "anvil.iso", "node_slot": {"offset": %d, "bytes": %d}}}`, len(slot), len(slot)), 0o644))
+	boot, iso := vmediaBootDir(t)
 	log := slog.New(slog.DiscardHandler)
 	url := func() string { return "http://192.0.2.1:6385" }
 	cfg := Config{Database: "sqlite://:memory:", BootDir: boot}
