@@ -75,16 +75,10 @@ func NewClient(cfg Config, agentVersion string) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	switch {
 	case cfg.Fingerprint != "":
-		fp, err := protocol.ParseFingerprint(cfg.Fingerprint)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", protocol.CmdlineFingerprint, err)
-		}
-		if u.Scheme != "https" {
-			return nil, fmt.Errorf("ipa-api-url %q: a pinned certificate (%s) needs https://; refusing plain HTTP",
-				cfg.API, protocol.CmdlineFingerprint)
-		}
 		// The pin is stricter than ipa-insecure, so it wins over it.
-		tr.TLSClientConfig = protocol.PinnedTLSConfig(fp)
+		if tr.TLSClientConfig, err = protocol.PinnedTLSFor(u.Scheme, cfg.Fingerprint); err != nil {
+			return nil, fmt.Errorf("ipa-api-url %q: %w", cfg.API, err)
+		}
 	case cfg.Insecure:
 		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // ipa-insecure asks for it
 	}
