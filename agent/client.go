@@ -118,15 +118,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	var pinned *tls.Config // nil: the system roots
 	if cfg.Fingerprint != "" {
-		fp, err := protocol.ParseFingerprint(cfg.Fingerprint)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", protocol.CmdlineFingerprint, err)
+		if pinned, err = protocol.PinnedTLSFor(u.Scheme, cfg.Fingerprint); err != nil {
+			return nil, fmt.Errorf("controller API URL %q: %w", cfg.API, err)
 		}
-		if u.Scheme != "https" {
-			return nil, fmt.Errorf("controller API URL %q: a pinned certificate (%s) needs https://; refusing plain HTTP",
-				cfg.API, protocol.CmdlineFingerprint)
-		}
-		pinned = protocol.PinnedTLSConfig(fp)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second

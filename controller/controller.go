@@ -34,6 +34,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
 	"github.com/anvil-metal/anvil/controller/ui"
 	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/internal/tempdir"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -244,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fake = sim
 		log.Warn("simulating agents for fake-hardware nodes with deploy_interface=direct (development mode)")
 	}
-	media, err := openVirtualMedia(cfg, log, pin != "", func() string {
+	media, closeMedia, err := openVirtualMedia(cfg, log, pin != "", func() string {
 		if cfg.PublicURL != "" {
 			return cfg.PublicURL
 		}
@@ -256,7 +257,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var apiMedia api.VirtualMedia
 	if media != nil {
 		cc.Media, apiMedia = media, media
-		defer media.Close()
+		defer closeMedia()
 	}
 	metrics := api.NewMetrics(apiStore)
 	cc.BootScripts, cc.Suppressed = cfg.BootDir != "", metrics.Suppressed
@@ -418,40 +419,59 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
+// vmediaTempPrefix names the temporary virtual-media directories in
+// os.TempDir(), of every controller on the machine.
+const vmediaTempPrefix = "anvil-vmedia-"
+
 // openVirtualMedia sets up per-node ISOs when --boot-dir has the agent
-// ISO (nil, nil when it has none: redfish-virtual-media boots then fail
-// with a message saying why).
-func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func() string) (*vmedia.Builder, error) {
+// ISO (nil when it has none: redfish-virtual-media boots then fail with a
+// message saying why), and returns what closes them.
+func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func() string) (*vmedia.Builder, func(), error) {
 	if cfg.BootDir == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if _, err := os.Stat(filepath.Join(cfg.BootDir, vmedia.ISOName)); err != nil {
 		log.Info("no agent ISO in --boot-dir: redfish-virtual-media boots are off", "boot_dir", cfg.BootDir)
-		return nil, nil
+		return nil, nil, nil
 	}
 	// In the data directory, boots under way survive a restart of the
 	// controller (controller/vmedia); in a temporary one they do not.
-	dir, temp := cfg.VMediaDir, false
+	dir := cfg.VMediaDir
 	if dir == "" && dataDir(cfg) != "" {
 		dir = filepath.Join(dataDir(cfg), "vmedia")
 	}
+	var temp *tempdir.Dir
 	if dir == "" {
 		log.Warn("no --data-dir or --vmedia-dir: virtual-media boots under way do not survive a restart of the controller")
-		d, err := os.MkdirTemp("", "anvil-vmedia-")
+		// A controller killed outright (SIGKILL) leaves its directory,
+		// ISOs and all: those of controllers that are gone go now.
+		removed, err := tempdir.Sweep("", vmediaTempPrefix)
 		if err != nil {
-			return nil, fmt.Errorf("virtual media: %w", err)
+			log.Warn("could not remove every virtual-media directory of controllers that are gone", "err", err)
 		}
-		dir, temp = d, true
+		if len(removed) > 0 {
+			log.Info("removed the virtual-media directories of controllers that are gone", "dirs", removed)
+		}
+		if temp, err = tempdir.New("", vmediaTempPrefix); err != nil {
+			return nil, nil, fmt.Errorf("virtual media: %w", err)
+		}
+		dir = temp.Path
 	}
-	b, err := vmedia.New(vmedia.Config{BootDir: cfg.BootDir, CacheDir: dir, PublicURL: publicURL, Logger: log.With("component", "vmedia"), RemoveDir: temp,
-		PlainHTTP: plainHTTP})
+	b, err := vmedia.New(vmedia.Config{BootDir: cfg.BootDir, CacheDir: dir, PublicURL: publicURL, Logger: log.With("component", "vmedia"),
+		RemoveDir: temp != nil, PlainHTTP: plainHTTP})
 	if err != nil {
-		if temp {
-			os.RemoveAll(dir)
+		if temp != nil {
+			_ = temp.Remove()
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return b, nil
+	return b, func() {
+		b.Close()
+		if temp != nil {
+			// the directory is gone with b; this lets go of it
+			_ = temp.Remove()
+		}
+	}, nil
 }
 
 // dataDir is where the controller keeps what must survive a restart

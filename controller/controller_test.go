@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/controller/vmedia"
+	"github.com/anvil-metal/anvil/internal/tempdir"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -49,10 +50,10 @@ func TestRamdiskSHA256(t *testing.T) {
 	assert.Equal(t, hex.EncodeToString(sum[:]), ramdiskSHA256(dir, log), "the file nodes are served")
 }
 
-// Virtual-media boots under way live in the data directory (--data-dir,
-// else the SQLite database's), so a restarted controller takes them over;
-// --vmedia-dir overrides it; without either they are temporary.
-func TestVirtualMediaDir(t *testing.T) {
+// vmediaBootDir is a boot directory with an agent ISO (returned) and its
+// manifest, as make image writes them.
+func vmediaBootDir(t *testing.T) (string, []byte) {
+	t.Helper()
 	boot := t.TempDir()
 	slot, err := protocol.BootConfig{Placeholder: true}.Slot()
 	require.NoError(t, err)
@@ -61,6 +62,14 @@ func TestVirtualMediaDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(boot, vmedia.ISOName), iso, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(boot, "manifest.json"),
 		fmt.Appendf(nil, `{"iso": {"path": "anvil.iso", "node_slot": {"offset": %d, "bytes": %d}}}`, len(slot), len(slot)), 0o644))
+	return boot, iso
+}
+
+// Virtual-media boots under way live in the data directory (--data-dir,
+// else the SQLite database's), so a restarted controller takes them over;
+// --vmedia-dir overrides it; without either they are temporary.
+func TestVirtualMediaDir(t *testing.T) {
+	boot, _ := vmediaBootDir(t)
 	log := slog.New(slog.DiscardHandler)
 	url := func() string { return "http://192.0.2.1:6385" }
 
@@ -77,14 +86,14 @@ func TestVirtualMediaDir(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.cfg.BootDir = boot
-			b, err := openVirtualMedia(tc.cfg, log, false, url)
+			b, closeB, err := openVirtualMedia(tc.cfg, log, false, url)
 			require.NoError(t, err)
 			_, err = b.Prepare("node-1", "")
 			require.NoError(t, err)
-			b.Close()
-			b, err = openVirtualMedia(tc.cfg, log, false, url)
+			closeB()
+			b, closeB, err = openVirtualMedia(tc.cfg, log, false, url)
 			require.NoError(t, err)
-			defer b.Close()
+			defer closeB()
 			if tc.want == "" {
 				assert.False(t, b.Active("node-1"), "a temporary directory does not outlive the controller")
 				return
@@ -94,4 +103,47 @@ func TestVirtualMediaDir(t *testing.T) {
 			b.Release("node-1")
 		})
 	}
+}
+
+// TestTemporaryVirtualMediaDirs: a controller without a data directory
+// keeps virtual media in a temporary directory; one killed outright
+// (SIGKILL) cannot remove it, so the next controller to start removes
+// those of controllers that are gone, and only those: a live
+// controller's on the same machine stays.
+func TestTemporaryVirtualMediaDirs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	boot, iso := vmediaBootDir(t)
+	log := slog.New(slog.DiscardHandler)
+	url := func() string { return "http://192.0.2.1:6385" }
+	cfg := Config{Database: "sqlite://:memory:", BootDir: boot}
+
+	// A killed controller's: marked as made by tempdir, held by nobody.
+	dead := filepath.Join(tmp, vmediaTempPrefix+"dead")
+	require.NoError(t, os.Mkdir(dead, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dead, tempdir.Marker), []byte("4242\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dead, "node-1.iso"), iso, 0o600))
+	// An older release's, which has no marker: who made it cannot be told.
+	unmarked := filepath.Join(tmp, vmediaTempPrefix+"unmarked")
+	require.NoError(t, os.Mkdir(unmarked, 0o700))
+
+	live, closeLive, err := openVirtualMedia(cfg, log, false, url)
+	require.NoError(t, err)
+	_, err = live.Prepare("node-1", "")
+	require.NoError(t, err)
+	assert.NoDirExists(t, dead, "a dead controller's directory goes when another starts")
+	assert.DirExists(t, unmarked)
+
+	_, closeSecond, err := openVirtualMedia(cfg, log, false, url)
+	require.NoError(t, err)
+	assert.True(t, live.Active("node-1"), "a live controller's directory stays when another starts")
+	dirs, err := filepath.Glob(filepath.Join(tmp, vmediaTempPrefix+"*"))
+	require.NoError(t, err)
+	assert.Len(t, dirs, 3, "the two live controllers' and the unmarked one: %v", dirs)
+
+	closeSecond()
+	closeLive()
+	dirs, err = filepath.Glob(filepath.Join(tmp, vmediaTempPrefix+"*"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{unmarked}, dirs, "a controller that stops removes its own")
 }

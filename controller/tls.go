@@ -1,17 +1,12 @@
 package controller
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	neturl "net/url"
 	"os"
@@ -20,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-metal/anvil/internal/selfsigned"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -179,44 +175,10 @@ func writeFingerprint(dir string, cert tls.Certificate) error {
 	return nil
 }
 
-// newSelfSigned makes a P-256 certificate valid for ten years (agents pin
-// it; an expiry would only break them) with hosts as its SANs.
+// newSelfSigned makes the controller's certificate, valid for ten years
+// (agents pin it; an expiry would only break them) with hosts as its SANs.
 func newSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "anvil-controller", Organization: []string{"anvil"}},
-		NotBefore:             now.Add(-time.Hour), // a node's clock a little behind
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true, // so that it can be a client's CA file
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+	return selfsigned.New(pkix.Name{CommonName: "anvil-controller", Organization: []string{"anvil"}}, hosts, now, now.AddDate(10, 0, 0))
 }
 
 // missingHosts lists the hosts a reused certificate does not name, so the

@@ -47,6 +47,20 @@ func ParseFingerprint(s string) (Fingerprint, error) {
 	return f, nil
 }
 
+// PinnedTLSFor is PinnedTLSConfig for a pin as the kernel command line
+// gives it (CmdlineFingerprint) and the scheme of the URL it guards: a
+// malformed pin is an error, not no pin, and a pin needs https.
+func PinnedTLSFor(scheme, pin string) (*tls.Config, error) {
+	fp, err := ParseFingerprint(pin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CmdlineFingerprint, err)
+	}
+	if scheme != "https" {
+		return nil, fmt.Errorf("a pinned certificate (%s) needs https://; refusing plain HTTP", CmdlineFingerprint)
+	}
+	return PinnedTLSConfig(fp), nil
+}
+
 // PinnedTLSConfig accepts exactly one server certificate, the one whose
 // SHA-256 is pin, and ignores the CA chain and the host name: a ramdisk
 // told the fingerprint by its boot configuration trusts nothing else, and

@@ -85,3 +85,26 @@ func FuzzParseFingerprint(f *testing.F) {
 		assert.Equal(t, fp, again)
 	})
 }
+
+func TestPinnedTLSFor(t *testing.T) {
+	pin := Fingerprint{9}.String()
+	for name, tc := range map[string]struct {
+		scheme, pin, err string
+	}{
+		"https":        {"https", pin, ""},
+		"plain HTTP":   {"http", pin, "needs https://"},
+		"a bad pin":    {"https", "sha256:12", CmdlineFingerprint},
+		"an empty one": {"https", "", CmdlineFingerprint},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := PinnedTLSFor(tc.scheme, tc.pin)
+			if tc.err != "" {
+				assert.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.True(t, c.InsecureSkipVerify, "the pin replaces the chain check")
+			assert.NotNil(t, c.VerifyConnection)
+		})
+	}
+}

@@ -36,11 +36,14 @@ const tokenRejections = 3
 
 // Config is the IPA side's configuration, from IPA's kernel arguments.
 type Config struct {
-	API             string // ipa-api-url
-	AdvertiseHost   string // ipa-advertise-host; "" = the address routing to the API
-	AdvertisePort   int    // ipa-advertise-port; 0 = DefaultPort
-	ListenAddr      string // ipa-listen-host:ipa-listen-port; "" = ":9999"
-	Insecure        bool   // ipa-insecure
+	API           string // ipa-api-url
+	AdvertiseHost string // ipa-advertise-host; "" = the address routing to the API
+	AdvertisePort int    // ipa-advertise-port; 0 = DefaultPort
+	ListenAddr    string // ipa-listen-host:ipa-listen-port; "" = ":9999"
+	Insecure      bool   // ipa-insecure
+	// Fingerprint pins Ironic's TLS certificate ("sha256:<hex>",
+	// anvil.api_fingerprint= or --api-fingerprint), as in anvil mode.
+	Fingerprint     string
 	GlobalRequestID string // ipa-global-request-id
 	BootIF          string // BOOTIF: this MAC is looked up first
 	NodeUUID        string // sent with the lookup when known
@@ -82,7 +85,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.Backoff.Max <= 0 {
 		a.Backoff.Max = 10 * time.Second // IPA's lookup starts at 1 s too
 	}
-	client, err := NewClient(a.Config.API, a.Config.Insecure, a.Config.GlobalRequestID, a.Version)
+	client, err := NewClient(a.Config, a.Version)
 	if err != nil {
 		return err
 	}

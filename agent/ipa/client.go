@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Ironic API microversions IPA 2023.1 keys its messages on
@@ -59,22 +61,31 @@ type Client struct {
 	version   *apiVersion // discovered once
 }
 
-// NewClient returns a client for Ironic at api (ipa-api-url). insecure
-// skips TLS verification (ipa-insecure); requestID is sent as
+// NewClient returns a client for Ironic at cfg.API (ipa-api-url).
+// cfg.Fingerprint pins Ironic's TLS certificate, as anvil mode pins the
+// controller's: only a server presenting exactly that certificate is
+// spoken to, and the URL must be https. Without it cfg.Insecure skips TLS
+// verification (ipa-insecure). cfg.GlobalRequestID is sent as
 // X-OpenStack-Request-ID (ipa-global-request-id).
-func NewClient(api string, insecure bool, requestID, agentVersion string) (*Client, error) {
-	u, err := url.Parse(api)
+func NewClient(cfg Config, agentVersion string) (*Client, error) {
+	u, err := url.Parse(cfg.API)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("ipa-api-url %q: want an http(s) URL", api)
+		return nil, fmt.Errorf("ipa-api-url %q: want an http(s) URL", cfg.API)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if insecure {
+	switch {
+	case cfg.Fingerprint != "":
+		// The pin is stricter than ipa-insecure, so it wins over it.
+		if tr.TLSClientConfig, err = protocol.PinnedTLSFor(u.Scheme, cfg.Fingerprint); err != nil {
+			return nil, fmt.Errorf("ipa-api-url %q: %w", cfg.API, err)
+		}
+	case cfg.Insecure:
 		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // ipa-insecure asks for it
 	}
 	return &Client{
-		base:      strings.TrimRight(api, "/"),
+		base:      strings.TrimRight(cfg.API, "/"),
 		http:      &http.Client{Transport: tr, Timeout: 60 * time.Second},
-		requestID: requestID,
+		requestID: cfg.GlobalRequestID,
 		userAgent: "anvil-agent/" + agentVersion + " (ironic-python-agent API)",
 	}, nil
 }

@@ -101,10 +101,10 @@ func lookupAnswer(timeout float64, token string) map[string]any {
 
 func TestNewClientRejectsBadURLs(t *testing.T) {
 	for _, u := range []string{"", "10.0.0.1:6385", "ftp://ironic/", "http://", "http://[::1", "mdns"} {
-		_, err := NewClient(u, false, "", "1")
+		_, err := NewClient(Config{API: u}, "1")
 		assert.Error(t, err, u)
 	}
-	c, err := NewClient("https://ironic.example:6385/", true, "", "1")
+	c, err := NewClient(Config{API: "https://ironic.example:6385/", Insecure: true}, "1")
 	require.NoError(t, err)
 	assert.Equal(t, "https://ironic.example:6385", c.base, "a trailing slash is dropped, as IPA does")
 }
@@ -120,7 +120,7 @@ func TestLookupRequestShape(t *testing.T) {
 	} {
 		f := newFakeIronic(t, tc.ironic)
 		f.lookup = func(int, seen) (int, any) { return 200, lookupAnswer(60, testToken) }
-		c, err := NewClient(f.srv.URL+"/", false, "req-0123", "9.9")
+		c, err := NewClient(Config{API: f.srv.URL + "/", GlobalRequestID: "req-0123"}, "9.9")
 		require.NoError(t, err)
 		lr, err := c.Lookup(context.Background(), []string{"52:54:00:00:00:02", "52:54:00:00:00:01"}, "1be26c0b-03f2-4d2e-ae87-c02d7f33c123")
 		require.NoError(t, err, tc.ironic)
@@ -142,7 +142,7 @@ func TestLookupRequestShape(t *testing.T) {
 func TestLookupWithoutNodeUUID(t *testing.T) {
 	f := newFakeIronic(t, "1.82")
 	f.lookup = func(int, seen) (int, any) { return 200, lookupAnswer(60, testToken) }
-	c, err := NewClient(f.srv.URL, false, "", "9.9")
+	c, err := NewClient(Config{API: f.srv.URL}, "9.9")
 	require.NoError(t, err)
 	_, err = c.Lookup(context.Background(), []string{"52:54:00:00:00:01"}, "")
 	require.NoError(t, err)
@@ -177,7 +177,7 @@ func TestLookupErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeIronic(t, "1.82")
 			f.lookup = func(int, seen) (int, any) { return tc.code, tc.answer }
-			c, err := NewClient(f.srv.URL, false, "", "9.9")
+			c, err := NewClient(Config{API: f.srv.URL}, "9.9")
 			require.NoError(t, err)
 			_, err = c.Lookup(context.Background(), []string{"52:54:00:00:00:01"}, "")
 			require.Error(t, err)
@@ -240,7 +240,7 @@ func TestHeartbeatRequestShape(t *testing.T) {
 	} {
 		f := newFakeIronic(t, tc.ironic)
 		f.beat = func(int, seen) (int, any) { return 202, nil }
-		c, err := NewClient(f.srv.URL, false, "", "9.9")
+		c, err := NewClient(Config{API: f.srv.URL}, "9.9")
 		require.NoError(t, err)
 		require.NoError(t, c.Heartbeat(context.Background(), "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "http://10.0.2.15:9999", testToken, "9.9"))
 		reqs := f.requests("/v1/heartbeat/")
@@ -272,7 +272,7 @@ func TestHeartbeatErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeIronic(t, "1.82")
 			f.beat = func(int, seen) (int, any) { return tc.code, tc.answer }
-			c, err := NewClient(f.srv.URL, false, "", "9.9")
+			c, err := NewClient(Config{API: f.srv.URL}, "9.9")
 			require.NoError(t, err)
 			err = c.Heartbeat(context.Background(), "1be2", "http://a:9999", testToken, "9.9")
 			var he *HTTPError

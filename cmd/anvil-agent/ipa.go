@@ -19,7 +19,7 @@ import (
 // ipaConfig turns IPA's kernel arguments into the adapter's configuration.
 func ipaConfig(o options) (ipa.Config, error) {
 	a := o.ipaArgs
-	cfg := ipa.Config{API: a.APIURL, AdvertiseHost: a.AdvertiseHost, Insecure: a.Insecure,
+	cfg := ipa.Config{API: a.APIURL, AdvertiseHost: a.AdvertiseHost, Insecure: a.Insecure, Fingerprint: o.apiPin,
 		GlobalRequestID: a.GlobalRequestID, BootIF: o.bootIF, NodeUUID: o.node}
 	if a.AdvertisePort != "" {
 		p, err := strconv.Atoi(a.AdvertisePort)
@@ -49,7 +49,7 @@ func ipaConfig(o options) (ipa.Config, error) {
 func runIPA(ctx context.Context, o options, env hardware.Environment, powers bool, why string, guard *hardware.Guard, log *slog.Logger, stderr io.Writer) int {
 	cfg, err := ipaConfig(o)
 	if err == nil {
-		_, err = ipa.NewClient(cfg.API, cfg.Insecure, "", agent.Version)
+		_, err = ipa.NewClient(cfg, agent.Version)
 	}
 	if err != nil {
 		if !env.InRamdisk {

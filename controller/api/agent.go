@@ -168,7 +168,7 @@ func (s *Server) cleaningSteps(w http.ResponseWriter, r *http.Request) error {
 
 // inventory serves GET /v1/nodes/{id}/inventory (1.81).
 func (s *Server) inventory(w http.ResponseWriter, r *http.Request) error {
-	if err := atLeast(r.Context(), 81); err != nil {
+	if err := since(r.Context(), 81); err != nil {
 		return err
 	}
 	n, err := s.loadNode(r)

@@ -117,7 +117,8 @@ func (s *Server) allocationRequest(r *http.Request, b *allocationBody) (a *store
 		}
 	}
 	if a.UUID == "" {
-		// Backfilling without a UUID: the instance's is the allocation's.
+		// Not createUUID: an allocation body is no writes document, and
+		// backfilling without a UUID gives the instance's.
 		if node != nil && node.InstanceUUID != nil {
 			a.UUID = *node.InstanceUUID
 		} else {
@@ -271,8 +272,6 @@ var allocationWrites = &writes[store.Allocation]{
 		}
 		return err
 	},
-	// The allocator may write the allocation (state, node) meanwhile.
-	retryStale: true,
 }
 
 // deleteAllocation frees the node, unless it is deployed or busy.
@@ -291,8 +290,8 @@ func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error 
 // nodeAllocation is the allocation of the node the route names; Ironic's
 // refusal when it has none.
 func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
-	if version(r.Context()) < 52 {
-		return nil, errf(http.StatusNotFound, "The resource could not be found.")
+	if err := since(r.Context(), 52); err != nil {
+		return nil, err
 	}
 	n, err := s.loadNode(r)
 	if err != nil {

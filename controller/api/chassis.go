@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -58,15 +56,10 @@ var chassisWrites = &writes[store.Chassis]{
 	doc: func(c *store.Chassis) map[string]any {
 		return map[string]any{"uuid": c.UUID, "description": sp(c.Description), "extra": orEmpty(c.Extra)}
 	},
-	fresh: func() *store.Chassis { return &store.Chassis{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()} },
+	fresh: func(id string) *store.Chassis { return &store.Chassis{UUID: id, CreatedAt: time.Now().UTC()} },
 	apply: func(_ *Server, _ *http.Request, c *store.Chassis, doc map[string]any, changed func(string) bool, create bool) error {
-		if changed("uuid") {
-			if !create {
-				return badRequest("Cannot overwrite UUID for an existing Chassis.")
-			}
-			if u := optStr(doc, "uuid"); u != nil {
-				c.UUID = uuid.MustParse(*u).String()
-			}
+		if changed("uuid") && !create {
+			return badRequest("Cannot overwrite UUID for an existing Chassis.")
 		}
 		if changed("description") {
 			c.Description = optStr(doc, "description")

@@ -186,6 +186,8 @@ func (s *Server) parseTemplate(doc map[string]any, t *store.DeployTemplate) erro
 		return badRequest("Deploy template invalid: Duplicate deploy steps. A deploy template cannot have multiple deploy steps "+
 			"with the same interface and step. Duplicates: %s.", strings.Join(dups, "; "))
 	}
+	// Not createUUID: a template body is no writes document, and Ironic's
+	// template validator has its own refusal.
 	if u, ok := doc["uuid"]; ok && u != nil {
 		us, _ := u.(string)
 		id, err := uuid.Parse(us)

@@ -233,7 +233,7 @@ func (s *Server) validateNode(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
-	if err := atLeast(r.Context(), 78); err != nil {
+	if err := since(r.Context(), 78); err != nil {
 		return err
 	}
 	q, err := parseQuery(r, "detail", "limit", "marker")

@@ -216,7 +216,9 @@ var nodeFields = []nodeField{
 }
 
 var nodeFieldMin = func() map[string]int {
-	m := map[string]int{}
+	// links are always shown, and ?fields= may name them too: Ironic
+	// checks fields against the node as shown, links included.
+	m := map[string]int{"links": 1}
 	for _, f := range nodeFields {
 		m[f.name] = f.min
 	}
@@ -373,7 +375,7 @@ var nodeFieldByName = func() map[string]*nodeField {
 }()
 
 // summaryFields can be served from store.NodeSummary (indexed columns).
-var summaryFields = map[string]bool{"uuid": true, "name": true, "instance_uuid": true, "maintenance": true,
+var summaryFields = map[string]bool{"links": true, "uuid": true, "name": true, "instance_uuid": true, "maintenance": true,
 	"power_state": true, "provision_state": true, "reservation": true}
 
 func summaryNode(s *store.NodeSummary) *store.Node {

@@ -237,6 +237,8 @@ var writable = map[string]writableField{
 
 // createOnly are accepted on POST but not PATCH.
 var createOnly = map[string]writableField{
+	// Not createUUID: a node body is no writes document, and Ironic's
+	// node validator has its own refusal.
 	"uuid": {min: 1, set: func(n *store.Node, v any) error {
 		s, err := asOptString("uuid", v, 36)
 		if err != nil || s == nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
@@ -70,8 +69,8 @@ var portgroupWrites = &writes[store.Portgroup]{
 			"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
 			"standalone_ports_supported": pg.StandalonePortsSupported}
 	},
-	fresh: func() *store.Portgroup {
-		return &store.Portgroup{UUID: uuid.NewString(), StandalonePortsSupported: true, CreatedAt: time.Now().UTC()}
+	fresh: func(id string) *store.Portgroup {
+		return &store.Portgroup{UUID: id, StandalonePortsSupported: true, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, pg *store.Portgroup, doc map[string]any, changed func(string) bool, create bool) error {
 		if changed("name") {
@@ -82,9 +81,6 @@ var portgroupWrites = &writes[store.Portgroup]{
 				return badRequest("Portgroup %s: Cannot change name to invalid name '%s'", mux.Vars(r)["pg"], *name)
 			}
 			pg.Name = optStr(doc, "name")
-		}
-		if create && optStr(doc, "uuid") != nil {
-			pg.UUID = uuid.MustParse(str(doc, "uuid")).String()
 		}
 		if changed("address") {
 			pg.Address = nil

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -111,13 +109,10 @@ var portWrites = &writes[store.Port]{
 			"local_link_connection": orEmpty(p.LocalLinkConnection), "pxe_enabled": p.PXEEnabled,
 			"portgroup_uuid": sp(p.PortgroupUUID), "physical_network": sp(p.PhysicalNetwork), "is_smartnic": p.IsSmartNIC}
 	},
-	fresh: func() *store.Port {
-		return &store.Port{UUID: uuid.NewString(), PXEEnabled: true, CreatedAt: time.Now().UTC()}
+	fresh: func(id string) *store.Port {
+		return &store.Port{UUID: id, PXEEnabled: true, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, p *store.Port, doc map[string]any, changed func(string) bool, create bool) error {
-		if create && optStr(doc, "uuid") != nil {
-			p.UUID = uuid.MustParse(str(doc, "uuid")).String()
-		}
 		if changed("address") {
 			p.Address, _ = normalizeMAC(str(doc, "address"))
 		}
@@ -168,8 +163,8 @@ var portWrites = &writes[store.Port]{
 			return conductor.Wrap(conductor.CodeConflict, err, "A port with UUID %s already exists.", p.UUID)
 		}
 		if errors.Is(err, store.ErrConflict) {
-			// Ironic serializes writes under the node's lock; a write that
-			// lost a race is refused as a locked node is.
+			// patchResource retries a lost race patchAttempts times; a
+			// port still rewritten meanwhile is refused as a locked node is.
 			return conductor.Wrap(conductor.CodeConflict, err, "Port %s was changed by another request, please retry.", p.UUID)
 		}
 		return err

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -26,8 +28,9 @@ type writes[T any] struct {
 	patchCheck func(ops []patchOp) error
 	// doc is the resource as a PATCH sees it: every schema field.
 	doc func(v *T) map[string]any
-	// fresh is a new resource with its defaults and a new UUID.
-	fresh func() *T
+	// fresh is a new resource with its defaults and the UUID createResource
+	// chose (the body's, else a new one).
+	fresh func(uuid string) *T
 	// apply sets the fields changed says changed (on create, those the
 	// body has) from the validated document; create tells which.
 	apply func(s *Server, r *http.Request, v *T, doc map[string]any, changed func(string) bool, create bool) error
@@ -39,15 +42,14 @@ type writes[T any] struct {
 	touch          func(v *T) // sets updated_at
 	// writeErr turns a store refusal (a duplicate) into Ironic's.
 	writeErr func(v *T, err error) error
-	// retryStale: a PATCH whose update finds the resource changed since it
-	// was read (store.ErrConflict) is applied again to a fresh read, as
-	// Ironic's lock would have serialized the two writes. Allocations use
-	// it: the allocator writes them while a client may patch name/extra.
-	// Without it the client gets writeErr's 409.
-	retryStale bool
 }
 
-// patchAttempts bounds the re-reads of a retryStale PATCH.
+// patchAttempts bounds the re-reads of a PATCH whose update finds the
+// resource changed since it was read (store.ErrConflict): it is applied
+// again to a fresh read, as Ironic's lock would have serialized the two
+// writes (the allocator writes allocations, VIF attachment ports and port
+// groups, while a client patches them). Only a resource rewritten this
+// often meanwhile gets writeErr's 409.
 const patchAttempts = 50
 
 // checkVersions refuses fields above the negotiated version with 406, as
@@ -83,7 +85,7 @@ func createResource[T any](s *Server, w http.ResponseWriter, r *http.Request, re
 	if err := checkVersions(ctx, res, sortedKeys(doc)); err != nil {
 		return err
 	}
-	v := wr.fresh()
+	v := wr.fresh(createUUID(doc))
 	has := func(k string) bool { _, ok := doc[k]; return ok }
 	if err := wr.apply(s, r, v, doc, has, true); err != nil {
 		return err
@@ -124,7 +126,7 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 	}
 	for attempt := 1; ; attempt++ {
 		v, err := patchOnce(s, r, res, ops)
-		if errors.Is(err, store.ErrConflict) && wr.retryStale && attempt < patchAttempts && ctx.Err() == nil {
+		if errors.Is(err, store.ErrConflict) && attempt < patchAttempts && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
@@ -136,6 +138,15 @@ func patchResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res
 		writeJSON(w, http.StatusOK, res.view(s, r, v, nil))
 		return nil
 	}
+}
+
+// createUUID is the UUID of a resource a validated body creates: the
+// body's (the schema checked it is one), in canonical form, else a new one.
+func createUUID(doc map[string]any) string {
+	if u := optStr(doc, "uuid"); u != nil {
+		return uuid.MustParse(*u).String()
+	}
+	return uuid.NewString()
 }
 
 // checkPatchable refuses an operation on a field outside allowed, as

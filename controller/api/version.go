@@ -38,6 +38,16 @@ func requestID(ctx context.Context) string {
 	return id
 }
 
+// since refuses a resource newer than the negotiated version as Ironic
+// does: its routing (the node controller's _lookup) does not reach it, so
+// the answer is 404 Not Found, not atLeast's 406.
+func since(ctx context.Context, minor int) error {
+	if version(ctx) < minor {
+		return errf(http.StatusNotFound, "The resource could not be found.")
+	}
+	return nil
+}
+
 // atLeast refuses (406) a feature newer than the negotiated version.
 func atLeast(ctx context.Context, minor int) error {
 	if version(ctx) < minor {

@@ -10,11 +10,10 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// vifNode is the node of a VIF request; the VIF routes appeared in 1.28
-// (below, Ironic's node controller answers a plain 404).
+// vifNode is the node of a VIF request; the VIF routes appeared in 1.28.
 func (s *Server) vifNode(r *http.Request) (*store.Node, error) {
-	if version(r.Context()) < 28 {
-		return nil, errf(http.StatusNotFound, "The resource could not be found.")
+	if err := since(r.Context(), 28); err != nil {
+		return nil, err
 	}
 	return s.loadNode(r)
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
@@ -154,16 +153,13 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		return map[string]any{"uuid": c.UUID, "node_uuid": c.NodeUUID, "type": c.Type, "connector_id": c.ConnectorID,
 			"extra": orEmpty(c.Extra)}
 	},
-	fresh: func() *store.VolumeConnector {
-		return &store.VolumeConnector{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
+	fresh: func(id string) *store.VolumeConnector {
+		return &store.VolumeConnector{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, c *store.VolumeConnector, doc map[string]any, changed func(string) bool, create bool) error {
 		node, err := s.volumeNode(r, doc, changed, c.NodeUUID)
 		if err != nil {
 			return err
-		}
-		if create && optStr(doc, "uuid") != nil {
-			c.UUID = uuid.MustParse(str(doc, "uuid")).String()
 		}
 		if changed("type") {
 			t := str(doc, "type")
@@ -224,16 +220,13 @@ var targetWrites = &writes[store.VolumeTarget]{
 		return map[string]any{"uuid": t.UUID, "node_uuid": t.NodeUUID, "volume_type": t.VolumeType, "volume_id": t.VolumeID,
 			"boot_index": t.BootIndex, "properties": orEmpty(t.Properties), "extra": orEmpty(t.Extra)}
 	},
-	fresh: func() *store.VolumeTarget {
-		return &store.VolumeTarget{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
+	fresh: func(id string) *store.VolumeTarget {
+		return &store.VolumeTarget{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, t *store.VolumeTarget, doc map[string]any, changed func(string) bool, create bool) error {
 		node, err := s.volumeNode(r, doc, changed, t.NodeUUID)
 		if err != nil {
 			return err
-		}
-		if create && optStr(doc, "uuid") != nil {
-			t.UUID = uuid.MustParse(str(doc, "uuid")).String()
 		}
 		t.NodeUUID = node
 		if changed("boot_index") {
@@ -289,8 +282,8 @@ var targetWrites = &writes[store.VolumeTarget]{
 func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler) {
 	gated := func(h handler) http.Handler {
 		return authed(func(w http.ResponseWriter, r *http.Request) error {
-			if version(r.Context()) < volumeVersion {
-				return errf(http.StatusNotFound, "The resource could not be found.")
+			if err := since(r.Context(), volumeVersion); err != nil {
+				return err
 			}
 			return h(w, r)
 		})

@@ -23,11 +23,12 @@ type Controller struct {
 
 // Controllers describes the controllers sharing the store.
 type Controllers interface {
-	// RecordController registers c.Holder as live until ttl from now (as
-	// Leases.RegisterController does) with what it runs.
+	// RecordController registers c.Holder as a live controller until ttl
+	// from now, with what it runs; controllers re-record as they renew
+	// their leases. Leases.LiveControllers lists the live ones.
 	RecordController(ctx context.Context, c Controller, ttl time.Duration) error
 	// ListControllers lists every registration, live or expired, by
-	// holder. A registration made by RegisterController alone has the
-	// holder's host part as its Hostname and no drivers.
+	// holder. A registration without a Hostname has the holder's host
+	// part as its Hostname.
 	ListControllers(ctx context.Context) ([]Controller, error)
 }

@@ -309,7 +309,10 @@ type Ports interface {
 	GetPort(ctx context.Context, uuid string) (*Port, error)
 	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
 	// UpdatePort writes p; if p.Revision is set (p was read from the
-	// store), only if it is still current (else ErrConflict).
+	// store), only if it is still current (else ErrConflict), and then
+	// p.Revision is the new one. A p not read (Revision 0) is written
+	// unconditionally and stays at 0: a revision it never read would
+	// make its next write a conflict with itself.
 	UpdatePort(ctx context.Context, p *Port) error
 	DeletePort(ctx context.Context, uuid string) error
 }
@@ -329,8 +332,7 @@ type Allocations interface {
 	CreateAllocation(ctx context.Context, a *Allocation) error
 	GetAllocation(ctx context.Context, ident string) (*Allocation, error)
 	ListAllocations(ctx context.Context, f ResourceFilter, p Page) ([]*Allocation, error)
-	// UpdateAllocation writes a if its Revision is still current (else
-	// ErrConflict) and bumps a.Revision.
+	// UpdateAllocation is UpdatePort for an allocation.
 	UpdateAllocation(ctx context.Context, a *Allocation) error
 	DeleteAllocation(ctx context.Context, uuid string) error
 }
@@ -404,10 +406,12 @@ type Leases interface {
 	// lease: reserved ones (an operation is running) and those in one of
 	// waitStates. At most limit are returned.
 	UnleasedWork(ctx context.Context, waitStates []string, limit int) ([]string, error)
-	// RegisterController records holder as a live controller until ttl from
-	// now; controllers re-register as they renew their leases.
+	// RegisterController is RecordController without what the controller
+	// runs. Kept only because controller/conductor's tests call it (they
+	// are being restructured meanwhile); production calls RecordController.
 	RegisterController(ctx context.Context, holder string, ttl time.Duration) error
-	// UnregisterController removes holder (a clean shutdown).
+	// UnregisterController removes a controller's registration
+	// (Controllers.RecordController) at a clean shutdown.
 	UnregisterController(ctx context.Context, holder string) error
 	// LiveControllers lists the registered controllers whose registration
 	// has not expired, sorted, so all controllers agree on how to split

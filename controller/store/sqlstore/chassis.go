@@ -2,10 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	stdjson "encoding/json"
-	"errors"
-	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -13,65 +9,39 @@ import (
 // Chassis have a table of their own, which nodes.chassis_uuid refers to
 // (migration 10); volume connectors and targets are node resources
 // (resources.go).
+var chassisKind = &tableKind[store.Chassis]{
+	table: "chassis", what: "chassis", revised: true,
+	uuid:  func(c *store.Chassis) string { return c.UUID },
+	setID: func(c *store.Chassis, id int64) { c.ID = id },
+	created: func(s *Store, c *store.Chassis) []column {
+		return []column{{"created_at", s.d.stamp(&c.CreatedAt)}}
+	},
+	// the foreign key (a trigger on SQLite) refuses a chassis nodes are
+	// in at the moment of the delete
+	inUse: store.ErrNotEmpty,
+}
 
 // CreateChassis inserts a chassis.
 func (s *Store) CreateChassis(ctx context.Context, c *store.Chassis) error {
-	data, err := stdjson.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("encode chassis %s: %w", c.UUID, err)
-	}
-	err = s.queryRow(ctx, s.w, `INSERT INTO chassis (uuid, revision, created_at, data) VALUES ($1, 1, $2, $3) RETURNING id`,
-		c.UUID, s.d.stamp(&c.CreatedAt), data).Scan(&c.ID)
-	return s.mapErr(err, "create chassis "+c.UUID)
+	return chassisKind.create(ctx, s, c)
 }
 
 // GetChassis finds a chassis by uuid.
 func (s *Store) GetChassis(ctx context.Context, uuid string) (*store.Chassis, error) {
-	c, err := scanResource(setChassisID)(s.queryRow(ctx, s.r, `SELECT id, revision, data FROM chassis WHERE uuid = $1`, uuid))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("chassis %s: %w", uuid, store.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get chassis %s: %w", uuid, err)
-	}
-	return c, nil
+	return chassisKind.get(ctx, s, uuid)
 }
 
 // ListChassis lists chassis.
 func (s *Store) ListChassis(ctx context.Context, p store.Page) ([]*store.Chassis, error) {
-	return listPage(ctx, s, "chassis", "id, revision, data", nil, nil, p, scanResource(setChassisID))
+	return chassisKind.list(ctx, s, nil, nil, p)
 }
 
 // UpdateChassis writes a chassis.
 func (s *Store) UpdateChassis(ctx context.Context, c *store.Chassis) error {
-	data, err := stdjson.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("encode chassis %s: %w", c.UUID, err)
-	}
-	res, err := s.exec(ctx, s.w, `UPDATE chassis SET revision = revision + 1, data = $1 WHERE uuid = $2`, data, c.UUID)
-	if err != nil {
-		return s.mapErr(err, "update chassis "+c.UUID)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("chassis %s: %w", c.UUID, store.ErrNotFound)
-	}
-	return nil
+	return chassisKind.update(ctx, s, c)
 }
 
-// DeleteChassis removes a chassis no node is in: the foreign key (a
-// trigger on SQLite) refuses the others at the moment of the delete.
+// DeleteChassis removes a chassis no node is in.
 func (s *Store) DeleteChassis(ctx context.Context, uuid string) error {
-	res, err := s.exec(ctx, s.w, `DELETE FROM chassis WHERE uuid = $1`, uuid)
-	if err != nil {
-		if s.d.missingParent(err) {
-			return fmt.Errorf("delete chassis %s: %w", uuid, store.ErrNotEmpty)
-		}
-		return fmt.Errorf("delete chassis %s: %w", uuid, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("chassis %s: %w", uuid, store.ErrNotFound)
-	}
-	return nil
+	return chassisKind.delete(ctx, s, uuid)
 }
-
-func setChassisID(c *store.Chassis, id, _ int64) { c.ID = id }

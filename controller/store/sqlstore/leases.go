@@ -113,15 +113,10 @@ func (s *Store) UnleasedWork(ctx context.Context, waitStates []string, limit int
 	return out, nil
 }
 
-// RegisterController records holder as live.
+// RegisterController records holder as live, as RecordController does
+// (store.Leases says why it is kept).
 func (s *Store) RegisterController(ctx context.Context, holder string, ttl time.Duration) error {
-	p := params{holder}
-	q := `INSERT INTO controllers (holder, expires_at) VALUES ($1, ` + s.d.later(&p, ttl) + `)
-		ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`
-	if _, err := s.exec(ctx, s.w, q, p...); err != nil {
-		return fmt.Errorf("register controller %s: %w", holder, err)
-	}
-	return nil
+	return s.RecordController(ctx, store.Controller{Holder: holder}, ttl)
 }
 
 // UnregisterController removes holder.

@@ -108,25 +108,53 @@ func scanResource[T any](set setKeys[T]) func(scanner) (*T, error) {
 	}
 }
 
-// getResource finds by uuid, or by uuid then name when byName.
-func getResource[T any](ctx context.Context, s *Store, kind, ident string, byName bool, setID setKeys[T]) (*T, error) {
+// resourceKind defines one kind of the resources table; its store methods
+// are this one definition's, not a copy per kind.
+type resourceKind[T any] struct {
+	kind   string
+	byName bool // get finds by uuid, then by name
+	keys   func(v *T) resourceKeys
+	// fields are v's ID and Revision; a nil revision: the kind is
+	// written last-writer-wins.
+	fields func(v *T) (id, revision *int64)
+}
+
+func (k *resourceKind[T]) set(v *T, id, rev int64) {
+	i, r := k.fields(v)
+	*i = id
+	if r != nil {
+		*r = rev
+	}
+}
+
+func (k *resourceKind[T]) create(ctx context.Context, s *Store, v *T) error {
+	id, err := s.createResource(ctx, k.kind, k.keys(v), v)
+	if err != nil {
+		return err
+	}
+	k.set(v, id, 1)
+	return nil
+}
+
+// get finds by uuid, or by uuid then name when the kind has names.
+func (k *resourceKind[T]) get(ctx context.Context, s *Store, ident string) (*T, error) {
 	q := `SELECT id, revision, data FROM resources WHERE kind = $1 AND uuid = $2`
-	if byName {
+	if k.byName {
 		q = `SELECT id, revision, data FROM resources WHERE kind = $1 AND (uuid = $2 OR name = $2) ORDER BY uuid = $2 DESC LIMIT 1`
 	}
-	v, err := scanResource(setID)(s.queryRow(ctx, s.r, q, kind, ident))
+	v, err := scanResource(k.set)(s.queryRow(ctx, s.r, q, k.kind, ident))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%s %s: %w", kind, ident, store.ErrNotFound)
+		return nil, fmt.Errorf("%s %s: %w", k.kind, ident, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s %s: %w", kind, ident, err)
+		return nil, fmt.Errorf("get %s %s: %w", k.kind, ident, err)
 	}
 	return v, nil
 }
 
-func listResources[T any](ctx context.Context, s *Store, kind string, f store.ResourceFilter, p store.Page, setID setKeys[T]) ([]*T, error) {
+func (k *resourceKind[T]) list(ctx context.Context, s *Store, f store.ResourceFilter, p store.Page) ([]*T, error) {
 	var args params
-	where := []string{"kind = " + args.add(kind)}
+	where := []string{"kind = " + args.add(k.kind)}
 	for _, c := range []struct {
 		col string
 		v   *string
@@ -135,203 +163,206 @@ func listResources[T any](ctx context.Context, s *Store, kind string, f store.Re
 			where = append(where, c.col+" = "+args.add(*c.v))
 		}
 	}
-	return listPage(ctx, s, "resources", "id, revision, data", where, args, p, scanResource(setID))
+	return listPage(ctx, s, "resources", "id, revision, data", where, args, p, scanResource(k.set))
 }
 
-func setPortID(p *store.Port, id, rev int64)           { p.ID, p.Revision = id, rev }
-func setPortgroupID(p *store.Portgroup, id, rev int64) { p.ID, p.Revision = id, rev }
-func setAllocationID(a *store.Allocation, id, rev int64) {
-	a.ID, a.Revision = id, rev
-}
-
-func portKeys(p *store.Port) resourceKeys {
-	return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: &p.Address}
-}
-
-func portgroupKeys(p *store.Portgroup) resourceKeys {
-	return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: p.Address}
-}
-
-func allocationKeys(a *store.Allocation) resourceKeys {
-	k := resourceKeys{uuid: a.UUID, name: a.Name}
-	if a.NodeUUID != nil {
-		k.node = *a.NodeUUID
+// update writes v. One read from the store (Revision > 0) is written only
+// at the revision read (else ErrConflict) and then carries the new one;
+// one not read (0) is written unconditionally and stays at 0, as a
+// revision it never read would make its next write a conflict.
+func (k *resourceKind[T]) update(ctx context.Context, s *Store, v *T) error {
+	_, rev := k.fields(v)
+	var read int64
+	if rev != nil {
+		read = *rev
 	}
-	return k
-}
-
-// CreatePort inserts a port.
-func (s *Store) CreatePort(ctx context.Context, p *store.Port) (err error) {
-	p.ID, err = s.createResource(ctx, "port", portKeys(p), p)
-	if err == nil {
-		p.Revision = 1
-	}
-	return err
-}
-
-// GetPort finds a port by uuid.
-func (s *Store) GetPort(ctx context.Context, uuid string) (*store.Port, error) {
-	return getResource(ctx, s, "port", uuid, false, setPortID)
-}
-
-// ListPorts lists ports.
-func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error) {
-	return listResources(ctx, s, "port", f, p, setPortID)
-}
-
-// UpdatePort writes a port (if read from the store: at the revision read).
-func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
-	if err := s.updateResource(ctx, "port", portKeys(p), p, p.Revision); err != nil {
+	if err := s.updateResource(ctx, k.kind, k.keys(v), v, read); err != nil {
 		return err
 	}
-	if p.Revision > 0 {
-		p.Revision++
+	if read > 0 {
+		*rev = read + 1
 	}
 	return nil
 }
 
-// DeletePort removes a port.
-func (s *Store) DeletePort(ctx context.Context, uuid string) error {
-	return s.deleteResource(ctx, "port", uuid)
+func (k *resourceKind[T]) delete(ctx context.Context, s *Store, uuid string) error {
+	return s.deleteResource(ctx, k.kind, uuid)
 }
 
-// CreatePortgroup inserts a portgroup.
-func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) (err error) {
-	p.ID, err = s.createResource(ctx, "portgroup", portgroupKeys(p), p)
-	if err == nil {
-		p.Revision = 1
-	}
-	return err
+var portKind = &resourceKind[store.Port]{
+	kind: "port",
+	keys: func(p *store.Port) resourceKeys {
+		return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: &p.Address}
+	},
+	fields: func(p *store.Port) (*int64, *int64) { return &p.ID, &p.Revision },
 }
 
-// GetPortgroup finds a portgroup by uuid or name.
-func (s *Store) GetPortgroup(ctx context.Context, ident string) (*store.Portgroup, error) {
-	return getResource(ctx, s, "portgroup", ident, true, setPortgroupID)
+var portgroupKind = &resourceKind[store.Portgroup]{
+	kind: "portgroup", byName: true,
+	keys: func(p *store.Portgroup) resourceKeys {
+		return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: p.Address}
+	},
+	fields: func(p *store.Portgroup) (*int64, *int64) { return &p.ID, &p.Revision },
 }
 
-// ListPortgroups lists portgroups.
-func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Portgroup, error) {
-	return listResources(ctx, s, "portgroup", f, p, setPortgroupID)
-}
-
-// UpdatePortgroup writes a portgroup (if read: at the revision read).
-func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
-	if err := s.updateResource(ctx, "portgroup", portgroupKeys(p), p, p.Revision); err != nil {
-		return err
-	}
-	if p.Revision > 0 {
-		p.Revision++
-	}
-	return nil
-}
-
-// DeletePortgroup removes a portgroup.
-func (s *Store) DeletePortgroup(ctx context.Context, uuid string) error {
-	return s.deleteResource(ctx, "portgroup", uuid)
-}
-
-// CreateAllocation inserts an allocation.
-func (s *Store) CreateAllocation(ctx context.Context, a *store.Allocation) (err error) {
-	a.ID, err = s.createResource(ctx, "allocation", allocationKeys(a), a)
-	if err == nil {
-		a.Revision = 1
-	}
-	return err
-}
-
-// GetAllocation finds an allocation by uuid or name.
-func (s *Store) GetAllocation(ctx context.Context, ident string) (*store.Allocation, error) {
-	return getResource(ctx, s, "allocation", ident, true, setAllocationID)
-}
-
-// ListAllocations lists allocations.
-func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error) {
-	return listResources(ctx, s, "allocation", f, p, setAllocationID)
-}
-
-// UpdateAllocation writes an allocation if its revision is still the one
-// read (else ErrConflict), and bumps a.Revision.
-func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
-	if err := s.updateResource(ctx, "allocation", allocationKeys(a), a, a.Revision); err != nil {
-		return err
-	}
-	a.Revision++
-	return nil
-}
-
-// DeleteAllocation removes an allocation.
-func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
-	return s.deleteResource(ctx, "allocation", uuid)
+var allocationKind = &resourceKind[store.Allocation]{
+	kind: "allocation", byName: true,
+	keys: func(a *store.Allocation) resourceKeys {
+		k := resourceKeys{uuid: a.UUID, name: a.Name}
+		if a.NodeUUID != nil {
+			k.node = *a.NodeUUID
+		}
+		return k
+	},
+	fields: func(a *store.Allocation) (*int64, *int64) { return &a.ID, &a.Revision },
 }
 
 // A volume connector's (type, connector_id) and a volume target's (node,
 // boot index) must be unique: they are the address and the name the
-// resources table keeps unique per kind.
-func connectorKeys(c *store.VolumeConnector) resourceKeys {
-	addr := c.Type + "/" + c.ConnectorID
-	return resourceKeys{uuid: c.UUID, node: c.NodeUUID, addr: &addr}
+// resources table keeps unique per kind. Volume records are written
+// last-writer-wins (no revision): unlike ports, no background work
+// rewrites them.
+var connectorKind = &resourceKind[store.VolumeConnector]{
+	kind: "volume_connector",
+	keys: func(c *store.VolumeConnector) resourceKeys {
+		addr := c.Type + "/" + c.ConnectorID
+		return resourceKeys{uuid: c.UUID, node: c.NodeUUID, addr: &addr}
+	},
+	fields: func(c *store.VolumeConnector) (*int64, *int64) { return &c.ID, nil },
 }
 
-func targetKeys(t *store.VolumeTarget) resourceKeys {
-	name := t.NodeUUID + "/" + strconv.Itoa(t.BootIndex)
-	return resourceKeys{uuid: t.UUID, node: t.NodeUUID, name: &name}
+var targetKind = &resourceKind[store.VolumeTarget]{
+	kind: "volume_target",
+	keys: func(t *store.VolumeTarget) resourceKeys {
+		name := t.NodeUUID + "/" + strconv.Itoa(t.BootIndex)
+		return resourceKeys{uuid: t.UUID, node: t.NodeUUID, name: &name}
+	},
+	fields: func(t *store.VolumeTarget) (*int64, *int64) { return &t.ID, nil },
 }
 
-// Volume records are written last-writer-wins (revision 0): unlike ports,
-// no background work rewrites them.
-func setConnectorID(c *store.VolumeConnector, id, _ int64) { c.ID = id }
-func setTargetID(t *store.VolumeTarget, id, _ int64)       { t.ID = id }
+// CreatePort inserts a port.
+func (s *Store) CreatePort(ctx context.Context, p *store.Port) error {
+	return portKind.create(ctx, s, p)
+}
+
+// GetPort finds a port by uuid.
+func (s *Store) GetPort(ctx context.Context, uuid string) (*store.Port, error) {
+	return portKind.get(ctx, s, uuid)
+}
+
+// ListPorts lists ports.
+func (s *Store) ListPorts(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Port, error) {
+	return portKind.list(ctx, s, f, p)
+}
+
+// UpdatePort writes a port (if read from the store: at the revision read).
+func (s *Store) UpdatePort(ctx context.Context, p *store.Port) error {
+	return portKind.update(ctx, s, p)
+}
+
+// DeletePort removes a port.
+func (s *Store) DeletePort(ctx context.Context, uuid string) error {
+	return portKind.delete(ctx, s, uuid)
+}
+
+// CreatePortgroup inserts a portgroup.
+func (s *Store) CreatePortgroup(ctx context.Context, p *store.Portgroup) error {
+	return portgroupKind.create(ctx, s, p)
+}
+
+// GetPortgroup finds a portgroup by uuid or name.
+func (s *Store) GetPortgroup(ctx context.Context, ident string) (*store.Portgroup, error) {
+	return portgroupKind.get(ctx, s, ident)
+}
+
+// ListPortgroups lists portgroups.
+func (s *Store) ListPortgroups(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Portgroup, error) {
+	return portgroupKind.list(ctx, s, f, p)
+}
+
+// UpdatePortgroup writes a portgroup (if read: at the revision read).
+func (s *Store) UpdatePortgroup(ctx context.Context, p *store.Portgroup) error {
+	return portgroupKind.update(ctx, s, p)
+}
+
+// DeletePortgroup removes a portgroup.
+func (s *Store) DeletePortgroup(ctx context.Context, uuid string) error {
+	return portgroupKind.delete(ctx, s, uuid)
+}
+
+// CreateAllocation inserts an allocation.
+func (s *Store) CreateAllocation(ctx context.Context, a *store.Allocation) error {
+	return allocationKind.create(ctx, s, a)
+}
+
+// GetAllocation finds an allocation by uuid or name.
+func (s *Store) GetAllocation(ctx context.Context, ident string) (*store.Allocation, error) {
+	return allocationKind.get(ctx, s, ident)
+}
+
+// ListAllocations lists allocations.
+func (s *Store) ListAllocations(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.Allocation, error) {
+	return allocationKind.list(ctx, s, f, p)
+}
+
+// UpdateAllocation writes an allocation (if read: at the revision read).
+func (s *Store) UpdateAllocation(ctx context.Context, a *store.Allocation) error {
+	return allocationKind.update(ctx, s, a)
+}
+
+// DeleteAllocation removes an allocation.
+func (s *Store) DeleteAllocation(ctx context.Context, uuid string) error {
+	return allocationKind.delete(ctx, s, uuid)
+}
 
 // CreateVolumeConnector inserts a volume connector.
-func (s *Store) CreateVolumeConnector(ctx context.Context, c *store.VolumeConnector) (err error) {
-	c.ID, err = s.createResource(ctx, "volume_connector", connectorKeys(c), c)
-	return err
+func (s *Store) CreateVolumeConnector(ctx context.Context, c *store.VolumeConnector) error {
+	return connectorKind.create(ctx, s, c)
 }
 
 // GetVolumeConnector finds a volume connector by uuid.
 func (s *Store) GetVolumeConnector(ctx context.Context, uuid string) (*store.VolumeConnector, error) {
-	return getResource(ctx, s, "volume_connector", uuid, false, setConnectorID)
+	return connectorKind.get(ctx, s, uuid)
 }
 
 // ListVolumeConnectors lists volume connectors.
 func (s *Store) ListVolumeConnectors(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeConnector, error) {
-	return listResources(ctx, s, "volume_connector", f, p, setConnectorID)
+	return connectorKind.list(ctx, s, f, p)
 }
 
 // UpdateVolumeConnector writes a volume connector.
 func (s *Store) UpdateVolumeConnector(ctx context.Context, c *store.VolumeConnector) error {
-	return s.updateResource(ctx, "volume_connector", connectorKeys(c), c, 0)
+	return connectorKind.update(ctx, s, c)
 }
 
 // DeleteVolumeConnector removes a volume connector.
 func (s *Store) DeleteVolumeConnector(ctx context.Context, uuid string) error {
-	return s.deleteResource(ctx, "volume_connector", uuid)
+	return connectorKind.delete(ctx, s, uuid)
 }
 
 // CreateVolumeTarget inserts a volume target.
-func (s *Store) CreateVolumeTarget(ctx context.Context, t *store.VolumeTarget) (err error) {
-	t.ID, err = s.createResource(ctx, "volume_target", targetKeys(t), t)
-	return err
+func (s *Store) CreateVolumeTarget(ctx context.Context, t *store.VolumeTarget) error {
+	return targetKind.create(ctx, s, t)
 }
 
 // GetVolumeTarget finds a volume target by uuid.
 func (s *Store) GetVolumeTarget(ctx context.Context, uuid string) (*store.VolumeTarget, error) {
-	return getResource(ctx, s, "volume_target", uuid, false, setTargetID)
+	return targetKind.get(ctx, s, uuid)
 }
 
 // ListVolumeTargets lists volume targets.
 func (s *Store) ListVolumeTargets(ctx context.Context, f store.ResourceFilter, p store.Page) ([]*store.VolumeTarget, error) {
-	return listResources(ctx, s, "volume_target", f, p, setTargetID)
+	return targetKind.list(ctx, s, f, p)
 }
 
 // UpdateVolumeTarget writes a volume target.
 func (s *Store) UpdateVolumeTarget(ctx context.Context, t *store.VolumeTarget) error {
-	return s.updateResource(ctx, "volume_target", targetKeys(t), t, 0)
+	return targetKind.update(ctx, s, t)
 }
 
 // DeleteVolumeTarget removes a volume target.
 func (s *Store) DeleteVolumeTarget(ctx context.Context, uuid string) error {
-	return s.deleteResource(ctx, "volume_target", uuid)
+	return targetKind.delete(ctx, s, uuid)
 }
 
 // encodeEvent is the event document.

@@ -16,7 +16,7 @@ func testControllerRecords(t *testing.T, s store.Store) {
 	a := store.Controller{Holder: "ctl-a/1", Hostname: "ctl-a", Drivers: []string{"fake-hardware", "ipmi"}}
 	require.NoError(t, s.RecordController(ctx, a, time.Hour))
 	require.NoError(t, s.RecordController(ctx, store.Controller{Holder: "ctl-b/2", Hostname: "ctl-b"}, 20*time.Millisecond))
-	require.NoError(t, s.RegisterController(ctx, "ctl-c/3", time.Hour))
+	require.NoError(t, s.RecordController(ctx, store.Controller{Holder: "ctl-c/3"}, time.Hour))
 	first, err := s.ListControllers(ctx)
 	require.NoError(t, err)
 	require.Len(t, first, 3)
@@ -33,7 +33,7 @@ func testControllerRecords(t *testing.T, s store.Store) {
 	require.NotNil(t, got[0].UpdatedAt)
 	assert.True(t, got[0].UpdatedAt.After(*first[0].UpdatedAt), "the last registration moves")
 	assert.False(t, got[1].Alive, "an expired registration is listed, not alive")
-	assert.Equal(t, "ctl-c", got[2].Hostname, "a bare registration is named by its holder's host")
+	assert.Equal(t, "ctl-c", got[2].Hostname, "a registration without a host name is named by its holder's host")
 	assert.True(t, got[2].Alive)
 	live, err := s.LiveControllers(ctx)
 	require.NoError(t, err)
@@ -42,4 +42,14 @@ func testControllerRecords(t *testing.T, s store.Store) {
 	got, err = s.ListControllers(ctx)
 	require.NoError(t, err)
 	assert.Len(t, got, 2)
+
+	// RegisterController (kept for the conductor's tests) is
+	// RecordController's registration, times included.
+	require.NoError(t, s.RegisterController(ctx, "ctl-d/4", time.Hour))
+	got, err = s.ListControllers(ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	assert.Equal(t, "ctl-d", got[2].Hostname)
+	assert.False(t, got[2].CreatedAt.IsZero(), "registered at a time, as a recorded controller")
+	assert.NotNil(t, got[2].UpdatedAt)
 }

@@ -77,7 +77,7 @@ func PopulateRelease(t testing.TB, s store.Store) {
 	ok, _, err := s.AcquireLease(ctx, releaseNode, "ctl-1", 24*time.Hour*365*10)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, s.RegisterController(ctx, "ctl-1", 24*time.Hour*365*10))
+	require.NoError(t, s.RecordController(ctx, store.Controller{Holder: "ctl-1"}, 24*time.Hour*365*10))
 	if dl, ok := s.(interface {
 		ClaimDHCPLease(ctx context.Context, l store.DHCPLease, now time.Time) error
 	}); ok {

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"MutateNodeRetries": testMutateNodeRetries,
 		"Ports":             testPorts,
 		"Allocations":       testAllocations,
+		"Revisions":         testRevisions,
 		"NoOrphans":         testNoOrphans,
 		"Chassis":           testChassis,
 		"Volumes":           testVolumes,
