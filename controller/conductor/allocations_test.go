@@ -316,7 +316,7 @@ func testAllocationTakeOver(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
 	st := open(t)
 	n := (&allocEnv{t: t, st: st}).node("g1", "gold")
-	require.NoError(t, st.RegisterController(ctx, "alive/1", time.Minute))
+	require.NoError(t, st.RecordController(ctx, store.Controller{Holder: "alive/1"}, time.Minute))
 	e := newAllocEnv(t, st, false)
 	orphan := &store.Allocation{ResourceClass: "gold", ConductorAffinity: "gone/1"}
 	e.create(orphan)

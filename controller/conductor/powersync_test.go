@@ -132,7 +132,7 @@ func TestPowerSyncIsSplitAmongControllers(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		stub := &bmcStub{actual: map[string]string{}, fail: map[string]bool{}, reads: map[string]int{}}
 		c := New(st, Config{Host: "c" + string(rune('0'+i))}, stub)
-		require.NoError(t, st.RegisterController(ctx, c.Holder(), time.Minute))
+		require.NoError(t, st.RecordController(ctx, store.Controller{Holder: c.Holder()}, time.Minute))
 		stubs, cs = append(stubs, stub), append(cs, c)
 	}
 	cfg := PowerSyncConfig{Ticks: 3, MaxFailures: 3, Workers: 4}

@@ -406,10 +406,6 @@ type Leases interface {
 	// lease: reserved ones (an operation is running) and those in one of
 	// waitStates. At most limit are returned.
 	UnleasedWork(ctx context.Context, waitStates []string, limit int) ([]string, error)
-	// RegisterController is RecordController without what the controller
-	// runs. Kept only because controller/conductor's tests call it (they
-	// are being restructured meanwhile); production calls RecordController.
-	RegisterController(ctx context.Context, holder string, ttl time.Duration) error
 	// UnregisterController removes a controller's registration
 	// (Controllers.RecordController) at a clean shutdown.
 	UnregisterController(ctx context.Context, holder string) error

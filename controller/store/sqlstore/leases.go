@@ -113,12 +113,6 @@ func (s *Store) UnleasedWork(ctx context.Context, waitStates []string, limit int
 	return out, nil
 }
 
-// RegisterController records holder as live, as RecordController does
-// (store.Leases says why it is kept).
-func (s *Store) RegisterController(ctx context.Context, holder string, ttl time.Duration) error {
-	return s.RecordController(ctx, store.Controller{Holder: holder}, ttl)
-}
-
 // UnregisterController removes holder.
 func (s *Store) UnregisterController(ctx context.Context, holder string) error {
 	if _, err := s.exec(ctx, s.w, `DELETE FROM controllers WHERE holder = $1`, holder); err != nil {

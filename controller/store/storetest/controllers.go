@@ -43,9 +43,9 @@ func testControllerRecords(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.Len(t, got, 2)
 
-	// RegisterController (kept for the conductor's tests) is
-	// RecordController's registration, times included.
-	require.NoError(t, s.RegisterController(ctx, "ctl-d/4", time.Hour))
+	// A registration without what the controller runs still has its
+	// times.
+	require.NoError(t, s.RecordController(ctx, store.Controller{Holder: "ctl-d/4"}, time.Hour))
 	got, err = s.ListControllers(ctx)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
