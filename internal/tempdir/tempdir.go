@@ -32,7 +32,11 @@ const Marker = ".owner-pid"
 // Dir is a temporary directory this process holds.
 type Dir struct {
 	Path string
-	lock *os.File // the directory, flocked; closing it lets Sweep take it
+	// lock is the directory's descriptor, flocked; closing it lets Sweep
+	// take the directory. A raw descriptor, not an *os.File: a Dir its
+	// owner keeps only for the process's sake must not be let go by the
+	// garbage collector's finalizer. -1 once let go.
+	lock int
 }
 
 // New makes a directory in parent ("" = os.TempDir()) named prefix
@@ -51,27 +55,29 @@ func New(parent, prefix string) (*Dir, error) {
 }
 
 func hold(path string) (*Dir, error) {
-	f, err := os.Open(path)
+	// O_CLOEXEC: a child this process starts (QEMU, a tool) must not keep
+	// the lock alive after this process dies.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("temporary directory: %w", err)
+		return nil, fmt.Errorf("temporary directory %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("temporary directory %s: lock: %w", path, err)
 	}
 	if err := os.WriteFile(filepath.Join(path, Marker), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
-		f.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	return &Dir{Path: path, lock: f}, nil
+	return &Dir{Path: path, lock: fd}, nil
 }
 
 // Remove removes the directory and lets go of it; it may be called again.
 func (d *Dir) Remove() error {
 	err := os.RemoveAll(d.Path)
-	if d.lock != nil {
-		d.lock.Close()
-		d.lock = nil
+	if d.lock >= 0 {
+		unix.Close(d.lock)
+		d.lock = -1
 	}
 	if err != nil {
 		return fmt.Errorf("temporary directory: %w", err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,10 @@ func TestHoldingProcess(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Println(d.Path)
+	// Nothing refers to d any more, as in a program that keeps its Dir
+	// only for the process's sake: the lock must outlive a collection.
+	runtime.GC()
+	runtime.GC()
 	select {}
 }
 
