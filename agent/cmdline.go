@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/internal/textlist"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -169,11 +170,7 @@ func parseArgs(args []string) BootConfig {
 		case "anvil.debug":
 			c.Debug = !hasVal || truthy(val)
 		case "anvil.interface":
-			for _, n := range strings.Split(val, ",") {
-				if n = strings.TrimSpace(n); n != "" {
-					c.Interfaces = append(c.Interfaces, n)
-				}
-			}
+			c.Interfaces = append(c.Interfaces, textlist.Split(val, ",")...)
 		case "anvil.devices":
 			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":

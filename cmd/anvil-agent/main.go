@@ -29,6 +29,7 @@ import (
 	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/hardware/kmod"
 	"github.com/anvil-metal/anvil/internal/cli"
+	"github.com/anvil-metal/anvil/internal/textlist"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -150,10 +151,8 @@ func parseFlags(args []string) (options, error) {
 	if set["devices"] {
 		o.devices, o.devicesSet = hardware.ParseAllowList(*devices), true
 	}
-	for _, m := range strings.Split(*macs, ",") {
-		if m = strings.ToLower(strings.TrimSpace(m)); m != "" {
-			o.macs = append(o.macs, m)
-		}
+	for _, m := range textlist.Split(*macs, ",") {
+		o.macs = append(o.macs, strings.ToLower(m))
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
 	o.static, o.vlan, o.bond, o.bootIF, o.netProblems, o.netNotes = boot.Static, boot.VLAN, boot.Bond, boot.BootIF, boot.Problems, boot.NetNotes

@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-metal/anvil/image"
 	"github.com/anvil-metal/anvil/internal/cli"
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 func main() {
@@ -194,7 +195,7 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 		byName[c.Name] = c
 	}
 	var named, removed []string
-	for _, c := range splitList(classes) {
+	for _, c := range textlist.Split(classes, ",") {
 		if n, ok := strings.CutPrefix(c, "-"); ok {
 			removed = append(removed, n)
 		} else {
@@ -214,7 +215,7 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 			sel.Classes = append(sel.Classes, byName[n])
 		}
 	}
-	for _, m := range splitList(modules) {
+	for _, m := range textlist.Split(modules, ",") {
 		switch {
 		case strings.HasPrefix(m, "-"):
 			sel.Remove = append(sel.Remove, m[1:])
@@ -225,16 +226,6 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 		}
 	}
 	return sel, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func short(rev string) string {
