@@ -366,10 +366,6 @@ func runForever(ctx context.Context, run func(context.Context) error, log *slog.
 }
 
 func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Logger, func()) {
-	level := slog.LevelInfo
-	if o.debug {
-		level = slog.LevelDebug
-	}
 	w, closeFn := stderr, func() {}
 	if o.logFile != "" {
 		if err := os.MkdirAll(filepath.Dir(o.logFile), 0o755); err == nil {
@@ -380,7 +376,7 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 			}
 		}
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
+	return cli.Logger(w, o.debug), closeFn
 }
 
 // withConsoles adds the other consoles to w (which reaches only

@@ -56,11 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.Logger(stderr, *verbose)
 
 	abs, err := filepath.Abs(*repo)
 	if err != nil {
