@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/internal/textlist"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -169,11 +170,7 @@ func parseArgs(args []string) BootConfig {
 		case "anvil.debug":
 			c.Debug = !hasVal || truthy(val)
 		case "anvil.interface":
-			for _, n := range strings.Split(val, ",") {
-				if n = strings.TrimSpace(n); n != "" {
-					c.Interfaces = append(c.Interfaces, n)
-				}
-			}
+			c.Interfaces = append(c.Interfaces, textlist.Split(val, ",")...)
 		case "anvil.devices":
 			c.Devices, c.DevicesSet = hardware.ParseAllowList(val), true
 		case "anvil.node":
@@ -182,25 +179,16 @@ func parseArgs(args []string) BootConfig {
 			c.Discovery = !hasVal || truthy(val)
 		case "ip":
 			if c.Static == nil || kernelIP {
-				st, err := parseKernelIP(val)
-				if err != nil {
-					c.Problems = append(c.Problems, err.Error())
-				} else if st != nil {
+				if st, err := parseKernelIP(val); c.usable(err) && st != nil {
 					c.Static, kernelIP = st, true
 				}
 			}
 		case "anvil.ip":
-			st, err := parseAnvilIP(val)
-			if err != nil {
-				c.Problems = append(c.Problems, err.Error())
-			} else {
+			if st, err := parseAnvilIP(val); c.usable(err) {
 				c.Static, kernelIP = st, false
 			}
 		case "anvil.vlan":
-			v, err := parseVLAN(val)
-			if err != nil {
-				c.Problems = append(c.Problems, err.Error())
-			} else {
+			if v, err := parseVLAN(val); c.usable(err) {
 				c.VLAN = v
 			}
 		case "BOOTIF":
@@ -208,6 +196,16 @@ func parseArgs(args []string) BootConfig {
 		}
 	}
 	return c
+}
+
+// usable says whether a parameter parsed (err is nil); one that did not is
+// recorded as a problem, and what was set before stays.
+func (c *BootConfig) usable(err error) bool {
+	if err != nil {
+		c.Problems = append(c.Problems, err.Error())
+		return false
+	}
+	return true
 }
 
 func truthy(v string) bool {

@@ -200,15 +200,14 @@ func (e *executor) call(ctx context.Context, cmd *protocol.Command, w work) (res
 // progress records the latest report of the running command, clamped so
 // the heartbeat stays valid whatever a manager reports.
 func (e *executor) progress(id string, p hardware.Progress) {
-	pp := protocol.Progress{Percent: min(max(p.Percent, 0), 100), Message: p.Message, Device: p.Device,
-		BytesDone: p.BytesDone, BytesTotal: p.BytesTotal}
-	if pp.BytesTotal > 0 && pp.BytesDone > pp.BytesTotal {
-		pp.BytesDone = pp.BytesTotal
+	p.Percent = min(max(p.Percent, 0), 100)
+	if p.BytesTotal > 0 && p.BytesDone > p.BytesTotal {
+		p.BytesDone = p.BytesTotal
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.status != nil && e.status.ID == id && e.running {
-		e.status.Progress = &pp
+		e.status.Progress = &p
 	}
 }
 

@@ -250,30 +250,44 @@ func (s NetlinkSetup) FirstCarrier(ctx context.Context, names []string) (string,
 	if up <= 0 {
 		up = 10 * time.Second
 	}
-	type res struct {
+	first, errs, err := firstToSucceed(ctx, names, func(n string) error {
+		if _, err := dhclient.IfUp(n, up); err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		return nil
+	})
+	if err != nil || first != "" {
+		return first, err
+	}
+	return "", fmt.Errorf("no interface got a carrier: %w", errors.Join(errs...))
+}
+
+// firstToSucceed runs try on every interface at once, so a port without a
+// carrier costs only its own goroutine, and returns the first name it
+// succeeds on without waiting for the rest (they go on in the background).
+// When none succeeds, first is "" and errs holds every failure; err is
+// ctx's, when it ends first.
+func firstToSucceed(ctx context.Context, names []string, try func(name string) error) (first string, errs []error, err error) {
+	type result struct {
 		name string
 		err  error
 	}
-	ch := make(chan res, len(names))
-	for _, n := range names {
-		go func() {
-			_, err := dhclient.IfUp(n, up)
-			ch <- res{n, err}
-		}()
+	results := make(chan result, len(names))
+	for _, name := range names {
+		go func() { results <- result{name, try(name)} }()
 	}
-	var errs []error
 	for range names {
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
-		case r := <-ch:
+			return "", nil, ctx.Err()
+		case r := <-results:
 			if r.err == nil {
-				return r.name, nil
+				return r.name, nil, nil
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))
+			errs = append(errs, r.err)
 		}
 	}
-	return "", fmt.Errorf("no interface got a carrier: %w", errors.Join(errs...))
+	return "", errs, nil
 }
 
 // Static implements LinkSetup.

@@ -127,3 +127,34 @@ func TestInterfacesStaticAndVLAN(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstToSucceed: the first interface to succeed wins without waiting
+// for a slow one; with none, every failure is kept; an ended context ends
+// the wait.
+func TestFirstToSucceed(t *testing.T) {
+	slow := make(chan struct{})
+	defer close(slow)
+	first, errs, err := firstToSucceed(context.Background(), []string{"eth0", "eth1", "eth2"}, func(n string) error {
+		switch n {
+		case "eth0":
+			<-slow
+			return nil
+		case "eth1":
+			return fmt.Errorf("%s: no carrier", n)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "eth2", first)
+	assert.LessOrEqual(t, len(errs), 1, "at most eth1's failure came first")
+
+	first, errs, err = firstToSucceed(context.Background(), []string{"eth0", "eth1"}, func(n string) error { return fmt.Errorf("%s: down", n) })
+	require.NoError(t, err)
+	assert.Empty(t, first)
+	assert.Len(t, errs, 2)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err = firstToSucceed(ctx, []string{"eth0"}, func(string) error { <-slow; return nil })
+	assert.ErrorIs(t, err, context.Canceled)
+}

@@ -358,33 +358,19 @@ func (d *DHCPv4Client) Configure(ctx context.Context, names []string) ([]string,
 	// so a node with four NICs and only the second cabled comes up as
 	// fast as one with a single NIC.
 	cfg := dhclient.Config{Timeout: timeout, Retries: retries, LogLevel: dhclient.LogSummary}
-	type result struct {
-		name string
-		err  error
-	}
-	results := make(chan result, len(names))
-	for _, name := range names {
-		go func() {
-			l, err := dhclient.IfUp(name, linkUp)
-			if err != nil {
-				log.InfoContext(ctx, "interface has no link; skipping", "interface", name, "err", err)
-				results <- result{name, fmt.Errorf("%s: no link: %w", name, err)}
-				return
-			}
-			results <- result{name, d.lease(ctx, log, l, cfg, linkUp)}
-		}()
-	}
-	var errs []error
-	for range names {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case r := <-results:
-			if r.err == nil {
-				return []string{r.name}, nil
-			}
-			errs = append(errs, r.err)
+	first, errs, err := firstToSucceed(ctx, names, func(name string) error {
+		l, err := dhclient.IfUp(name, linkUp)
+		if err != nil {
+			log.InfoContext(ctx, "interface has no link; skipping", "interface", name, "err", err)
+			return fmt.Errorf("%s: no link: %w", name, err)
 		}
+		return d.lease(ctx, log, l, cfg, linkUp)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if first != "" {
+		return []string{first}, nil
 	}
 	return nil, errors.Join(errs...)
 }

@@ -77,6 +77,15 @@ type bmclibError struct {
 func (e *bmclibError) Error() string { return e.msg }
 func (e *bmclibError) Unwrap() error { return e.cause }
 
+// bmclibResult is the error of a bmclib call that reports success in ok
+// as well: ok false with no error is a failure all the same.
+func bmclibResult(ok bool, err error) error {
+	if err == nil && !ok {
+		return errors.New("bmclib reported failure without an error")
+	}
+	return err
+}
+
 func flatten(err error) error {
 	if err == nil {
 		return nil

@@ -71,13 +71,19 @@ func (s *ipmiSession) close(context.Context) {} // ipmitool is one-shot; nothing
 // timed runs fn and classifies its error from ipmitool's output and how
 // long it took.
 func (s *ipmiSession) timed(ctx context.Context, fn func() error) error {
+	_, err := timedRead(ctx, s, func() (struct{}, error) { return struct{}{}, fn() })
+	return err
+}
+
+// timedRead is timed for a call that reads a value.
+func timedRead[T any](ctx context.Context, s *ipmiSession, fn func() (T, error)) (T, error) {
 	start := time.Now()
-	err := fn()
+	v, err := fn()
 	if err == nil {
 		s.authOK = true
-		return nil
+		return v, nil
 	}
-	return classifyIPMI(ctx, err, time.Since(start), s.authOK, s.t)
+	return v, classifyIPMI(ctx, err, time.Since(start), s.authOK, s.t)
 }
 
 // classifyIPMI classifies an ipmitool failure. ipmitool's messages are the
@@ -125,12 +131,7 @@ func classifyIPMI(ctx context.Context, err error, took time.Duration, authOK boo
 }
 
 func (s *ipmiSession) powerState(ctx context.Context) (PowerState, error) {
-	var out string
-	err := s.timed(ctx, func() error {
-		var err error
-		out, err = s.cl.GetPowerState(ctx)
-		return err
-	})
+	out, err := timedRead(ctx, s, func() (string, error) { return s.cl.GetPowerState(ctx) })
 	if err != nil {
 		return PowerUnknown, err
 	}
@@ -153,35 +154,17 @@ func (s *ipmiSession) setPower(ctx context.Context, p primitive) error {
 	default:
 		return fmt.Errorf("%w: power command %q", ErrUnsupported, p)
 	}
-	return s.timed(ctx, func() error {
-		ok, err := s.cl.SetPowerState(ctx, string(p))
-		if err == nil && !ok {
-			err = errors.New("bmclib reported failure without an error")
-		}
-		return err
-	})
+	return s.timed(ctx, func() error { return bmclibResult(s.cl.SetPowerState(ctx, string(p))) })
 }
 
 func (s *ipmiSession) setBoot(ctx context.Context, dev BootDevice, opts BootOptions) error {
-	return s.timed(ctx, func() error {
-		ok, err := s.cl.SetBootDevice(ctx, string(dev), opts.Persistent, opts.EFI)
-		if err == nil && !ok {
-			err = errors.New("bmclib reported failure without an error")
-		}
-		return err
-	})
+	return s.timed(ctx, func() error { return bmclibResult(s.cl.SetBootDevice(ctx, string(dev), opts.Persistent, opts.EFI)) })
 }
 
 // bootOverride reads boot parameter 5 through the provider, not bmclib
 // (see ipmitoolProvider.bootParam5).
 func (s *ipmiSession) bootOverride(ctx context.Context) (bootOverride, error) {
-	var o bootOverride
-	err := s.timed(ctx, func() error {
-		var err error
-		o, err = s.prov.bootParam5(ctx)
-		return err
-	})
-	return o, err
+	return timedRead(ctx, s, func() (bootOverride, error) { return s.prov.bootParam5(ctx) })
 }
 
 // parseBootParam5 reads ipmitool's rendering of boot parameter 5.

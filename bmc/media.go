@@ -2,7 +2,6 @@ package bmc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -36,10 +35,7 @@ func (m *Manager) EjectMedia(ctx context.Context, t Target) (Outcome, error) {
 // medium of every manager, then inserts url into each CD-capable slot.
 func (s *redfishSession) setMedia(ctx context.Context, url string) error {
 	s.tr.reset()
-	ok, err := s.cl.SetVirtualMedia(ctx, "CD", url)
-	if err == nil && !ok {
-		err = errors.New("bmclib reported failure without an error")
-	}
+	err := bmclibResult(s.cl.SetVirtualMedia(ctx, "CD", url))
 	if err != nil && strings.Contains(err.Error(), "not supported") {
 		// "media kind CD not supported": no slot takes a CD.
 		return fmt.Errorf("%w: the BMC has no virtual CD slot: %w", ErrUnsupported, flatten(err))

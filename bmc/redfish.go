@@ -170,19 +170,12 @@ func (s *redfishSession) setPower(ctx context.Context, p primitive) error {
 		// accepted the GracefulShutdown; the read-back decides.
 		return nil
 	}
-	if err == nil && !ok {
-		err = errors.New("bmclib reported failure without an error")
-	}
-	return s.classify(ctx, err)
+	return s.classify(ctx, bmclibResult(ok, err))
 }
 
 func (s *redfishSession) setBoot(ctx context.Context, dev BootDevice, opts BootOptions) error {
 	s.tr.reset()
-	ok, err := s.cl.SetBootDevice(ctx, string(dev), opts.Persistent, opts.EFI)
-	if err == nil && !ok {
-		err = errors.New("bmclib reported failure without an error")
-	}
-	return s.classify(ctx, err)
+	return s.classify(ctx, bmclibResult(s.cl.SetBootDevice(ctx, string(dev), opts.Persistent, opts.EFI)))
 }
 
 func (s *redfishSession) bootOverride(ctx context.Context) (bootOverride, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/anvil-metal/anvil/internal/textlist"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -169,16 +170,7 @@ func NewGuard(env Environment, allow []string) *Guard {
 // ParseAllowList splits a comma-separated allow-list ("/dev/loop3,/dev/loop4").
 // An empty string yields nil, meaning "no allow-list".
 func ParseAllowList(s string) []string {
-	if strings.TrimSpace(s) == "" {
-		return nil
-	}
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return textlist.Split(s, ",")
 }
 
 func resolve(p string) string {

@@ -81,14 +81,9 @@ func (c Catalogue) Of(k Kind) []protocol.Step {
 }
 
 // Progress is one progress report of a running step. Percent is 0–100;
-// BytesDone/BytesTotal are zero when the step does not move bytes.
-type Progress struct {
-	Percent    float64 `json:"percent"`
-	Message    string  `json:"message,omitempty"`
-	Device     string  `json:"device,omitempty"`
-	BytesDone  uint64  `json:"bytes_done,omitempty"`
-	BytesTotal uint64  `json:"bytes_total,omitempty"`
-}
+// BytesDone/BytesTotal are zero when the step does not move bytes. It is
+// the heartbeat's own type: a manager reports what the controller reads.
+type Progress = protocol.Progress
 
 // ProgressFunc receives progress reports; the agent stores the latest one and
 // puts it in its next heartbeat. It must be cheap and safe for concurrent use

@@ -276,3 +276,11 @@ func FuzzDecodeHeartbeatResponse(f *testing.F) {
 		}
 	})
 }
+
+func TestNodeStepKey(t *testing.T) {
+	clean := map[string]any{"interface": "deploy", "step": "erase_devices"}
+	deploy := map[string]any{"interface": "deploy", "step": "write_image"}
+	assert.Equal(t, "deploy.erase_devices", NodeStepKey(clean, deploy), "the clean step first")
+	assert.Equal(t, "deploy.write_image", NodeStepKey(map[string]any{}, deploy))
+	assert.Empty(t, NodeStepKey(nil, nil))
+}

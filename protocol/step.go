@@ -56,6 +56,20 @@ type Step struct {
 // Key is "interface.step", the identity of a step.
 func (s Step) Key() string { return s.Interface + "." + s.Step }
 
+// NodeStepKey is the "interface.step" of the step a node is running, from
+// its clean_step and deploy_step as Ironic's API and database hold them
+// (maps; the clean step when both are set), or "" when neither is.
+func NodeStepKey(cleanStep, deployStep map[string]any) string {
+	s := cleanStep
+	if len(s) == 0 {
+		s = deployStep
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+}
+
 // Validate checks the descriptor itself (not a request's arguments).
 func (s Step) Validate() error {
 	if _, ok := InterfaceRank(s.Interface); !ok {

@@ -29,6 +29,7 @@ import (
 	"github.com/anvil-metal/anvil/hardware/generic"
 	"github.com/anvil-metal/anvil/hardware/kmod"
 	"github.com/anvil-metal/anvil/internal/cli"
+	"github.com/anvil-metal/anvil/internal/textlist"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -150,10 +151,8 @@ func parseFlags(args []string) (options, error) {
 	if set["devices"] {
 		o.devices, o.devicesSet = hardware.ParseAllowList(*devices), true
 	}
-	for _, m := range strings.Split(*macs, ",") {
-		if m = strings.ToLower(strings.TrimSpace(m)); m != "" {
-			o.macs = append(o.macs, m)
-		}
+	for _, m := range textlist.Split(*macs, ",") {
+		o.macs = append(o.macs, strings.ToLower(m))
 	}
 	o.token, o.ifaces = boot.Token, boot.Interfaces
 	o.static, o.vlan, o.bond, o.bootIF, o.netProblems, o.netNotes = boot.Static, boot.VLAN, boot.Bond, boot.BootIF, boot.Problems, boot.NetNotes
@@ -367,10 +366,6 @@ func runForever(ctx context.Context, run func(context.Context) error, log *slog.
 }
 
 func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Logger, func()) {
-	level := slog.LevelInfo
-	if o.debug {
-		level = slog.LevelDebug
-	}
 	w, closeFn := stderr, func() {}
 	if o.logFile != "" {
 		if err := os.MkdirAll(filepath.Dir(o.logFile), 0o755); err == nil {
@@ -381,7 +376,7 @@ func newLogger(o options, env hardware.Environment, stderr io.Writer) (*slog.Log
 			}
 		}
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), closeFn
+	return cli.Logger(w, o.debug), closeFn
 }
 
 // withConsoles adds the other consoles to w (which reaches only

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -123,13 +122,7 @@ func runIronic(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep.print(out)
-	b, err := json.Marshal(rep)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(out, "%s\n", b)
-	return err
+	return printReport(out, rep)
 }
 
 func ironicBench(ctx context.Context, cfg ironicConfig, out io.Writer) (*ironicReport, error) {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -105,13 +104,7 @@ func runLoad(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res.print(out)
-	b, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(out, "%s\n", b)
-	return err
+	return printReport(out, res)
 }
 
 // balancer spreads requests over the controllers round-robin, as an HTTP

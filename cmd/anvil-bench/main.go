@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -346,4 +347,16 @@ func startWith(bin string, args []string, logs io.Writer, prepare func(*exec.Cmd
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	return nil, "", errors.New("controller did not start within 10s")
+}
+
+// printReport ends a subcommand's run: the report as a table for people,
+// then the same report as one line of JSON for scripts that compare runs.
+func printReport(out io.Writer, rep interface{ print(io.Writer) }) error {
+	rep.print(out)
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/internal/cli"
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 func main() {
@@ -78,11 +79,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	o.cc.PriorityOverrides = overrides
-	for _, h := range strings.Split(o.tlsHosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.tc.Hosts = append(o.tc.Hosts, h)
-		}
-	}
+	o.tc.Hosts = append(o.tc.Hosts, textlist.Split(o.tlsHosts, ",")...)
 	if o.printFP {
 		if !o.tc.Enabled() {
 			return errors.New("--print-fingerprint: the controller serves plain HTTP; give --tls-self-signed or --tls-cert/--tls-key")

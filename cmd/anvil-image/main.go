@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-metal/anvil/image"
 	"github.com/anvil-metal/anvil/internal/cli"
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 func main() {
@@ -55,11 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return err
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.Logger(stderr, *verbose)
 
 	abs, err := filepath.Abs(*repo)
 	if err != nil {
@@ -194,7 +191,7 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 		byName[c.Name] = c
 	}
 	var named, removed []string
-	for _, c := range splitList(classes) {
+	for _, c := range textlist.Split(classes, ",") {
 		if n, ok := strings.CutPrefix(c, "-"); ok {
 			removed = append(removed, n)
 		} else {
@@ -214,7 +211,7 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 			sel.Classes = append(sel.Classes, byName[n])
 		}
 	}
-	for _, m := range splitList(modules) {
+	for _, m := range textlist.Split(modules, ",") {
 		switch {
 		case strings.HasPrefix(m, "-"):
 			sel.Remove = append(sel.Remove, m[1:])
@@ -225,16 +222,6 @@ func parseSelection(classes, modules string) (image.ModuleSelection, error) {
 		}
 	}
 	return sel, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func short(rev string) string {

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -76,11 +75,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.Logger(stderr, *debug)
 
 	var cfg vbmc.Config
 	if *config != "" {

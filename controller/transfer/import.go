@@ -51,33 +51,40 @@ func Import(ctx context.Context, dst Target, r io.Reader, _ ImportOptions) (Summ
 }
 
 func refuseNonEmpty(ctx context.Context, dst Target) error {
-	nodes, err := dst.ListNodeSummaries(ctx, store.NodeFilter{}, store.Page{Limit: 1})
+	one := store.Page{Limit: 1}
+	for _, check := range []func() error{
+		func() error {
+			nodes, err := dst.ListNodeSummaries(ctx, store.NodeFilter{}, one)
+			return holdsNone("nodes", nodes, err, func(n *store.NodeSummary) string { return n.UUID })
+		},
+		func() error {
+			chassis, err := dst.ListChassis(ctx, one)
+			return holdsNone("chassis", chassis, err, func(c *store.Chassis) string { return c.UUID })
+		},
+		func() error {
+			allocs, err := dst.ListAllocations(ctx, store.ResourceFilter{}, one)
+			return holdsNone("allocations", allocs, err, func(a *store.Allocation) string { return a.UUID })
+		},
+		func() error {
+			templates, err := dst.ListDeployTemplates(ctx, one)
+			return holdsNone("deploy templates", templates, err, func(t *store.DeployTemplate) string { return t.Name })
+		},
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdsNone checks one kind's first page of the target (err: listing it
+// failed): any object in it fails the import, named by name.
+func holdsNone[T any](kind string, first []*T, err error, name func(*T) string) error {
 	if err != nil {
 		return fmt.Errorf("check the target is empty: %w", err)
 	}
-	if len(nodes) > 0 {
-		return fmt.Errorf("%w: it holds nodes (e.g. %s); import only into a new, empty database", ErrNotEmpty, nodes[0].UUID)
-	}
-	chassis, err := dst.ListChassis(ctx, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(chassis) > 0 {
-		return fmt.Errorf("%w: it holds chassis (e.g. %s); import only into a new, empty database", ErrNotEmpty, chassis[0].UUID)
-	}
-	allocs, err := dst.ListAllocations(ctx, store.ResourceFilter{}, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(allocs) > 0 {
-		return fmt.Errorf("%w: it holds allocations (e.g. %s); import only into a new, empty database", ErrNotEmpty, allocs[0].UUID)
-	}
-	templates, err := dst.ListDeployTemplates(ctx, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(templates) > 0 {
-		return fmt.Errorf("%w: it holds deploy templates (e.g. %s); import only into a new, empty database", ErrNotEmpty, templates[0].Name)
+	if len(first) > 0 {
+		return fmt.Errorf("%w: it holds %s (e.g. %s); import only into a new, empty database", ErrNotEmpty, kind, name(first[0]))
 	}
 	return nil
 }

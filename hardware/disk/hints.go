@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 // ErrNoMatch is returned when no disk satisfies the root device hints.
@@ -136,15 +138,8 @@ func splitOp(s string) (string, string) {
 	return "", s
 }
 
-func splitOr(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, "<or>") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// splitOr splits a hint's alternatives ("sda <or> sdb").
+func splitOr(s string) []string { return textlist.Split(s, "<or>") }
 
 func matchString(have string, want any) (bool, error) {
 	s, ok := want.(string)

@@ -161,20 +161,34 @@ var heredocRE = regexp.MustCompile(`<<-?\s*['"]?(\w+)['"]?`)
 
 // stripComment cuts a " # comment" that is outside quotes.
 func stripComment(s string) string {
-	var quote rune
-	for i, r := range s {
-		switch {
-		case quote != 0:
-			if r == quote {
-				quote = 0
-			}
-		case r == '\'' || r == '"':
-			quote = r
-		case r == '#' && i > 0 && (s[i-1] == ' ' || s[i-1] == '\t'):
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		if quoted(&quote, s[i]) {
+			continue
+		}
+		if s[i] == '#' && i > 0 && (s[i-1] == ' ' || s[i-1] == '\t') {
 			return s[:i]
 		}
 	}
 	return s
+}
+
+// quoted steps the shell's quoting over c (quote: the open quote mark, or
+// 0) and reports whether c is a quote mark or inside quotes, where it
+// neither comments nor separates. Quote marks are ASCII, so stepping over
+// bytes never splits a character that matters.
+func quoted(quote *byte, c byte) bool {
+	switch {
+	case *quote != 0:
+		if c == *quote {
+			*quote = 0
+		}
+		return true
+	case c == '\'' || c == '"':
+		*quote = c
+		return true
+	}
+	return false
 }
 
 // splitList splits a command list on &&, || and ; outside quotes.
@@ -184,13 +198,10 @@ func splitList(s string) []string {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if quoted(&quote, c) {
+			continue
+		}
 		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
 		case c == ';':
 			out, start = append(out, s[start:i]), i+1
 		case (c == '&' || c == '|') && i+1 < len(s) && s[i+1] == c:
