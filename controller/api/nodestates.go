@@ -308,11 +308,7 @@ func (s *Server) putRAID(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	cfg, err := decodeObject(body)
+	cfg, err := readObject(r)
 	if err != nil {
 		return err
 	}

@@ -71,11 +71,7 @@ func createResource[T any](s *Server, w http.ResponseWriter, r *http.Request, re
 		return err
 	}
 	wr := res.writes
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	doc, err := decodeObject(body)
+	doc, err := readObject(r)
 	if err != nil {
 		return err
 	}
