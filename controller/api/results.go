@@ -26,16 +26,9 @@ func resultPage(r *http.Request, nodeUUID string) (store.ResultPage, error) {
 	if err != nil {
 		return store.ResultPage{}, err
 	}
-	p := store.ResultPage{NodeUUID: nodeUUID, Limit: maxResultsPage}
-	if q.v.Has("limit") {
-		n, err := strconv.Atoi(q.v.Get("limit"))
-		if err != nil {
-			return p, badRequest("Invalid limit %q: not an integer", q.v.Get("limit"))
-		}
-		if n <= 0 {
-			return p, badRequest("Limit must be positive")
-		}
-		p.Limit = min(n, maxResultsPage)
+	p := store.ResultPage{NodeUUID: nodeUUID}
+	if p.Limit, err = q.limit(maxResultsPage); err != nil {
+		return p, err
 	}
 	if m := q.v.Get("marker"); m != "" {
 		u, err := uuid.Parse(m)
