@@ -305,15 +305,8 @@ func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler
 			"volume target", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeTarget(ctx, id) })},
 	} {
 		base := "/volume/" + kind.name
-		for _, p := range []string{base, base + "/"} {
-			r.Handle(p, gated(kind.list(false))).Methods(http.MethodGet)
-			r.Handle(p, gated(kind.create)).Methods(http.MethodPost)
-		}
-		r.Handle(base+"/detail", gated(kind.list(true))).Methods(http.MethodGet)
-		one := base + "/{" + kind.muxVar + "}"
-		r.Handle(one, gated(kind.get)).Methods(http.MethodGet)
-		r.Handle(one, gated(kind.patch)).Methods(http.MethodPatch)
-		r.Handle(one, gated(kind.del)).Methods(http.MethodDelete)
+		collection{list: kind.list(false), detail: kind.list(true), create: kind.create,
+			get: kind.get, patch: kind.patch, del: kind.del}.route(r, gated, base, kind.muxVar)
 		nb := "/nodes/{node}" + base
 		r.Handle(nb, gated(kind.list(false))).Methods(http.MethodGet)
 		r.Handle(nb, forbidden).Methods(http.MethodPost)
