@@ -176,19 +176,9 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 // the target lists them in the same order.
 func exportResults[T any](ctx context.Context, d *docWriter, section string,
 	list func(context.Context, store.ResultPage) ([]*T, error), uuidOf func(*T) string) (int, error) {
-	count := 0
-	d.open(section, '[')
-	err := eachPage(ctx, func(p store.Page) ([]*T, error) {
+	return exportResources(ctx, d, section, func(p store.Page) ([]*T, error) {
 		return list(ctx, store.ResultPage{Limit: p.Limit, Marker: p.Marker, Ascending: true})
-	}, uuidOf, func(v *T) error {
-		count++
-		return d.item(v)
-	})
-	if err != nil {
-		return count, fmt.Errorf("export %s: %w", section, err)
-	}
-	d.close(']')
-	return count, nil
+	}, uuidOf)
 }
 
 // refuseReserved fails with ErrReserved, naming a few nodes, when any node
