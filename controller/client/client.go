@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/anvil-metal/anvil/controller/store"
 )
 
 // Version is the microversion the client speaks.
@@ -219,19 +221,8 @@ func (c *Client) WaitForState(ctx context.Context, ident, want string, every tim
 	}
 }
 
-func stepKey(n *Node) string {
-	s := n.CleanStep
-	if len(s) == 0 {
-		s = n.DeployStep
-	}
-	if len(s) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
-}
-
 // CurrentStep names the running clean or deploy step ("" when none).
-func CurrentStep(n *Node) string { return stepKey(n) }
+func CurrentStep(n *Node) string { return store.CurrentStepKey(n.CleanStep, n.DeployStep) }
 
 func deref(s *string) string {
 	if s == nil {

@@ -3,8 +3,24 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
+
+// CurrentStepKey is "interface.step" of the step a node runs, from the
+// node's clean_step, else its deploy_step, as Ironic shows them ("" when
+// neither is set). It takes the two documents, not a Node, so that the API
+// client, which has its own node type, names a step as the controller does.
+func CurrentStepKey(cleanStep, deployStep map[string]any) string {
+	s := cleanStep
+	if len(s) == 0 {
+		s = deployStep
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+}
 
 // Step result outcomes.
 const (
