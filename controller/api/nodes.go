@@ -405,12 +405,8 @@ func patchDoc(n *store.Node, ver int) (map[string]any, error) {
 			doc[k] = f.get(n)
 		}
 	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
 	var out map[string]any
-	err = json.Unmarshal(b, &out)
+	err := jsonCopy(doc, &out)
 	return out, err
 }
 
