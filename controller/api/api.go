@@ -229,12 +229,11 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
-	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
-	collection{list: s.listPorts(false), detail: s.listPorts(true), create: s.createPort,
-		get: s.getPort, patch: s.patchPort, del: s.deletePort}.route(r, authed, "/ports", "port")
-	collection{list: s.listPortgroups(false), detail: s.listPortgroups(true), create: s.createPortgroup,
-		get: s.getPortgroup, patch: s.patchPortgroup, del: s.deletePortgroup}.route(r, authed, "/portgroups", "pg")
+	ports, portgroups := s.ports(), s.portgroups()
+	r.Handle(n+"/ports", authed(ports.list)).Methods(http.MethodGet)
+	r.Handle(n+"/portgroups", authed(portgroups.list)).Methods(http.MethodGet)
+	ports.route(r, authed, "/ports", "port")
+	portgroups.route(r, authed, "/portgroups", "pg")
 	collection{list: s.listAllocations, create: s.createAllocation, get: s.getAllocation(s.loadAllocation),
 		patch: s.patchAllocation, del: s.deleteAllocation(s.loadAllocation)}.
 		route(r, func(h handler) http.Handler { return authed(allocationsGate(h)) }, "/allocations", "alloc")
@@ -243,8 +242,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/vifs/{vif}", authed(s.detachVIF)).Methods(http.MethodDelete)
 	r.Handle(n+"/allocation", authed(s.getAllocation(s.nodeAllocation))).Methods(http.MethodGet)
 	r.Handle(n+"/allocation", authed(s.deleteAllocation(s.nodeAllocation))).Methods(http.MethodDelete)
-	collection{list: s.listChassis(false), detail: s.listChassis(true), create: s.createChassis,
-		get: s.getChassis, patch: s.patchChassis, del: s.deleteChassis}.route(r, authed, "/chassis", "chassis")
+	s.chassis().route(r, authed, "/chassis", "chassis")
 	r.Handle("/chassis/{chassis}/nodes", authed(s.listChassisNodes(false))).Methods(http.MethodGet)
 	r.Handle("/chassis/{chassis}/nodes/detail", authed(s.listChassisNodes(true))).Methods(http.MethodGet)
 	s.volumeRoutes(r, authed)

@@ -297,51 +297,29 @@ func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler
 	r.Handle("/nodes/{node}/volume/", gated(s.volumeRoot)).Methods(http.MethodGet)
 	for _, kind := range []struct {
 		name, muxVar string
-		volumeHandlers
+		collection
 	}{
-		{"connectors", "connector", volumeKind(s, connectorResource, func(c *store.VolumeConnector) string { return c.NodeUUID },
+		{"connectors", "connector", volumeCollection(s, connectorResource, func(c *store.VolumeConnector) string { return c.NodeUUID },
 			"volume connector", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeConnector(ctx, id) })},
-		{"targets", "target", volumeKind(s, targetResource, func(t *store.VolumeTarget) string { return t.NodeUUID },
+		{"targets", "target", volumeCollection(s, targetResource, func(t *store.VolumeTarget) string { return t.NodeUUID },
 			"volume target", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeTarget(ctx, id) })},
 	} {
 		base := "/volume/" + kind.name
-		collection{list: kind.list(false), detail: kind.list(true), create: kind.create,
-			get: kind.get, patch: kind.patch, del: kind.del}.route(r, gated, base, kind.muxVar)
+		kind.route(r, gated, base, kind.muxVar)
 		nb := "/nodes/{node}" + base
-		r.Handle(nb, gated(kind.list(false))).Methods(http.MethodGet)
+		r.Handle(nb, gated(kind.list)).Methods(http.MethodGet)
 		r.Handle(nb, forbidden).Methods(http.MethodPost)
 		r.Handle(nb+"/{"+kind.muxVar+"}", forbidden).Methods(http.MethodGet, http.MethodPatch, http.MethodDelete)
 	}
 }
 
-// volumeHandlers serve one volume resource; connectors and targets differ
-// only in the resource, its node and its name.
-type volumeHandlers struct {
-	list                    func(detail bool) handler
-	get, create, patch, del handler
-}
-
-func volumeKind[T any](s *Server, res *resource[T], nodeUUID func(*T) string, what string,
-	del func(ctx context.Context, st store.Store, id string) error) volumeHandlers {
-	return volumeHandlers{
-		list: func(detail bool) handler {
-			return func(w http.ResponseWriter, r *http.Request) error {
-				node, err := s.nodeOf(r)
-				if err != nil {
-					return err
-				}
-				return listResource(s, w, r, res, detail, node)
-			}
-		},
-		get:    func(w http.ResponseWriter, r *http.Request) error { return getResource(s, w, r, res) },
-		create: func(w http.ResponseWriter, r *http.Request) error { return createResource(s, w, r, res) },
-		patch:  func(w http.ResponseWriter, r *http.Request) error { return patchResource(s, w, r, res) },
-		del: func(w http.ResponseWriter, r *http.Request) error {
-			return deleteResource(s, w, r, res, func(v *T) error {
-				return s.volumeChange(r.Context(), nodeUUID(v), what+" deletion")
-			}, del)
-		},
-	}
+// volumeCollection is the collection of a volume kind; connectors and
+// targets differ only in the resource, its node and its name.
+func volumeCollection[T any](s *Server, res *resource[T], nodeUUID func(*T) string, what string,
+	del func(ctx context.Context, st store.Store, id string) error) collection {
+	return resourceCollection(s, res, func(r *http.Request, v *T) error {
+		return s.volumeChange(r.Context(), nodeUUID(v), what+" deletion")
+	}, del)
 }
 
 // volumeRoot is /v1/volume (or a node's): links to its collections.
