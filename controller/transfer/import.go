@@ -51,35 +51,46 @@ func Import(ctx context.Context, dst Target, r io.Reader, _ ImportOptions) (Summ
 }
 
 func refuseNonEmpty(ctx context.Context, dst Target) error {
-	nodes, err := dst.ListNodeSummaries(ctx, store.NodeFilter{}, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(nodes) > 0 {
-		return fmt.Errorf("%w: it holds nodes (e.g. %s); import only into a new, empty database", ErrNotEmpty, nodes[0].UUID)
-	}
-	chassis, err := dst.ListChassis(ctx, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(chassis) > 0 {
-		return fmt.Errorf("%w: it holds chassis (e.g. %s); import only into a new, empty database", ErrNotEmpty, chassis[0].UUID)
-	}
-	allocs, err := dst.ListAllocations(ctx, store.ResourceFilter{}, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(allocs) > 0 {
-		return fmt.Errorf("%w: it holds allocations (e.g. %s); import only into a new, empty database", ErrNotEmpty, allocs[0].UUID)
-	}
-	templates, err := dst.ListDeployTemplates(ctx, store.Page{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("check the target is empty: %w", err)
-	}
-	if len(templates) > 0 {
-		return fmt.Errorf("%w: it holds deploy templates (e.g. %s); import only into a new, empty database", ErrNotEmpty, templates[0].Name)
+	one := store.Page{Limit: 1}
+	for _, kind := range []struct {
+		what  string
+		first func() (name string, found bool, err error)
+	}{
+		{"nodes", func() (string, bool, error) {
+			l, err := dst.ListNodeSummaries(ctx, store.NodeFilter{}, one)
+			return firstName(l, err, func(n *store.NodeSummary) string { return n.UUID })
+		}},
+		{"chassis", func() (string, bool, error) {
+			l, err := dst.ListChassis(ctx, one)
+			return firstName(l, err, func(c *store.Chassis) string { return c.UUID })
+		}},
+		{"allocations", func() (string, bool, error) {
+			l, err := dst.ListAllocations(ctx, store.ResourceFilter{}, one)
+			return firstName(l, err, func(a *store.Allocation) string { return a.UUID })
+		}},
+		{"deploy templates", func() (string, bool, error) {
+			l, err := dst.ListDeployTemplates(ctx, one)
+			return firstName(l, err, func(t *store.DeployTemplate) string { return t.Name })
+		}},
+	} {
+		name, found, err := kind.first()
+		if err != nil {
+			return fmt.Errorf("check the target is empty: %w", err)
+		}
+		if found {
+			return fmt.Errorf("%w: it holds %s (e.g. %s); import only into a new, empty database", ErrNotEmpty, kind.what, name)
+		}
 	}
 	return nil
+}
+
+// firstName names the first of items, a list's answer, if there is one,
+// or passes the list's error on.
+func firstName[T any](items []*T, err error, name func(*T) string) (string, bool, error) {
+	if err != nil || len(items) == 0 {
+		return "", false, err
+	}
+	return name(items[0]), true, nil
 }
 
 // discard is the Target of the checking pass.
