@@ -73,13 +73,11 @@ var portgroupWrites = &writes[store.Portgroup]{
 				pg.Address = &mac
 			}
 		}
-		if changed("node_uuid") {
-			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-			if err != nil {
-				return err
-			}
-			pg.NodeUUID = n.UUID
+		node, err := s.changedNode(r, doc, changed, pg.NodeUUID)
+		if err != nil {
+			return err
 		}
+		pg.NodeUUID = node
 		if changed("mode") {
 			pg.Mode = optStr(doc, "mode")
 		}

@@ -94,13 +94,11 @@ var portWrites = &writes[store.Port]{
 		if changed("address") {
 			p.Address, _ = normalizeMAC(str(doc, "address"))
 		}
-		if changed("node_uuid") {
-			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-			if err != nil {
-				return err
-			}
-			p.NodeUUID = n.UUID
+		node, err := s.changedNode(r, doc, changed, p.NodeUUID)
+		if err != nil {
+			return err
 		}
+		p.NodeUUID = node
 		if changed("extra") {
 			p.Extra = obj(doc, "extra")
 		}

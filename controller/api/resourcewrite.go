@@ -248,6 +248,19 @@ func boolOr(doc map[string]any, k string, def bool) bool {
 	return def
 }
 
+// changedNode is the node a resource's write leaves it on: the node_uuid
+// the write changes, resolved by nodeRef, else cur.
+func (s *Server) changedNode(r *http.Request, doc map[string]any, changed func(string) bool, cur string) (string, error) {
+	if !changed("node_uuid") {
+		return cur, nil
+	}
+	n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
+	if err != nil {
+		return "", err
+	}
+	return n.UUID, nil
+}
+
 // nodeRef resolves a node_uuid a body names: a node that does not exist is
 // a 400 there, as Ironic's replace_node_uuid_with_id makes it.
 func (s *Server) nodeRef(ctx context.Context, ident string) (*store.Node, error) {

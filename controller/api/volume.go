@@ -107,18 +107,6 @@ func volumeNodeUUIDCheck(ops []patchOp) error {
 	return nil
 }
 
-// volumeNode resolves the node a connector or target names (400 if none).
-func (s *Server) volumeNode(r *http.Request, doc map[string]any, changed func(string) bool, cur string) (string, error) {
-	if !changed("node_uuid") {
-		return cur, nil
-	}
-	n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-	if err != nil {
-		return "", err
-	}
-	return n.UUID, nil
-}
-
 // volumeChange refuses to change a node's volume records unless the node
 // is powered off and not locked, as Ironic's conductor does for updates
 // and deletions (creation is not checked, in Ironic either).
@@ -157,7 +145,7 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		return &store.VolumeConnector{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, c *store.VolumeConnector, doc map[string]any, changed func(string) bool, create bool) error {
-		node, err := s.volumeNode(r, doc, changed, c.NodeUUID)
+		node, err := s.changedNode(r, doc, changed, c.NodeUUID)
 		if err != nil {
 			return err
 		}
@@ -224,7 +212,7 @@ var targetWrites = &writes[store.VolumeTarget]{
 		return &store.VolumeTarget{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, t *store.VolumeTarget, doc map[string]any, changed func(string) bool, create bool) error {
-		node, err := s.volumeNode(r, doc, changed, t.NodeUUID)
+		node, err := s.changedNode(r, doc, changed, t.NodeUUID)
 		if err != nil {
 			return err
 		}
