@@ -126,6 +126,17 @@ func (s *Server) volumeChange(ctx context.Context, nodeUUID, action string) erro
 	return nil
 }
 
+// volumeUpdateCheck is the check of a volume kind's writes: an update
+// (not a create) must pass volumeChange on the record's node.
+func volumeUpdateCheck[T any](nodeUUID func(*T) string, what string) func(*Server, *http.Request, *T, bool) error {
+	return func(s *Server, r *http.Request, v *T, create bool) error {
+		if create {
+			return nil
+		}
+		return s.volumeChange(r.Context(), nodeUUID(v), what+" update")
+	}
+}
+
 var connectorWrites = &writes[store.VolumeConnector]{
 	body: "connector",
 	schema: schema{props: []prop{
@@ -165,12 +176,7 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		}
 		return nil
 	},
-	check: func(s *Server, r *http.Request, c *store.VolumeConnector, create bool) error {
-		if create {
-			return nil
-		}
-		return s.volumeChange(r.Context(), c.NodeUUID, "volume connector update")
-	},
+	check: volumeUpdateCheck(func(c *store.VolumeConnector) string { return c.NodeUUID }, "volume connector"),
 	create: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error {
 		return st.CreateVolumeConnector(ctx, c)
 	},
@@ -238,12 +244,7 @@ var targetWrites = &writes[store.VolumeTarget]{
 		}
 		return nil
 	},
-	check: func(s *Server, r *http.Request, t *store.VolumeTarget, create bool) error {
-		if create {
-			return nil
-		}
-		return s.volumeChange(r.Context(), t.NodeUUID, "volume target update")
-	},
+	check: volumeUpdateCheck(func(t *store.VolumeTarget) string { return t.NodeUUID }, "volume target"),
 	create: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error {
 		return st.CreateVolumeTarget(ctx, t)
 	},
