@@ -274,17 +274,20 @@ var allocationWrites = &writes[store.Allocation]{
 	},
 }
 
-// deleteAllocation frees the node, unless it is deployed or busy.
-func (s *Server) deleteAllocation(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.loadAllocation(r)
-	if err != nil {
-		return err
+// deleteAllocation frees the node of the allocation load finds (the one
+// named, or the node's), unless it is deployed or busy.
+func (s *Server) deleteAllocation(load func(*http.Request) (*store.Allocation, error)) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		a, err := load(r)
+		if err != nil {
+			return err
+		}
+		if err := s.cond.Deallocate(r.Context(), a); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
-	if err := s.cond.Deallocate(r.Context(), a); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 // nodeAllocation is the allocation of the node the route names; Ironic's
@@ -305,17 +308,4 @@ func (s *Server) nodeAllocation(r *http.Request) (*store.Allocation, error) {
 		return nil, errf(http.StatusNotFound, "Allocation for node %s was not found", mux.Vars(r)["node"])
 	}
 	return list[0], nil
-}
-
-// deleteNodeAllocation serves DELETE /v1/nodes/{node}/allocation.
-func (s *Server) deleteNodeAllocation(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.nodeAllocation(r)
-	if err != nil {
-		return err
-	}
-	if err := s.cond.Deallocate(r.Context(), a); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }

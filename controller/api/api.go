@@ -196,15 +196,9 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle("", authed(s.getV1)).Methods(http.MethodGet)
 		r.Handle("/", authed(s.getV1)).Methods(http.MethodGet)
 	}
-	for _, p := range []string{"/nodes", "/nodes/"} {
-		r.Handle(p, authed(s.listNodes(false))).Methods(http.MethodGet)
-		r.Handle(p, authed(s.createNode)).Methods(http.MethodPost)
-	}
-	r.Handle("/nodes/detail", authed(s.listNodes(true))).Methods(http.MethodGet)
+	collection{list: s.listNodes(false), detail: s.listNodes(true), create: s.createNode,
+		get: s.getNode, patch: s.patchNode, del: s.deleteNode}.route(r, authed, "/nodes", "node")
 	n := "/nodes/{node}"
-	r.Handle(n, authed(s.getNode)).Methods(http.MethodGet)
-	r.Handle(n, authed(s.patchNode)).Methods(http.MethodPatch)
-	r.Handle(n, authed(s.deleteNode)).Methods(http.MethodDelete)
 	r.Handle(n+"/states", authed(s.getStates)).Methods(http.MethodGet)
 	r.Handle(n+"/states/provision", authed(s.putProvision)).Methods(http.MethodPut)
 	r.Handle(n+"/states/power", authed(s.putPower)).Methods(http.MethodPut)
@@ -235,44 +229,20 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle(n+"/ports", authed(s.listNodePorts)).Methods(http.MethodGet)
-	r.Handle(n+"/portgroups", authed(s.listNodePortgroups)).Methods(http.MethodGet)
-	for _, p := range []string{"/ports", "/ports/"} {
-		r.Handle(p, authed(s.listPorts(false))).Methods(http.MethodGet)
-		r.Handle(p, authed(s.createPort)).Methods(http.MethodPost)
-	}
-	r.Handle("/ports/detail", authed(s.listPorts(true))).Methods(http.MethodGet)
-	r.Handle("/ports/{port}", authed(s.getPort)).Methods(http.MethodGet)
-	r.Handle("/ports/{port}", authed(s.patchPort)).Methods(http.MethodPatch)
-	r.Handle("/ports/{port}", authed(s.deletePort)).Methods(http.MethodDelete)
-	for _, p := range []string{"/portgroups", "/portgroups/"} {
-		r.Handle(p, authed(s.listPortgroups(false))).Methods(http.MethodGet)
-		r.Handle(p, authed(s.createPortgroup)).Methods(http.MethodPost)
-	}
-	r.Handle("/portgroups/detail", authed(s.listPortgroups(true))).Methods(http.MethodGet)
-	r.Handle("/portgroups/{pg}", authed(s.getPortgroup)).Methods(http.MethodGet)
-	r.Handle("/portgroups/{pg}", authed(s.patchPortgroup)).Methods(http.MethodPatch)
-	r.Handle("/portgroups/{pg}", authed(s.deletePortgroup)).Methods(http.MethodDelete)
-	for _, p := range []string{"/allocations", "/allocations/"} {
-		r.Handle(p, authed(allocationsGate(s.listAllocations))).Methods(http.MethodGet)
-		r.Handle(p, authed(allocationsGate(s.createAllocation))).Methods(http.MethodPost)
-	}
-	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.getAllocation(s.loadAllocation)))).Methods(http.MethodGet)
-	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.patchAllocation))).Methods(http.MethodPatch)
-	r.Handle("/allocations/{alloc}", authed(allocationsGate(s.deleteAllocation))).Methods(http.MethodDelete)
+	ports, portgroups := s.ports(), s.portgroups()
+	r.Handle(n+"/ports", authed(ports.list)).Methods(http.MethodGet)
+	r.Handle(n+"/portgroups", authed(portgroups.list)).Methods(http.MethodGet)
+	ports.route(r, authed, "/ports", "port")
+	portgroups.route(r, authed, "/portgroups", "pg")
+	collection{list: s.listAllocations, create: s.createAllocation, get: s.getAllocation(s.loadAllocation),
+		patch: s.patchAllocation, del: s.deleteAllocation(s.loadAllocation)}.
+		route(r, func(h handler) http.Handler { return authed(allocationsGate(h)) }, "/allocations", "alloc")
 	r.Handle(n+"/vifs", authed(s.listVIFs)).Methods(http.MethodGet)
 	r.Handle(n+"/vifs", authed(s.attachVIF)).Methods(http.MethodPost)
 	r.Handle(n+"/vifs/{vif}", authed(s.detachVIF)).Methods(http.MethodDelete)
 	r.Handle(n+"/allocation", authed(s.getAllocation(s.nodeAllocation))).Methods(http.MethodGet)
-	r.Handle(n+"/allocation", authed(s.deleteNodeAllocation)).Methods(http.MethodDelete)
-	for _, p := range []string{"/chassis", "/chassis/"} {
-		r.Handle(p, authed(s.listChassis(false))).Methods(http.MethodGet)
-		r.Handle(p, authed(s.createChassis)).Methods(http.MethodPost)
-	}
-	r.Handle("/chassis/detail", authed(s.listChassis(true))).Methods(http.MethodGet)
-	r.Handle("/chassis/{chassis}", authed(s.getChassis)).Methods(http.MethodGet)
-	r.Handle("/chassis/{chassis}", authed(s.patchChassis)).Methods(http.MethodPatch)
-	r.Handle("/chassis/{chassis}", authed(s.deleteChassis)).Methods(http.MethodDelete)
+	r.Handle(n+"/allocation", authed(s.deleteAllocation(s.nodeAllocation))).Methods(http.MethodDelete)
+	s.chassis().route(r, authed, "/chassis", "chassis")
 	r.Handle("/chassis/{chassis}/nodes", authed(s.listChassisNodes(false))).Methods(http.MethodGet)
 	r.Handle("/chassis/{chassis}/nodes/detail", authed(s.listChassisNodes(true))).Methods(http.MethodGet)
 	s.volumeRoutes(r, authed)
@@ -284,15 +254,35 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle(p, authed(s.listConductors)).Methods(http.MethodGet)
 	}
 	r.Handle("/conductors/{hostname}", authed(s.getConductor)).Methods(http.MethodGet)
-	for _, p := range []string{"/deploy_templates", "/deploy_templates/"} {
-		r.Handle(p, authed(s.gated(s.listDeployTemplates))).Methods(http.MethodGet)
-		r.Handle(p, authed(s.gated(s.createDeployTemplate))).Methods(http.MethodPost)
-	}
-	r.Handle("/deploy_templates/{template}", authed(s.gated(s.getDeployTemplate))).Methods(http.MethodGet)
-	r.Handle("/deploy_templates/{template}", authed(s.gated(s.patchDeployTemplate))).Methods(http.MethodPatch)
-	r.Handle("/deploy_templates/{template}", authed(s.gated(s.deleteDeployTemplate))).Methods(http.MethodDelete)
+	collection{list: s.listDeployTemplates, create: s.createDeployTemplate, get: s.getDeployTemplate,
+		patch: s.patchDeployTemplate, del: s.deleteDeployTemplate}.
+		route(r, func(h handler) http.Handler { return authed(s.gated(h)) }, "/deploy_templates", "template")
 	r.Handle("/drivers/{driver}/properties", authed(s.getDriverProperties)).Methods(http.MethodGet)
 	r.Handle("/drivers/{driver}/raid/logical_disk_properties", authed(s.getRAIDProperties)).Methods(http.MethodGet)
+}
+
+// collection is the handlers of an Ironic collection, routed alike for
+// every kind by route.
+type collection struct {
+	list, detail            handler // detail: nil where the kind has no /detail
+	create, get, patch, del handler
+}
+
+// route routes list and create at base (with and without the trailing
+// slash), the detailed list, then get, patch and delete of the member that
+// {member} names; /detail goes first, as {member} would take it for a name.
+func (c collection) route(r *mux.Router, wrap func(handler) http.Handler, base, member string) {
+	for _, p := range []string{base, base + "/"} {
+		r.Handle(p, wrap(c.list)).Methods(http.MethodGet)
+		r.Handle(p, wrap(c.create)).Methods(http.MethodPost)
+	}
+	if c.detail != nil {
+		r.Handle(base+"/detail", wrap(c.detail)).Methods(http.MethodGet)
+	}
+	one := base + "/{" + member + "}"
+	r.Handle(one, wrap(c.get)).Methods(http.MethodGet)
+	r.Handle(one, wrap(c.patch)).Methods(http.MethodPatch)
+	r.Handle(one, wrap(c.del)).Methods(http.MethodDelete)
 }
 
 // statusRecorder captures the status for logs and metrics.

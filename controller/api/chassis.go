@@ -80,28 +80,11 @@ var chassisWrites = &writes[store.Chassis]{
 	},
 }
 
-func (s *Server) listChassis(detail bool) handler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		return listResource(s, w, r, chassisResource, detail, "")
-	}
-}
-
-func (s *Server) getChassis(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, chassisResource)
-}
-
-func (s *Server) createChassis(w http.ResponseWriter, r *http.Request) error {
-	return createResource(s, w, r, chassisResource)
-}
-
-func (s *Server) patchChassis(w http.ResponseWriter, r *http.Request) error {
-	return patchResource(s, w, r, chassisResource)
-}
-
-// deleteChassis: the store refuses a chassis with nodes at the moment of
-// the delete, so a node added meanwhile keeps its chassis.
-func (s *Server) deleteChassis(w http.ResponseWriter, r *http.Request) error {
-	return deleteResource(s, w, r, chassisResource, nil, func(ctx context.Context, st store.Store, id string) error {
+// chassis is the chassis collection. The store refuses to delete a
+// chassis with nodes at the moment of the delete, so a node added
+// meanwhile keeps its chassis.
+func (s *Server) chassis() collection {
+	return resourceCollection(s, chassisResource, nil, func(ctx context.Context, st store.Store, id string) error {
 		err := st.DeleteChassis(ctx, id)
 		if errors.Is(err, store.ErrNotEmpty) {
 			return badRequest("Cannot complete the requested action because chassis %s contains nodes.", id)

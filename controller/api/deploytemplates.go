@@ -214,11 +214,7 @@ func (s *Server) createDeployTemplate(w http.ResponseWriter, r *http.Request) er
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	doc, err := decodeObject(body)
+	doc, err := readObject(r)
 	if err != nil {
 		return err
 	}

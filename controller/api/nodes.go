@@ -290,6 +290,16 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
+// readObject reads the request's body as a JSON object: the body of every
+// create and of the other JSON-object requests.
+func readObject(r *http.Request) (map[string]any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(body)
+}
+
 // decodeObject decodes a JSON object body into a generic map.
 func decodeObject(body []byte) (map[string]any, error) {
 	var m map[string]any
@@ -311,11 +321,7 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	m, err := decodeObject(body)
+	m, err := readObject(r)
 	if err != nil {
 		return err
 	}
@@ -399,12 +405,8 @@ func patchDoc(n *store.Node, ver int) (map[string]any, error) {
 			doc[k] = f.get(n)
 		}
 	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
 	var out map[string]any
-	err = json.Unmarshal(b, &out)
+	err := jsonCopy(doc, &out)
 	return out, err
 }
 

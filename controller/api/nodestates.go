@@ -174,15 +174,7 @@ func (s *Server) putMaintenance(w http.ResponseWriter, r *http.Request) error {
 			return bodyError(err)
 		}
 	}
-	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
-		m.Maintenance, m.MaintenanceReason = true, b.Reason
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusAccepted)
-	return nil
+	return s.setMaintenance(w, r, n, func(m *store.Node) { m.Maintenance, m.MaintenanceReason = true, b.Reason })
 }
 
 func (s *Server) deleteMaintenance(w http.ResponseWriter, r *http.Request) error {
@@ -190,8 +182,14 @@ func (s *Server) deleteMaintenance(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	_, err = store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
-		m.Maintenance, m.MaintenanceReason, m.Fault = false, nil, nil
+	return s.setMaintenance(w, r, n, func(m *store.Node) { m.Maintenance, m.MaintenanceReason, m.Fault = false, nil, nil })
+}
+
+// setMaintenance writes n's maintenance fields by set and answers 202, for
+// the maintenance PUT and DELETE alike.
+func (s *Server) setMaintenance(w http.ResponseWriter, r *http.Request, n *store.Node, set func(m *store.Node)) error {
+	_, err := store.MutateNode(r.Context(), s.st, n.UUID, func(m *store.Node) error {
+		set(m)
 		return nil
 	})
 	if err != nil {
@@ -308,11 +306,7 @@ func (s *Server) putRAID(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	cfg, err := decodeObject(body)
+	cfg, err := readObject(r)
 	if err != nil {
 		return err
 	}

@@ -28,38 +28,21 @@ func appendValue(b *bytes.Buffer, v any) error {
 	case int:
 		b.WriteString(strconv.Itoa(x))
 	case []link:
-		b.WriteByte('[')
-		for i, l := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
+		return appendArray(b, x, func(b *bytes.Buffer, l link) error {
 			b.WriteString(`{"href":`)
 			appendString(b, l.Href)
 			b.WriteString(`,"rel":`)
 			appendString(b, l.Rel)
 			b.WriteByte('}')
-		}
-		b.WriteByte(']')
+			return nil
+		})
 	case []string:
-		b.WriteByte('[')
-		for i, v := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
+		return appendArray(b, x, func(b *bytes.Buffer, v string) error {
 			appendString(b, v)
-		}
-		b.WriteByte(']')
+			return nil
+		})
 	case []any:
-		b.WriteByte('[')
-		for i, v := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := appendValue(b, v); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
+		return appendArray(b, x, appendValue)
 	case map[string]any:
 		return appendMap(b, x, nil)
 	default:
@@ -69,6 +52,22 @@ func appendValue(b *bytes.Buffer, v any) error {
 		}
 		b.Write(raw)
 	}
+	return nil
+}
+
+// appendArray writes x as a JSON array, each element by add; it stops at
+// add's first error.
+func appendArray[E any](b *bytes.Buffer, x []E, add func(*bytes.Buffer, E) error) error {
+	b.WriteByte('[')
+	for i, v := range x {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := add(b, v); err != nil {
+			return err
+		}
+	}
+	b.WriteByte(']')
 	return nil
 }
 

@@ -33,22 +33,6 @@ func (s *Server) portgroupView(r *http.Request, p *store.Portgroup, fields []str
 	return s.view(r, all, portgroupFieldMin, fields, "portgroups/"+p.UUID)
 }
 
-func (s *Server) listPortgroups(detail bool) handler {
-	return func(w http.ResponseWriter, r *http.Request) error { return s.listPortgroupsFor(w, r, detail, "") }
-}
-
-func (s *Server) listNodePortgroups(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.loadNode(r)
-	if err != nil {
-		return err
-	}
-	return s.listPortgroupsFor(w, r, false, n.UUID)
-}
-
-func (s *Server) listPortgroupsFor(w http.ResponseWriter, r *http.Request, detail bool, nodeUUID string) error {
-	return listResource(s, w, r, portgroupResource, detail, nodeUUID)
-}
-
 // portgroupWrites are Ironic 21.4's PORTGROUP_SCHEMA, its validators and
 // PATCH_ALLOWED_FIELDS; a name must be a logical name.
 var portgroupWrites = &writes[store.Portgroup]{
@@ -89,13 +73,11 @@ var portgroupWrites = &writes[store.Portgroup]{
 				pg.Address = &mac
 			}
 		}
-		if changed("node_uuid") {
-			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-			if err != nil {
-				return err
-			}
-			pg.NodeUUID = n.UUID
+		node, err := s.changedNode(r, doc, changed, pg.NodeUUID)
+		if err != nil {
+			return err
 		}
+		pg.NodeUUID = node
 		if changed("mode") {
 			pg.Mode = optStr(doc, "mode")
 		}
@@ -132,17 +114,10 @@ var portgroupWrites = &writes[store.Portgroup]{
 	},
 }
 
-func (s *Server) createPortgroup(w http.ResponseWriter, r *http.Request) error {
-	return createResource(s, w, r, portgroupResource)
-}
-
-func (s *Server) getPortgroup(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, portgroupResource)
-}
-
-// deletePortgroup refuses while ports are in the group, as Ironic does.
-func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
-	return deleteResource(s, w, r, portgroupResource, func(pg *store.Portgroup) error {
+// portgroups is the port group collection; a delete is refused while
+// ports are in the group, as Ironic does.
+func (s *Server) portgroups() collection {
+	return resourceCollection(s, portgroupResource, func(r *http.Request, pg *store.Portgroup) error {
 		ports, err := s.st.ListPorts(r.Context(), store.ResourceFilter{NodeUUID: &pg.NodeUUID}, store.Page{})
 		if err != nil {
 			return err
@@ -154,8 +129,4 @@ func (s *Server) deletePortgroup(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}, func(ctx context.Context, st store.Store, id string) error { return st.DeletePortgroup(ctx, id) })
-}
-
-func (s *Server) patchPortgroup(w http.ResponseWriter, r *http.Request) error {
-	return patchResource(s, w, r, portgroupResource)
 }

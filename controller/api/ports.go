@@ -63,28 +63,6 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
-func (s *Server) listPorts(detailPath bool) handler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		return s.listPortsFor(w, r, detailPath, "")
-	}
-}
-
-func (s *Server) listNodePorts(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.loadNode(r)
-	if err != nil {
-		return err
-	}
-	return s.listPortsFor(w, r, false, n.UUID)
-}
-
-func (s *Server) listPortsFor(w http.ResponseWriter, r *http.Request, detail bool, nodeUUID string) error {
-	return listResource(s, w, r, portResource, detail, nodeUUID)
-}
-
-func (s *Server) getPort(w http.ResponseWriter, r *http.Request) error {
-	return getResource(s, w, r, portResource)
-}
-
 // portWrites are Ironic 21.4's PORT_SCHEMA, its validators and
 // PATCH_ALLOWED_FIELDS.
 var portWrites = &writes[store.Port]{
@@ -116,13 +94,11 @@ var portWrites = &writes[store.Port]{
 		if changed("address") {
 			p.Address, _ = normalizeMAC(str(doc, "address"))
 		}
-		if changed("node_uuid") {
-			n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-			if err != nil {
-				return err
-			}
-			p.NodeUUID = n.UUID
+		node, err := s.changedNode(r, doc, changed, p.NodeUUID)
+		if err != nil {
+			return err
 		}
+		p.NodeUUID = node
 		if changed("extra") {
 			p.Extra = obj(doc, "extra")
 		}
@@ -176,16 +152,9 @@ func nowp() *time.Time {
 	return &now
 }
 
-func (s *Server) createPort(w http.ResponseWriter, r *http.Request) error {
-	return createResource(s, w, r, portResource)
-}
-
-func (s *Server) patchPort(w http.ResponseWriter, r *http.Request) error {
-	return patchResource(s, w, r, portResource)
-}
-
-func (s *Server) deletePort(w http.ResponseWriter, r *http.Request) error {
-	return deleteResource(s, w, r, portResource, nil, func(ctx context.Context, st store.Store, id string) error {
+// ports is the port collection.
+func (s *Server) ports() collection {
+	return resourceCollection(s, portResource, nil, func(ctx context.Context, st store.Store, id string) error {
 		return st.DeletePort(ctx, id)
 	})
 }

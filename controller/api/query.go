@@ -73,6 +73,22 @@ func (q query) boolean(k string) (*bool, error) {
 	return &b, nil
 }
 
+// limit reads the limit parameter, capped at most (most when absent): the
+// collections and the results lists check it alike.
+func (q query) limit(most int) (int, error) {
+	if !q.v.Has("limit") {
+		return most, nil
+	}
+	n, err := strconv.Atoi(q.v.Get("limit"))
+	if err != nil {
+		return most, badRequest("Invalid limit %q: not an integer", q.v.Get("limit"))
+	}
+	if n <= 0 {
+		return most, badRequest("Limit must be positive")
+	}
+	return min(n, most), nil
+}
+
 // page reads limit, marker, sort_key and sort_dir.
 type pageArgs struct {
 	limit   int
@@ -82,16 +98,10 @@ type pageArgs struct {
 }
 
 func (q query) page(sortKeys []string) (pageArgs, error) {
-	p := pageArgs{limit: maxLimit, sortKey: "id"}
-	if q.v.Has("limit") {
-		n, err := strconv.Atoi(q.v.Get("limit"))
-		if err != nil {
-			return p, badRequest("Invalid limit %q: not an integer", q.v.Get("limit"))
-		}
-		if n <= 0 {
-			return p, badRequest("Limit must be positive")
-		}
-		p.limit = min(n, maxLimit)
+	p := pageArgs{sortKey: "id"}
+	var err error
+	if p.limit, err = q.limit(maxLimit); err != nil {
+		return p, err
 	}
 	p.marker = q.v.Get("marker")
 	if k := q.v.Get("sort_key"); k != "" {

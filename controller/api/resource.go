@@ -179,6 +179,37 @@ func getResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *
 	return nil
 }
 
+// resourceCollection is the collection of the kind res defines, every
+// handler the generic one: its list lists the node's resources when the
+// route names a node (/nodes/{node}/ports), else all; its delete deletes
+// by del after check, if set, lets the resource go.
+func resourceCollection[T any](s *Server, res *resource[T], check func(r *http.Request, v *T) error,
+	del func(ctx context.Context, st store.Store, uuid string) error) collection {
+	list := func(detail bool) handler {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			node, err := s.nodeOf(r)
+			if err != nil {
+				return err
+			}
+			return listResource(s, w, r, res, detail, node)
+		}
+	}
+	return collection{
+		list:   list(false),
+		detail: list(true),
+		get:    func(w http.ResponseWriter, r *http.Request) error { return getResource(s, w, r, res) },
+		create: func(w http.ResponseWriter, r *http.Request) error { return createResource(s, w, r, res) },
+		patch:  func(w http.ResponseWriter, r *http.Request) error { return patchResource(s, w, r, res) },
+		del: func(w http.ResponseWriter, r *http.Request) error {
+			var guard func(v *T) error
+			if check != nil {
+				guard = func(v *T) error { return check(r, v) }
+			}
+			return deleteResource(s, w, r, res, guard, del)
+		},
+	}
+}
+
 // deleteResource serves DELETE: check, if set, may refuse first.
 func deleteResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res *resource[T],
 	check func(v *T) error, del func(ctx context.Context, st store.Store, uuid string) error) error {

@@ -71,11 +71,7 @@ func createResource[T any](s *Server, w http.ResponseWriter, r *http.Request, re
 		return err
 	}
 	wr := res.writes
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	doc, err := decodeObject(body)
+	doc, err := readObject(r)
 	if err != nil {
 		return err
 	}
@@ -250,6 +246,19 @@ func boolOr(doc map[string]any, k string, def bool) bool {
 		return x
 	}
 	return def
+}
+
+// changedNode is the node a resource's write leaves it on: the node_uuid
+// the write changes, resolved by nodeRef, else cur.
+func (s *Server) changedNode(r *http.Request, doc map[string]any, changed func(string) bool, cur string) (string, error) {
+	if !changed("node_uuid") {
+		return cur, nil
+	}
+	n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
+	if err != nil {
+		return "", err
+	}
+	return n.UUID, nil
 }
 
 // nodeRef resolves a node_uuid a body names: a node that does not exist is

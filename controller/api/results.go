@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -26,16 +27,9 @@ func resultPage(r *http.Request, nodeUUID string) (store.ResultPage, error) {
 	if err != nil {
 		return store.ResultPage{}, err
 	}
-	p := store.ResultPage{NodeUUID: nodeUUID, Limit: maxResultsPage}
-	if q.v.Has("limit") {
-		n, err := strconv.Atoi(q.v.Get("limit"))
-		if err != nil {
-			return p, badRequest("Invalid limit %q: not an integer", q.v.Get("limit"))
-		}
-		if n <= 0 {
-			return p, badRequest("Limit must be positive")
-		}
-		p.Limit = min(n, maxResultsPage)
+	p := store.ResultPage{NodeUUID: nodeUUID}
+	if p.Limit, err = q.limit(maxResultsPage); err != nil {
+		return p, err
 	}
 	if m := q.v.Get("marker"); m != "" {
 		u, err := uuid.Parse(m)
@@ -47,10 +41,29 @@ func resultPage(r *http.Request, nodeUUID string) (store.ResultPage, error) {
 	return p, nil
 }
 
-// resultsNext is the "next" link of a full page.
-func (s *Server) resultsNext(r *http.Request, p store.ResultPage, last string) string {
-	q := url.Values{"limit": {strconv.Itoa(p.Limit)}, "marker": {last}}
-	return s.baseURL(r) + r.URL.Path + "?" + q.Encode()
+// writeResults answers page p of step results or erase records: each
+// listed item shown by view under key, with the "next" link of a full
+// page; a marker naming no item is a 404 naming it as what.
+func writeResults[T, V any](s *Server, w http.ResponseWriter, r *http.Request, p store.ResultPage, what, key string,
+	list func(context.Context, store.ResultPage) ([]*T, error), uuidOf func(*T) string, view func(*T) V) error {
+	items, err := list(r.Context(), p)
+	if errors.Is(err, store.ErrNotFound) {
+		return errf(http.StatusNotFound, "%s %s could not be found.", what, p.Marker)
+	}
+	if err != nil {
+		return err
+	}
+	out := make([]V, 0, len(items))
+	for _, it := range items {
+		out = append(out, view(it))
+	}
+	body := map[string]any{key: out}
+	if len(items) == p.Limit {
+		q := url.Values{"limit": {strconv.Itoa(p.Limit)}, "marker": {uuidOf(items[len(items)-1])}}
+		body["next"] = s.baseURL(r) + r.URL.Path + "?" + q.Encode()
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
 }
 
 // GET /v1/nodes/{node}/steps/results
@@ -63,23 +76,8 @@ func (s *Server) stepResults(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.st.ListStepResults(r.Context(), p)
-	if errors.Is(err, store.ErrNotFound) {
-		return errf(http.StatusNotFound, "Step result %s could not be found.", p.Marker)
-	}
-	if err != nil {
-		return err
-	}
-	out := make([]map[string]any, 0, len(list))
-	for _, res := range list {
-		out = append(out, stepResultView(res))
-	}
-	body := map[string]any{"results": out}
-	if len(list) == p.Limit {
-		body["next"] = s.resultsNext(r, p, list[len(list)-1].UUID)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	return writeResults(s, w, r, p, "Step result", "results", s.st.ListStepResults,
+		func(res *store.StepResult) string { return res.UUID }, stepResultView)
 }
 
 func stepResultView(res *store.StepResult) map[string]any {
@@ -119,23 +117,8 @@ func (s *Server) eraseRecords(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.st.ListEraseRecords(r.Context(), p)
-	if errors.Is(err, store.ErrNotFound) {
-		return errf(http.StatusNotFound, "Erase record %s could not be found.", p.Marker)
-	}
-	if err != nil {
-		return err
-	}
-	out := make([]json.RawMessage, 0, len(list))
-	for _, rec := range list {
-		out = append(out, rec.Data)
-	}
-	body := map[string]any{"erase_records": out}
-	if len(list) == p.Limit {
-		body["next"] = s.resultsNext(r, p, list[len(list)-1].UUID)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
+	return writeResults(s, w, r, p, "Erase record", "erase_records", s.st.ListEraseRecords,
+		func(rec *store.EraseRecord) string { return rec.UUID }, func(rec *store.EraseRecord) json.RawMessage { return rec.Data })
 }
 
 // GET /v1/erase-records/public-key: the key the records verify with.

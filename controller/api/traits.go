@@ -24,8 +24,9 @@ func (s *Server) getTraits(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setTraits replaces or edits the trait set under the usual update rules.
-func (s *Server) setTraits(r *http.Request, edit func(set map[string]bool) error) error {
+// setTraits replaces or edits the trait set under the usual update rules
+// and answers 204, as every trait write does.
+func (s *Server) setTraits(w http.ResponseWriter, r *http.Request, edit func(set map[string]bool) error) error {
 	if err := atLeast(r.Context(), 37); err != nil {
 		return err
 	}
@@ -54,7 +55,11 @@ func (s *Server) setTraits(r *http.Request, edit func(set map[string]bool) error
 		sort.Strings(m.Traits)
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
@@ -72,18 +77,13 @@ func (s *Server) putTraits(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	err := s.setTraits(r, func(set map[string]bool) error {
+	return s.setTraits(w, r, func(set map[string]bool) error {
 		clear(set)
 		for _, t := range *b.Traits {
 			set[t] = true
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 func (s *Server) putTrait(w http.ResponseWriter, r *http.Request) error {
@@ -91,33 +91,20 @@ func (s *Server) putTrait(w http.ResponseWriter, r *http.Request) error {
 	if err := s.traitNames.check("trait", t); err != nil {
 		return err
 	}
-	if err := s.setTraits(r, func(set map[string]bool) error { set[t] = true; return nil }); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.setTraits(w, r, func(set map[string]bool) error { set[t] = true; return nil })
 }
 
 func (s *Server) deleteTrait(w http.ResponseWriter, r *http.Request) error {
 	t := mux.Vars(r)["trait"]
-	err := s.setTraits(r, func(set map[string]bool) error {
+	return s.setTraits(w, r, func(set map[string]bool) error {
 		if !set[t] {
 			return notFound("Trait", t)
 		}
 		delete(set, t)
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }
 
 func (s *Server) deleteTraits(w http.ResponseWriter, r *http.Request) error {
-	if err := s.setTraits(r, func(set map[string]bool) error { clear(set); return nil }); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return s.setTraits(w, r, func(set map[string]bool) error { clear(set); return nil })
 }

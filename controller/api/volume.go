@@ -107,18 +107,6 @@ func volumeNodeUUIDCheck(ops []patchOp) error {
 	return nil
 }
 
-// volumeNode resolves the node a connector or target names (400 if none).
-func (s *Server) volumeNode(r *http.Request, doc map[string]any, changed func(string) bool, cur string) (string, error) {
-	if !changed("node_uuid") {
-		return cur, nil
-	}
-	n, err := s.nodeRef(r.Context(), str(doc, "node_uuid"))
-	if err != nil {
-		return "", err
-	}
-	return n.UUID, nil
-}
-
 // volumeChange refuses to change a node's volume records unless the node
 // is powered off and not locked, as Ironic's conductor does for updates
 // and deletions (creation is not checked, in Ironic either).
@@ -136,6 +124,17 @@ func (s *Server) volumeChange(ctx context.Context, nodeUUID, action string) erro
 			action, n.UUID, pyStr(sp(n.PowerState)))
 	}
 	return nil
+}
+
+// volumeUpdateCheck is the check of a volume kind's writes: an update
+// (not a create) must pass volumeChange on the record's node.
+func volumeUpdateCheck[T any](nodeUUID func(*T) string, what string) func(*Server, *http.Request, *T, bool) error {
+	return func(s *Server, r *http.Request, v *T, create bool) error {
+		if create {
+			return nil
+		}
+		return s.volumeChange(r.Context(), nodeUUID(v), what+" update")
+	}
 }
 
 var connectorWrites = &writes[store.VolumeConnector]{
@@ -157,7 +156,7 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		return &store.VolumeConnector{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, c *store.VolumeConnector, doc map[string]any, changed func(string) bool, create bool) error {
-		node, err := s.volumeNode(r, doc, changed, c.NodeUUID)
+		node, err := s.changedNode(r, doc, changed, c.NodeUUID)
 		if err != nil {
 			return err
 		}
@@ -177,12 +176,7 @@ var connectorWrites = &writes[store.VolumeConnector]{
 		}
 		return nil
 	},
-	check: func(s *Server, r *http.Request, c *store.VolumeConnector, create bool) error {
-		if create {
-			return nil
-		}
-		return s.volumeChange(r.Context(), c.NodeUUID, "volume connector update")
-	},
+	check: volumeUpdateCheck(func(c *store.VolumeConnector) string { return c.NodeUUID }, "volume connector"),
 	create: func(ctx context.Context, st store.Store, c *store.VolumeConnector) error {
 		return st.CreateVolumeConnector(ctx, c)
 	},
@@ -224,7 +218,7 @@ var targetWrites = &writes[store.VolumeTarget]{
 		return &store.VolumeTarget{UUID: id, CreatedAt: time.Now().UTC()}
 	},
 	apply: func(s *Server, r *http.Request, t *store.VolumeTarget, doc map[string]any, changed func(string) bool, create bool) error {
-		node, err := s.volumeNode(r, doc, changed, t.NodeUUID)
+		node, err := s.changedNode(r, doc, changed, t.NodeUUID)
 		if err != nil {
 			return err
 		}
@@ -250,12 +244,7 @@ var targetWrites = &writes[store.VolumeTarget]{
 		}
 		return nil
 	},
-	check: func(s *Server, r *http.Request, t *store.VolumeTarget, create bool) error {
-		if create {
-			return nil
-		}
-		return s.volumeChange(r.Context(), t.NodeUUID, "volume target update")
-	},
+	check: volumeUpdateCheck(func(t *store.VolumeTarget) string { return t.NodeUUID }, "volume target"),
 	create: func(ctx context.Context, st store.Store, t *store.VolumeTarget) error {
 		return st.CreateVolumeTarget(ctx, t)
 	},
@@ -297,58 +286,29 @@ func (s *Server) volumeRoutes(r *mux.Router, authed func(h handler) http.Handler
 	r.Handle("/nodes/{node}/volume/", gated(s.volumeRoot)).Methods(http.MethodGet)
 	for _, kind := range []struct {
 		name, muxVar string
-		volumeHandlers
+		collection
 	}{
-		{"connectors", "connector", volumeKind(s, connectorResource, func(c *store.VolumeConnector) string { return c.NodeUUID },
+		{"connectors", "connector", volumeCollection(s, connectorResource, func(c *store.VolumeConnector) string { return c.NodeUUID },
 			"volume connector", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeConnector(ctx, id) })},
-		{"targets", "target", volumeKind(s, targetResource, func(t *store.VolumeTarget) string { return t.NodeUUID },
+		{"targets", "target", volumeCollection(s, targetResource, func(t *store.VolumeTarget) string { return t.NodeUUID },
 			"volume target", func(ctx context.Context, st store.Store, id string) error { return st.DeleteVolumeTarget(ctx, id) })},
 	} {
 		base := "/volume/" + kind.name
-		for _, p := range []string{base, base + "/"} {
-			r.Handle(p, gated(kind.list(false))).Methods(http.MethodGet)
-			r.Handle(p, gated(kind.create)).Methods(http.MethodPost)
-		}
-		r.Handle(base+"/detail", gated(kind.list(true))).Methods(http.MethodGet)
-		one := base + "/{" + kind.muxVar + "}"
-		r.Handle(one, gated(kind.get)).Methods(http.MethodGet)
-		r.Handle(one, gated(kind.patch)).Methods(http.MethodPatch)
-		r.Handle(one, gated(kind.del)).Methods(http.MethodDelete)
+		kind.route(r, gated, base, kind.muxVar)
 		nb := "/nodes/{node}" + base
-		r.Handle(nb, gated(kind.list(false))).Methods(http.MethodGet)
+		r.Handle(nb, gated(kind.list)).Methods(http.MethodGet)
 		r.Handle(nb, forbidden).Methods(http.MethodPost)
 		r.Handle(nb+"/{"+kind.muxVar+"}", forbidden).Methods(http.MethodGet, http.MethodPatch, http.MethodDelete)
 	}
 }
 
-// volumeHandlers serve one volume resource; connectors and targets differ
-// only in the resource, its node and its name.
-type volumeHandlers struct {
-	list                    func(detail bool) handler
-	get, create, patch, del handler
-}
-
-func volumeKind[T any](s *Server, res *resource[T], nodeUUID func(*T) string, what string,
-	del func(ctx context.Context, st store.Store, id string) error) volumeHandlers {
-	return volumeHandlers{
-		list: func(detail bool) handler {
-			return func(w http.ResponseWriter, r *http.Request) error {
-				node, err := s.nodeOf(r)
-				if err != nil {
-					return err
-				}
-				return listResource(s, w, r, res, detail, node)
-			}
-		},
-		get:    func(w http.ResponseWriter, r *http.Request) error { return getResource(s, w, r, res) },
-		create: func(w http.ResponseWriter, r *http.Request) error { return createResource(s, w, r, res) },
-		patch:  func(w http.ResponseWriter, r *http.Request) error { return patchResource(s, w, r, res) },
-		del: func(w http.ResponseWriter, r *http.Request) error {
-			return deleteResource(s, w, r, res, func(v *T) error {
-				return s.volumeChange(r.Context(), nodeUUID(v), what+" deletion")
-			}, del)
-		},
-	}
+// volumeCollection is the collection of a volume kind; connectors and
+// targets differ only in the resource, its node and its name.
+func volumeCollection[T any](s *Server, res *resource[T], nodeUUID func(*T) string, what string,
+	del func(ctx context.Context, st store.Store, id string) error) collection {
+	return resourceCollection(s, res, func(r *http.Request, v *T) error {
+		return s.volumeChange(r.Context(), nodeUUID(v), what+" deletion")
+	}, del)
 }
 
 // volumeRoot is /v1/volume (or a node's): links to its collections.

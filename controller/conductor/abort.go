@@ -86,7 +86,7 @@ func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) 
 		}
 		return
 	}
-	key := currentStepKey(n)
+	key := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
 	args, _ := (*ph.current(n))["args"].(map[string]any)
 	r := c.steps.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
 	if p := n.Operation.Agent.Command; p != nil {

@@ -66,12 +66,17 @@ func (d *BMCDriver) record(ctx context.Context, n *store.Node, what string, o bm
 
 // VerifyAccess checks the credentials against the BMC (the manage verb).
 func (d *BMCDriver) VerifyAccess(ctx context.Context, n *store.Node) error {
+	return d.do(ctx, n, "credentials verified", func(t bmc.Target) (bmc.Outcome, error) { return d.m.Verify(ctx, t) })
+}
+
+// do runs op on n's BMC and records it in n's history as what.
+func (d *BMCDriver) do(ctx context.Context, n *store.Node, what string, op func(bmc.Target) (bmc.Outcome, error)) error {
 	t, err := d.target(n)
 	if err != nil {
 		return err
 	}
-	o, err := d.m.Verify(ctx, t)
-	d.record(ctx, n, "credentials verified", o, err)
+	o, err := op(t)
+	d.record(ctx, n, what, o, err)
 	return err
 }
 
@@ -102,40 +107,24 @@ func (d *BMCDriver) SetPower(ctx context.Context, n *store.Node, target string) 
 
 // SetBootDevice sets the boot device, UEFI when the node boots that way.
 func (d *BMCDriver) SetBootDevice(ctx context.Context, n *store.Node, device string, persistent bool) error {
-	t, err := d.target(n)
-	if err != nil {
-		return err
-	}
 	efi := n.BootMode != nil && *n.BootMode == "uefi"
 	if cap, ok := n.Properties["capabilities"].(string); ok && !efi {
 		efi = containsBootMode(cap, "uefi")
 	}
-	o, err := d.m.SetBootDevice(ctx, t, bmc.BootDevice(device), bmc.BootOptions{Persistent: persistent, EFI: efi})
-	d.record(ctx, n, fmt.Sprintf("boot device %s (persistent=%v, uefi=%v)", device, persistent, efi), o, err)
-	return err
+	return d.do(ctx, n, fmt.Sprintf("boot device %s (persistent=%v, uefi=%v)", device, persistent, efi), func(t bmc.Target) (bmc.Outcome, error) {
+		return d.m.SetBootDevice(ctx, t, bmc.BootDevice(device), bmc.BootOptions{Persistent: persistent, EFI: efi})
+	})
 }
 
 // InsertMedia implements MediaDriver. The URL (which carries the boot's
 // key) stays out of the history.
 func (d *BMCDriver) InsertMedia(ctx context.Context, n *store.Node, url string) error {
-	t, err := d.target(n)
-	if err != nil {
-		return err
-	}
-	o, err := d.m.InsertMedia(ctx, t, url)
-	d.record(ctx, n, "virtual media inserted", o, err)
-	return err
+	return d.do(ctx, n, "virtual media inserted", func(t bmc.Target) (bmc.Outcome, error) { return d.m.InsertMedia(ctx, t, url) })
 }
 
 // EjectMedia implements MediaDriver.
 func (d *BMCDriver) EjectMedia(ctx context.Context, n *store.Node) error {
-	t, err := d.target(n)
-	if err != nil {
-		return err
-	}
-	o, err := d.m.EjectMedia(ctx, t)
-	d.record(ctx, n, "virtual media ejected", o, err)
-	return err
+	return d.do(ctx, n, "virtual media ejected", func(t bmc.Target) (bmc.Outcome, error) { return d.m.EjectMedia(ctx, t) })
 }
 
 // containsBootMode reads Ironic's "boot_mode:uefi" capability.

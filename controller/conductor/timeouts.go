@@ -12,6 +12,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // stops ends operations: timeouts, aborts and security stops.
@@ -142,7 +143,7 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 }
 
 func (c *stops) agentTimerExpired(n *store.Node, now time.Time) string {
-	step := currentStepKey(n)
+	step := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
 	a := &n.Operation.Agent
 	if p := a.Command; p != nil && p.Step != nil {
 		limit := c.cfg.Agent.StepTimeout
@@ -175,15 +176,4 @@ func (c *stops) agentTimerExpired(n *store.Node, now time.Time) string {
 	}
 	return fmt.Sprintf("Timeout in %s: the agent went silent%s: no heartbeat for %s (last at %s).",
 		n.ProvisionState, during, now.Sub(t).Round(time.Second), t.Format(time.RFC3339))
-}
-
-func currentStepKey(n *store.Node) string {
-	s := n.CleanStep
-	if len(s) == 0 {
-		s = n.DeployStep
-	}
-	if len(s) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%v.%v", s["interface"], s["step"])
 }

@@ -192,25 +192,39 @@ func (v *vifs) AttachVIF(ctx context.Context, n *store.Node, vif string, to VIFT
 	if err := CheckUnlocked(n); err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
+	var target portLike
+	err := retryVIFWrite(func() (bool, error) {
 		ports, pgs, err := v.portsOf(ctx, n.UUID)
 		if err != nil {
-			return err
+			return false, err
 		}
-		target, err := freePortLike(vif, ports, pgs, to)
-		if err != nil {
-			return err
+		if target, err = freePortLike(vif, ports, pgs, to); err != nil {
+			return false, err
 		}
-		err = v.setVIF(ctx, target, vif)
-		if !errors.Is(err, store.ErrConflict) || attempt >= 20 {
-			if err != nil {
-				return fmt.Errorf("attach VIF %s to %s %s: %w", vif, target.kind(), target.uuid(), err)
-			}
-			if err := v.undoDuplicate(ctx, n.UUID, vif, target.uuid()); err != nil {
-				return err
-			}
-			v.log.Info("VIF attached", "node", n.UUID, "vif", vif, "to", target.kind(), "uuid", target.uuid())
-			return nil
+		if err := v.setVIF(ctx, target, vif); err != nil {
+			return true, fmt.Errorf("attach VIF %s to %s %s: %w", vif, target.kind(), target.uuid(), err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := v.undoDuplicate(ctx, n.UUID, vif, target.uuid()); err != nil {
+		return err
+	}
+	v.log.Info("VIF attached", "node", n.UUID, "vif", vif, "to", target.kind(), "uuid", target.uuid())
+	return nil
+}
+
+// retryVIFWrite runs attempt again while its write fails with
+// store.ErrConflict (another request wrote the port or port group it
+// read), at most 21 times. attempt reports whether it got as far as the
+// write: an error before it is final.
+func retryVIFWrite(attempt func() (wrote bool, err error)) error {
+	for n := 0; ; n++ {
+		wrote, err := attempt()
+		if !wrote || !errors.Is(err, store.ErrConflict) || n >= 20 {
+			return err
 		}
 	}
 }
@@ -260,27 +274,19 @@ func (v *vifs) DetachVIF(ctx context.Context, n *store.Node, vif string) error {
 	if err := CheckUnlocked(n); err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
+	return retryVIFWrite(func() (bool, error) {
 		ports, pgs, err := v.portsOf(ctx, n.UUID)
 		if err != nil {
-			return err
+			return false, err
 		}
-		var target *portLike
 		// Port groups first, as Ironic looks.
 		for _, pl := range append(portLikes(nil, pgs), portLikes(ports, nil)...) {
 			if pl.vif() == vif {
-				target = &pl
-				break
+				return true, v.setVIF(ctx, pl, "")
 			}
 		}
-		if target == nil {
-			return Invalid("Unable to detach VIF %s from node %s because it is not attached to it.", vif, n.UUID)
-		}
-		err = v.setVIF(ctx, *target, "")
-		if !errors.Is(err, store.ErrConflict) || attempt >= 20 {
-			return err
-		}
-	}
+		return false, Invalid("Unable to detach VIF %s from node %s because it is not attached to it.", vif, n.UUID)
+	})
 }
 
 // removeVIFs detaches every VIF of the node (Ironic's

@@ -329,6 +329,16 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 		rest[k] = v
 	}
 	take := func(key string, dst any) bool { return takeValue(rest, key, dst) }
+	// takeTime takes a time written as RFC 3339 with nanoseconds, only if
+	// it shows back exactly as written.
+	takeTime := func(key string, dst *time.Time) {
+		if v, ok := rest[key].(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Format(time.RFC3339Nano) == v {
+				*dst = t
+				delete(rest, key)
+			}
+		}
+	}
 	plan := func(stepsKey, indexKey string) *StepPlan {
 		var p StepPlan
 		hasSteps := take(stepsKey, &p.Steps)
@@ -353,12 +363,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	if take(keyAgentVersion, &version) {
 		a.Version = &version
 	}
-	if v, ok := rest[keyLastHeartbeat].(string); ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Format(time.RFC3339Nano) == v {
-			a.LastHeartbeat = t
-			delete(rest, keyLastHeartbeat)
-		}
-	}
+	takeTime(keyLastHeartbeat, &a.LastHeartbeat)
 	take(keyBootTimings, &a.BootTimings)
 	take(keyStepCache, &a.Steps)
 	take(keyCommand, &a.Command)
@@ -371,12 +376,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyNonceVia, &a.NonceVia)
 	take(keyNonceServedTo, &a.NonceServedTo)
 	take(keyAlarm, &a.Alarm)
-	if v, ok := rest[keyBootStarted].(string); ok {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Format(time.RFC3339Nano) == v {
-			a.BootStartedAt = t
-			delete(rest, keyBootStarted)
-		}
-	}
+	takeTime(keyBootStarted, &a.BootStartedAt)
 	take(keyPreviousBoot, &a.PreviousBootID)
 	op.Disks.take(rest)
 	return op, rest

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -26,8 +27,7 @@ func (s *Store) PutStepResult(ctx context.Context, r *store.StepResult) error {
 		return fmt.Errorf("encode step result: %w", err)
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := s.exec(ctx, tx, `INSERT INTO step_results (uuid, node_uuid, finished_at, data) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, s.d.stamp(&r.FinishedAt), data); err != nil {
+		if err := s.insertResult(ctx, tx, "step_results", "finished_at", r.UUID, r.NodeUUID, &r.FinishedAt, data); err != nil {
 			return err
 		}
 		_, err := s.exec(ctx, tx, `DELETE FROM step_results WHERE node_uuid = $1 AND id <= (
@@ -54,8 +54,7 @@ func (s *Store) PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) 
 			if err != nil {
 				return fmt.Errorf("encode erase record: %w", err)
 			}
-			if _, err := s.exec(ctx, tx, `INSERT INTO erase_records (uuid, node_uuid, created_at, data) VALUES ($1, $2, $3, $4)
-				ON CONFLICT (uuid) DO NOTHING`, r.UUID, r.NodeUUID, s.d.stamp(&r.CreatedAt), data); err != nil {
+			if err := s.insertResult(ctx, tx, "erase_records", "created_at", r.UUID, r.NodeUUID, &r.CreatedAt, data); err != nil {
 				return err
 			}
 		}
@@ -70,6 +69,15 @@ func (s *Store) PutEraseRecords(ctx context.Context, recs []*store.EraseRecord) 
 // ListEraseRecords implements store.StepResults.
 func (s *Store) ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*store.EraseRecord, error) {
 	return listResults[store.EraseRecord](ctx, s, "erase_records", p)
+}
+
+// insertResult adds a row to table, one of the two results tables, with
+// its time in column at; a uuid already there (a report the agent
+// repeated) is left as it is.
+func (s *Store) insertResult(ctx context.Context, tx *sql.Tx, table, at, uuid, nodeUUID string, t *time.Time, data []byte) error {
+	_, err := s.exec(ctx, tx, `INSERT INTO `+table+` (uuid, node_uuid, `+at+`, data) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (uuid) DO NOTHING`, uuid, nodeUUID, s.d.stamp(t), data)
+	return err
 }
 
 func listResults[T any](ctx context.Context, s *Store, table string, p store.ResultPage) ([]*T, error) {
