@@ -33,6 +33,8 @@ type NodeConfig struct {
 	// Backend is "memory" (default) or "qemu".
 	Backend string      `json:"backend,omitempty"`
 	QEMU    *QEMUConfig `json:"qemu,omitempty"`
+	// Quirks copy vendor behaviours (bios.go).
+	Quirks Quirks `json:"quirks,omitempty"`
 }
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -110,7 +112,9 @@ func BuildNodes(log *slog.Logger, c Config) ([]*Node, error) {
 			}
 			b = q
 		}
-		nodes = append(nodes, NewNode(nc.Name, b))
+		node := NewNode(nc.Name, b)
+		node.SetQuirks(nc.Quirks)
+		nodes = append(nodes, node)
 	}
 	return nodes, nil
 }

@@ -51,6 +51,8 @@ type Node struct {
 	media      Media
 	mediaFile  string
 	lastAction map[string]time.Time // for de-duplicating ipmi_sim re-runs
+
+	bios biosState // BIOS settings and quirks (bios.go), under their own lock
 }
 
 // NewNode returns a node named name backed by b, with no boot override.

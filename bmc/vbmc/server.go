@@ -116,6 +116,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.EjectMedia", s.auth(s.withNode(s.withMedia(s.ejectMedia))))
 	mux.HandleFunc("GET /control/{id}/{param}", s.auth(s.withNode(s.controlGet)))
 	mux.HandleFunc("POST /control/{id}/{param}", s.auth(s.withNode(s.controlSet)))
+	s.biosRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requestsN++
@@ -167,6 +168,7 @@ func (s *Server) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 	root["Systems"] = link("/redfish/v1/Systems")
 	root["Managers"] = link("/redfish/v1/Managers")
 	root["SessionService"] = link("/redfish/v1/SessionService")
+	root["Registries"] = link("/redfish/v1/Registries")
 	root["Links"] = map[string]any{"Sessions": link("/redfish/v1/SessionService/Sessions")}
 	writeJSON(w, http.StatusOK, root)
 }
@@ -307,14 +309,14 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSystems(w http.ResponseWriter, _ *http.Request) {
 	var members []string
 	for _, n := range s.nodes {
-		members = append(members, "/redfish/v1/Systems/"+n.Name)
+		members = append(members, "/redfish/v1/Systems/"+n.SystemID())
 	}
 	writeJSON(w, http.StatusOK, collection("/redfish/v1/Systems", "#ComputerSystemCollection.ComputerSystemCollection", "Computer System Collection", members))
 }
 
 func (s *Server) withNode(h func(http.ResponseWriter, *http.Request, *Node)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		n := s.Node(r.PathValue("id"))
+		n := s.lookupNode(r)
 		if n == nil {
 			redfishError(w, http.StatusNotFound, "ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", r.URL.Path))
 			return
@@ -362,10 +364,12 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	b := n.Boot()
 	etag := systemETag(on, b)
 	w.Header().Set("ETag", etag)
-	id := "/redfish/v1/Systems/" + n.Name
+	id := "/redfish/v1/Systems/" + n.SystemID()
 	sys := odata(id, "#ComputerSystem.v1_13_0.ComputerSystem")
 	sys["@odata.etag"] = etag
-	sys["Id"] = n.Name
+	sys["Id"] = n.SystemID()
+	sys["UUID"] = n.UUID()
+	sys["Bios"] = link(id + "/Bios")
 	sys["Name"] = n.Name
 	sys["Manufacturer"] = "anvil"
 	sys["Model"] = "anvil-vbmc virtual node"
@@ -454,11 +458,13 @@ func (s *Server) reset(r *http.Request, n *Node, resetType string) error {
 		return err
 	}
 	s.log.Info("vbmc: reset", "node", n.Name, "reset_type", resetType)
-	if on, _ := n.On(r.Context()); wasOn && !on {
+	on, _ := n.On(r.Context())
+	if wasOn && !on {
 		s.mu.Lock()
 		s.offAt[n.Name] = time.Now()
 		s.mu.Unlock()
 	}
+	s.biosAtReset(n, resetType, wasOn, on)
 	return nil
 }
 
