@@ -69,6 +69,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	selfSigned := fs.String("tls-self-signed", "", "serve HTTPS with a fresh self-signed certificate, written to this PEM file for clients to trust")
 	busyAfterOff := fs.Duration("fault-busy-after-power-off", 0, "answer 409 to Reset actions for this long after a power off")
 	ignoreBoot := fs.Bool("fault-ignore-boot-override", false, "accept boot override PATCHes without applying them")
+	quirkUUID := fs.Bool("quirk-system-id-uuid", false, "serve every system at /redfish/v1/Systems/<uuid> instead of its name")
+	quirkApplyTime := fs.Bool("quirk-bios-apply-time-required", false, "leave BIOS settings PATCHed without @Redfish.SettingsApplyTime pending for ever (iDRAC without a job)")
 	var extra nodeList
 	fs.Var(&extra, "node", "add an in-memory node with this name (repeatable)")
 	if _, err := cli.Parse(fs, usage, args); err != nil {
@@ -86,6 +88,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	for _, n := range extra {
 		cfg.Nodes = append(cfg.Nodes, vbmc.NodeConfig{Name: n})
+	}
+	// Quirk flags add to every node's quirks from the file.
+	for i := range cfg.Nodes {
+		cfg.Nodes[i].Quirks.SystemIDIsUUID = cfg.Nodes[i].Quirks.SystemIDIsUUID || *quirkUUID
+		cfg.Nodes[i].Quirks.BiosApplyTimeRequired = cfg.Nodes[i].Quirks.BiosApplyTimeRequired || *quirkApplyTime
 	}
 	// Flags beat the file; the environment supplies a password kept off
 	// the command line; defaults last.

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/bmc/vbmc"
 	"github.com/anvil-metal/anvil/internal/cli"
 )
 
@@ -123,4 +124,31 @@ func TestHelpAndUsageErrors(t *testing.T) {
 func TestFirstNonEmpty(t *testing.T) {
 	assert.Equal(t, "b", firstNonEmpty("", "b", "c"))
 	assert.Equal(t, "", firstNonEmpty("", ""))
+}
+
+// TestServeQuirkFlags: --quirk-system-id-uuid moves every system to its
+// UUID path (the name path is gone).
+func TestServeQuirkFlags(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"--listen", addr, "--node", "n1", "--password", "pw",
+			"--quirk-system-id-uuid", "--quirk-bios-apply-time-required"}, &bytes.Buffer{})
+	}()
+	get := func(path string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.SetBasicAuth("admin", "pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool { return get("/redfish/v1/Systems") == http.StatusOK }, 5*time.Second, 20*time.Millisecond)
+	assert.Equal(t, http.StatusNotFound, get("/redfish/v1/Systems/n1"))
+	assert.Equal(t, http.StatusOK, get("/redfish/v1/Systems/"+vbmc.NewNode("n1", nil).UUID()+"/Bios"))
+	cancel()
+	require.NoError(t, <-done)
 }
