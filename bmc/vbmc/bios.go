@@ -224,7 +224,6 @@ func (s *Server) getBios(w http.ResponseWriter, _ *http.Request, n *Node) {
 		"@odata.type":         "#Settings.v1_3_0.Settings",
 		"SettingsObject":      link(id + "/Settings"),
 		"SupportedApplyTimes": []string{"OnReset"},
-		"ETag":                biosETag(st),
 	}
 	if !st.Applied.IsZero() {
 		settings["Time"] = st.Applied.Format(time.RFC3339)
