@@ -51,6 +51,7 @@ type Server struct {
 	offAt     map[string]time.Time
 	nextID    int
 	requestsN int
+	fw        *firmware // UpdateService and TaskService (firmware.go)
 }
 
 // NewServer returns a Server for nodes. Empty credentials disable
@@ -60,7 +61,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes)}
 }
 
 // SetFaults replaces the fault knobs.
@@ -116,12 +117,16 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.EjectMedia", s.auth(s.withNode(s.withMedia(s.ejectMedia))))
 	mux.HandleFunc("GET /control/{id}/{param}", s.auth(s.withNode(s.controlGet)))
 	mux.HandleFunc("POST /control/{id}/{param}", s.auth(s.withNode(s.controlSet)))
+	s.firmwareRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requestsN++
 		s.mu.Unlock()
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		s.log.Debug("vbmc: request", "method", r.Method, "path", r.URL.Path)
+		if s.fw.offline(w) {
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
 }
@@ -167,6 +172,7 @@ func (s *Server) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 	root["Systems"] = link("/redfish/v1/Systems")
 	root["Managers"] = link("/redfish/v1/Managers")
 	root["SessionService"] = link("/redfish/v1/SessionService")
+	root["UpdateService"], root["TaskService"] = link("/redfish/v1/UpdateService"), link("/redfish/v1/TaskService")
 	root["Links"] = map[string]any{"Sessions": link("/redfish/v1/SessionService/Sessions")}
 	writeJSON(w, http.StatusOK, root)
 }
@@ -371,6 +377,7 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	sys["Model"] = "anvil-vbmc virtual node"
 	sys["SystemType"] = "Virtual"
 	sys["PowerState"] = power
+	sys["BiosVersion"] = s.fw.version(n.Name, FirmwareBIOS)
 	sys["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
 	sys["Links"] = map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/" + n.Name)}}
 	sys["Boot"] = map[string]any{
@@ -454,7 +461,9 @@ func (s *Server) reset(r *http.Request, n *Node, resetType string) error {
 		return err
 	}
 	s.log.Info("vbmc: reset", "node", n.Name, "reset_type", resetType)
-	if on, _ := n.On(r.Context()); wasOn && !on {
+	on, _ := n.On(r.Context())
+	s.fw.afterReset(n.Name, resetType, wasOn, on)
+	if wasOn && !on {
 		s.mu.Lock()
 		s.offAt[n.Name] = time.Now()
 		s.mu.Unlock()
