@@ -248,9 +248,10 @@ func (f *firmware) booted(node string) {
 }
 
 // afterReset tells the firmware about a reset: a start or restart of the
-// machine is a boot.
+// machine is a boot. A GracefulShutdown the OS ignores is not.
 func (f *firmware) afterReset(node, resetType string, wasOn, on bool) {
-	if on && resetType != ResetNmi && (!wasOn || resetType != ResetOn) {
+	restart := resetType == ResetForceRestart || resetType == ResetPowerCycle
+	if on && (restart || (resetType == ResetOn && !wasOn)) {
 		f.booted(node)
 	}
 }
