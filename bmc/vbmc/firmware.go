@@ -355,13 +355,13 @@ func (s *Server) simpleUpdate(w http.ResponseWriter, r *http.Request) {
 		redfishError(w, http.StatusBadRequest, err.id, err.msg)
 		return
 	}
-	tk := s.fw.start(uri, t)
-	if tk == nil {
+	doc := s.fw.start(uri, t)
+	if doc == nil {
 		redfishError(w, http.StatusServiceUnavailable, "ServiceShuttingDown", "The service is shutting down.")
 		return
 	}
-	w.Header().Set("Location", tk.path())
-	writeJSON(w, http.StatusAccepted, s.fw.taskDoc(tk))
+	w.Header().Set("Location", doc["@odata.id"].(string))
+	writeJSON(w, http.StatusAccepted, doc)
 }
 
 // target is what an update was aimed at: a node, and one of its components

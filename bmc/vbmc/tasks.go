@@ -39,9 +39,9 @@ func message(id, severity, text string, args ...string) map[string]any {
 		"Message": text, "Severity": severity, "MessageArgs": args}
 }
 
-// start registers a task and runs it in the background; nil once the
-// server is closed.
-func (f *firmware) start(uri string, t target) *task {
+// start registers a task and runs it in the background, and returns its
+// document as created (New); nil once the server is closed.
+func (f *firmware) start(uri string, t target) map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ctx.Err() != nil {
@@ -52,10 +52,11 @@ func (f *firmware) start(uri string, t target) *task {
 	f.tasks[tk.id] = tk
 	f.taskOrder = append(f.taskOrder, tk.id)
 	f.trimTasks()
+	doc := tk.doc() // before run can move it on
 	f.wg.Add(1)
 	go f.run(tk)
 	f.log.Info("vbmc: firmware update started", "task", tk.id, "image", uri, "node", t.node, "target", t.id)
-	return tk
+	return doc
 }
 
 // trimTasks drops the oldest finished tasks beyond maxTasks. Called with
@@ -224,19 +225,20 @@ func (s *Server) listTasks(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	s.fw.mu.Lock()
-	tk, ok := s.fw.tasks[r.PathValue("task")]
+	var doc map[string]any
+	if tk, ok := s.fw.tasks[r.PathValue("task")]; ok {
+		doc = tk.doc()
+	}
 	s.fw.mu.Unlock()
-	if !ok {
+	if doc == nil {
 		redfishError(w, http.StatusNotFound, "ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", r.URL.Path))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.fw.taskDoc(tk))
+	writeJSON(w, http.StatusOK, doc)
 }
 
-// taskDoc is the Redfish Task document.
-func (f *firmware) taskDoc(tk *task) map[string]any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// doc is the Redfish Task document. Called with firmware.mu held.
+func (tk *task) doc() map[string]any {
 	d := odata(tk.path(), "#Task.v1_4_3.Task")
 	d["Id"], d["Name"] = tk.id, "Firmware update task "+tk.id
 	d["TaskState"], d["TaskStatus"], d["PercentComplete"] = tk.state, tk.status, tk.percent
