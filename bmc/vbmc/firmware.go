@@ -160,7 +160,7 @@ type component struct {
 // name and factory version.
 func componentKinds() [][4]string {
 	return [][4]string{
-		{"BIOS", FirmwareBIOS, "System BIOS", "1.0.0"},
+		{"BIOS", FirmwareBIOS, "System BIOS", "2.19.1"},
 		{"BMC", FirmwareBMC, "BMC Firmware", "1.00.00"},
 		{"NIC.1", FirmwareNIC, "Virtual NIC 1 Firmware", "20.5.13"},
 	}

@@ -132,10 +132,10 @@ func TestUpdateServiceDocuments(t *testing.T) {
 	assert.EqualValues(t, 6, coll["Members@odata.count"], "BIOS, BMC and NIC of two nodes")
 
 	tests := []struct{ id, softwareID, version, related string }{
-		{"node-1-BIOS", "BIOS", "1.0.0", "/redfish/v1/Systems/node-1"},
+		{"node-1-BIOS", "BIOS", "2.19.1", "/redfish/v1/Systems/node-1"},
 		{"node-1-BMC", "BMC", "1.00.00", "/redfish/v1/Managers/node-1"},
 		{"node-1-NIC.1", "NIC", "20.5.13", "/redfish/v1/Systems/node-1"},
-		{"node-2-BIOS", "BIOS", "1.0.0", "/redfish/v1/Systems/node-2"},
+		{"node-2-BIOS", "BIOS", "2.19.1", "/redfish/v1/Systems/node-2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.id, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestUpdateServiceDocuments(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, e.get(t, "/redfish/v1/UpdateService/FirmwareInventory/nope", nil))
 
 	bios, bmc := e.biosAndBMC(t, "node-1")
-	assert.Equal(t, "1.0.0", bios)
+	assert.Equal(t, "2.19.1", bios)
 	assert.Equal(t, "1.00.00", bmc)
 
 	var ts redfish.TaskService
@@ -251,7 +251,7 @@ func TestResetOfARunningNodeActivatesStagedFirmware(t *testing.T) {
 	e.mem.IgnoreShutdown = true
 	for _, rt := range []string{"On", "GracefulShutdown", "Nmi"} { // the machine keeps running
 		reset(rt)
-		assert.Equal(t, "1.0.0", e.inventory(t, "n1-BIOS").Version, rt)
+		assert.Equal(t, "2.19.1", e.inventory(t, "n1-BIOS").Version, rt)
 	}
 	reset("ForceRestart")
 	assert.Equal(t, "3.0", e.inventory(t, "n1-BIOS").Version)
@@ -297,7 +297,7 @@ func TestSimpleUpdateFailures(t *testing.T) {
 			assert.Equal(t, "Critical", tk.Messages[0].Severity)
 			for _, id := range []string{"n1-BIOS", "n1-BMC"} {
 				inv := e.inventory(t, id)
-				assert.Contains(t, []string{"1.0.0", "1.00.00"}, inv.Version, "unchanged")
+				assert.Contains(t, []string{"2.19.1", "1.00.00"}, inv.Version, "unchanged")
 				assert.Empty(t, inv.OEM, "nothing staged")
 			}
 		})
