@@ -233,7 +233,10 @@ func (s *Server) getBios(w http.ResponseWriter, _ *http.Request, n *Node) {
 	b["Name"] = "BIOS Configuration Current Settings"
 	b["Description"] = "BIOS Configuration Current Settings"
 	b["AttributeRegistry"] = BiosRegistryID
-	b["Attributes"] = shown(st.Current)
+	attrs := shown(st.Current)
+	// The BIOS version is the firmware's, which an update changes.
+	attrs["SystemBiosVersion"] = s.fw.version(n.Name, FirmwareBIOS)
+	b["Attributes"] = attrs
 	b["@Redfish.Settings"] = settings
 	b["Actions"] = map[string]any{"#Bios.ResetBios": map[string]any{"target": id + "/Actions/Bios.ResetBios"}}
 	writeJSON(w, http.StatusOK, b)

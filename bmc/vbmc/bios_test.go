@@ -368,6 +368,8 @@ func TestQuirkSystemIDIsUUID(t *testing.T) {
 			assert.Equal(t, "/redfish/v1/Systems/"+want+"/Bios/Settings", bios["@Redfish.Settings"].(map[string]any)["SettingsObject"].(map[string]any)["@odata.id"])
 			_, mgr := e.do(t, "GET", "/redfish/v1/Managers/node-1", "", basic("admin", "password"))
 			assert.Equal(t, []any{map[string]any{"@odata.id": "/redfish/v1/Systems/" + want}}, mgr["Links"].(map[string]any)["ManagerForServers"])
+			_, inv := e.do(t, "GET", "/redfish/v1/UpdateService/FirmwareInventory/node-1-BIOS", "", basic("admin", "password"))
+			assert.Equal(t, []any{map[string]any{"@odata.id": "/redfish/v1/Systems/" + want}}, inv["RelatedItem"], "the BIOS firmware is the system's, wherever it is")
 
 			// The whole BIOS flow works at the UUID path, through gofish too.
 			sysObj := gofishSystem(t, gofishClient(t, e), want)

@@ -159,6 +159,7 @@ func (s *Server) getManager(w http.ResponseWriter, _ *http.Request, n *Node) {
 	m := odata(id, "#Manager.v1_10_0.Manager")
 	m["Id"], m["Name"], m["ManagerType"] = n.Name, "BMC of "+n.Name, "BMC"
 	m["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
+	m["FirmwareVersion"] = s.fw.version(n.Name, FirmwareBMC)
 	m["Links"] = map[string]any{"ManagerForServers": []any{link("/redfish/v1/Systems/" + n.SystemID())}}
 	if n.HasMedia() {
 		m["VirtualMedia"] = link(id + "/VirtualMedia")

@@ -51,6 +51,7 @@ type Server struct {
 	offAt     map[string]time.Time
 	nextID    int
 	requestsN int
+	fw        *firmware // UpdateService and TaskService (firmware.go)
 }
 
 // NewServer returns a Server for nodes. Empty credentials disable
@@ -60,7 +61,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes)}
 }
 
 // SetFaults replaces the fault knobs.
@@ -117,12 +118,16 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /control/{id}/{param}", s.auth(s.withNode(s.controlGet)))
 	mux.HandleFunc("POST /control/{id}/{param}", s.auth(s.withNode(s.controlSet)))
 	s.biosRoutes(mux)
+	s.firmwareRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requestsN++
 		s.mu.Unlock()
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		s.log.Debug("vbmc: request", "method", r.Method, "path", r.URL.Path)
+		if s.fw.offline(w) {
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
 }
@@ -169,6 +174,7 @@ func (s *Server) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 	root["Managers"] = link("/redfish/v1/Managers")
 	root["SessionService"] = link("/redfish/v1/SessionService")
 	root["Registries"] = link("/redfish/v1/Registries")
+	root["UpdateService"], root["TaskService"] = link("/redfish/v1/UpdateService"), link("/redfish/v1/TaskService")
 	root["Links"] = map[string]any{"Sessions": link("/redfish/v1/SessionService/Sessions")}
 	writeJSON(w, http.StatusOK, root)
 }
@@ -375,6 +381,7 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	sys["Model"] = "anvil-vbmc virtual node"
 	sys["SystemType"] = "Virtual"
 	sys["PowerState"] = power
+	sys["BiosVersion"] = s.fw.version(n.Name, FirmwareBIOS)
 	sys["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
 	sys["Links"] = map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/" + n.Name)}}
 	sys["Boot"] = map[string]any{
@@ -459,6 +466,7 @@ func (s *Server) reset(r *http.Request, n *Node, resetType string) error {
 	}
 	s.log.Info("vbmc: reset", "node", n.Name, "reset_type", resetType)
 	on, _ := n.On(r.Context())
+	s.fw.afterReset(n.Name, resetType, wasOn, on)
 	if wasOn && !on {
 		s.mu.Lock()
 		s.offAt[n.Name] = time.Now()

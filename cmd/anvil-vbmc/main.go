@@ -71,6 +71,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	ignoreBoot := fs.Bool("fault-ignore-boot-override", false, "accept boot override PATCHes without applying them")
 	quirkUUID := fs.Bool("quirk-system-id-uuid", false, "serve every system at /redfish/v1/Systems/<uuid> instead of its name")
 	quirkApplyTime := fs.Bool("quirk-bios-apply-time-required", false, "leave BIOS settings PATCHed without @Redfish.SettingsApplyTime pending for ever (iDRAC without a job)")
+	var fw vbmc.FirmwareOptions
+	fs.DurationVar(&fw.UpdateDuration, "firmware-update-duration", 10*time.Second, "how long a firmware update task flashes after downloading")
+	fs.DurationVar(&fw.BMCRestart, "bmc-restart-time", 20*time.Second, "how long the BMC is unreachable after a BMC update (with --fault-bmc-offline-after-update)")
+	fs.BoolVar(&fw.OfflineAfterBMCUpdate, "fault-bmc-offline-after-update", false, "answer 503 to every request for --bmc-restart-time after a BMC update")
+	fs.BoolVar(&fw.PurgeCompletedTasks, "fault-purge-completed-tasks", false, "answer 404 for a task once it has completed")
+	fs.BoolVar(&fw.StallTasks, "fault-stall-tasks", false, "leave firmware update tasks Running for ever")
 	var extra nodeList
 	fs.Var(&extra, "node", "add an in-memory node with this name (repeatable)")
 	if _, err := cli.Parse(fs, usage, args); err != nil {
@@ -111,6 +117,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	srv := vbmc.NewServer(log, cfg.Username, cfg.Password, nodes...)
 	srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: *busyAfterOff, IgnoreBootPatch: *ignoreBoot})
+	srv.SetFirmwareOptions(fw)
+	defer srv.Close()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

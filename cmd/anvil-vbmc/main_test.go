@@ -85,12 +85,15 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	}{
 		{args: []string{"--help"}, stdout: "usage: anvil-vbmc [--listen ADDR]"},
 		{args: []string{"-h"}, stdout: "  -node value"},
+		{args: []string{"-h"}, stdout: "  -fault-bmc-offline-after-update"},
+		{args: []string{"-h"}, stdout: "  -fault-stall-tasks"},
 		{args: []string{"help"}, stdout: "anvil-vbmc chassis-control --url URL"},
 		{chassis: true, args: []string{"--help"}, stdout: "usage: anvil-vbmc chassis-control --url URL"},
 		{chassis: true, args: []string{"help"}, stdout: "  -url string"},
 		{chassis: true, args: []string{"-h", "0x20", "get", "power"}, stdout: "ipmi_sim's chassis-control program"},
 
 		{args: []string{"--bogus"}, code: 2, stderr: "anvil-vbmc: flag provided but not defined: -bogus\n\nusage: anvil-vbmc"},
+		{args: []string{"--node", "n1", "--bmc-restart-time", "soon"}, code: 2, stderr: `invalid value "soon" for flag -bmc-restart-time`},
 		{args: []string{"--node", "n1", "n2"}, code: 2, stderr: `anvil-vbmc: unexpected argument "n2"`},
 		{args: []string{"--node", "n1", "--", "-n2"}, code: 2, stderr: `"-n2" cannot be an argument: it starts with "-"`},
 		{chassis: true, args: []string{"0x20", "get", "power"}, code: 2, stderr: "chassis-control: --url is required\n\nusage: anvil-vbmc chassis-control"},
