@@ -64,6 +64,7 @@ func TestCompatBaremetalCLI(t *testing.T) {
 	ok("node", "manage", "cli-1", "--wait", "30")
 	assert.Equal(t, "manageable", field("cli-1", "provision_state"))
 	assert.Equal(t, []string{"cli-1"}, listNames("--provision-state", "manageable"))
+	checkBIOS(t, ok, "cli-1")
 	ok("node", "provide", "cli-1", "--wait", "30")
 	assert.Equal(t, "available", field("cli-1", "provision_state"))
 	ok("node", "deploy", "cli-1", "--wait", "30")
@@ -114,4 +115,37 @@ func TestCompatBaremetalCLI(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, out, "could not be found")
 	assert.Equal(t, []string{"cli-2"}, listNames())
+}
+
+// checkBIOS reads the BIOS settings fake-hardware reported when the node
+// became manageable, as the CLI's list, list --long and show print them.
+func checkBIOS(t *testing.T, ok func(args ...string) string, node string) {
+	t.Helper()
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(ok("node", "bios", "setting", "list", node, "-f", "json")), &rows))
+	values := map[string]any{}
+	for _, r := range rows {
+		values[r["BIOS setting name"].(string)] = r["BIOS setting value"]
+	}
+	assert.Equal(t, "Uefi", values["BootMode"], "%v", rows)
+	assert.Equal(t, "8", values["ProcCores"])
+	assert.Len(t, values, 5)
+
+	rows = nil
+	require.NoError(t, json.Unmarshal([]byte(ok("node", "bios", "setting", "list", node, "--long", "-f", "json")), &rows))
+	var cores map[string]any
+	for _, r := range rows {
+		if r["Name"] == "ProcCores" { // --long names its columns Name and Value
+			cores = r
+		}
+	}
+	require.NotNil(t, cores, "%v", rows)
+	assert.Equal(t, "Integer", cores["Attribute Type"], "%v", cores)
+	assert.EqualValues(t, 64, cores["Upper Bound"])
+
+	var one map[string]any
+	require.NoError(t, json.Unmarshal([]byte(ok("node", "bios", "setting", "show", node, "BootMode", "-f", "json")), &one))
+	assert.Equal(t, "BootMode", one["name"], "%v", one)
+	assert.Equal(t, "Uefi", one["value"])
+	assert.Equal(t, "Enumeration", one["attribute_type"])
 }

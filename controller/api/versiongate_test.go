@@ -24,6 +24,10 @@ func TestNodeSubresourcesBelowTheirVersion(t *testing.T) {
 		"history, no version":  {"/v1/nodes/gated/history", "", http.StatusNotFound},
 		"inventory below 1.81": {"/v1/nodes/gated/inventory", "1.80", http.StatusNotFound},
 		"vifs below 1.28":      {"/v1/nodes/gated/vifs", "1.27", http.StatusNotFound},
+		"bios below 1.40":      {"/v1/nodes/gated/bios", "1.39", http.StatusNotFound},
+		"bios at 1.40":         {"/v1/nodes/gated/bios", "1.40", http.StatusOK},
+		"a setting below 1.40": {"/v1/nodes/gated/bios/X", "1.39", http.StatusNotFound},
+		"firmware below 1.86":  {"/v1/nodes/gated/firmware", latest, http.StatusNotFound},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := tc.path

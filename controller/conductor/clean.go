@@ -83,6 +83,8 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 			return c.steps.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cleaning of node %s finished but powering it off failed: %v", n.UUID, err), false)
 		}
 	}
+	// the steps (bios.apply_configuration, factory_reset) may have changed them
+	cacheBIOSSettings(ctx, c.st, c.log, n, d)
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil

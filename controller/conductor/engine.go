@@ -128,6 +128,7 @@ func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 		return terr
 	}
 	ps, perr := d.PowerState(ctx, n)
+	cacheBIOSSettings(ctx, c.st, c.log, n, d)
 	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
 		// Ironic's do_node_verify records what the power interface
 		// reports; "" (fake-hardware before any power action) is null

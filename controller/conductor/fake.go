@@ -67,5 +67,27 @@ func (FakeDriver) ExecuteStep(_ context.Context, _ *store.Node, _ string, step p
 	return StepDone, nil
 }
 
+// BIOSSettings is a small fixed set, with registry fields, so that the
+// BIOS API and its clients can be exercised without hardware. (Ironic's
+// fake bios interface caches none; a fake-hardware node there lists no
+// settings.)
+func (FakeDriver) BIOSSettings(context.Context, *store.Node) ([]store.BIOSSetting, error) {
+	no, yes := false, true
+	one, cores, zero, tag := 1, 64, 0, 32
+	return []store.BIOSSetting{
+		{Name: "BootMode", Value: "Uefi", AttributeType: "Enumeration", AllowableValues: []string{"Bios", "Uefi"},
+			ReadOnly: &no, ResetRequired: &yes, Unique: &no},
+		{Name: "ProcVirtualization", Value: "Enabled", AttributeType: "Enumeration", AllowableValues: []string{"Enabled", "Disabled"},
+			ReadOnly: &no, ResetRequired: &yes, Unique: &no},
+		{Name: "ProcCores", Value: "8", AttributeType: "Integer", LowerBound: &one, UpperBound: &cores,
+			ReadOnly: &no, ResetRequired: &yes, Unique: &no},
+		{Name: "AssetTag", Value: "", AttributeType: "String", MinLength: &zero, MaxLength: &tag,
+			ReadOnly: &no, ResetRequired: &no, Unique: &yes},
+		{Name: "SystemModel", Value: "anvil fake", AttributeType: "String", ReadOnly: &yes, ResetRequired: &no, Unique: &no},
+	}, nil
+}
+
+var _ BIOSReader = FakeDriver{}
+
 // Inspect finds nothing new.
 func (FakeDriver) Inspect(context.Context, *store.Node) error { return nil }

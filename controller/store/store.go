@@ -296,9 +296,10 @@ type Nodes interface {
 	// read from indexed columns only (the most frequent API call).
 	ListNodeSummaries(ctx context.Context, f NodeFilter, p Page) ([]*NodeSummary, error)
 	// DeleteNode removes n with its ports, portgroups, allocations,
-	// inventory, agent state, lease, history and step results (not its
-	// erase records) if its Revision is still current (else ErrConflict), so checks
-	// made on n hold at the moment it goes.
+	// inventory, agent state, lease, history, step results, BIOS settings
+	// and firmware components (not its erase records) if its Revision is
+	// still current (else ErrConflict), so checks made on n hold at the
+	// moment it goes.
 	DeleteNode(ctx context.Context, n *Node) error
 	CountNodesByState(ctx context.Context) (map[string]int, error)
 }
@@ -474,6 +475,7 @@ type Store interface {
 	History
 	Inventories
 	StepResults
+	BIOSSettings
 	Leases
 	Close() error
 }

@@ -169,6 +169,9 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 		func(t *store.DeployTemplate) string { return t.UUID }); err != nil {
 		return sum, err
 	}
+	if err := exportNodeSets(ctx, d, src, uuids, &sum); err != nil {
+		return sum, err
+	}
 	return sum, d.finish()
 }
 

@@ -157,4 +157,11 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 		Steps: []store.TemplateStep{{Interface: "raid", Step: "apply_configuration", Priority: 90,
 			Args: map[string]any{"raid_config": map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": "MAX"}}}}}},
 		Extra: map[string]any{"owner": "ops"}, CreatedAt: at(51), UpdatedAt: atp(52)}))
+	hi := 64
+	require.NoError(t, st.ReplaceBIOSSettings(ctx, available.UUID, []store.BIOSSetting{
+		{Name: "BootMode", Value: "Uefi", AttributeType: "Enumeration", AllowableValues: []string{"Bios", "Uefi"},
+			ReadOnly: boolp(false), ResetRequired: boolp(true), CreatedAt: at(53), UpdatedAt: atp(54)},
+		{Name: "ProcCores", Value: "64", AttributeType: "Integer", UpperBound: &hi, CreatedAt: at(53)}}))
+	require.NoError(t, st.ReplaceFirmwareComponents(ctx, failed.UUID, []store.FirmwareComponent{
+		{Component: "bmc", InitialVersion: "1.0", CurrentVersion: "1.2", LastVersionFlashed: strp("1.2"), CreatedAt: at(55), UpdatedAt: atp(56)}}))
 }

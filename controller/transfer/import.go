@@ -306,6 +306,10 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		}, &d.sum.Records))
 	case "deploy_templates":
 		return section(ctx, d, key, where, d.template, counted(d.dst.CreateDeployTemplate, &d.sum.Templates))
+	case "bios_settings":
+		return d.biosSection(ctx, where)
+	case "firmware_components":
+		return d.firmwareSection(ctx, where)
 	default:
 		return d.fail(where, errors.New("unknown member (a typo, or a document from a newer controller)"))
 	}

@@ -45,7 +45,7 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
 	return Summary{Chassis: 2, Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, VolumeConnectors: 1, VolumeTargets: 1,
-		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1}
+		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1, BIOSSettings: 2, Firmware: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -61,7 +61,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+12*2+1, bytes.Count(doc, []byte("\n")))
+	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+1+1+14*2+1, bytes.Count(doc, []byte("\n")), "BIOS settings and firmware: a line per node")
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -110,6 +110,39 @@ func TestGoldenRoundTrip(t *testing.T) {
 	assert.Equal(t, 90, tpl.Steps[0].Priority)
 	assert.Equal(t, at(51), tpl.CreatedAt)
 	assert.Equal(t, at(52), *tpl.UpdatedAt)
+	bios, err := st.GetBIOSSetting(ctx, fleetUUID(kindNode, 2), "BootMode")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Bios", "Uefi"}, bios.AllowableValues)
+	assert.Equal(t, at(53), bios.CreatedAt, "BIOS setting times kept")
+	assert.Equal(t, at(54), *bios.UpdatedAt)
+	fw, err := st.ListFirmwareComponents(ctx, fleetUUID(kindNode, 3))
+	require.NoError(t, err)
+	require.Len(t, fw, 1)
+	assert.Equal(t, "1.0", fw[0].InitialVersion, "initial version kept")
+	assert.Equal(t, "1.2", *fw[0].LastVersionFlashed)
+}
+
+func TestImportRefusesBadBIOSSections(t *testing.T) {
+	for name, c := range map[string]struct{ doc, want string }{
+		"unknown node": {doc("bios_settings", `{"00000001-0000-4000-8000-000000000009":[{"name":"A","value":"1","created_at":"2025-03-01T10:00:00Z"}]}`),
+			`node "00000001-0000-4000-8000-000000000009" is not an object earlier in the document`},
+		"node twice": {doc("nodes", "["+nodeA+"]", "firmware_components",
+			`{"00000001-0000-4000-8000-000000000001":[],"00000001-0000-4000-8000-000000000001":[]}`), "appears twice"},
+		"name twice": {doc("nodes", "["+nodeA+"]", "bios_settings",
+			`{"00000001-0000-4000-8000-000000000001":[{"name":"A","value":"1"},{"name":"A","value":"2"}]}`), `[1]: name "A" appears twice`},
+		"no component": {doc("nodes", "["+nodeA+"]", "firmware_components",
+			`{"00000001-0000-4000-8000-000000000001":[{"current_version":"1"}]}`), "[0]: name is missing or empty"},
+		"unknown field": {doc("nodes", "["+nodeA+"]", "bios_settings",
+			`{"00000001-0000-4000-8000-000000000001":[{"name":"A","colour":"red"}]}`), `unknown field "colour"`},
+		"not an object": {doc("bios_settings", "[]"), `expected "{", found "["`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Import(context.Background(), openSQLite(t), strings.NewReader(c.doc), ImportOptions{})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
 }
 
 // TestImportDocumentWithoutResults: a version 1 document written before
@@ -120,7 +153,7 @@ func TestImportDocumentWithoutResults(t *testing.T) {
 	sum, err := Import(context.Background(), openSQLite(t), bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.StepResults, want.Records, want.Templates = 0, 0, 0
+	want.StepResults, want.Records, want.Templates, want.BIOSSettings, want.Firmware = 0, 0, 0, 0, 0
 	// nor chassis and volumes: its node's chassis is created
 	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
 	assert.Equal(t, want, sum)
@@ -136,7 +169,7 @@ func TestImportDocumentWithoutChassis(t *testing.T) {
 	sum, err := Import(context.Background(), st, bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates = 1, 0, 0, 0
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates, want.BIOSSettings, want.Firmware = 1, 0, 0, 0, 0, 0
 	assert.Equal(t, want, sum)
 	n, err := st.GetNode(context.Background(), "web-01")
 	require.NoError(t, err)

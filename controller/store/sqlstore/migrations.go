@@ -381,4 +381,33 @@ var migrations = []migration{
 		// driver_internal_info into its operation column
 		// (store.DiskRecords).
 	},
+	{
+		// 13: each node's BIOS settings and firmware components as its BMC
+		// last reported them (store.BIOSSettings), one row per name, gone
+		// with the node.
+		sqlite: `CREATE TABLE bios_settings (
+		node_uuid TEXT NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		name TEXT NOT NULL,
+		data BLOB NOT NULL,
+		PRIMARY KEY (node_uuid, name)
+	);
+	CREATE TABLE firmware_components (
+		node_uuid TEXT NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		component TEXT NOT NULL,
+		data BLOB NOT NULL,
+		PRIMARY KEY (node_uuid, component)
+	);`,
+		postgres: `CREATE TABLE bios_settings (
+		node_uuid text COLLATE "C" NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		name text COLLATE "C" NOT NULL,
+		data bytea NOT NULL,
+		PRIMARY KEY (node_uuid, name)
+	);
+	CREATE TABLE firmware_components (
+		node_uuid text COLLATE "C" NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		component text COLLATE "C" NOT NULL,
+		data bytea NOT NULL,
+		PRIMARY KEY (node_uuid, component)
+	);`,
+	},
 }

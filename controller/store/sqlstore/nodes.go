@@ -172,6 +172,8 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 			`DELETE FROM agent_state WHERE node_uuid = $1`,
 			`DELETE FROM events WHERE node_uuid = $1`,
 			`DELETE FROM step_results WHERE node_uuid = $1`, // erase records outlive the node
+			`DELETE FROM bios_settings WHERE node_uuid = $1`,
+			`DELETE FROM firmware_components WHERE node_uuid = $1`,
 		} {
 			if _, err := s.exec(ctx, tx, q, uuid); err != nil {
 				return err

@@ -50,6 +50,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"EraseRecords":      testEraseRecords,
 		"DeployTemplates":   testDeployTemplates,
 		"ControllerRecords": testControllerRecords,
+		"BIOSSettings":      testBIOSSettings,
+		"Firmware":          testFirmwareComponents,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {

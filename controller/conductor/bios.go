@@ -1,0 +1,42 @@
+package conductor
+
+// The BIOS settings cache: after a node's management access is verified
+// (manage) and after cleaning, the conductor stores the settings the
+// node's BIOS reports, as Ironic's conductor calls the bios interface's
+// cache_bios_settings then, so that GET /v1/nodes/{node}/bios shows them.
+// Only drivers that can read BIOS settings (BIOSReader) take part.
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/anvil-metal/anvil/controller/store"
+)
+
+// BIOSReader is a Driver that can read a node's BIOS settings, with the
+// attribute registry's fields where the BMC has one.
+type BIOSReader interface {
+	BIOSSettings(ctx context.Context, n *store.Node) ([]store.BIOSSetting, error)
+}
+
+// biosCache is where the settings read are kept.
+type biosCache interface {
+	ReplaceBIOSSettings(ctx context.Context, nodeUUID string, settings []store.BIOSSetting) error
+}
+
+// cacheBIOSSettings replaces n's cached settings by what d reads now. A
+// failure is logged and the operation goes on, as in Ironic: a stale cache
+// is no reason to fail a verify or a cleaning.
+func cacheBIOSSettings(ctx context.Context, st biosCache, log *slog.Logger, n *store.Node, d Driver) {
+	r, ok := d.(BIOSReader)
+	if !ok {
+		return
+	}
+	settings, err := r.BIOSSettings(ctx, n)
+	if err == nil {
+		err = st.ReplaceBIOSSettings(ctx, n.UUID, settings)
+	}
+	if err != nil {
+		log.Warn("caching the BIOS settings failed; the cache keeps what it had", "node", n.UUID, "driver", d.Name(), "err", err)
+	}
+}
