@@ -1,7 +1,14 @@
 package bmc_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -248,4 +255,119 @@ func TestFakeHardwareBIOS(t *testing.T) {
 		assert.NotEmpty(t, b.NoRegistry)
 		assert.Equal(t, "a", b.Current["Foo"])
 	})
+}
+
+type seenRequest struct {
+	Method, Path, IfMatch string
+	Body                  map[string]any
+}
+
+// startWrappedVBMC serves one vbmc node through wrap, which sees every
+// request first and may answer it itself (returning true).
+func startWrappedVBMC(t *testing.T, node string, wrap func(w http.ResponseWriter, r *http.Request) bool) (*vbmc.Server, bmc.Target, func() []seenRequest) {
+	t.Helper()
+	srv := vbmc.NewServer(nil, testUser, testPass, vbmc.NewNode(node, vbmc.NewMemory()))
+	var mu sync.Mutex
+	var seen []seenRequest
+	h := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPatch || r.Method == http.MethodPost {
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			r.Body = io.NopCloser(bytes.NewReader(raw))
+			mu.Lock()
+			seen = append(seen, seenRequest{r.Method, r.URL.Path, r.Header.Get("If-Match"), body})
+			mu.Unlock()
+		}
+		if wrap != nil && wrap(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	env := &vbmcEnv{srv: srv, url: ts.URL}
+	return srv, env.target(t, node, testPass), func() []seenRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]seenRequest(nil), seen...)
+	}
+}
+
+func TestRedfishBIOSWireFormat(t *testing.T) {
+	_, tg, seen := startWrappedVBMC(t, "node-1", nil)
+	m := bmc.New(fastConfig(nil))
+	_, err := m.ApplyBIOS(context.Background(), tg, map[string]any{"BootMode": "Bios", "PxeDev1VlanId": 42.0})
+	require.NoError(t, err)
+	var patches []seenRequest
+	for _, r := range seen() {
+		switch r.Method {
+		case http.MethodPatch:
+			patches = append(patches, r)
+		case http.MethodPost:
+			assert.Contains(t, r.Path, "/SessionService/Sessions", "one session, shared by bmclib and gofish")
+		}
+	}
+	require.Len(t, patches, 1)
+	p := patches[0]
+	assert.Equal(t, "/redfish/v1/Systems/node-1/Bios/Settings", p.Path)
+	assert.NotEmpty(t, p.IfMatch, "the Settings ETag is sent back")
+	assert.Equal(t, map[string]any{
+		"Attributes":                 map[string]any{"BootMode": "Bios", "PxeDev1VlanId": 42.0},
+		"@Redfish.SettingsApplyTime": map[string]any{"ApplyTime": "OnReset"},
+	}, p.Body)
+}
+
+func TestRedfishBIOSWithoutRegistry(t *testing.T) {
+	srv, tg, _ := startWrappedVBMC(t, "node-1", func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.HasPrefix(r.URL.Path, "/redfish/v1/Registries") {
+			http.NotFound(w, r)
+			return true
+		}
+		return false
+	})
+	m := bmc.New(fastConfig(nil))
+	ctx := context.Background()
+	b, _, err := m.BIOS(ctx, tg)
+	require.NoError(t, err, "values only, no error")
+	assert.Nil(t, b.Registry)
+	assert.Contains(t, b.NoRegistry, "no registries")
+	assert.Equal(t, "Uefi", b.Current["BootMode"])
+
+	// Unvalidated, the BMC's own refusal comes back readable.
+	_, err = m.ApplyBIOS(ctx, tg, map[string]any{"BootMode": "Legacy"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "HTTP 400")
+	assert.Contains(t, err.Error(), "Legacy for the property BootMode is not in the list")
+	assert.NotContains(t, err.Error(), "@Message.ExtendedInfo", "not the raw body")
+	assert.Empty(t, srv.Node("node-1").Bios().Pending)
+
+	_, err = m.ApplyBIOS(ctx, tg, map[string]any{"BootMode": "Bios"})
+	require.NoError(t, err)
+	assert.Equal(t, "Bios", srv.Node("node-1").Bios().Pending["BootMode"])
+}
+
+func TestRedfishBIOSStaleETagIsRetried(t *testing.T) {
+	var once sync.Once
+	_, tg, seen := startWrappedVBMC(t, "node-1", func(w http.ResponseWriter, r *http.Request) bool {
+		stale := false
+		if r.Method == http.MethodPatch {
+			once.Do(func() { stale = true })
+		}
+		if stale {
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return true
+		}
+		return false
+	})
+	m := bmc.New(fastConfig(nil))
+	_, err := m.ApplyBIOS(context.Background(), tg, map[string]any{"NumLock": "Off"})
+	require.NoError(t, err)
+	n := 0
+	for _, r := range seen() {
+		if r.Method == http.MethodPatch {
+			n++
+		}
+	}
+	assert.Equal(t, 2, n)
 }

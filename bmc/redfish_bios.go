@@ -9,8 +9,10 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/stmcginnis/gofish"
+	"github.com/stmcginnis/gofish/common"
 )
 
 // BIOS over Redfish goes through gofish directly rather than bmclib:
@@ -169,6 +171,9 @@ func (s *redfishSession) registry(ctx context.Context, c *gofish.APIClient, id s
 		return nil, "the service root links no Registries", nil
 	}
 	body, _, err = getDoc(c, regs)
+	if httpStatus(err) == http.StatusNotFound {
+		return nil, "the BMC has no registries at " + regs, nil
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -200,6 +205,9 @@ func (s *redfishSession) registry(ctx context.Context, c *gofish.APIClient, id s
 			break
 		}
 		body, _, err := getDoc(c, u)
+		if httpStatus(err) == http.StatusNotFound && path.Base(u) != id {
+			continue // a listed file that is not there, and not the one we want
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -217,6 +225,9 @@ func (s *redfishSession) registry(ctx context.Context, c *gofish.APIClient, id s
 			return nil, "", fmt.Errorf("%s: %w", u, err)
 		}
 		body, _, err = getDoc(c, loc)
+		if httpStatus(err) == http.StatusNotFound {
+			return nil, fmt.Sprintf("registry %s: its document %s is missing", id, loc), nil
+		}
 		if err != nil {
 			return nil, "", err
 		}
@@ -264,7 +275,8 @@ func (s *redfishSession) applyBios(ctx context.Context, settings map[string]any)
 			// retry reads them again.
 			return classified(kindBusy, fmt.Errorf("PATCH %s: ETag changed (HTTP 412): %w", target, err))
 		}
-		return s.classify(ctx, fmt.Errorf("PATCH %s: %w", target, err))
+		// The summary replaces gofish's message, which is the whole body.
+		return s.classify(ctx, &bmclibError{msg: fmt.Sprintf("PATCH %s: %s", target, redfishMessages(err)), cause: err})
 	}
 	resp.Body.Close()
 	return nil
@@ -298,4 +310,35 @@ func (s *redfishSession) resetBios(ctx context.Context) error {
 // port apart).
 func redfishEndpoint(t Target) string {
 	return t.Scheme + "://" + urlHost(t.Host) + ":" + strconv.Itoa(t.Port)
+}
+
+// httpStatus is the HTTP status of a gofish error (0 if none).
+func httpStatus(err error) int {
+	var ce *common.Error
+	if errors.As(err, &ce) {
+		return ce.HTTPReturnedStatusCode
+	}
+	return 0
+}
+
+// redfishMessages is the readable part of a Redfish error answer: its
+// extended messages (one per rejected attribute for a BIOS PATCH).
+func redfishMessages(err error) string {
+	var ce *common.Error
+	if !errors.As(err, &ce) {
+		return "failed"
+	}
+	var msgs []string
+	for _, m := range ce.ExtendedInfos {
+		if m.Message != "" {
+			msgs = append(msgs, m.Message)
+		}
+	}
+	if len(msgs) == 0 && ce.Message != "" {
+		msgs = append(msgs, ce.Message)
+	}
+	if len(msgs) == 0 {
+		return fmt.Sprintf("HTTP %d", ce.HTTPReturnedStatusCode)
+	}
+	return fmt.Sprintf("HTTP %d: %s", ce.HTTPReturnedStatusCode, strings.Join(msgs, " "))
 }
