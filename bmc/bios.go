@@ -262,6 +262,18 @@ func describe(v any) string {
 	if _, ok := asInt64(v); ok {
 		return "an integer"
 	}
+	f, isNum := v.(float64)
+	if n, ok := v.(json.Number); ok {
+		var err error
+		f, err = n.Float64()
+		isNum = err == nil || errors.Is(err, strconv.ErrRange)
+	}
+	switch {
+	case isNum && f == math.Trunc(f):
+		return "an integer out of the 64-bit range"
+	case isNum:
+		return "a number with a fraction"
+	}
 	return fmt.Sprintf("%T", v)
 }
 
