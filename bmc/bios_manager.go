@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 )
 
 // biosSession is what the BIOS operations need from a session; only
 // protocols with BIOS settings (Redfish, fake) implement it.
 type biosSession interface {
-	// bios reads current and pending values and the registry.
-	bios(ctx context.Context) (BIOS, error)
+	// bios reads current and pending values and, if withRegistry, the
+	// registry (a megabyte on iDRAC: not read again to verify a write).
+	bios(ctx context.Context, withRegistry bool) (BIOS, error)
 	// applyBios sets values to apply at the next boot.
 	applyBios(ctx context.Context, settings map[string]any) error
 	// resetBios asks for the defaults at the next boot.
@@ -42,11 +44,11 @@ func (op *operation) biosCall(ctx context.Context, what string, fn func(context.
 	})
 }
 
-func (op *operation) readBIOS(ctx context.Context) (BIOS, error) {
+func (op *operation) readBIOS(ctx context.Context, withRegistry bool) (BIOS, error) {
 	var b BIOS
 	err := op.biosCall(ctx, "get_bios", func(ctx context.Context, s biosSession) error {
 		var err error
-		b, err = s.bios(ctx)
+		b, err = s.bios(ctx, withRegistry)
 		return err
 	})
 	return b, err
@@ -60,7 +62,7 @@ func (m *Manager) BIOS(ctx context.Context, t Target) (BIOS, Outcome, error) {
 	var b BIOS
 	out, err := m.runBIOS(ctx, t, "get_bios", func(ctx context.Context, op *operation) error {
 		var err error
-		b, err = op.readBIOS(ctx)
+		b, err = op.readBIOS(ctx, true)
 		return err
 	})
 	return b, out, err
@@ -80,7 +82,7 @@ func (m *Manager) ApplyBIOS(ctx context.Context, t Target, settings map[string]a
 		return Outcome{}, nil
 	}
 	return m.runBIOS(ctx, t, "apply_bios", func(ctx context.Context, op *operation) error {
-		b, err := op.readBIOS(ctx)
+		b, err := op.readBIOS(ctx, true)
 		if err != nil {
 			return err
 		}
@@ -95,13 +97,15 @@ func (m *Manager) ApplyBIOS(ctx context.Context, t Target, settings map[string]a
 		} else {
 			op.log.InfoContext(ctx, "bmc: BIOS settings sent unvalidated", "reason", b.NoRegistry)
 		}
+		// Names only: values may be passwords.
+		op.log.InfoContext(ctx, "bmc: applying BIOS settings", "attributes", slices.Sorted(maps.Keys(send)))
 		if err := op.biosCall(ctx, "set_bios", func(ctx context.Context, s biosSession) error {
 			return s.applyBios(ctx, send)
 		}); err != nil {
 			return err
 		}
 		return op.poll(ctx, op.m.cfg.VerifyTimeout, func(ctx context.Context) (bool, string, error) {
-			b, err := op.readBIOS(ctx)
+			b, err := op.readBIOS(ctx, false)
 			if err != nil {
 				return false, "", err
 			}

@@ -371,3 +371,53 @@ func TestRedfishBIOSStaleETagIsRetried(t *testing.T) {
 	}
 	assert.Equal(t, 2, n)
 }
+
+// TestRedfishBIOSRegistryLayouts: the registry file need not be named
+// after the registry (HPE), may point at the document with PublicationUri
+// only, and may sit among files that are missing or about other
+// registries.
+func TestRedfishBIOSRegistryLayouts(t *testing.T) {
+	doc := "/redfish/v1/Registries/" + vbmc.BiosRegistryID + "/" + vbmc.BiosRegistryID
+	layout := func(members ...string) func(w http.ResponseWriter, r *http.Request) bool {
+		return func(w http.ResponseWriter, r *http.Request) bool {
+			var body any
+			switch r.URL.Path {
+			case "/redfish/v1/Registries":
+				var ms []any
+				for _, m := range members {
+					ms = append(ms, map[string]any{"@odata.id": "/redfish/v1/Registries/" + m})
+				}
+				body = map[string]any{"Members": ms, "Members@odata.count": len(ms)}
+			case "/redfish/v1/Registries/Base":
+				body = map[string]any{"Id": "Base.1.8.1", "Registry": "Base.1.8", "Location": []any{map[string]any{"Language": "en", "Uri": "/nope"}}}
+			case "/redfish/v1/Registries/BiosFile":
+				body = map[string]any{"Id": vbmc.BiosRegistryID, "Registry": "BiosAttributeRegistry.1.0",
+					"Location": []any{map[string]any{"Language": "en", "PublicationUri": doc}}}
+			case "/redfish/v1/Registries/Missing":
+				http.NotFound(w, r)
+				return true
+			default:
+				return false
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(body)
+			return true
+		}
+	}
+	m := bmc.New(fastConfig(nil))
+	t.Run("found by Id, PublicationUri on the BMC", func(t *testing.T) {
+		_, tg, _ := startWrappedVBMC(t, "n", layout("Base", "Missing", "BiosFile"))
+		b, _, err := m.BIOS(context.Background(), tg)
+		require.NoError(t, err)
+		require.NotNil(t, b.Registry, b.NoRegistry)
+		assert.Contains(t, b.Registry.Attributes, "BootMode")
+	})
+	t.Run("not listed", func(t *testing.T) {
+		_, tg, _ := startWrappedVBMC(t, "n", layout("Base", "Missing"))
+		b, _, err := m.BIOS(context.Background(), tg)
+		require.NoError(t, err)
+		assert.Nil(t, b.Registry)
+		assert.Contains(t, b.NoRegistry, "is not among the BMC's registries")
+		assert.Equal(t, "Uefi", b.Current["BootMode"])
+	})
+}

@@ -94,7 +94,7 @@ func (f *Fake) SetBIOS(id string, reg *Registry, current map[string]any) {
 }
 
 // bios implements biosSession.
-func (s fakeSession) bios(context.Context) (BIOS, error) {
+func (s fakeSession) bios(context.Context, bool) (BIOS, error) {
 	var out BIOS
 	err := s.f.doNode(s.id, "get_bios", func(n *fakeNode) error {
 		out = BIOS{Current: maps.Clone(n.bios.current), Pending: maps.Clone(n.bios.pending),

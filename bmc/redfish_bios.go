@@ -128,7 +128,7 @@ func (s *redfishSession) readBios(c *gofish.APIClient) (string, biosDoc, biosDoc
 }
 
 // bios implements biosSession.
-func (s *redfishSession) bios(ctx context.Context) (BIOS, error) {
+func (s *redfishSession) bios(ctx context.Context, withRegistry bool) (BIOS, error) {
 	s.tr.reset()
 	c, err := s.gofish(ctx)
 	if err != nil {
@@ -139,6 +139,10 @@ func (s *redfishSession) bios(ctx context.Context) (BIOS, error) {
 		return BIOS{}, s.classify(ctx, err)
 	}
 	b := BIOS{Current: cur.attrs, Pending: pending.attrs, SupportedApplyTimes: cur.applyTimes}
+	if !withRegistry {
+		b.NoRegistry = "not read"
+		return b, nil
+	}
 	b.Registry, b.NoRegistry, err = s.registry(ctx, c, cur.registry)
 	if err != nil {
 		return BIOS{}, s.classify(ctx, err)
@@ -205,8 +209,9 @@ func (s *redfishSession) registry(ctx context.Context, c *gofish.APIClient, id s
 			break
 		}
 		body, _, err := getDoc(c, u)
-		if httpStatus(err) == http.StatusNotFound && path.Base(u) != id {
-			continue // a listed file that is not there, and not the one we want
+		if httpStatus(err) == http.StatusNotFound {
+			// Listed but not there: BMCs list registries they do not serve.
+			continue
 		}
 		if err != nil {
 			return nil, "", err
