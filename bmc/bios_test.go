@@ -421,3 +421,26 @@ func TestRedfishBIOSRegistryLayouts(t *testing.T) {
 		assert.Equal(t, "Uefi", b.Current["BootMode"])
 	})
 }
+
+func TestRedfishBIOSOverBasicAuth(t *testing.T) {
+	srv, tg, _ := startWrappedVBMC(t, "node-1", func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/redfish/v1/SessionService") {
+			http.Error(w, "sessions not supported", http.StatusMethodNotAllowed)
+			return true
+		}
+		return false
+	})
+	m := bmc.New(fastConfig(nil))
+	_, err := m.ApplyBIOS(context.Background(), tg, map[string]any{"BootMode": "Bios"})
+	require.NoError(t, err)
+	assert.Equal(t, "Bios", srv.Node("node-1").Bios().Pending["BootMode"])
+}
+
+func TestRedfishBIOSWrongPassword(t *testing.T) {
+	env := startVBMC(t, "node-1")
+	m := bmc.New(fastConfig(nil))
+	_, out, err := m.BIOS(context.Background(), env.target(t, "node-1", "wrong"))
+	require.ErrorIs(t, err, bmc.ErrAuth)
+	assert.Equal(t, 1, out.Attempts)
+	assert.NotContains(t, err.Error(), "wrong")
+}
