@@ -444,3 +444,14 @@ func TestRedfishBIOSWrongPassword(t *testing.T) {
 	assert.Equal(t, 1, out.Attempts)
 	assert.NotContains(t, err.Error(), "wrong")
 }
+
+func TestRedfishBIOSSystemSelection(t *testing.T) {
+	env := startVBMC(t, "node-1", "node-2")
+	m := bmc.New(fastConfig(nil))
+	_, _, err := m.BIOS(context.Background(), env.target(t, "node-9", testPass))
+	require.ErrorIs(t, err, bmc.ErrInvalidDriverInfo)
+	assert.Contains(t, err.Error(), "node-9")
+	_, _, err = m.BIOS(context.Background(), env.target(t, "", testPass))
+	require.ErrorIs(t, err, bmc.ErrInvalidDriverInfo)
+	assert.Contains(t, err.Error(), "set redfish_system_id")
+}
