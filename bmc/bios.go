@@ -37,6 +37,8 @@ type BIOS struct {
 	// before it is sent.
 	Registry   *Registry
 	NoRegistry string
+	// RegistryID is the registry the BMC names (Bios.AttributeRegistry).
+	RegistryID string
 	// SupportedApplyTimes are the BMC's @Redfish.Settings
 	// SupportedApplyTimes ("OnReset", "Immediate", ...), nil if unlisted.
 	SupportedApplyTimes []string

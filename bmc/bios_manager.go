@@ -10,9 +10,12 @@ import (
 // biosSession is what the BIOS operations need from a session; only
 // protocols with BIOS settings (Redfish, fake) implement it.
 type biosSession interface {
-	// bios reads current and pending values and, if withRegistry, the
-	// registry (a megabyte on iDRAC: not read again to verify a write).
-	bios(ctx context.Context, withRegistry bool) (BIOS, error)
+	// bios reads current and pending values, and the registry's id.
+	bios(ctx context.Context) (BIOS, error)
+	// biosRegistry reads the attribute registry named id: nil and the
+	// reason when the BMC publishes none. A command of its own, with its
+	// own timeout: iDRAC's registry is a megabyte and slow to serve.
+	biosRegistry(ctx context.Context, id string) (*Registry, string, error)
 	// applyBios sets values to apply at the next boot.
 	applyBios(ctx context.Context, settings map[string]any) error
 	// resetBios asks for the defaults at the next boot.
@@ -44,11 +47,21 @@ func (op *operation) biosCall(ctx context.Context, what string, fn func(context.
 	})
 }
 
+// readBIOS reads the BIOS and, if withRegistry, its registry (not read
+// again to verify a write).
 func (op *operation) readBIOS(ctx context.Context, withRegistry bool) (BIOS, error) {
 	var b BIOS
 	err := op.biosCall(ctx, "get_bios", func(ctx context.Context, s biosSession) error {
 		var err error
-		b, err = s.bios(ctx, withRegistry)
+		b, err = s.bios(ctx)
+		return err
+	})
+	if err != nil || !withRegistry {
+		return b, err
+	}
+	err = op.biosCall(ctx, "get_bios_registry", func(ctx context.Context, s biosSession) error {
+		var err error
+		b.Registry, b.NoRegistry, err = s.biosRegistry(ctx, b.RegistryID)
 		return err
 	})
 	return b, err

@@ -38,6 +38,7 @@ func TestRedfishBIOSReadsValuesAndRegistry(t *testing.T) {
 
 	require.NotNil(t, b.Registry, b.NoRegistry)
 	assert.Equal(t, vbmc.BiosRegistryID, b.Registry.ID)
+	assert.Equal(t, vbmc.BiosRegistryID, b.RegistryID)
 	assert.Len(t, b.Registry.Attributes, len(want))
 	boot := b.Registry.Attributes["BootMode"]
 	assert.Equal(t, bmc.AttrEnumeration, boot.Type)

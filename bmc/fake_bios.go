@@ -94,17 +94,30 @@ func (f *Fake) SetBIOS(id string, reg *Registry, current map[string]any) {
 }
 
 // bios implements biosSession.
-func (s fakeSession) bios(context.Context, bool) (BIOS, error) {
+func (s fakeSession) bios(context.Context) (BIOS, error) {
 	var out BIOS
 	err := s.f.doNode(s.id, "get_bios", func(n *fakeNode) error {
 		out = BIOS{Current: maps.Clone(n.bios.current), Pending: maps.Clone(n.bios.pending),
-			Registry: n.bios.registry, SupportedApplyTimes: []string{"OnReset"}}
-		if out.Registry == nil {
-			out.NoRegistry = "the fake node has no registry"
+			SupportedApplyTimes: []string{"OnReset"}}
+		if n.bios.registry != nil {
+			out.RegistryID = n.bios.registry.ID
 		}
 		return nil
 	})
 	return out, err
+}
+
+// biosRegistry implements biosSession.
+func (s fakeSession) biosRegistry(context.Context, string) (*Registry, string, error) {
+	var reg *Registry
+	err := s.f.doNode(s.id, "get_bios_registry", func(n *fakeNode) error {
+		reg = n.bios.registry
+		return nil
+	})
+	if err == nil && reg == nil {
+		return nil, "the fake node has no registry", nil
+	}
+	return reg, "", err
 }
 
 // applyBios implements biosSession. The Manager has validated the

@@ -128,7 +128,7 @@ func (s *redfishSession) readBios(c *gofish.APIClient) (string, biosDoc, biosDoc
 }
 
 // bios implements biosSession.
-func (s *redfishSession) bios(ctx context.Context, withRegistry bool) (BIOS, error) {
+func (s *redfishSession) bios(ctx context.Context) (BIOS, error) {
 	s.tr.reset()
 	c, err := s.gofish(ctx)
 	if err != nil {
@@ -138,16 +138,21 @@ func (s *redfishSession) bios(ctx context.Context, withRegistry bool) (BIOS, err
 	if err != nil {
 		return BIOS{}, s.classify(ctx, err)
 	}
-	b := BIOS{Current: cur.attrs, Pending: pending.attrs, SupportedApplyTimes: cur.applyTimes}
-	if !withRegistry {
-		b.NoRegistry = "not read"
-		return b, nil
-	}
-	b.Registry, b.NoRegistry, err = s.registry(ctx, c, cur.registry)
+	return BIOS{Current: cur.attrs, Pending: pending.attrs, SupportedApplyTimes: cur.applyTimes, RegistryID: cur.registry}, nil
+}
+
+// biosRegistry implements biosSession.
+func (s *redfishSession) biosRegistry(ctx context.Context, id string) (*Registry, string, error) {
+	s.tr.reset()
+	c, err := s.gofish(ctx)
 	if err != nil {
-		return BIOS{}, s.classify(ctx, err)
+		return nil, "", s.classify(ctx, err)
 	}
-	return b, nil
+	reg, why, err := s.registry(ctx, c, id)
+	if err != nil {
+		return nil, "", s.classify(ctx, err)
+	}
+	return reg, why, nil
 }
 
 // maxRegistryProbes bounds the registry files read when none is named
