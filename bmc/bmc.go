@@ -18,6 +18,10 @@
 // IPMI goes through a bmclib provider of this package (ipmitoolProvider,
 // registered in each client's registry) instead of bmclib's own ipmitool
 // provider, which cannot pass ipmi_priv_level.
+//
+// BIOS settings (Redfish only) go through gofish on the bmclib session's
+// transport and token (redfish_bios.go): bmclib v2.3.0's BIOS calls only
+// find systems at four hard-coded ids and cannot read the registry.
 package bmc
 
 import (

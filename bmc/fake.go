@@ -29,6 +29,9 @@ type FakeKnobs struct {
 	IgnoreBootOverride bool
 	// IgnorePower accepts power changes without applying them.
 	IgnorePower bool
+	// IgnoreBIOS accepts BIOS settings and shows them pending but never
+	// applies them at boot (iDRAC without an apply time).
+	IgnoreBIOS bool
 	// OnCall, if set, runs at the start of every command (outside the
 	// Fake's lock), e.g. to block or to observe concurrency.
 	OnCall func(node, command string)
@@ -53,6 +56,7 @@ type fakeNode struct {
 	state FakeNodeState
 	knobs FakeKnobs
 	calls []FakeCall
+	bios  fakeBIOS
 }
 
 // NewFake returns an empty Fake.
@@ -63,7 +67,7 @@ func NewFake() *Fake {
 func (f *Fake) node(id string) *fakeNode {
 	n, ok := f.nodes[id]
 	if !ok {
-		n = &fakeNode{state: FakeNodeState{Power: PowerOff, Boot: BootDisk}}
+		n = &fakeNode{state: FakeNodeState{Power: PowerOff, Boot: BootDisk}, bios: newFakeBIOS()}
 		f.nodes[id] = n
 	}
 	return n
@@ -101,6 +105,11 @@ var errFakeBusy = errors.New("fake BMC busy")
 
 // do runs one command against node id with the knobs applied.
 func (f *Fake) do(id, command string, fn func(*FakeNodeState, FakeKnobs) error) error {
+	return f.doNode(id, command, func(n *fakeNode) error { return fn(&n.state, n.knobs) })
+}
+
+// doNode is do with the whole node.
+func (f *Fake) doNode(id, command string, fn func(*fakeNode) error) error {
 	f.mu.Lock()
 	hook := f.node(id).knobs.OnCall
 	f.mu.Unlock()
@@ -119,7 +128,7 @@ func (f *Fake) do(id, command string, fn func(*FakeNodeState, FakeKnobs) error) 
 		n.knobs.TransientErrors--
 		return classified(kindBusy, errFakeBusy)
 	}
-	return fn(&n.state, n.knobs)
+	return fn(n)
 }
 
 // open implements opener: a fake "session" is just the node id.
@@ -149,12 +158,16 @@ func (s fakeSession) powerState(context.Context) (PowerState, error) {
 }
 
 func (s fakeSession) setPower(_ context.Context, p primitive) error {
-	return s.f.do(s.id, "set_power "+string(p), func(st *FakeNodeState, k FakeKnobs) error {
-		if k.IgnorePower {
+	return s.f.doNode(s.id, "set_power "+string(p), func(n *fakeNode) error {
+		st := &n.state
+		if n.knobs.IgnorePower {
 			return nil
 		}
 		switch p {
 		case primOn, primReset, primCycle:
+			if p != primOn || st.Power != PowerOn {
+				n.bios.boot(n.knobs) // the BIOS applies its settings at POST
+			}
 			st.Power = PowerOn
 		case primOff, primSoft:
 			st.Power = PowerOff

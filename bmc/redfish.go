@@ -73,7 +73,7 @@ func (o redfishOpener) openAuth(ctx context.Context, t Target, basicAuth bool) (
 	reg.Register(redfish.ProviderName, redfish.ProviderProtocol, redfish.Features, nil, conn)
 	cl := bmclib.NewClient(host, t.Username, t.Password, bmclib.WithRegistry(reg), bmclib.WithLogger(lg))
 
-	s := &redfishSession{cl: cl, tr: tr}
+	s := &redfishSession{cl: cl, tr: tr, endpoint: redfishEndpoint(t)}
 	if err := cl.Open(ctx); err != nil {
 		return s, s.classify(ctx, fmt.Errorf("redfish login: %w", err))
 	}
@@ -88,8 +88,9 @@ func urlHost(h string) string {
 }
 
 type redfishSession struct {
-	cl *bmclib.Client
-	tr *redfishTransport
+	cl       *bmclib.Client
+	tr       *redfishTransport
+	endpoint string // base URL for clients other than bmclib's
 }
 
 func (s *redfishSession) provider() string {
@@ -223,6 +224,7 @@ type redfishTransport struct {
 	selErr  error           // system selection failure
 	resetOK bool            // a ComputerSystem.Reset POST got 2xx
 	missing map[string]bool // paths that answered 404
+	token   string          // X-Auth-Token of the session bmclib opened
 }
 
 func newRedfishTransport(t Target, timeout time.Duration) (*redfishTransport, error) {
@@ -291,12 +293,32 @@ const systemsPath = "/redfish/v1/Systems"
 // basicSession is the session URI the transport makes up in basic auth mode.
 const basicSession = "/redfish/v1/SessionService/Sessions/anvil-basic-auth"
 
+// basicAuthToken is the token it makes up: the transport swaps it for the
+// credentials on every request.
+const basicAuthToken = "basic-auth"
+
+func (tr *redfishTransport) setToken(tok string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.token = tok
+}
+
+// sessionToken is the token of the session bmclib logged in with, so that
+// other clients on this transport (gofish for the BIOS) share the session
+// instead of opening a second one: BMCs allow few sessions.
+func (tr *redfishTransport) sessionToken() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.token
+}
+
 func (tr *redfishTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if tr.basicAuth {
 		path := strings.TrimSuffix(req.URL.Path, "/")
 		switch {
 		case req.Method == http.MethodPost && strings.HasSuffix(path, "/SessionService/Sessions"):
-			return synthetic(req, http.StatusCreated, map[string]string{"X-Auth-Token": "basic-auth", "Location": basicSession}), nil
+			tr.setToken(basicAuthToken)
+			return synthetic(req, http.StatusCreated, map[string]string{"X-Auth-Token": basicAuthToken, "Location": basicSession}), nil
 		case req.Method == http.MethodDelete && path == basicSession:
 			return synthetic(req, http.StatusNoContent, nil), nil
 		}
@@ -325,6 +347,8 @@ func (tr *redfishTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 	case req.Method == http.MethodPost && strings.HasSuffix(path, "ComputerSystem.Reset"):
 		tr.resetOK = true
+	case req.Method == http.MethodPost && strings.HasSuffix(path, "/SessionService/Sessions"):
+		tr.token = resp.Header.Get("X-Auth-Token")
 	case req.Method == http.MethodGet && path == systemsPath:
 		return tr.narrowSystems(resp)
 	}
