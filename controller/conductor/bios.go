@@ -8,15 +8,27 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
+	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // BIOSReader is a Driver that can read a node's BIOS settings, with the
 // attribute registry's fields where the BMC has one.
 type BIOSReader interface {
 	BIOSSettings(ctx context.Context, n *store.Node) ([]store.BIOSSetting, error)
+}
+
+// StepArgsChecker is a Driver that checks the arguments of its own steps
+// against the node itself (bios.apply_configuration's settings against
+// the BIOS attribute registry), beyond what argsinfo says, so that a
+// request naming them is refused with a 400 before anything runs. steps
+// are every step of one request: a checker reads what it needs once.
+type StepArgsChecker interface {
+	CheckStepArgs(ctx context.Context, n *store.Node, steps []protocol.Step) error
 }
 
 // biosCache is where the settings read are kept.
@@ -36,7 +48,11 @@ func cacheBIOSSettings(ctx context.Context, st biosCache, log *slog.Logger, n *s
 	if err == nil {
 		err = st.ReplaceBIOSSettings(ctx, n.UUID, settings)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, bmc.ErrUnsupported):
+		// IPMI: no BIOS settings at all, on every manage; nothing to warn of
+		log.Debug("the hardware type reads no BIOS settings", "node", n.UUID, "driver", d.Name(), "err", err)
+	case err != nil:
 		log.Warn("caching the BIOS settings failed; the cache keeps what it had", "node", n.UUID, "driver", d.Name(), "err", err)
 	}
 }

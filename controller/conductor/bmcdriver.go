@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -21,6 +22,10 @@ type BMCDriver struct {
 	// note records what happened on the BMC (which provider answered) in
 	// the node's history.
 	note func(ctx context.Context, nodeUUID, severity, msg string)
+	// BIOSApplyTimeout bounds the wait, after the reboot of a bios step,
+	// for the BIOS to report what was asked; BIOSPollInterval paces its
+	// reads. Zero: 15 minutes, 15 seconds (a server's POST).
+	BIOSApplyTimeout, BIOSPollInterval time.Duration
 }
 
 // NewBMCDriver returns the hardware type hw ("ipmi" or "redfish") over m.
@@ -149,14 +154,25 @@ func splitComma(s string) []string {
 	return out
 }
 
-// CleanSteps: the BMC types add no out-of-band clean steps yet.
-func (d *BMCDriver) CleanSteps(*store.Node) []protocol.Step { return nil }
+// CleanSteps are the out-of-band bios steps on the types with BIOS
+// settings (redfish); IPMI has none.
+func (d *BMCDriver) CleanSteps(*store.Node) []protocol.Step {
+	if !d.hasBIOS() {
+		return nil
+	}
+	return biosSteps()
+}
 
-// DeploySteps: the deploy steps come from the direct deploy interface.
-func (d *BMCDriver) DeploySteps(*store.Node) []protocol.Step { return nil }
+// DeploySteps are the bios steps too (Ironic's are both clean and deploy
+// steps); the deploy interface's steps come from the direct deploy
+// interface.
+func (d *BMCDriver) DeploySteps(n *store.Node) []protocol.Step { return d.CleanSteps(n) }
 
-// ExecuteStep has no out-of-band steps to run.
-func (d *BMCDriver) ExecuteStep(_ context.Context, _ *store.Node, _ string, s protocol.Step) (StepStatus, error) {
+// ExecuteStep runs an out-of-band step: the bios steps, synchronously.
+func (d *BMCDriver) ExecuteStep(ctx context.Context, n *store.Node, _ string, s protocol.Step) (StepStatus, error) {
+	if s.Interface == protocol.InterfaceBIOS {
+		return StepDone, d.executeBIOSStep(ctx, n, s)
+	}
 	return StepDone, fmt.Errorf("%s has no out-of-band step %s", d.hw, s.Key())
 }
 

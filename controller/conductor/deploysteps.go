@@ -32,7 +32,9 @@ func (c *deploying) deploySteps(ctx context.Context, n *store.Node, d Driver) ([
 // availableDeploySteps lists every deploy step the node offers.
 func availableDeploySteps(n *store.Node, d Driver) []protocol.Step {
 	if UsesAgent(n) {
-		return mergeSteps(agentDeploySteps, cachedSteps(n, "deploy"))
+		// the direct deploy interface's steps, the driver's out-of-band
+		// ones (bios), then the agent's
+		return mergeSteps(mergeSteps(agentDeploySteps, d.DeploySteps(n)), cachedSteps(n, "deploy"))
 	}
 	return d.DeploySteps(n)
 }

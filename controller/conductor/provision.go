@@ -46,6 +46,9 @@ func (c *requests) Provision(ctx context.Context, ident string, req ProvisionReq
 		}
 		return Invalid("The requested action %q can not be performed on node %q while it is in state %q.", req.Target, n.UUID, n.ProvisionState)
 	}
+	if err := c.checkDriverStepArgs(ctx, ident, verb, req); err != nil {
+		return err
+	}
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
 		cur := state.State(n.ProvisionState)
 		if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
@@ -224,6 +227,37 @@ func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol
 	}
 	_, err := c.steps.resolveSteps(oob, now, true)
 	return err
+}
+
+// checkDriverStepArgs lets a StepArgsChecker driver refuse the request's
+// clean or deploy steps (a BIOS setting its registry rejects) with a 400
+// before anything runs. It runs before the write that accepts the verb,
+// not inside it: the driver may ask the BMC, which a write retried on a
+// conflict would ask again. A node the verb cannot apply to now is left
+// to acceptVerb's refusal, without a BMC call.
+func (c *requests) checkDriverStepArgs(ctx context.Context, ident string, verb state.Verb, req ProvisionRequest) error {
+	steps, what := req.CleanSteps, "clean"
+	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+		steps, what = req.DeploySteps, "deploy"
+	} else if verb.Event != state.EvClean {
+		return nil
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	n, err := c.st.GetNode(ctx, ident)
+	if err != nil {
+		return err
+	}
+	chk, ok := c.drivers[n.Driver].(StepArgsChecker)
+	cur := state.State(n.ProvisionState)
+	if !ok || n.Maintenance || !state.Allowed(cur, verb.Event) || state.Working(cur) || CheckUnlocked(n) != nil {
+		return nil
+	}
+	if err := chk.CheckStepArgs(ctx, n, withNodeArgs(n, steps)); err != nil {
+		return Invalid("Cannot %s node %s: %v", what, n.UUID, err)
+	}
+	return nil
 }
 
 // SetPower validates and commits a power request, then schedules it.

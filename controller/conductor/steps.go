@@ -162,7 +162,7 @@ func phaseOf(n *store.Node) (stepPhase, bool) {
 // direct deploy interface, or the agent (in band).
 func (c *stepRunner) executeStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
 	if !UsesAgent(n) {
-		return d.ExecuteStep(ctx, n, kind, step)
+		return c.driverStep(ctx, n, d, kind, step)
 	}
 	if kind == "deploy" && isAgentDeployStep(step.Key()) {
 		return c.agents.directDeployStep(ctx, n, d, step)
@@ -172,9 +172,20 @@ func (c *stepRunner) executeStep(ctx context.Context, n *store.Node, d Driver, k
 		oob = d.DeploySteps(n)
 	}
 	if isDriverStep(oob, step.Key()) {
-		return d.ExecuteStep(ctx, n, kind, step)
+		return c.driverStep(ctx, n, d, kind, step)
 	}
 	return c.agents.inbandStep(ctx, n, kind, step)
+}
+
+// driverStep runs an out-of-band step. A bios step refreshes the BIOS
+// cache when it ends, failed or not (Ironic's cache_bios_settings
+// decorator): a failed apply may have changed some settings.
+func (c *stepRunner) driverStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
+	status, err := d.ExecuteStep(ctx, n, kind, step)
+	if step.Interface == protocol.InterfaceBIOS && status == StepDone {
+		cacheBIOSSettings(ctx, c.st, c.log, n, d)
+	}
+	return status, err
 }
 
 func isDriverStep(steps []protocol.Step, key string) bool {

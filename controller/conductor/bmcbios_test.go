@@ -1,0 +1,258 @@
+package conductor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/bmc"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// biosEnv runs a BMCDriver of type hw over the bmc package's fake (which
+// has a Redfish-like BIOS with a registry for fake-hardware targets).
+type biosEnv struct {
+	*env
+	f   *bmc.Fake
+	drv *BMCDriver
+}
+
+func startBIOS(t *testing.T, hw string) *biosEnv {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), ":memory:")
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	f := bmc.NewFake()
+	m := bmc.New(bmc.Config{Fake: f, MinInterval: -1, VerifyTimeout: 2 * time.Second, PollInterval: 5 * time.Millisecond})
+	note := func(ctx context.Context, node, sev, msg string) {
+		_ = st.AppendEvent(ctx, &store.Event{UUID: node + msg + time.Now().String(), NodeUUID: node, CreatedAt: time.Now(), Severity: sev, EventType: "bmc", Event: msg})
+	}
+	drv := NewBMCDriver(hw, m, note)
+	drv.BIOSApplyTimeout, drv.BIOSPollInterval = 200*time.Millisecond, 10*time.Millisecond
+	return &biosEnv{env: start(t, drv, Config{}, st), f: f, drv: drv}
+}
+
+// node is a manageable node of the driver, deployed without the agent so
+// that manual cleaning runs the out-of-band steps at once.
+func (e *biosEnv) node(t *testing.T) string {
+	t.Helper()
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = e.drv.Name(), string(state.Manageable)
+	n.Interfaces.Deploy = "fake"
+	require.NoError(t, e.st.CreateNode(context.Background(), n))
+	return n.UUID
+}
+
+func applyStep(settings ...[2]any) protocol.Step {
+	var list []any
+	for _, s := range settings {
+		list = append(list, map[string]any{"name": s[0], "value": s[1]})
+	}
+	return protocol.Step{Interface: "bios", Step: "apply_configuration", Args: map[string]any{"settings": list}}
+}
+
+func (e *biosEnv) clean(t *testing.T, id string, steps ...protocol.Step) error {
+	t.Helper()
+	return e.c.Provision(context.Background(), id, ProvisionRequest{Target: "clean", CleanSteps: steps})
+}
+
+func commands(f *bmc.Fake, id string) []string {
+	var out []string
+	for _, c := range f.Calls(id) {
+		out = append(out, c.Command)
+	}
+	return out
+}
+
+func history(t *testing.T, st store.Store, id string) string {
+	t.Helper()
+	events, err := st.ListEvents(context.Background(), id, 0)
+	require.NoError(t, err)
+	var texts []string
+	for _, e := range events {
+		texts = append(texts, e.Event)
+	}
+	return strings.Join(texts, "\n")
+}
+
+func TestBMCDriverOffersBIOSStepsExceptOnIPMI(t *testing.T) {
+	n := storetest.NewNode("")
+	red := NewBMCDriver(bmc.HardwareRedfish, nil, nil)
+	var keys []string
+	for _, s := range red.CleanSteps(n) {
+		keys = append(keys, s.Key())
+		assert.Zero(t, s.Priority, "manual only by default, as Ironic's")
+	}
+	assert.Equal(t, []string{"bios.apply_configuration", "bios.factory_reset"}, keys)
+	assert.True(t, red.CleanSteps(n)[0].ArgsInfo["settings"].Required)
+	assert.Len(t, red.DeploySteps(n), 2)
+	ipmi := NewBMCDriver(bmc.HardwareIPMI, nil, nil)
+	assert.Empty(t, ipmi.CleanSteps(n))
+	assert.Empty(t, ipmi.DeploySteps(n))
+
+	// agent nodes offer them as deploy steps too (templates, deploy_steps)
+	n.Interfaces.Deploy = "direct"
+	var deploy []string
+	for _, s := range availableDeploySteps(n, red) {
+		deploy = append(deploy, s.Key())
+	}
+	assert.Contains(t, deploy, "bios.apply_configuration")
+	assert.Contains(t, deploy, "deploy.write_image")
+}
+
+func TestBIOSApplyConfiguration(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	// JSON numbers arrive as float64; the cache shows strings, which may
+	// be sent back as they are
+	require.NoError(t, e.clean(t, id, applyStep([2]any{"ProcVirtualization", "Disabled"}, [2]any{"PxeDev1VlanId", float64(100)},
+		[2]any{"QuietBoot", "True"}, [2]any{"AssetTag", "rack-7"})))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+
+	cur := e.f.BIOS(id).Current
+	assert.Equal(t, "Disabled", cur["ProcVirtualization"])
+	assert.Equal(t, int64(100), cur["PxeDev1VlanId"])
+	assert.Equal(t, true, cur["QuietBoot"])
+	assert.Equal(t, "rack-7", cur["AssetTag"])
+	assert.Empty(t, e.f.BIOS(id).Pending)
+	assert.Equal(t, bmc.PowerOff, e.f.State(id).Power, "powered on to apply, and off again as it was found")
+	assert.Contains(t, commands(e.f, id), "apply_bios")
+
+	cache := biosValues(t, e.st, id)
+	assert.Equal(t, "Disabled", cache["ProcVirtualization"], "cache refreshed")
+	assert.Equal(t, "100", cache["PxeDev1VlanId"])
+	assert.Equal(t, "True", cache["QuietBoot"], "Python's str(), as Ironic stores values")
+	list, err := e.st.ListBIOSSettings(context.Background(), id)
+	require.NoError(t, err)
+	for _, s := range list {
+		if s.Name == "PxeDev1VlanId" {
+			assert.Equal(t, "Integer", s.AttributeType)
+			require.NotNil(t, s.UpperBound)
+			assert.Equal(t, 4094, *s.UpperBound)
+			assert.True(t, *s.ResetRequired)
+		}
+		if s.Name == "SystemServiceTag" {
+			assert.True(t, *s.ReadOnly)
+			assert.True(t, *s.Unique)
+		}
+	}
+	assert.Contains(t, history(t, e.st, id), "bios: BIOS settings applied and read back: AssetTag, ProcVirtualization, PxeDev1VlanId, QuietBoot")
+
+	// a node that is on is rebooted and stays on
+	e.f.SetState(id, bmc.FakeNodeState{Power: bmc.PowerOn, Boot: bmc.BootDisk})
+	require.NoError(t, e.clean(t, id, applyStep([2]any{"LogicalProc", "Disabled"})))
+	require.Nil(t, e.wait(t, id, state.Manageable).LastError)
+	assert.Equal(t, "Disabled", e.f.BIOS(id).Current["LogicalProc"])
+	assert.Equal(t, bmc.PowerOn, e.f.State(id).Power)
+}
+
+func TestBIOSApplyNothingToChange(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	require.NoError(t, e.clean(t, id, applyStep([2]any{"ProcVirtualization", "Enabled"}, [2]any{"PxeDev1VlanId", "1"})))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	for _, c := range commands(e.f, id) {
+		assert.NotEqual(t, "apply_bios", c, "no write")
+		assert.False(t, strings.HasPrefix(c, "set_power"), "no reboot: %s", c)
+	}
+	assert.Contains(t, history(t, e.st, id), "bios: apply_configuration: nothing to change (2 setting(s) already as asked)")
+}
+
+func TestBIOSApplyIgnoredFailsNamingTheAttribute(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	e.f.SetKnobs(id, bmc.FakeKnobs{IgnoreBIOS: true})
+	require.NoError(t, e.clean(t, id, applyStep([2]any{"ProcVirtualization", "Disabled"})))
+	n := e.wait(t, id, state.CleanFailed)
+	require.NotNil(t, n.LastError)
+	assert.Contains(t, *n.LastError, `ProcVirtualization: asked "Disabled", read back "Enabled"`)
+	assert.Contains(t, *n.LastError, "bios.apply_configuration failed")
+	assert.Equal(t, bmc.PowerOff, e.f.State(id).Power, "left off as found")
+}
+
+func TestBIOSFactoryReset(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	e.f.SetBIOS(id, bmc.FakeBIOSRegistry(), map[string]any{"BootMode": "Bios", "ProcVirtualization": "Disabled", "LogicalProc": "Enabled",
+		"SriovGlobalEnable": "Enabled", "PxeDev1VlanId": int64(7), "PowerCycleDelaySecs": int64(30), "AssetTag": "old", "QuietBoot": true,
+		"SystemServiceTag": "SVC1234"})
+	require.NoError(t, e.clean(t, id, protocol.Step{Interface: "bios", Step: "factory_reset"}))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	cur := e.f.BIOS(id).Current
+	assert.Equal(t, "Uefi", cur["BootMode"])
+	assert.Equal(t, int64(1), cur["PxeDev1VlanId"])
+	assert.Equal(t, "Uefi", biosValues(t, e.st, id)["BootMode"], "cache refreshed")
+	assert.Contains(t, commands(e.f, id), "reset_bios")
+
+	// a BMC that ignores the reset: the step fails naming what stayed
+	e.f.SetBIOS(id, bmc.FakeBIOSRegistry(), map[string]any{"BootMode": "Bios"})
+	e.f.SetKnobs(id, bmc.FakeKnobs{IgnoreBIOS: true})
+	require.NoError(t, e.clean(t, id, protocol.Step{Interface: "bios", Step: "factory_reset"}))
+	n = e.wait(t, id, state.CleanFailed)
+	assert.Contains(t, *n.LastError, `BootMode: asked "Uefi", read back "Bios"`)
+}
+
+func TestBIOSSettingsRefusedBeforeAnythingRuns(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	before := len(e.f.Calls(id))
+	for _, c := range []struct {
+		step protocol.Step
+		want string
+	}{
+		{applyStep([2]any{"SystemServiceTag", "X"}), "SystemServiceTag: read-only"},
+		{applyStep([2]any{"NoSuchThing", "X"}), "NoSuchThing: unknown attribute"},
+		{applyStep([2]any{"ProcVirtualization", "Maybe"}), "ProcVirtualization"},
+		{applyStep([2]any{"PxeDev1VlanId", float64(5000)}), "PxeDev1VlanId"},
+		{protocol.Step{Interface: "bios", Step: "apply_configuration", Args: map[string]any{"settings": "BootMode=Bios"}}, "must be a list"},
+	} {
+		err := e.clean(t, id, c.step)
+		var ce *Error
+		require.ErrorAs(t, err, &ce, c.want)
+		assert.Equal(t, CodeInvalid, ce.Code)
+		assert.Contains(t, ce.Msg, c.want)
+		assert.Contains(t, ce.Msg, "Cannot clean node "+id)
+	}
+	n, err := e.st.GetNode(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, string(state.Manageable), n.ProvisionState, "nothing ran")
+	for _, c := range commands(e.f, id)[before:] {
+		assert.NotEqual(t, "apply_bios", c)
+		assert.False(t, strings.HasPrefix(c, "set_power"), c)
+	}
+	// the argsinfo check still names a missing argument
+	err = e.clean(t, id, protocol.Step{Interface: "bios", Step: "apply_configuration"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "missing required arguments: settings")
+}
+
+func TestBIOSStepsRefusedOnIPMI(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareIPMI)
+	id := e.node(t)
+	for _, s := range []protocol.Step{applyStep([2]any{"BootMode", "Bios"}), {Interface: "bios", Step: "factory_reset"}} {
+		err := e.clean(t, id, s)
+		var ce *Error
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, CodeInvalid, ce.Code)
+		assert.Contains(t, ce.Msg, "step "+s.Key()+": BIOS settings are not supported by the ipmi driver")
+	}
+	n, err := e.st.GetNode(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, string(state.Manageable), n.ProvisionState)
+	assert.Empty(t, e.f.Calls(id), "the BMC was not asked")
+
+	// the cache is left alone, quietly
+	_, err = e.drv.BIOSSettings(context.Background(), n)
+	assert.ErrorIs(t, err, bmc.ErrUnsupported)
+}
