@@ -236,6 +236,11 @@ func (d *BMCDriver) registry(ctx context.Context, n *store.Node) *bmc.Registry {
 	return b.Registry
 }
 
+// RebootsNode: both bios steps reboot the node to apply what they asked.
+func (d *BMCDriver) RebootsNode(s protocol.Step) bool {
+	return d.hasBIOS() && s.Interface == protocol.InterfaceBIOS
+}
+
 // executeBIOSStep runs a bios step. Both are synchronous: write, reboot
 // (the BIOS applies pending settings at POST), read back.
 func (d *BMCDriver) executeBIOSStep(ctx context.Context, n *store.Node, s protocol.Step) error {

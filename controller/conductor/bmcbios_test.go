@@ -25,8 +25,12 @@ type biosEnv struct {
 	drv *BMCDriver
 }
 
-func startBIOS(t *testing.T, hw string) *biosEnv {
+func startBIOS(t *testing.T, hw string, cfgs ...Config) *biosEnv {
 	t.Helper()
+	cfg := Config{}
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
 	st, err := sqlite.Open(context.Background(), ":memory:")
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
@@ -37,7 +41,7 @@ func startBIOS(t *testing.T, hw string) *biosEnv {
 	}
 	drv := NewBMCDriver(hw, m, note)
 	drv.BIOSApplyTimeout, drv.BIOSPollInterval = 200*time.Millisecond, 10*time.Millisecond
-	return &biosEnv{env: start(t, drv, Config{}, st), f: f, drv: drv}
+	return &biosEnv{env: start(t, drv, cfg, st), f: f, drv: drv}
 }
 
 // node is a manageable node of the driver, deployed without the agent so
@@ -255,4 +259,47 @@ func TestBIOSStepsRefusedOnIPMI(t *testing.T) {
 	// the cache is left alone, quietly
 	_, err = e.drv.BIOSSettings(context.Background(), n)
 	assert.ErrorIs(t, err, bmc.ErrUnsupported)
+}
+
+// TestBIOSStepBeforeAnAgentStepRefused: a bios step reboots the node out
+// of the agent ramdisk, so no step that needs the agent may follow it.
+func TestBIOSStepBeforeAnAgentStepRefused(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = e.drv.Name(), string(state.Manageable)
+	n.Interfaces.Deploy = "direct"
+	require.NoError(t, e.st.CreateNode(context.Background(), n))
+	erase := protocol.Step{Interface: "deploy", Step: "erase_devices_metadata"}
+	err := e.clean(t, n.UUID, applyStep([2]any{"BootMode", "Bios"}), erase)
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, CodeInvalid, ce.Code)
+	assert.Contains(t, ce.Msg, "clean step deploy.erase_devices_metadata needs the agent but would run after bios.apply_configuration")
+
+	// deploy: a bios step after write_image (priority < 80) is fine, before it not
+	bios := protocol.Step{Interface: "bios", Step: "factory_reset", Priority: 70}
+	plan := append(append([]protocol.Step{}, agentDeploySteps...), bios)
+	protocol.SortSteps(plan)
+	assert.NoError(t, checkAgentAfterReboot(n, e.drv, "deploy", plan))
+	bios.Priority = 90
+	plan = append(append([]protocol.Step{}, agentDeploySteps...), bios)
+	protocol.SortSteps(plan)
+	err = checkAgentAfterReboot(n, e.drv, "deploy", plan)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "deploy step deploy.write_image needs the agent but would run after bios.factory_reset")
+	// without the agent, or with a driver whose steps do not reboot, nothing to refuse
+	assert.NoError(t, checkAgentAfterReboot(n, FakeDriver{}, "clean", []protocol.Step{applyStep(), erase}))
+}
+
+// TestBIOSFactoryResetInAutomatedCleaning: given a priority by
+// --clean-step-priority, factory_reset runs in automated cleaning.
+func TestBIOSFactoryResetInAutomatedCleaning(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, Config{AutomatedClean: true, PriorityOverrides: map[string]int{"bios.factory_reset": 5}})
+	id := e.node(t)
+	e.f.SetBIOS(id, bmc.FakeBIOSRegistry(), map[string]any{"BootMode": "Bios"})
+	require.NoError(t, e.c.Provision(context.Background(), id, ProvisionRequest{Target: "provide"}))
+	n := e.wait(t, id, state.Available)
+	require.Nil(t, n.LastError)
+	assert.Equal(t, "Uefi", e.f.BIOS(id).Current["BootMode"])
+	assert.Contains(t, history(t, e.st, id), "clean step bios.factory_reset finished")
 }

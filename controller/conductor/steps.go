@@ -188,6 +188,48 @@ func (c *stepRunner) driverStep(ctx context.Context, n *store.Node, d Driver, ki
 	return status, err
 }
 
+// stepRebooter is a Driver whose steps may reboot the node (the BMC
+// types' bios steps, which apply the settings at the next boot).
+type stepRebooter interface {
+	RebootsNode(step protocol.Step) bool
+}
+
+// checkAgentAfterReboot refuses, on agent nodes, a plan in which a step
+// that needs the agent runs after a driver step that reboots the node:
+// the ramdisk was booted for one boot only, so the reboot leaves it and
+// the step would wait for an agent that never answers. plan is in run
+// order. (Ironic reboots back into the ramdisk and waits for the agent
+// again; anvil's bios steps are synchronous and do not.)
+func checkAgentAfterReboot(n *store.Node, d Driver, kind string, plan []protocol.Step) error {
+	r, ok := d.(stepRebooter)
+	if !ok || !UsesAgent(n) {
+		return nil
+	}
+	oob := d.CleanSteps(n)
+	if kind == "deploy" {
+		oob = d.DeploySteps(n)
+	}
+	reboot := ""
+	for _, s := range plan {
+		driver := isDriverStep(oob, s.Key())
+		if driver && r.RebootsNode(s) {
+			if reboot == "" {
+				reboot = s.Key()
+			}
+			continue
+		}
+		needsAgent := !driver && !isAgentDeployStep(s.Key())
+		if kind == "deploy" && s.Key() == "deploy.write_image" {
+			needsAgent = true
+		}
+		if reboot != "" && needsAgent {
+			return fmt.Errorf("%s step %s needs the agent but would run after %s, which reboots the node out of the agent ramdisk "+
+				"to apply the BIOS settings: run %s after it (a lower priority, or later in the list)", kind, s.Key(), reboot, reboot)
+		}
+	}
+	return nil
+}
+
 func isDriverStep(steps []protocol.Step, key string) bool {
 	for _, s := range steps {
 		if s.Key() == key {
