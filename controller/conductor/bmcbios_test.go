@@ -1,7 +1,9 @@
 package conductor
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +304,21 @@ func TestBIOSFactoryResetInAutomatedCleaning(t *testing.T) {
 	require.Nil(t, n.LastError)
 	assert.Equal(t, "Uefi", e.f.BIOS(id).Current["BootMode"])
 	assert.Contains(t, history(t, e.st, id), "clean step bios.factory_reset finished")
+}
+
+// TestBIOSCacheQuietOnIPMI: IPMI has no BIOS; caching on every manage
+// neither warns nor touches the cache.
+func TestBIOSCacheQuietOnIPMI(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	n := storetest.NewNode("")
+	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, st.ReplaceBIOSSettings(ctx, n.UUID, []store.BIOSSetting{{Name: "Old", Value: "1"}}))
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cacheBIOSSettings(ctx, st, log, n, NewBMCDriver(bmc.HardwareIPMI, nil, nil))
+	assert.Empty(t, buf.String())
+	assert.Equal(t, map[string]string{"Old": "1"}, biosValues(t, st, n.UUID))
 }
