@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/bmc"
+	"github.com/anvil-metal/anvil/bmc/vbmc"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
@@ -321,4 +323,50 @@ func TestBIOSCacheQuietOnIPMI(t *testing.T) {
 	cacheBIOSSettings(ctx, st, log, n, NewBMCDriver(bmc.HardwareIPMI, nil, nil))
 	assert.Empty(t, buf.String())
 	assert.Equal(t, map[string]string{"Old": "1"}, biosValues(t, st, n.UUID))
+}
+
+// TestRedfishBIOSStepsAgainstVBMC runs the bios steps through the real
+// Redfish client against anvil's virtual BMC, whose BIOS applies pending
+// settings at the next boot.
+func TestRedfishBIOSStepsAgainstVBMC(t *testing.T) {
+	ctx := context.Background()
+	srv := vbmc.NewServer(nil, "admin", "password", vbmc.NewNode("node-1", vbmc.NewMemory()))
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	m := bmc.New(bmc.Config{MinInterval: -1, VerifyTimeout: 5 * time.Second, PollInterval: 20 * time.Millisecond})
+	drv := NewBMCDriver(bmc.HardwareRedfish, m, nil)
+	drv.BIOSApplyTimeout, drv.BIOSPollInterval = 2*time.Second, 20*time.Millisecond
+	e := start(t, drv, Config{}, st)
+
+	n := storetest.NewNode("")
+	n.Driver, n.Interfaces.Deploy = "redfish", "fake"
+	n.DriverInfo = map[string]any{"redfish_address": hs.URL, "redfish_system_id": "/redfish/v1/Systems/node-1",
+		"redfish_username": "admin", "redfish_password": "password"}
+	require.NoError(t, st.CreateNode(ctx, n))
+	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "manage"}))
+	e.wait(t, n.UUID, state.Manageable)
+	assert.Equal(t, "Uefi", biosValues(t, st, n.UUID)["BootMode"], "cached on manage")
+	assert.Equal(t, "True", biosValues(t, st, n.UUID)["WakeOnLan"])
+
+	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "clean", CleanSteps: []protocol.Step{
+		applyStep([2]any{"BootMode", "Bios"}, [2]any{"PowerCycleDelaySecs", "45"}, [2]any{"AssetTag", "rack-7"})}}))
+	got := e.wait(t, n.UUID, state.Manageable)
+	require.Nil(t, got.LastError)
+	cur := srv.Node("node-1").Bios().Current
+	assert.Equal(t, "Bios", cur["BootMode"])
+	assert.EqualValues(t, 45, cur["PowerCycleDelaySecs"])
+	assert.Equal(t, "45", biosValues(t, st, n.UUID)["PowerCycleDelaySecs"], "cache refreshed")
+	on, err := srv.Node("node-1").On(ctx)
+	require.NoError(t, err)
+	assert.False(t, on, "powered off again, as it was found")
+
+	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "clean", CleanSteps: []protocol.Step{
+		{Interface: "bios", Step: "factory_reset"}}}))
+	got = e.wait(t, n.UUID, state.Manageable)
+	require.Nil(t, got.LastError)
+	assert.Equal(t, "Uefi", srv.Node("node-1").Bios().Current["BootMode"])
+	assert.Equal(t, "Uefi", biosValues(t, st, n.UUID)["BootMode"])
 }
