@@ -82,3 +82,16 @@ func TestManualCleanBIOSSettingsRefusedWith400(t *testing.T) {
 	s := e.do("GET", "/v1/nodes/bios-1/bios/PxeDev1VlanId", latest, nil).json(t)
 	assert.Equal(t, "42", s["PxeDev1VlanId"].(map[string]any)["value"], "the cache shows the value applied")
 }
+
+// TestRedfishBIOSInterface: redfish nodes default to the redfish bios
+// interface (no-bios may be chosen), as in Ironic; ipmi has none.
+func TestRedfishBIOSInterface(t *testing.T) {
+	e := newDriversEnv(t, onSQLite)
+	redfish := e.do("GET", "/v1/drivers/redfish", latest, nil).json(t)
+	assert.Equal(t, "redfish", redfish["default_bios_interface"])
+	assert.Equal(t, []any{"no-bios", "redfish"}, redfish["enabled_bios_interfaces"])
+	ipmi := e.do("GET", "/v1/drivers/ipmi", latest, nil).json(t)
+	assert.Equal(t, "no-bios", ipmi["default_bios_interface"])
+	n := e.createNode("rf-1", map[string]any{"driver": "redfish"})
+	assert.Equal(t, "redfish", n["bios_interface"])
+}

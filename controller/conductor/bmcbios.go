@@ -44,16 +44,26 @@ func biosSteps() []protocol.Step {
 // the bmc package's fake, which tests use) do.
 func (d *BMCDriver) hasBIOS() bool { return d.hw != bmc.HardwareIPMI }
 
-func (d *BMCDriver) errNoBIOS(key string) error {
+// biosEnabled: the type has BIOS settings and the node has not turned its
+// bios interface off (no-bios), as in Ironic.
+func (d *BMCDriver) biosEnabled(n *store.Node) bool {
+	return d.hasBIOS() && n.Interfaces.BIOS != "no-bios"
+}
+
+// errNoBIOS says why n offers no bios step.
+func (d *BMCDriver) errNoBIOS(n *store.Node, key string) error {
+	if d.hasBIOS() {
+		return fmt.Errorf("step %s: node %s has bios_interface no-bios (set it to %s to change BIOS settings)", key, n.UUID, d.hw)
+	}
 	return fmt.Errorf("step %s: BIOS settings are not supported by the %s driver (use the redfish hardware type)", key, d.hw)
 }
 
-// BIOSSettings implements BIOSReader. On IPMI it fails with
-// bmc.ErrUnsupported without contacting the BMC (cacheBIOSSettings then
-// leaves the cache alone quietly).
+// BIOSSettings implements BIOSReader. On IPMI, or with no-bios, it fails
+// with bmc.ErrUnsupported without contacting the BMC (cacheBIOSSettings
+// then leaves the cache alone quietly).
 func (d *BMCDriver) BIOSSettings(ctx context.Context, n *store.Node) ([]store.BIOSSetting, error) {
-	if !d.hasBIOS() {
-		return nil, fmt.Errorf("%w: BIOS settings are not supported by the %s driver", bmc.ErrUnsupported, d.hw)
+	if !d.biosEnabled(n) {
+		return nil, fmt.Errorf("%w: %w", bmc.ErrUnsupported, d.errNoBIOS(n, "cache_bios_settings"))
 	}
 	t, err := d.target(n)
 	if err != nil {
@@ -190,8 +200,8 @@ func (d *BMCDriver) CheckStepArgs(ctx context.Context, n *store.Node, steps []pr
 		if s.Interface != protocol.InterfaceBIOS {
 			continue
 		}
-		if !d.hasBIOS() {
-			return d.errNoBIOS(s.Key())
+		if !d.biosEnabled(n) {
+			return d.errNoBIOS(n, s.Key())
 		}
 		if s.Step != "apply_configuration" {
 			continue
@@ -244,8 +254,8 @@ func (d *BMCDriver) RebootsNode(s protocol.Step) bool {
 // executeBIOSStep runs a bios step. Both are synchronous: write, reboot
 // (the BIOS applies pending settings at POST), read back.
 func (d *BMCDriver) executeBIOSStep(ctx context.Context, n *store.Node, s protocol.Step) error {
-	if !d.hasBIOS() {
-		return d.errNoBIOS(s.Key())
+	if !d.biosEnabled(n) {
+		return d.errNoBIOS(n, s.Key())
 	}
 	t, err := d.target(n)
 	if err != nil {

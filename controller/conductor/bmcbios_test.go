@@ -102,7 +102,16 @@ func TestBMCDriverOffersBIOSStepsExceptOnIPMI(t *testing.T) {
 	assert.Equal(t, []string{"bios.apply_configuration", "bios.factory_reset"}, keys)
 	assert.True(t, red.CleanSteps(n)[0].ArgsInfo["settings"].Required)
 	assert.Len(t, red.DeploySteps(n), 2)
+	assert.NoError(t, red.Validate(n)["bios"])
+	off := *n
+	off.Interfaces.BIOS = "no-bios"
+	assert.Empty(t, red.CleanSteps(&off), "no bios steps with no-bios, as in Ironic")
+	assert.Error(t, red.Validate(&off)["bios"])
+	err := red.CheckStepArgs(context.Background(), &off, []protocol.Step{{Interface: "bios", Step: "factory_reset"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has bios_interface no-bios (set it to redfish")
 	ipmi := NewBMCDriver(bmc.HardwareIPMI, nil, nil)
+	assert.Error(t, ipmi.Validate(n)["bios"])
 	assert.Empty(t, ipmi.CleanSteps(n))
 	assert.Empty(t, ipmi.DeploySteps(n))
 

@@ -54,7 +54,10 @@ func (d *BMCDriver) Validate(n *store.Node) map[string]error {
 	_, err := d.target(n)
 	out := map[string]error{"power": err, "management": err, "boot": nil, "deploy": nil, "inspect": nil,
 		"console": errors.New("no console interface is enabled"), "network": nil, "raid": nil,
-		"rescue": errors.New("no rescue interface is enabled"), "storage": nil, "bios": errors.New("no bios interface is enabled")}
+		"rescue": errors.New("no rescue interface is enabled"), "storage": nil, "bios": nil}
+	if !d.biosEnabled(n) {
+		out["bios"] = errors.New("no bios interface is enabled")
+	}
 	if !UsesAgent(n) {
 		out["deploy"] = fmt.Errorf("deploy interface %q is not supported by %s; use direct", n.Interfaces.Deploy, d.hw)
 	}
@@ -155,9 +158,10 @@ func splitComma(s string) []string {
 }
 
 // CleanSteps are the out-of-band bios steps on the types with BIOS
-// settings (redfish); IPMI has none.
-func (d *BMCDriver) CleanSteps(*store.Node) []protocol.Step {
-	if !d.hasBIOS() {
+// settings (redfish) unless the node's bios_interface is no-bios; IPMI
+// has none.
+func (d *BMCDriver) CleanSteps(n *store.Node) []protocol.Step {
+	if !d.biosEnabled(n) {
 		return nil
 	}
 	return biosSteps()

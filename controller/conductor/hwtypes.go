@@ -55,12 +55,14 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 		if hw == bmc.HardwareIPMI {
 			oob = "ipmitool"
 		}
-		boot := one("ipxe")
+		boot, bios := one("ipxe"), one("no-bios")
 		if hw == bmc.HardwareRedfish {
 			boot.Enabled = []string{"ipxe", BootVirtualMedia}
+			// BIOS settings through the BMC (bmcbios.go), as Ironic's redfish bios
+			bios = InterfaceChoice{Default: "redfish", Enabled: []string{"no-bios", "redfish"}}
 		}
 		maps.Copy(out, map[string]InterfaceChoice{
-			"bios":       one("no-bios"),
+			"bios":       bios,
 			"boot":       boot,
 			"deploy":     one("direct"),
 			"inspect":    {Default: "agent", Enabled: []string{"agent", "no-inspect"}},
