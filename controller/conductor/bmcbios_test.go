@@ -379,3 +379,25 @@ func TestRedfishBIOSStepsAgainstVBMC(t *testing.T) {
 	assert.Equal(t, "Uefi", srv.Node("node-1").Bios().Current["BootMode"])
 	assert.Equal(t, "Uefi", biosValues(t, st, n.UUID)["BootMode"])
 }
+
+// TestBIOSDeployStepSettingsRefused: a deploy's deploy_steps are checked
+// against the registry as a manual clean's are.
+func TestBIOSDeployStepSettingsRefused(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	_, err := store.MutateNode(context.Background(), e.st, id, func(m *store.Node) error {
+		m.ProvisionState = string(state.Available)
+		return nil
+	})
+	require.NoError(t, err)
+	step := applyStep([2]any{"SystemServiceTag", "X"})
+	step.Priority = 90
+	err = e.c.Provision(context.Background(), id, ProvisionRequest{Target: "active", DeploySteps: []protocol.Step{step}})
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, CodeInvalid, ce.Code)
+	assert.Contains(t, ce.Msg, "Cannot deploy node "+id+": step bios.apply_configuration: bmc: invalid BIOS settings: SystemServiceTag: read-only")
+	n, err := e.st.GetNode(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, string(state.Available), n.ProvisionState)
+}
