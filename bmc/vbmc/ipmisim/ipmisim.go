@@ -144,62 +144,107 @@ func Start(t testing.TB, o Options) *Sim {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The port was free when chosen, but another test process may take it
+	// before ipmi_sim binds it: choose again then, a few times.
+	for attempt := 1; ; attempt++ {
+		sim, err := start(t, root, tmpl, o, users)
+		if err == nil {
+			return sim
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("ipmisim: %v", err)
+		}
+		t.Logf("ipmisim: %v; trying another port", err)
+	}
+}
+
+// errPortTaken: ipmi_sim could not bind the port chosen for it.
+var errPortTaken = errors.New("ipmi_sim's port was taken")
+
+// start runs one ipmi_sim on a freshly chosen port.
+func start(t testing.TB, root string, tmpl *template.Template, o Options, users []simUser) (*Sim, error) {
 	s := &Sim{Port: freeUDPPort(t), Dir: t.TempDir()}
 	var conf bytes.Buffer
 	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password, "Users": users}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	confPath := filepath.Join(s.Dir, "lan.conf")
 	state := filepath.Join(s.Dir, "state")
 	if err := os.WriteFile(confPath, conf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(s.Dir, "sim.log"))
+	logPath := filepath.Join(s.Dir, "sim.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	s.cmd = exec.Command("ipmi_sim", "-c", confPath, "-f", filepath.Join(root, "testdata", "ipmi", "sim.emu"), "-s", state, "-n")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()
-		t.Fatal(err)
+		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- s.cmd.Wait(); logf.Close() }()
+	// done is closed when ipmi_sim has exited, with its error in exitErr:
+	// a closed channel can be waited on by both waitBound and the cleanup
+	// (a value sent once could be taken by only one of them).
+	done := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = s.cmd.Wait(); logf.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Kill()
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Logf("ipmisim: ipmi_sim (pid %d) did not exit 10s after SIGKILL", s.cmd.Process.Pid)
 		}
 	})
-	if err := waitBound(s.Port, exited); err != nil {
-		out, _ := os.ReadFile(filepath.Join(s.Dir, "sim.log"))
-		t.Fatalf("ipmisim: %v\n%s", err, out)
+	if err := waitBound(s.Port, done); err != nil {
+		<-done // waitBound fails only once it has exited, or after 5 s
+		out, _ := os.ReadFile(logPath)
+		if bytes.Contains(out, []byte("Address already in use")) {
+			return nil, fmt.Errorf("%w: port %d: %v", errPortTaken, s.Port, exitErr)
+		}
+		return nil, fmt.Errorf("%v (%v)\n%s", err, exitErr, out)
 	}
-	return s
+	return s, nil
 }
 
-// waitBound waits until ipmi_sim has bound the UDP port: binding it
-// ourselves then fails.
-func waitBound(port int, exited <-chan error) error {
+// waitBound waits until ipmi_sim has bound the UDP port, as the kernel's
+// socket table shows. It must not probe by binding the port itself: a
+// probe holding the port at the moment ipmi_sim binds it made ipmi_sim
+// fail with "Address already in use".
+func waitBound(port int, exited <-chan struct{}) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("ipmi_sim exited: %v", err)
+		case <-exited:
+			return errors.New("ipmi_sim exited")
 		default:
 		}
-		c, err := net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
+		if udpBound("/proc/net/udp", port) {
 			return nil
 		}
-		c.Close()
 		time.Sleep(20 * time.Millisecond)
 	}
 	return errors.New("ipmi_sim did not bind its port within 5s")
+}
+
+// udpBound reports whether the socket table at path (/proc/net/udp) has a
+// socket bound to port on any local address.
+func udpBound(path string, port int) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasSuffix(f[1], want) {
+			return true
+		}
+	}
+	return false
 }
