@@ -81,6 +81,19 @@ func (m *Manager) BIOS(ctx context.Context, t Target) (BIOS, Outcome, error) {
 	return b, out, err
 }
 
+// BIOSValues reads the current and pending values only, without the
+// registry (a megabyte on iDRAC): for a caller that polls for values to
+// take effect and already holds the registry.
+func (m *Manager) BIOSValues(ctx context.Context, t Target) (BIOS, Outcome, error) {
+	var b BIOS
+	out, err := m.runBIOS(ctx, t, "get_bios", func(ctx context.Context, op *operation) error {
+		var err error
+		b, err = op.readBIOS(ctx, false)
+		return err
+	})
+	return b, out, err
+}
+
 // ApplyBIOS sets BIOS attributes to take effect at the next boot. With a
 // registry the settings are validated first (a *BIOSSettingsError, nothing
 // sent) and integers sent as integers; then they are written to the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // Allocation states, as Ironic names them.
@@ -377,10 +378,8 @@ func (a *allocator) reserve(ctx context.Context, al *store.Allocation, holders, 
 		if round >= a.retries {
 			return &AllocationFailed{UUID: al.UUID, Reason: fmt.Sprintf("could not reserve any of %d suitable nodes", len(nodes))}
 		}
-		select {
-		case <-ctx.Done():
+		if !pause.For(ctx, a.retryWait) {
 			return ctx.Err()
-		case <-time.After(a.retryWait):
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/internal/pause"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -374,7 +375,9 @@ func (d *BMCDriver) pollBIOS(ctx context.Context, t bmc.Target, check func(bmc.B
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		b, _, err := d.m.BIOS(ctx, t)
+		// Values only: the registry was read before the write and a POST
+		// does not change it.
+		b, _, err := d.m.BIOSValues(ctx, t)
 		if err == nil {
 			if err = check(b); err == nil {
 				return nil
@@ -383,10 +386,8 @@ func (d *BMCDriver) pollBIOS(ctx context.Context, t bmc.Target, check func(bmc.B
 		if time.Now().Add(every).After(deadline) {
 			return fmt.Errorf("after the reboot (waited %s): %w", timeout, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !pause.For(ctx, every) {
 			return fmt.Errorf("waiting for the BIOS settings to apply: %w (last read: %w)", ctx.Err(), err)
-		case <-time.After(every):
 		}
 	}
 }
