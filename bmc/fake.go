@@ -15,8 +15,9 @@ import (
 //
 // A Fake is safe for concurrent use.
 type Fake struct {
-	mu    sync.Mutex
-	nodes map[string]*fakeNode
+	mu     sync.Mutex
+	nodes  map[string]*fakeNode
+	images map[string]FakeFirmwareImage // firmware image URL -> what it flashes
 }
 
 // FakeKnobs make a fake node misbehave.
@@ -53,10 +54,12 @@ type FakeCall struct {
 }
 
 type fakeNode struct {
-	state FakeNodeState
-	knobs FakeKnobs
-	calls []FakeCall
-	bios  fakeBIOS
+	state   FakeNodeState
+	knobs   FakeKnobs
+	calls   []FakeCall
+	bios    fakeBIOS
+	fw      fakeFirmware
+	fwKnobs FakeFirmwareKnobs
 }
 
 // NewFake returns an empty Fake.
@@ -67,7 +70,7 @@ func NewFake() *Fake {
 func (f *Fake) node(id string) *fakeNode {
 	n, ok := f.nodes[id]
 	if !ok {
-		n = &fakeNode{state: FakeNodeState{Power: PowerOff, Boot: BootDisk}, bios: newFakeBIOS()}
+		n = &fakeNode{state: FakeNodeState{Power: PowerOff, Boot: BootDisk}, bios: newFakeBIOS(), fw: newFakeFirmware()}
 		f.nodes[id] = n
 	}
 	return n
@@ -167,6 +170,7 @@ func (s fakeSession) setPower(_ context.Context, p primitive) error {
 		case primOn, primReset, primCycle:
 			if p != primOn || st.Power != PowerOn {
 				n.bios.boot(n.knobs) // the BIOS applies its settings at POST
+				n.fw.boot()          // and staged firmware activates
 			}
 			st.Power = PowerOn
 		case primOff, primSoft:

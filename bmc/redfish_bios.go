@@ -66,29 +66,9 @@ func getDoc(c *gofish.APIClient, p string) ([]byte, string, error) {
 // like; without, the transport has narrowed the Systems collection to its
 // only member (or refused a BMC with several).
 func (s *redfishSession) biosURI(c *gofish.APIClient) (string, error) {
-	sys := s.tr.systemID
-	if sys == "" {
-		body, _, err := getDoc(c, systemsPath)
-		if err != nil {
-			return "", err
-		}
-		coll, err := decodeObject(body)
-		if err != nil {
-			return "", fmt.Errorf("systems collection: %w", err)
-		}
-		members, _ := coll["Members"].([]any)
-		if len(members) != 1 || odataID(members[0]) == "" {
-			return "", fmt.Errorf("systems collection: %d members: set redfish_system_id", len(members))
-		}
-		sys = odataID(members[0])
-	}
-	body, _, err := getDoc(c, sys)
+	sys, obj, err := s.systemDoc(c)
 	if err != nil {
 		return "", err
-	}
-	obj, err := decodeObject(body)
-	if err != nil {
-		return "", fmt.Errorf("system %s: %w", sys, err)
 	}
 	uri := odataID(obj["Bios"])
 	if uri == "" {

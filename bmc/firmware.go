@@ -1,0 +1,150 @@
+package bmc
+
+// Firmware through the BMC: the versions a node runs (Firmware), an update
+// the BMC pulls from a URL (UpdateFirmware, Redfish SimpleUpdate) and the
+// BMC's task for it (FirmwareTask). The caller (the conductor's firmware
+// update) drives the steps between: it watches the task to its end,
+// reboots the node where the component needs it, waits for a BMC that
+// restarts itself, and reads the version back. IPMI has none of this.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Ironic's component names: "bios", "bmc", and "nic:<id>" per NIC.
+const (
+	ComponentBIOS = "bios"
+	ComponentBMC  = "bmc"
+	componentNIC  = "nic:"
+)
+
+// IsNICComponent reports whether name is a NIC's component ("nic:<id>").
+func IsNICComponent(name string) bool {
+	return strings.HasPrefix(name, componentNIC) && len(name) > len(componentNIC)
+}
+
+// FirmwareComponent is one firmware a node runs, as its BMC reports it.
+type FirmwareComponent struct {
+	// Component is Ironic's name: bios, bmc or nic:<id>.
+	Component string
+	Version   string
+	// Name is the BMC's name for it ("System BIOS").
+	Name string
+	// InventoryURI is the component's FirmwareInventory member, which an
+	// update targets ("": the BMC lists none; the update then names no
+	// target and the BMC picks by the image).
+	InventoryURI string
+	// Updateable is the inventory's word (true when it says nothing).
+	Updateable bool
+}
+
+// FirmwareTask is the BMC's task for an update as last read.
+type FirmwareTask struct {
+	URI string
+	// State is the Redfish TaskState (New, Starting, Running, Completed,
+	// Exception, Killed, Cancelled, ...); Status its TaskStatus (OK,
+	// Warning, Critical).
+	State, Status string
+	// Percent is PercentComplete (-1: not given).
+	Percent int
+	// Messages are the task's messages, as the BMC wrote them.
+	Messages []string
+	// Gone: the BMC no longer knows the task (404): some purge finished
+	// tasks at once (iDRAC). It says nothing of how the update went.
+	Gone bool
+}
+
+// Finished reports whether the task ended, successfully or not.
+func (t FirmwareTask) Finished() bool { return t.Succeeded() || t.Failed() }
+
+// Succeeded: the BMC completed the task and said nothing critical.
+func (t FirmwareTask) Succeeded() bool {
+	return t.State == "Completed" && t.Status != "Critical"
+}
+
+// Failed: the BMC ended the task without completing it, or completed it
+// with a critical status.
+func (t FirmwareTask) Failed() bool {
+	switch t.State {
+	case "Exception", "Killed", "Cancelled", "Interrupted":
+		return true
+	case "Completed":
+		return t.Status == "Critical"
+	}
+	return false
+}
+
+// Message is the BMC's messages on one line ("" if none).
+func (t FirmwareTask) Message() string { return strings.Join(t.Messages, "; ") }
+
+// firmwareSession is what the firmware operations need from a session;
+// only protocols with firmware updates (Redfish, fake) implement it.
+type firmwareSession interface {
+	firmware(ctx context.Context) ([]FirmwareComponent, error)
+	// simpleUpdate asks the BMC to fetch imageURL and flash it to target
+	// (an inventory URI, "" for none) and returns the task's URI.
+	simpleUpdate(ctx context.Context, imageURL, target string) (string, error)
+	task(ctx context.Context, uri string) (FirmwareTask, error)
+}
+
+func errNoFirmware(hw string) error {
+	return fmt.Errorf("%w: firmware updates are not supported by the %s driver (use the redfish hardware type)", ErrUnsupported, hw)
+}
+
+// runFirmware runs one firmware command with the Manager's retries; IPMI
+// is refused without contacting the BMC.
+func (m *Manager) runFirmware(ctx context.Context, t Target, name string, fn func(context.Context, firmwareSession) error) (Outcome, error) {
+	if t.HardwareType == HardwareIPMI {
+		return Outcome{}, fmt.Errorf("%s %s: %w", name, t, errNoFirmware(t.HardwareType))
+	}
+	return m.run(ctx, t, name, func(ctx context.Context, op *operation) error {
+		return op.retry(ctx, name, func(ctx context.Context, s session) error {
+			fs, ok := s.(firmwareSession)
+			if !ok {
+				return errNoFirmware(op.t.HardwareType)
+			}
+			return fn(ctx, fs)
+		})
+	})
+}
+
+// Firmware reads the versions the node runs: the BIOS (the system's
+// BiosVersion), the BMC (its manager's FirmwareVersion) and each NIC the
+// BMC's firmware inventory lists for this system. Inventory members that
+// belong to other systems of the same BMC are left out.
+func (m *Manager) Firmware(ctx context.Context, t Target) ([]FirmwareComponent, Outcome, error) {
+	var out []FirmwareComponent
+	o, err := m.runFirmware(ctx, t, "get_firmware", func(ctx context.Context, s firmwareSession) error {
+		var err error
+		out, err = s.firmware(ctx)
+		return err
+	})
+	return out, o, err
+}
+
+// UpdateFirmware asks the BMC to fetch imageURL and flash it to c, and
+// returns the URI of the BMC's task. A BMC that refuses answers an error
+// with its own message; nothing is flashed then.
+func (m *Manager) UpdateFirmware(ctx context.Context, t Target, c FirmwareComponent, imageURL string) (string, Outcome, error) {
+	var task string
+	o, err := m.runFirmware(ctx, t, "update_firmware", func(ctx context.Context, s firmwareSession) error {
+		var err error
+		task, err = s.simpleUpdate(ctx, imageURL, c.InventoryURI)
+		return err
+	})
+	return task, o, err
+}
+
+// FirmwareTask reads an update's task. A task the BMC no longer knows is
+// Gone, not an error.
+func (m *Manager) FirmwareTask(ctx context.Context, t Target, uri string) (FirmwareTask, Outcome, error) {
+	var tk FirmwareTask
+	o, err := m.runFirmware(ctx, t, "get_firmware_task", func(ctx context.Context, s firmwareSession) error {
+		var err error
+		tk, err = s.task(ctx, uri)
+		return err
+	})
+	return tk, o, err
+}
