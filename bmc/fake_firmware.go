@@ -24,6 +24,7 @@ type fakeTask struct {
 	component, version string
 	polls              int // reads so far
 	fail               string
+	flashed            bool
 }
 
 // FakeFirmwareImage is what an image URL flashes on a fake node.
@@ -133,7 +134,8 @@ func (s fakeSession) task(_ context.Context, uri string) (FirmwareTask, error) {
 		case t.fail != "":
 			out = FirmwareTask{URI: uri, State: "Exception", Status: "Critical", Percent: 100, Messages: []string{t.fail}}
 		default:
-			if t.polls == need {
+			if !t.flashed {
+				t.flashed = true
 				if t.component == ComponentBMC {
 					n.fw.versions[t.component] = t.version
 				} else {

@@ -81,7 +81,7 @@ func TestHeartbeatValidation(t *testing.T) {
 		"no token":              {func(m map[string]any) { delete(m, "agent_token") }, "agent_token is required"},
 		"no boot id":            {func(m map[string]any) { m["boot_id"] = "" }, "boot_id is required"},
 		"fingerprint mismatch":  {func(m map[string]any) { m["fingerprint"] = "other" }, "differs from fingerprint"},
-		"bad interface":         {func(m map[string]any) { step(m, 0)["interface"] = "firmware" }, "unknown interface"},
+		"bad interface":         {func(m map[string]any) { step(m, 0)["interface"] = "console" }, "unknown interface"},
 		"duplicate step":        {func(m map[string]any) { step(m, 1)["step"] = "erase_devices_metadata" }, "listed twice"},
 		"negative priority":     {func(m map[string]any) { step(m, 0)["priority"] = -1 }, "negative priority"},
 		"bad state":             {func(m map[string]any) { cmd(m)["state"] = "DONE" }, "unknown state"},

@@ -12,13 +12,14 @@ const (
 	InterfacePower      = "power"
 	InterfaceManagement = "management"
 	InterfaceDeploy     = "deploy"
+	InterfaceFirmware   = "firmware"
 	InterfaceBIOS       = "bios"
 	InterfaceRAID       = "raid"
 )
 
 // Interfaces lists the valid step interfaces in their tie-break order
 // (highest first), as Ironic orders steps of equal priority.
-var interfaceOrder = []string{InterfacePower, InterfaceManagement, InterfaceDeploy, InterfaceBIOS, InterfaceRAID}
+var interfaceOrder = []string{InterfacePower, InterfaceManagement, InterfaceDeploy, InterfaceFirmware, InterfaceBIOS, InterfaceRAID}
 
 // InterfaceRank returns the tie-break rank of an interface (higher runs first
 // among steps of equal priority) and whether the interface is known.

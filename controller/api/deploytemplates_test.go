@@ -113,7 +113,7 @@ func testDeployTemplateRefusals(t *testing.T, e *testEnv) {
 		{"unknown key", "POST", "/v1/deploy_templates", latest, map[string]any{"name": "CUSTOM_Y", "steps": []any{step("x", nil)}, "foo": 1}, 400,
 			"Schema error for template: Additional properties are not allowed ('foo' was unexpected)"},
 		{"bad interface", "POST", "/v1/deploy_templates", latest, templateBody("CUSTOM_Y", step("interface", "vendor")), 400,
-			"Schema error for template: Invalid deploy step 0: interface vendor is not one of power, management, deploy, bios, raid"},
+			"Schema error for template: Invalid deploy step 0: interface vendor is not one of power, management, deploy, firmware, bios, raid"},
 		{"negative priority", "POST", "/v1/deploy_templates", latest, templateBody("CUSTOM_Y", step("priority", -1)), 400,
 			"Schema error for template: Invalid deploy step 0: priority must be a non-negative integer"},
 		{"args missing", "POST", "/v1/deploy_templates", latest, templateBody("CUSTOM_Y", step("args", nil)), 400,

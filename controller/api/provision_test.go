@@ -103,7 +103,7 @@ func TestProvisionRefusals(t *testing.T) {
 		"unknown step":    {[]map[string]any{{"interface": "deploy", "step": "nope"}}, "does not support clean step deploy.nope"},
 		"missing arg":     {[]map[string]any{{"interface": "bios", "step": "apply_configuration"}}, "missing required arguments: settings"},
 		"unexpected arg":  {[]map[string]any{{"interface": "bios", "step": "factory_reset", "args": map[string]any{"x": 1}}}, "unexpected arguments: x"},
-		"bad interface":   {[]map[string]any{{"interface": "firmware", "step": "update"}}, "interface firmware is not one of"},
+		"bad interface":   {[]map[string]any{{"interface": "console", "step": "update"}}, "interface console is not one of"},
 		"extra key":       {[]map[string]any{{"interface": "bios", "step": "factory_reset", "priority": 1}}, "unexpected key"},
 		"args not object": {[]map[string]any{{"interface": "bios", "step": "factory_reset", "args": []any{}}}, "args must be an object"},
 	}

@@ -28,7 +28,7 @@ func parseSteps(raw []map[string]any, deploy bool) ([]protocol.Step, error) {
 			case "interface":
 				s, _ := v.(string)
 				if _, ok := protocol.InterfaceRank(s); !ok {
-					return nil, badRequest("Invalid %s step %d: interface %v is not one of power, management, deploy, bios, raid", kind, i, v)
+					return nil, badRequest("Invalid %s step %d: interface %v is not one of power, management, deploy, firmware, bios, raid", kind, i, v)
 				}
 				st.Interface = s
 			case "step":

@@ -31,15 +31,26 @@ type StepArgsChecker interface {
 	CheckStepArgs(ctx context.Context, n *store.Node, steps []protocol.Step) error
 }
 
-// biosCache is where the settings read are kept.
+// biosCache is where the settings and firmware versions read are kept.
 type biosCache interface {
 	ReplaceBIOSSettings(ctx context.Context, nodeUUID string, settings []store.BIOSSetting) error
+	ReplaceFirmwareComponents(ctx context.Context, nodeUUID string, comps []store.FirmwareComponent) error
 }
 
-// cacheBIOSSettings replaces n's cached settings by what d reads now. A
-// failure is logged and the operation goes on, as in Ironic: a stale cache
-// is no reason to fail a verify or a cleaning.
-func cacheBIOSSettings(ctx context.Context, st biosCache, log *slog.Logger, n *store.Node, d Driver) {
+// refreshBIOSAndFirmware replaces n's cached settings and firmware
+// versions by what d reads now. A failure is logged and the operation goes
+// on, as in Ironic: a stale cache is no reason to fail a verify or a
+// cleaning.
+func refreshBIOSAndFirmware(ctx context.Context, st biosCache, log *slog.Logger, n *store.Node, d Driver) {
+	if fd := firmwareOf(n, d); fd != nil {
+		comps, err := fd.FirmwareComponents(ctx, n)
+		if err == nil {
+			err = st.ReplaceFirmwareComponents(ctx, n.UUID, firmwareToStore(comps, nil))
+		}
+		if err != nil {
+			log.Warn("caching the firmware versions failed; the cache keeps what it had", "node", n.UUID, "driver", d.Name(), "err", err)
+		}
+	}
 	r, ok := d.(BIOSReader)
 	if !ok {
 		return

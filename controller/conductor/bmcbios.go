@@ -60,7 +60,7 @@ func (d *BMCDriver) errNoBIOS(n *store.Node, key string) error {
 }
 
 // BIOSSettings implements BIOSReader. On IPMI, or with no-bios, it fails
-// with bmc.ErrUnsupported without contacting the BMC (cacheBIOSSettings
+// with bmc.ErrUnsupported without contacting the BMC (refreshBIOSAndFirmware
 // then leaves the cache alone quietly).
 func (d *BMCDriver) BIOSSettings(ctx context.Context, n *store.Node) ([]store.BIOSSetting, error) {
 	if !d.biosEnabled(n) {
@@ -198,6 +198,12 @@ func (d *BMCDriver) CheckStepArgs(ctx context.Context, n *store.Node, steps []pr
 	var reg *bmc.Registry
 	read := false
 	for _, s := range steps {
+		if s.Interface == protocol.InterfaceFirmware {
+			if err := d.checkFirmwareArgs(n, s); err != nil {
+				return err
+			}
+			continue
+		}
 		if s.Interface != protocol.InterfaceBIOS {
 			continue
 		}
@@ -247,9 +253,10 @@ func (d *BMCDriver) registry(ctx context.Context, n *store.Node) *bmc.Registry {
 	return b.Registry
 }
 
-// RebootsNode: both bios steps reboot the node to apply what they asked.
+// RebootsNode: both bios steps reboot the node to apply what they asked,
+// and firmware.update to activate BIOS and NIC images.
 func (d *BMCDriver) RebootsNode(s protocol.Step) bool {
-	return d.hasBIOS() && s.Interface == protocol.InterfaceBIOS
+	return d.hasBIOS() && (s.Interface == protocol.InterfaceBIOS || s.Key() == "firmware.update")
 }
 
 // executeBIOSStep runs a bios step. Both are synchronous: write, reboot

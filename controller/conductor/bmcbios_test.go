@@ -38,7 +38,12 @@ func startBIOS(t *testing.T, hw string, cfgs ...Config) *biosEnv {
 	st, err := sqlite.Open(context.Background(), ":memory:")
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	f := bmc.NewFake()
+	return startBIOSOn(t, hw, cfg, st, bmc.NewFake())
+}
+
+// startBIOSOn is startBIOS on an existing store and fake BMC (a restart).
+func startBIOSOn(t *testing.T, hw string, cfg Config, st store.Store, f *bmc.Fake) *biosEnv {
+	t.Helper()
 	m := bmc.New(bmc.Config{Fake: f, MinInterval: -1, VerifyTimeout: 2 * time.Second, PollInterval: 5 * time.Millisecond})
 	note := func(ctx context.Context, node, sev, msg string) {
 		_ = st.AppendEvent(ctx, &store.Event{UUID: node + msg + time.Now().String(), NodeUUID: node, CreatedAt: time.Now(), Severity: sev, EventType: "bmc", Event: msg})
@@ -99,13 +104,17 @@ func TestBMCDriverOffersBIOSStepsExceptOnIPMI(t *testing.T) {
 		keys = append(keys, s.Key())
 		assert.Zero(t, s.Priority, "manual only by default, as Ironic's")
 	}
-	assert.Equal(t, []string{"bios.apply_configuration", "bios.factory_reset"}, keys)
+	assert.Equal(t, []string{"bios.apply_configuration", "bios.factory_reset", "firmware.update", "firmware.verify"}, keys)
 	assert.True(t, red.CleanSteps(n)[0].ArgsInfo["settings"].Required)
-	assert.Len(t, red.DeploySteps(n), 2)
+	assert.Len(t, red.DeploySteps(n), 2, "the bios steps; firmware steps are clean steps only, as Ironic's")
 	assert.NoError(t, red.Validate(n)["bios"])
 	off := *n
 	off.Interfaces.BIOS = "no-bios"
-	assert.Empty(t, red.CleanSteps(&off), "no bios steps with no-bios, as in Ironic")
+	keys = nil
+	for _, s := range red.CleanSteps(&off) {
+		keys = append(keys, s.Key())
+	}
+	assert.Equal(t, []string{"firmware.update", "firmware.verify"}, keys, "no bios steps with no-bios, as in Ironic")
 	assert.Error(t, red.Validate(&off)["bios"])
 	err := red.CheckStepArgs(context.Background(), &off, []protocol.Step{{Interface: "bios", Step: "factory_reset"}})
 	require.Error(t, err)
@@ -329,7 +338,7 @@ func TestBIOSCacheQuietOnIPMI(t *testing.T) {
 	require.NoError(t, st.ReplaceBIOSSettings(ctx, n.UUID, []store.BIOSSetting{{Name: "Old", Value: "1"}}))
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cacheBIOSSettings(ctx, st, log, n, NewBMCDriver(bmc.HardwareIPMI, nil, nil))
+	refreshBIOSAndFirmware(ctx, st, log, n, NewBMCDriver(bmc.HardwareIPMI, nil, nil))
 	assert.Empty(t, buf.String())
 	assert.Equal(t, map[string]string{"Old": "1"}, biosValues(t, st, n.UUID))
 }

@@ -157,20 +157,26 @@ func splitComma(s string) []string {
 	return out
 }
 
-// CleanSteps are the out-of-band bios steps on the types with BIOS
-// settings (redfish) unless the node's bios_interface is no-bios; IPMI
-// has none.
+// CleanSteps are the out-of-band steps: the bios steps on the types with
+// BIOS settings (redfish) unless the node's bios_interface is no-bios,
+// and the firmware steps (redfish); IPMI has none.
 func (d *BMCDriver) CleanSteps(n *store.Node) []protocol.Step {
+	steps := d.DeploySteps(n)
+	if d.FirmwareInterface(n) != nil {
+		steps = append(steps, firmwareSteps(n)...)
+	}
+	return steps
+}
+
+// DeploySteps are the bios steps (Ironic's are both clean and deploy
+// steps; its firmware steps are clean and service steps only); the
+// deploy interface's steps come from the direct deploy interface.
+func (d *BMCDriver) DeploySteps(n *store.Node) []protocol.Step {
 	if !d.biosEnabled(n) {
 		return nil
 	}
 	return biosSteps()
 }
-
-// DeploySteps are the bios steps too (Ironic's are both clean and deploy
-// steps); the deploy interface's steps come from the direct deploy
-// interface.
-func (d *BMCDriver) DeploySteps(n *store.Node) []protocol.Step { return d.CleanSteps(n) }
 
 // ExecuteStep runs an out-of-band step: the bios steps, synchronously.
 func (d *BMCDriver) ExecuteStep(ctx context.Context, n *store.Node, _ string, s protocol.Step) (StepStatus, error) {

@@ -90,7 +90,7 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 		}
 	}
 	// the steps (bios.apply_configuration, factory_reset) may have changed them
-	cacheBIOSSettings(ctx, c.st, c.log, n, d)
+	refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil

@@ -64,7 +64,11 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	}
 	rt := newRuntime(co)
 	eng, req := newEngine(co, rt.Kick, rt)
-	rt.advance, rt.checkTimers = eng.advance, eng.stops.checkTimeouts
+	rt.advance = eng.advance
+	rt.checkTimers = func(ctx context.Context) {
+		eng.stops.checkTimeouts(ctx)
+		eng.firmware.kickUpdates(ctx)
+	}
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
 	return &Conductor{runtime: rt, requests: req, stepRunner: eng.steps, sessions: newSessionService(co, rt.Kick), allocator: al,

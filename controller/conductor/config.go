@@ -4,6 +4,7 @@ package conductor
 
 import (
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/erasure"
@@ -28,6 +29,7 @@ type Config struct {
 	CheckInterval      time.Duration // how often wait-state timeouts are checked
 	Agent              AgentConfig
 	PowerSync          PowerSyncConfig
+	Firmware           FirmwareConfig
 	// LeaseTTL is how long a node stays owned by this controller without a
 	// renewal (renewed every LeaseTTL/4); a dead controller's nodes are
 	// taken over by the others after it. Default 20 s.
@@ -107,7 +109,28 @@ func DefaultConfig() Config {
 		Agent: AgentConfig{HeartbeatInterval: 10 * time.Second, BootTimeout: 15 * time.Minute,
 			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour, AbortTimeout: time.Minute},
 		PowerSync: PowerSyncConfig{Interval: time.Minute, Ticks: 60, MaxFailures: 3, Enforce: true, Workers: 8},
+		Firmware: FirmwareConfig{TaskTimeout: time.Hour, StallTimeout: 20 * time.Minute, OfflineTimeout: 10 * time.Minute,
+			VerifyTimeout: 20 * time.Minute},
 	}
+}
+
+// FirmwareConfig bounds each component of a firmware update (firmware.go).
+// They replace the wait state's timeout while an update runs: a BMC
+// update alone can take longer than a clean wait allows.
+type FirmwareConfig struct {
+	// TaskTimeout: the BMC's task must end within it.
+	TaskTimeout time.Duration
+	// StallTimeout: the task's progress must move within it.
+	StallTimeout time.Duration
+	// OfflineTimeout: how long the BMC may not answer (it restarts after
+	// its own update) before the step fails.
+	OfflineTimeout time.Duration
+	// VerifyTimeout: the new version must read back within it of the
+	// task's end (a BIOS shows its new version after the POST).
+	VerifyTimeout time.Duration
+	// HTTPClient downloads images to check their checksums (nil: a
+	// default client with a 30-minute timeout).
+	HTTPClient *http.Client
 }
 
 // WithDefaults is cfg with every unset setting at its default.
@@ -129,6 +152,10 @@ func (cfg *Config) defaults() {
 	fill(&cfg.PowerSync.Ticks, d.PowerSync.Ticks)
 	fill(&cfg.PowerSync.MaxFailures, d.PowerSync.MaxFailures)
 	fill(&cfg.PowerSync.Workers, d.PowerSync.Workers)
+	fill(&cfg.Firmware.TaskTimeout, d.Firmware.TaskTimeout)
+	fill(&cfg.Firmware.StallTimeout, d.Firmware.StallTimeout)
+	fill(&cfg.Firmware.OfflineTimeout, d.Firmware.OfflineTimeout)
+	fill(&cfg.Firmware.VerifyTimeout, d.Firmware.VerifyTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -26,6 +26,7 @@ type engine struct {
 	guard      *diskGuard
 	inspection *inspecting
 	stops      *stops
+	firmware   *firmwareFlow
 	// work maps each working state to what advances a node in it.
 	work map[state.State]func(ctx context.Context, n *store.Node, d Driver) error
 }
@@ -36,12 +37,14 @@ func newEngine(co *core, kick func(nodeUUID string), leases leaser) (*engine, *r
 	m := &machine{core: co, kick: kick}
 	ag := &agents{core: co}
 	steps := &stepRunner{machine: m, agents: ag}
+	fw := &firmwareFlow{machine: m, steps: steps}
+	steps.firmware = fw
 	st := &stops{machine: m, steps: steps, agents: ag, leases: leases}
 	cl := &cleaning{machine: m, steps: steps, agents: ag}
 	dp := &deploying{machine: m, steps: steps}
 	in := &inspecting{machine: m, agents: ag}
 	e := &engine{machine: m, agents: ag, steps: steps, guard: &diskGuard{core: co, complete: steps.completeAsync},
-		inspection: in, stops: st}
+		inspection: in, stops: st, firmware: fw}
 	e.work = map[state.State]func(context.Context, *store.Node, Driver) error{
 		state.Verifying:  e.verify,
 		state.Cleaning:   cl.clean,
@@ -72,6 +75,9 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 	}
 	switch cur {
 	case state.CleanWait, state.DeployWait, state.InspectWait:
+		if n.Operation.Firmware != nil {
+			return c.firmware.advance(ctx, n, d)
+		}
 		before := n.Revision
 		if err = c.agentWait(ctx, n, d); err == nil {
 			if after, gerr := c.st.GetNode(ctx, n.UUID); gerr != nil || after.Revision == before {
@@ -128,7 +134,7 @@ func (c *engine) verify(ctx context.Context, n *store.Node, d Driver) error {
 		return terr
 	}
 	ps, perr := d.PowerState(ctx, n)
-	cacheBIOSSettings(ctx, c.st, c.log, n, d)
+	refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
 	_, err := c.transition(ctx, n.UUID, state.Verifying, state.EvDone, func(m *store.Node) error {
 		// Ironic's do_node_verify records what the power interface
 		// reports; "" (fake-hardware before any power action) is null

@@ -56,8 +56,9 @@ func twoSteps(abortable bool) []protocol.Step {
 }
 
 type env struct {
-	c  *Conductor
-	st store.Store
+	c    *Conductor
+	st   store.Store
+	stop func() // stops the conductor (as a restart does); idempotent
 }
 
 func start(t *testing.T, drv Driver, cfg Config, st store.Store) *env {
@@ -76,8 +77,9 @@ func start(t *testing.T, drv Driver, cfg Config, st store.Store) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return &env{c: c, st: st}
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return &env{c: c, st: st, stop: stop}
 }
 
 func (e *env) manageable(t *testing.T) string {

@@ -78,6 +78,10 @@ func (c *machine) applyState(n *store.Node, next state.State, ev state.Event) {
 	now := c.now()
 	n.ProvisionState = string(next)
 	n.ProvisionUpdatedAt = &now
+	if ev != state.EvWait {
+		// a firmware update lives only while its step waits
+		n.Operation.Firmware = nil
+	}
 	switch {
 	case state.Stable(next):
 		n.TargetProvisionState = nil

@@ -128,8 +128,8 @@ func (c *runtime) syncShare(ctx context.Context) func(node string) bool {
 
 func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyncConfig, n *store.Node) {
 	st := state.State(n.ProvisionState)
-	if st == state.Enroll || n.Reservation != nil || n.TargetPowerState != nil {
-		return // not verified yet, or work on it is running
+	if st == state.Enroll || n.Reservation != nil || n.TargetPowerState != nil || n.Operation.Firmware != nil {
+		return // not verified yet, or work on it is running (a firmware update above all: a power action would cut a flash)
 	}
 	d, ok := c.drivers[n.Driver]
 	if !ok {

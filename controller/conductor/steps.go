@@ -25,7 +25,8 @@ import (
 // records their results.
 type stepRunner struct {
 	*machine
-	agents *agents // in-band steps and the direct deploy interface
+	agents   *agents       // in-band steps and the direct deploy interface
+	firmware *firmwareFlow // the firmware steps
 }
 
 // stepPhase describes a flow made of steps for the shared step runner.
@@ -181,9 +182,12 @@ func (c *stepRunner) executeStep(ctx context.Context, n *store.Node, d Driver, k
 // cache when it ends, failed or not (Ironic's cache_bios_settings
 // decorator): a failed apply may have changed some settings.
 func (c *stepRunner) driverStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
+	if step.Interface == protocol.InterfaceFirmware {
+		return c.firmware.execute(ctx, n, d, step)
+	}
 	status, err := d.ExecuteStep(ctx, n, kind, step)
 	if step.Interface == protocol.InterfaceBIOS && status == StepDone {
-		cacheBIOSSettings(ctx, c.st, c.log, n, d)
+		refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
 	}
 	return status, err
 }

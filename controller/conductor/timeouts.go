@@ -65,8 +65,8 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 		}
 		deadline := c.now().Add(-w.timeout)
 		for _, n := range nodes {
-			if n.ProvisionUpdatedAt == nil || n.ProvisionUpdatedAt.After(deadline) {
-				continue
+			if n.ProvisionUpdatedAt == nil || n.ProvisionUpdatedAt.After(deadline) || n.Operation.Firmware != nil {
+				continue // a firmware update has its own bounds (FirmwareConfig)
 			}
 			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
@@ -116,6 +116,9 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 				continue
 			}
 			msg := c.agentTimerExpired(n, now)
+			if n.Operation.Firmware != nil {
+				msg = "" // the update may reboot the node out of its ramdisk; its own bounds apply
+			}
 			if msg == "" {
 				continue
 			}

@@ -34,6 +34,8 @@ type Operation struct {
 	Agent           AgentSession    `json:"agent,omitzero"`
 	// Disks are the disk guard's records, which outlive the operation.
 	Disks DiskRecords `json:"disks,omitzero"`
+	// Firmware is the firmware.update step under way (nil: none).
+	Firmware *FirmwareUpdate `json:"firmware,omitempty"`
 }
 
 // StepPlan is the ordered steps of one cleaning or deployment and the index
@@ -191,6 +193,7 @@ const (
 	keyAlarm           = "agent_alarm"
 	keyBootStarted     = "agent_boot_started_at"
 	keyPreviousBoot    = "agent_previous_boot_id"
+	keyFirmware        = "firmware_updates" // Ironic's redfish firmware interface keeps its updates there
 )
 
 // SecretInternalKey reports whether a driver_internal_info key holds a
@@ -202,7 +205,7 @@ func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonc
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
-	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy}
+	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -292,6 +295,9 @@ func (n *Node) InternalInfo() map[string]any {
 	if a.PreviousBootID != "" {
 		out[keyPreviousBoot] = a.PreviousBootID
 	}
+	if op.Firmware != nil {
+		set(keyFirmware, op.Firmware)
+	}
 	op.Disks.show(out)
 	return out
 }
@@ -302,7 +308,7 @@ func (op *Operation) empty() bool {
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
 		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
-		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty()
+		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty() && op.Firmware == nil
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
@@ -378,6 +384,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyAlarm, &a.Alarm)
 	takeTime(keyBootStarted, &a.BootStartedAt)
 	take(keyPreviousBoot, &a.PreviousBootID)
+	take(keyFirmware, &op.Firmware)
 	op.Disks.take(rest)
 	return op, rest
 }

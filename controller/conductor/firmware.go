@@ -1,0 +1,457 @@
+package conductor
+
+// The firmware flow: firmware.update as a state machine per component,
+// kept in the node's Operation (store.FirmwareUpdate) so that a restart
+// resumes it, and firmware.verify against a baseline. An update leaves
+// the node waiting (clean wait); the runtime's timer kicks it every
+// CheckInterval and advance moves the current component one phase on:
+//
+//	pending   → the BMC is asked to pull and flash the image (SimpleUpdate)
+//	flashing  → its task is read until it ends; a failed task fails the
+//	            step with the BMC's messages, a stalled or overlong one
+//	            after FirmwareConfig's bounds, a vanished one goes on to
+//	            the read-back, which alone can then show success
+//	verifying → (bios, NICs: after a reboot that activates the image) the
+//	            version is read until it is the one asked for, or has
+//	            changed when none was given; a BMC that restarts after
+//	            its own update is waited for up to OfflineTimeout
+//	done      → the next component (BMC → BIOS → NICs)
+//
+// Power sync leaves a node with an update under way alone, and the wait
+// state's generic timeouts give way to these bounds.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/bmc"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// firmwareDriver is a Driver that reads and updates firmware through the
+// node's BMC (the redfish type).
+type firmwareDriver interface {
+	FirmwareComponents(ctx context.Context, n *store.Node) ([]bmc.FirmwareComponent, error)
+	StartFirmwareUpdate(ctx context.Context, n *store.Node, c bmc.FirmwareComponent, url string) (string, error)
+	FirmwareTask(ctx context.Context, n *store.Node, uri string) (bmc.FirmwareTask, error)
+}
+
+// firmwareProvider is a Driver with a firmware interface.
+type firmwareProvider interface {
+	// FirmwareInterface is n's firmware interface (nil: none).
+	FirmwareInterface(n *store.Node) firmwareDriver
+}
+
+// firmwareOf is d's firmware interface for n (nil: none).
+func firmwareOf(n *store.Node, d Driver) firmwareDriver {
+	if p, ok := d.(firmwareProvider); ok {
+		return p.FirmwareInterface(n)
+	}
+	return nil
+}
+
+// firmwareFlow runs the firmware steps.
+type firmwareFlow struct {
+	*machine
+	steps *stepRunner // the step's end
+}
+
+func (c *firmwareFlow) cfgs() FirmwareConfig { return c.cfg.Firmware }
+
+// execute runs a firmware step: verify at once, update by starting the
+// flow (the node then waits).
+func (c *firmwareFlow) execute(ctx context.Context, n *store.Node, d Driver, step protocol.Step) (StepStatus, error) {
+	fd := firmwareOf(n, d)
+	if fd == nil {
+		return StepDone, fmt.Errorf("step %s: firmware is not supported by the %s driver (use the redfish hardware type)", step.Key(), d.Name())
+	}
+	switch step.Step {
+	case "verify":
+		return StepDone, c.verify(ctx, n, d, fd, step)
+	case "update":
+		return c.begin(ctx, n, d, fd, step)
+	}
+	return StepDone, fmt.Errorf("the firmware interface has no step %s", step.Key())
+}
+
+// verify compares the versions the BMC reports with the baseline.
+func (c *firmwareFlow) verify(ctx context.Context, n *store.Node, d Driver, fd firmwareDriver, step protocol.Step) error {
+	b, err := baselineArg(n, step.Args)
+	if err != nil {
+		return err
+	}
+	comps, err := fd.FirmwareComponents(ctx, n)
+	if err != nil {
+		return fmt.Errorf("reading the firmware versions: %w", err)
+	}
+	c.cache(ctx, n, comps, nil)
+	return b.check(comps)
+}
+
+// begin records the update's plan (the node's versions and power state
+// now) and leaves the node waiting. A restart that runs the step again
+// finds its record and keeps it: nothing is requested twice.
+func (c *firmwareFlow) begin(ctx context.Context, n *store.Node, d Driver, fd firmwareDriver, step protocol.Step) (StepStatus, error) {
+	ph, ok := phaseOf(n)
+	if !ok {
+		return StepDone, fmt.Errorf("step %s: node is in %s, not running steps", step.Key(), n.ProvisionState)
+	}
+	idx := (*ph.plan(&n.Operation)).Index
+	if fu := n.Operation.Firmware; fu != nil && fu.Step == step.Key() && fu.Index == idx {
+		return StepWait, nil
+	}
+	settings, err := updateSettings(step.Args)
+	if err != nil {
+		return StepDone, err
+	}
+	for _, s := range settings {
+		if s.Checksum == "" {
+			continue
+		}
+		if err := checkImage(ctx, c.httpClient(), s); err != nil {
+			return StepDone, err
+		}
+	}
+	comps, err := fd.FirmwareComponents(ctx, n)
+	if err != nil {
+		return StepDone, fmt.Errorf("reading the firmware versions before the update: %w", err)
+	}
+	have := map[string]string{}
+	for _, cp := range comps {
+		have[cp.Component] = cp.Version
+	}
+	ps, err := d.PowerState(ctx, n)
+	if err != nil {
+		return StepDone, fmt.Errorf("reading the power state before the update: %w", err)
+	}
+	fu := &store.FirmwareUpdate{Step: step.Key(), Index: idx, PowerWasOn: ps == PowerOn}
+	var plan []string
+	for _, s := range settings {
+		before, found := have[s.Component]
+		if !found {
+			return StepDone, fmt.Errorf("the BMC reports no firmware component %s (it has %s)", s.Component, componentNames(comps))
+		}
+		fu.Items = append(fu.Items, store.FirmwareItem{Component: s.Component, URL: s.URL, Version: s.Version, Wait: s.Wait,
+			Before: before, Phase: store.FirmwarePending})
+		plan = append(plan, fmt.Sprintf("%s %s → %s", s.Component, before, orAny(s.Version)))
+	}
+	ev := c.newEvent(n.UUID, "INFO", "firmware", "firmware update planned, one component at a time: "+strings.Join(plan, ", "))
+	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		m.Operation.Firmware = fu
+		return []*store.Event{ev}, nil
+	})
+	if err != nil {
+		return StepDone, err
+	}
+	return StepWait, nil
+}
+
+func (c *firmwareFlow) httpClient() *http.Client {
+	if c.cfgs().HTTPClient != nil {
+		return c.cfgs().HTTPClient
+	}
+	return &http.Client{Timeout: 30 * time.Minute}
+}
+
+func componentNames(comps []bmc.FirmwareComponent) string {
+	var names []string
+	for _, c := range comps {
+		names = append(names, c.Component)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+func orNothing(s string) string {
+	if s == "" {
+		return "(nothing)"
+	}
+	return s
+}
+
+func orAny(v string) string {
+	if v == "" {
+		return "(the image's version)"
+	}
+	return v
+}
+
+// advance moves the node's update one phase on; moved says something
+// changed (the runtime then goes on at once rather than at the next
+// timer).
+func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bool, error) {
+	fu := n.Operation.Firmware
+	ph, ok := phaseOf(n)
+	fd := firmwareOf(n, d)
+	if !ok || n.ProvisionState != string(ph.wait) || fd == nil || *ph.plan(&n.Operation) == nil ||
+		(*ph.plan(&n.Operation)).Index != fu.Index || protocol.NodeStepKey(n.CleanStep, n.DeployStep) != fu.Step {
+		// Not this step's record (it should have gone with its step).
+		_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+			m.Operation.Firmware = nil
+			return nil
+		})
+		return true, err
+	}
+	if fu.Current >= len(fu.Items) {
+		return true, c.finish(ctx, n, d, fd)
+	}
+	it := fu.Items[fu.Current]
+	switch it.Phase {
+	case store.FirmwarePending:
+		return true, c.request(ctx, n, fd, it)
+	case store.FirmwareFlashing:
+		return c.watch(ctx, n, d, fd, it)
+	case store.FirmwareVerifying:
+		return c.readBack(ctx, n, fd, it)
+	}
+	return true, c.fail(ctx, n, d, fmt.Errorf("component %s is in an unknown phase %q", it.Component, it.Phase))
+}
+
+// save writes the current item (as the flow saw it) and events, if the
+// record is still the one advance read.
+func (c *firmwareFlow) save(ctx context.Context, n *store.Node, it store.FirmwareItem, next bool, events ...*store.Event) error {
+	fu := n.Operation.Firmware
+	_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		cur := m.Operation.Firmware
+		if cur == nil || cur.Step != fu.Step || cur.Index != fu.Index || cur.Current != fu.Current {
+			return nil, fmt.Errorf("%w: the firmware update moved on", errStale)
+		}
+		cur.Items[cur.Current] = it
+		if next {
+			cur.Current++
+		}
+		return events, nil
+	})
+	return err
+}
+
+// request asks the BMC to flash the current component.
+func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDriver, it store.FirmwareItem) error {
+	comps, err := fd.FirmwareComponents(ctx, n)
+	if err != nil {
+		return c.offline(ctx, n, it, fmt.Errorf("reading the firmware inventory: %w", err))
+	}
+	target := bmc.FirmwareComponent{Component: it.Component}
+	for _, cp := range comps {
+		if cp.Component == it.Component {
+			target = cp
+		}
+	}
+	if !target.Updateable {
+		return c.failByID(ctx, n, fmt.Errorf("the BMC says component %s is not updateable", it.Component))
+	}
+	task, err := fd.StartFirmwareUpdate(ctx, n, target, it.URL)
+	if err != nil {
+		if retryableBMC(err) {
+			return c.offline(ctx, n, it, err)
+		}
+		return c.failByID(ctx, n, fmt.Errorf("the BMC refused the update of %s from %s: %w", it.Component, it.URL, err))
+	}
+	now := c.now()
+	it.Phase, it.Task, it.Since, it.Progressed, it.Contact, it.Percent = store.FirmwareFlashing, task, now, now, now, 0
+	return c.save(ctx, n, it, false, c.newEvent(n.UUID, "INFO", "firmware",
+		fmt.Sprintf("firmware update of %s requested: the BMC pulls %s (task %s)", it.Component, it.URL, task)))
+}
+
+// watch reads the BMC's task.
+func (c *firmwareFlow) watch(ctx context.Context, n *store.Node, d Driver, fd firmwareDriver, it store.FirmwareItem) (bool, error) {
+	tk, err := fd.FirmwareTask(ctx, n, it.Task)
+	now := c.now()
+	cfg := c.cfgs()
+	switch {
+	case err != nil:
+		return false, c.offline(ctx, n, it, fmt.Errorf("reading task %s: %w", it.Task, err))
+	case tk.Failed():
+		msg := tk.Message()
+		if msg == "" {
+			msg = "no message"
+		}
+		return true, c.failByID(ctx, n, fmt.Errorf("the BMC's update of %s failed (task %s ended %s/%s): %s", it.Component, it.Task, tk.State, tk.Status, msg))
+	case tk.Gone || tk.Succeeded():
+		it.TaskGone = tk.Gone
+		how := "completed"
+		if tk.Gone {
+			how = "vanished before it was seen to end (the BMC purged it); the version read back decides"
+		}
+		if tk.Message() != "" {
+			how += ": " + tk.Message()
+		}
+		events := []*store.Event{c.newEvent(n.UUID, "INFO", "firmware", fmt.Sprintf("firmware update of %s: task %s %s", it.Component, it.Task, how))}
+		if it.Component != bmc.ComponentBMC {
+			// BIOS and NIC images are staged until the next boot.
+			if err := d.SetPower(ctx, n, c.activationBoot(ctx, n, d)); err != nil {
+				return true, c.failByID(ctx, n, fmt.Errorf("rebooting to activate the %s firmware: %w", it.Component, err))
+			}
+			it.Rebooted = true
+			events = append(events, c.newEvent(n.UUID, "INFO", "firmware", "node rebooted to activate the "+it.Component+" firmware"))
+		}
+		it.Phase, it.Since, it.Contact, it.Percent = store.FirmwareVerifying, now, now, 100
+		return true, c.save(ctx, n, it, false, events...)
+	case now.Sub(it.Since) > cfg.TaskTimeout:
+		return true, c.failByID(ctx, n, fmt.Errorf("the BMC's update of %s did not finish within %s (task %s %s at %d%%): %s",
+			it.Component, cfg.TaskTimeout, it.Task, tk.State, tk.Percent, orNothing(tk.Message())))
+	case tk.Percent != it.Percent && tk.Percent >= 0:
+		ev := []*store.Event{}
+		if tk.Percent/25 != it.Percent/25 {
+			ev = append(ev, c.newEvent(n.UUID, "INFO", "firmware", fmt.Sprintf("firmware update of %s: %d%% (task %s)", it.Component, tk.Percent, tk.State)))
+		}
+		it.Percent, it.Progressed, it.Contact = tk.Percent, now, now
+		return false, c.save(ctx, n, it, false, ev...)
+	case now.Sub(it.Progressed) > cfg.StallTimeout:
+		return true, c.failByID(ctx, n, fmt.Errorf("the BMC's update of %s stalled: task %s %s at %d%% for %s: %s",
+			it.Component, it.Task, tk.State, max(tk.Percent, 0), now.Sub(it.Progressed).Round(time.Second), orNothing(tk.Message())))
+	case now.Sub(it.Contact) > time.Minute:
+		it.Contact = now // so that a BMC away later is timed from here
+		return false, c.save(ctx, n, it, false)
+	}
+	return false, nil
+}
+
+// activationBoot is the power action that activates staged firmware: a
+// reboot of a node that is on, a power-on of one that is off (finish
+// powers it off again).
+func (c *firmwareFlow) activationBoot(ctx context.Context, n *store.Node, d Driver) string {
+	if ps, err := d.PowerState(ctx, n); err == nil && ps == PowerOff {
+		return PowerOn
+	}
+	return Rebooting
+}
+
+// readBack reads the version until it shows the update.
+func (c *firmwareFlow) readBack(ctx context.Context, n *store.Node, fd firmwareDriver, it store.FirmwareItem) (bool, error) {
+	now := c.now()
+	if now.Before(it.Since.Add(time.Duration(it.Wait) * time.Second)) {
+		return false, nil
+	}
+	comps, err := fd.FirmwareComponents(ctx, n)
+	if err != nil {
+		// A BMC restarting after its own update is away for a while.
+		return false, c.offline(ctx, n, it, fmt.Errorf("reading the version back: %w", err))
+	}
+	got, found := "", false
+	for _, cp := range comps {
+		if cp.Component == it.Component {
+			got, found = cp.Version, true
+		}
+	}
+	ok := found && ((it.Version != "" && got == it.Version) || (it.Version == "" && got != it.Before))
+	if ok {
+		it.After, it.Phase = got, store.FirmwareDone
+		return true, c.save(ctx, n, it, true, c.newEvent(n.UUID, "INFO", "firmware",
+			fmt.Sprintf("firmware of %s updated: %s → %s, read back from the BMC", it.Component, it.Before, got)))
+	}
+	if now.Sub(it.Since) <= c.cfgs().VerifyTimeout {
+		return false, nil
+	}
+	want := "a version other than " + it.Before
+	if it.Version != "" {
+		want = it.Version
+	}
+	why := ""
+	if it.TaskGone {
+		why = " (the BMC dropped its task before it was seen to end)"
+	} else if it.Version == "" {
+		why = " (to flash the version already running, give the setting a version)"
+	}
+	return true, c.failByID(ctx, n, fmt.Errorf("component %s reads %s %s after the update, expected %s%s",
+		it.Component, orNothing(got), c.cfgs().VerifyTimeout, want, why))
+}
+
+// offline handles a BMC that did not answer: the flow waits for it up to
+// OfflineTimeout since it last answered, then fails.
+func (c *firmwareFlow) offline(ctx context.Context, n *store.Node, it store.FirmwareItem, err error) error {
+	since := it.Contact
+	if since.IsZero() {
+		since = it.Since
+	}
+	if since.IsZero() {
+		return c.failByID(ctx, n, err) // never reached the BMC for this component
+	}
+	if c.now().Sub(since) > c.cfgs().OfflineTimeout {
+		return c.failByID(ctx, n, fmt.Errorf("the BMC has not answered for %s during the update of %s: %w",
+			c.now().Sub(since).Round(time.Second), it.Component, err))
+	}
+	c.log.Info("firmware update: the BMC did not answer; waiting", "node", n.UUID, "component", it.Component, "err", err)
+	return nil
+}
+
+func retryableBMC(err error) bool {
+	return errors.Is(err, bmc.ErrUnreachable) || errors.Is(err, bmc.ErrBusy)
+}
+
+// finish leaves the power as found, caches the versions with what was
+// flashed, and ends the step.
+func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver, fd firmwareDriver) error {
+	fu := n.Operation.Firmware
+	rebooted := false
+	flashed := map[string]string{}
+	var done []string
+	for _, it := range fu.Items {
+		rebooted = rebooted || it.Rebooted
+		flashed[it.Component] = it.After
+		done = append(done, fmt.Sprintf("%s %s → %s", it.Component, it.Before, it.After))
+	}
+	if rebooted && !fu.PowerWasOn {
+		if err := d.SetPower(ctx, n, PowerOff); err != nil {
+			return c.fail(ctx, n, d, fmt.Errorf("powering the node off again after the update: %w", err))
+		}
+	}
+	if comps, err := fd.FirmwareComponents(ctx, n); err == nil {
+		c.cache(ctx, n, comps, flashed)
+	}
+	return c.steps.completeAsync(ctx, n.UUID, fu.Step, nil, "firmware updated: "+strings.Join(done, ", "), nil,
+		func(m *store.Node) { m.Operation.Firmware = nil })
+}
+
+// failByID fails the step (looking the driver up again is not needed:
+// failing makes no BMC call).
+func (c *firmwareFlow) failByID(ctx context.Context, n *store.Node, err error) error {
+	return c.fail(ctx, n, nil, err)
+}
+
+// fail ends the step with err; the versions are cached as they are now
+// where the driver can read them.
+func (c *firmwareFlow) fail(ctx context.Context, n *store.Node, d Driver, err error) error {
+	fu := n.Operation.Firmware
+	if fd := firmwareOf(n, d); fd != nil {
+		if comps, rerr := fd.FirmwareComponents(ctx, n); rerr == nil {
+			c.cache(ctx, n, comps, nil)
+		}
+	}
+	return c.steps.completeAsync(ctx, n.UUID, fu.Step, err, "", nil, func(m *store.Node) { m.Operation.Firmware = nil })
+}
+
+// cache stores the versions read; flashed names the versions an update
+// wrote (last_version_flashed).
+func (c *firmwareFlow) cache(ctx context.Context, n *store.Node, comps []bmc.FirmwareComponent, flashed map[string]string) {
+	if err := c.st.ReplaceFirmwareComponents(ctx, n.UUID, firmwareToStore(comps, flashed)); err != nil {
+		c.log.Warn("caching the firmware versions failed", "node", n.UUID, "err", err)
+	}
+}
+
+// kickUpdates schedules every node with an update under way: the runtime
+// runs it each CheckInterval (the flow polls the BMC then).
+func (c *firmwareFlow) kickUpdates(ctx context.Context) {
+	no := false
+	for _, st := range []state.State{state.CleanWait, state.DeployWait} {
+		s := string(st)
+		nodes, err := c.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &s, Maintenance: &no}, store.Page{})
+		if err != nil {
+			c.log.Error("listing waiting nodes failed", "state", s, "err", err)
+			continue
+		}
+		for _, n := range nodes {
+			if n.Operation.Firmware != nil {
+				c.kick(n.UUID)
+			}
+		}
+	}
+}

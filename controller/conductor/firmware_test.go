@@ -1,0 +1,231 @@
+package conductor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/bmc"
+	"github.com/anvil-metal/anvil/controller/state"
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// fwConfig polls quickly and gives up quickly.
+func fwConfig() Config {
+	return Config{CheckInterval: 10 * time.Millisecond, Firmware: FirmwareConfig{TaskTimeout: 5 * time.Second,
+		StallTimeout: 300 * time.Millisecond, OfflineTimeout: 2 * time.Second, VerifyTimeout: 500 * time.Millisecond}}
+}
+
+func updateStep(settings ...map[string]any) protocol.Step {
+	var list []any
+	for _, s := range settings {
+		list = append(list, s)
+	}
+	return protocol.Step{Interface: "firmware", Step: "update", Args: map[string]any{"settings": list}}
+}
+
+func fwSetting(component, url string) map[string]any {
+	return map[string]any{"component": component, "url": url}
+}
+
+func firmwareCache(t *testing.T, st store.Store, id string) map[string]store.FirmwareComponent {
+	t.Helper()
+	list, err := st.ListFirmwareComponents(context.Background(), id)
+	require.NoError(t, err)
+	out := map[string]store.FirmwareComponent{}
+	for _, c := range list {
+		out[c.Component] = c
+	}
+	return out
+}
+
+func TestFirmwareUpdateBMCThenBIOS(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, fwConfig())
+	id := e.node(t)
+	e.f.SetFirmwareImage("http://images.test/bios-2.bin", bmc.FakeFirmwareImage{Component: "bios", Version: "2.0.0"})
+	e.f.SetFirmwareImage("http://images.test/bmc-3.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "3.0.0"})
+	e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{PollsToComplete: 3})
+	// the cache before: filled when the node was managed (here: by hand)
+	require.NoError(t, e.clean(t, id, protocol.Step{Interface: "firmware", Step: "verify", Args: map[string]any{"baseline": map[string]any{"bmc": "1.0.0"}}}))
+	e.wait(t, id, state.Manageable)
+	assert.Equal(t, "1.0.0", firmwareCache(t, e.st, id)["bios"].CurrentVersion)
+
+	require.NoError(t, e.clean(t, id, updateStep(fwSetting("bios", "http://images.test/bios-2.bin"), fwSetting("bmc", "http://images.test/bmc-3.bin"))))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	assert.Nil(t, n.Operation.Firmware, "the record goes with its step")
+
+	active, staged := e.f.FirmwareVersions(id)
+	assert.Equal(t, "2.0.0", active["bios"])
+	assert.Equal(t, "3.0.0", active["bmc"])
+	assert.Empty(t, staged)
+	assert.Equal(t, bmc.PowerOff, e.f.State(id).Power, "powered on to activate the BIOS image, and off again as found")
+
+	var updates []string
+	for _, c := range commands(e.f, id) {
+		if c == "update_firmware" || c == "set_power on" || c == "set_power off" {
+			updates = append(updates, c)
+		}
+	}
+	assert.Equal(t, []string{"update_firmware", "update_firmware", "set_power on", "set_power off"}, updates,
+		"one request per component; a boot after the BIOS only")
+
+	cache := firmwareCache(t, e.st, id)
+	assert.Equal(t, "1.0.0", cache["bmc"].InitialVersion)
+	assert.Equal(t, "3.0.0", cache["bmc"].CurrentVersion)
+	require.NotNil(t, cache["bmc"].LastVersionFlashed)
+	assert.Equal(t, "3.0.0", *cache["bmc"].LastVersionFlashed)
+	assert.Equal(t, "2.0.0", cache["bios"].CurrentVersion)
+	assert.Nil(t, cache["nic:NIC.1"].LastVersionFlashed, "not flashed")
+
+	h := history(t, e.st, id)
+	assert.Regexp(t, `(?s)firmware update of bmc requested.*firmware of bmc updated: 1.0.0 → 3.0.0.*firmware update of bios requested.*node rebooted to activate the bios firmware.*firmware of bios updated: 1.0.0 → 2.0.0`, h)
+	assert.Contains(t, h, "clean step firmware.update finished: firmware updated: bmc 1.0.0 → 3.0.0, bios 1.0.0 → 2.0.0")
+}
+
+func TestFirmwareUpdateFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		image   bmc.FakeFirmwareImage
+		url     string
+		knobs   bmc.FakeFirmwareKnobs
+		version string
+		wantErr string
+	}{
+		{name: "the BMC's task fails (corrupt image)", url: "http://images.test/bad.bin", image: bmc.FakeFirmwareImage{Component: "bmc", Version: "9", Fail: "Image checksum mismatch."},
+			wantErr: "the BMC's update of bmc failed (task /fake/"},
+		{name: "the BMC cannot download", url: "http://images.test/missing.bin",
+			wantErr: "Unable to download the image from http://images.test/missing.bin"},
+		{name: "a stalled task", url: "http://images.test/bmc.bin", image: bmc.FakeFirmwareImage{Component: "bmc", Version: "2"}, knobs: bmc.FakeFirmwareKnobs{StallTasks: true},
+			wantErr: "stalled: task /fake/"},
+		{name: "a purged task and no new version", url: "http://images.test/same.bin", image: bmc.FakeFirmwareImage{Component: "bmc", Version: "1.0.0"}, knobs: bmc.FakeFirmwareKnobs{PurgeTasks: true},
+			wantErr: "reads 1.0.0 500ms after the update, expected a version other than 1.0.0 (the BMC dropped its task"},
+		{name: "a version other than asked", url: "http://images.test/bmc.bin", image: bmc.FakeFirmwareImage{Component: "bmc", Version: "2"}, version: "2.1",
+			wantErr: "component bmc reads 2 500ms after the update, expected 2.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startBIOS(t, bmc.HardwareFake, fwConfig())
+			id := e.node(t)
+			if tt.image.Component != "" {
+				e.f.SetFirmwareImage(tt.url, tt.image)
+			}
+			e.f.SetFirmwareKnobs(id, tt.knobs)
+			s := fwSetting("bmc", tt.url)
+			if tt.version != "" {
+				s["version"] = tt.version
+			}
+			require.NoError(t, e.clean(t, id, updateStep(s)))
+			n := e.wait(t, id, state.CleanFailed)
+			require.NotNil(t, n.LastError)
+			assert.Contains(t, *n.LastError, "Clean step firmware.update failed")
+			assert.Contains(t, *n.LastError, tt.wantErr)
+			assert.Nil(t, n.Operation.Firmware)
+		})
+	}
+}
+
+func TestFirmwareUpdateVanishedTaskWithANewVersionSucceeds(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, fwConfig())
+	id := e.node(t)
+	e.f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+	e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{PurgeTasks: true})
+	require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	assert.Contains(t, history(t, e.st, id), "vanished before it was seen to end (the BMC purged it); the version read back decides")
+	assert.Contains(t, history(t, e.st, id), "firmware of bmc updated: 1.0.0 → 2")
+}
+
+func TestFirmwareUpdateResumesAfterARestart(t *testing.T) {
+	cfg := fwConfig()
+	cfg.Firmware.StallTimeout = time.Minute
+	e := startBIOS(t, bmc.HardwareFake, cfg)
+	id := e.node(t)
+	e.f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+	e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{StallTasks: true})
+	require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+	require.Eventually(t, func() bool {
+		n, err := e.st.GetNode(context.Background(), id)
+		require.NoError(t, err)
+		return n.Operation.Firmware != nil && n.Operation.Firmware.Items[0].Phase == store.FirmwareFlashing
+	}, 5*time.Second, 5*time.Millisecond)
+	e.stop()
+
+	// a new controller on the same database watches the same task
+	e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{})
+	e2 := startBIOSOn(t, bmc.HardwareFake, cfg, e.st, e.f)
+	n := e2.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	count := 0
+	for _, c := range commands(e.f, id) {
+		if c == "update_firmware" {
+			count++
+		}
+	}
+	assert.Equal(t, 1, count, "the flash is never requested twice")
+	active, _ := e.f.FirmwareVersions(id)
+	assert.Equal(t, "2", active["bmc"])
+}
+
+func TestFirmwareStepsRefusedBeforeAnythingRuns(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, fwConfig())
+	id := e.node(t)
+	tests := []struct {
+		name    string
+		step    protocol.Step
+		wantErr string
+	}{
+		{"unknown component", updateStep(fwSetting("raid", "http://x.test/a")), `component "raid" is not bios, bmc or nic:<id>`},
+		{"not a URL", updateStep(fwSetting("bmc", "file:///etc/passwd")), "is not an http or https URL"},
+		{"twice the same", updateStep(fwSetting("bmc", "http://x.test/a"), fwSetting("bmc", "http://x.test/b")), "component bmc twice"},
+		{"bad checksum", updateStep(map[string]any{"component": "bios", "url": "http://x.test/a", "checksum": "md5:abc"}), "checksum"},
+		{"unknown key", updateStep(map[string]any{"component": "bios", "url": "http://x.test/a", "force": true}), `unknown key "force"`},
+		{"no baseline", protocol.Step{Interface: "firmware", Step: "verify"}, "no firmware baseline"},
+		{"bad baseline", protocol.Step{Interface: "firmware", Step: "verify", Args: map[string]any{"baseline": map[string]any{"bmc": 2.0}}}, "bmc must be a version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := e.clean(t, id, tt.step)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+			n, gerr := e.st.GetNode(context.Background(), id)
+			require.NoError(t, gerr)
+			assert.Equal(t, string(state.Manageable), n.ProvisionState, "nothing ran")
+		})
+	}
+	assert.NotContains(t, commands(e.f, id), "update_firmware")
+
+	ipmi := NewBMCDriver(bmc.HardwareIPMI, nil, nil)
+	err := ipmi.CheckStepArgs(context.Background(), &store.Node{}, []protocol.Step{updateStep(fwSetting("bmc", "http://x.test/a"))})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "firmware updates are not supported by the ipmi driver")
+}
+
+func TestFirmwareVerifyBaselineFailsAutomatedCleaning(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, fwConfig())
+	id := e.node(t)
+	_, err := store.MutateNode(context.Background(), e.st, id, func(m *store.Node) error {
+		m.Properties = map[string]any{"firmware_baseline": `{"bmc": ["2.0", "2.1"], "bios": "1.0.0"}`}
+		return nil
+	})
+	require.NoError(t, err)
+	var verify protocol.Step
+	for _, s := range e.drv.CleanSteps(&store.Node{Properties: map[string]any{"firmware_baseline": "{}"}}) {
+		if s.Key() == "firmware.verify" {
+			verify = s
+		}
+	}
+	assert.Equal(t, 100, verify.Priority, "runs in automated cleaning when the node has a baseline")
+
+	require.NoError(t, e.c.Provision(context.Background(), id, ProvisionRequest{Target: "provide"}))
+	n := e.wait(t, id, state.CleanFailed)
+	require.NotNil(t, n.LastError)
+	assert.Contains(t, *n.LastError, "firmware.verify")
+	assert.Contains(t, *n.LastError, "bmc runs 1.0.0, the baseline allows 2.0 or 2.1")
+	assert.NotContains(t, *n.LastError, "bios runs")
+}
