@@ -47,6 +47,7 @@ type Config struct {
 	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
 	PublicURL           string // URL clients and agents use to reach us
 	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
+	FirmwareDir         string // firmware images served to BMCs for firmware.update
 	// VMediaDir keeps the per-node ISOs of redfish-virtual-media boots
 	// and the secrets of their URLs (default: vmedia/ in the data
 	// directory; without one a temporary directory, removed at exit).
@@ -273,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
-	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, Media: apiMedia,
+	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
 		RecordsKey: signer.PublicKey()})
 

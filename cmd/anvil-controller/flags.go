@@ -15,14 +15,14 @@ import (
 // registration, so that runTo and the generated docs/reference/flags.md
 // (flags_doc_test.go) cannot disagree.
 type options struct {
-	listen, database, auth, htpasswd, publicURL string
-	insecure                                    bool
-	bootDir, vmediaDir, dataDir, config         string
-	simulate                                    bool
-	simStep, bmcGap                             time.Duration
-	prio, logLevel, logFormat                   string
-	tlsHosts, metricsAt                         string
-	printFP, metricsPub                         bool
+	listen, database, auth, htpasswd, publicURL      string
+	insecure                                         bool
+	bootDir, vmediaDir, dataDir, config, firmwareDir string
+	simulate                                         bool
+	simStep, bmcGap                                  time.Duration
+	prio, logLevel, logFormat                        string
+	tlsHosts, metricsAt                              string
+	printFP, metricsPub                              bool
 
 	cc conductor.Config     // the conductor's settings
 	bc boot.Config          // the network-boot service (DHCP, TFTP)
@@ -45,6 +45,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.BoolVar(&o.insecure, "allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 	fs.StringVar(&o.publicURL, "public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 	fs.StringVar(&o.bootDir, "boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes; with anvil.iso, also per-node ISOs for redfish-virtual-media")
+	fs.StringVar(&o.firmwareDir, "firmware-dir", "", "directory of firmware images served to BMCs at /v1/boot/firmware/FILE for firmware.update (BMCs pull images from a URL)")
 	fs.StringVar(&o.vmediaDir, "vmedia-dir", "", "where per-node virtual media ISOs (and their URLs' secrets) are kept while their nodes boot, so boots under way survive a restart (default: vmedia/ in the data directory; without one a temporary directory)")
 	fs.BoolVar(&o.simulate, "simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 	fs.DurationVar(&o.simStep, "simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")

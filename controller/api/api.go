@@ -35,7 +35,9 @@ type Server struct {
 	metrics   *Metrics
 	metricsAt MetricsRoute
 	bootDir   string // kernel and initramfs served to nodes ("" = none)
-	media     VirtualMedia
+	// firmwareDir holds firmware images served to BMCs ("" = none)
+	firmwareDir string
+	media       VirtualMedia
 	// tlsPin is the fingerprint of the controller's TLS certificate
 	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
 	// the controller serves plain HTTP.
@@ -61,6 +63,9 @@ type Config struct {
 	Auth      Authenticator // nil = noauth
 	Metrics   *Metrics      // nil = no /metrics
 	BootDir   string        // directory with vmlinuz and initramfs.cpio.gz
+	// FirmwareDir holds the firmware images BMCs pull during
+	// firmware.update, served at /v1/boot/firmware/{file} ("" = none).
+	FirmwareDir string
 	// Media serves the per-node ISOs of virtual-media boots (nil: none).
 	Media VirtualMedia
 	// PublicLimit bounds the unauthenticated endpoints per source; the zero
@@ -84,7 +89,7 @@ type Config struct {
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
 		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
 	if s.log == nil {
@@ -229,6 +234,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
 	r.Handle("/discovery", public("discovery", s.discover)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/boot/firmware/{file}", public("boot_file", s.firmwareImage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)

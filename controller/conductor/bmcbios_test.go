@@ -283,34 +283,55 @@ func TestBIOSStepsRefusedOnIPMI(t *testing.T) {
 	assert.ErrorIs(t, err, bmc.ErrUnsupported)
 }
 
-// TestBIOSStepBeforeAnAgentStepRefused: a bios step reboots the node out
-// of the agent ramdisk, so no step that needs the agent may follow it.
-func TestBIOSStepBeforeAnAgentStepRefused(t *testing.T) {
+// TestRebootingStepBeforeAnAgentStep: a bios or firmware step reboots an
+// agent node out of its ramdisk; when a later step needs the agent, the
+// node boots the ramdisk again (agentNeededAfter), otherwise not.
+func TestRebootingStepBeforeAnAgentStep(t *testing.T) {
 	e := startBIOS(t, bmc.HardwareFake)
-	n := storetest.NewNode("")
-	n.Driver, n.ProvisionState = e.drv.Name(), string(state.Manageable)
-	n.Interfaces.Deploy = "direct"
-	require.NoError(t, e.st.CreateNode(context.Background(), n))
 	erase := protocol.Step{Interface: "deploy", Step: "erase_devices_metadata"}
-	err := e.clean(t, n.UUID, applyStep([2]any{"BootMode", "Bios"}), erase)
-	var ce *Error
-	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, CodeInvalid, ce.Code)
-	assert.Contains(t, ce.Msg, "clean step deploy.erase_devices_metadata needs the agent but would run after bios.apply_configuration")
-
-	// deploy: a bios step after write_image (priority < 80) is fine, before it not
-	bios := protocol.Step{Interface: "bios", Step: "factory_reset", Priority: 70}
-	plan := append(append([]protocol.Step{}, agentDeploySteps...), bios)
-	protocol.SortSteps(plan)
-	assert.NoError(t, checkAgentAfterReboot(n, e.drv, "deploy", plan))
-	bios.Priority = 90
-	plan = append(append([]protocol.Step{}, agentDeploySteps...), bios)
-	protocol.SortSteps(plan)
-	err = checkAgentAfterReboot(n, e.drv, "deploy", plan)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "deploy step deploy.write_image needs the agent but would run after bios.factory_reset")
-	// without the agent, or with a driver whose steps do not reboot, nothing to refuse
-	assert.NoError(t, checkAgentAfterReboot(n, FakeDriver{}, "clean", []protocol.Step{applyStep(), erase}))
+	bios := applyStep([2]any{"BootMode", "Bios"})
+	fw := protocol.Step{Interface: "firmware", Step: "update"}
+	verify := protocol.Step{Interface: "firmware", Step: "verify"}
+	node := func(ps state.State, booted bool, idx int, plan ...protocol.Step) *store.Node {
+		n := storetest.NewNode("")
+		n.Driver, n.ProvisionState = e.drv.Name(), string(ps)
+		n.Interfaces.Deploy = "direct"
+		n.Operation.Agent.Booted = booted
+		p := &store.StepPlan{Steps: plan, Index: idx}
+		if ps == state.Cleaning || ps == state.CleanWait {
+			n.Operation.Clean = p
+		} else {
+			n.Operation.Deploy = p
+		}
+		return n
+	}
+	writeImage := protocol.Step{Interface: "deploy", Step: "write_image"}
+	deployDeploy := protocol.Step{Interface: "deploy", Step: "deploy"}
+	tests := []struct {
+		name string
+		n    *store.Node
+		kind string
+		step protocol.Step
+		want bool
+	}{
+		{"bios then an agent step", node(state.Cleaning, true, 0, bios, erase), "clean", bios, true},
+		{"firmware then an agent step", node(state.CleanWait, true, 0, fw, erase), "clean", fw, true},
+		{"bios last", node(state.Cleaning, true, 1, erase, bios), "clean", bios, false},
+		{"bios then driver steps only", node(state.Cleaning, true, 0, bios, verify), "clean", bios, false},
+		{"a step that does not reboot", node(state.Cleaning, true, 0, verify, erase), "clean", verify, false},
+		{"no ramdisk running", node(state.Cleaning, false, 0, bios, erase), "clean", bios, false},
+		{"deploy: bios between deploy and write_image", node(state.Deploying, true, 1, deployDeploy, bios, writeImage), "deploy", bios, true},
+		{"deploy: bios before deploy.deploy", node(state.Deploying, false, 0, bios, deployDeploy, writeImage), "deploy", bios, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, agentNeededAfter(tt.n, e.drv, tt.kind, tt.step))
+		})
+	}
+	n := node(state.Cleaning, true, 0, bios, erase)
+	assert.False(t, agentNeededAfter(n, FakeDriver{}, "clean", bios), "a driver whose steps do not reboot")
+	n.Interfaces.Deploy = "fake"
+	assert.False(t, agentNeededAfter(n, e.drv, "clean", bios), "no agent")
 }
 
 // TestBIOSFactoryResetInAutomatedCleaning: given a priority by

@@ -34,18 +34,12 @@ func (c *cleaning) clean(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		if manual {
 			var err error
-			if plan, err = c.steps.resolveSteps(c.steps.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps), true); err == nil {
-				err = checkAgentAfterReboot(n, d, "clean", plan)
-			}
-			if err != nil {
+			if plan, err = c.steps.resolveSteps(c.steps.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps), true); err != nil {
 				return c.steps.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
 		} else {
 			var err error
-			if plan, err = c.automatedCleanSteps(n); err == nil {
-				err = checkAgentAfterReboot(n, d, "clean", plan)
-			}
-			if err != nil {
+			if plan, err = c.automatedCleanSteps(n); err != nil {
 				return c.steps.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
 			if len(plan) == 0 {

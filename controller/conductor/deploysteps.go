@@ -92,9 +92,6 @@ func (c *deploying) mergeDeploySteps(n *store.Node, d Driver, templates []string
 		}
 	}
 	protocol.SortSteps(out)
-	if err := checkAgentAfterReboot(n, d, "deploy", out); err != nil {
-		return nil, err
-	}
 	return out, nil
 }
 

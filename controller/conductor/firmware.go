@@ -399,16 +399,28 @@ func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver, fd f
 		flashed[it.Component] = it.After
 		done = append(done, fmt.Sprintf("%s %s → %s", it.Component, it.Before, it.After))
 	}
+	if comps, err := fd.FirmwareComponents(ctx, n); err == nil {
+		c.cache(ctx, n, comps, flashed)
+	}
+	summary := "firmware updated: " + strings.Join(done, ", ")
+	drop := func(m *store.Node) { m.Operation.Firmware = nil }
+	kind := "clean"
+	if n.ProvisionState == string(state.DeployWait) {
+		kind = "deploy"
+	}
+	if rebooted && agentNeededAfter(n, d, kind, protocol.Step{Interface: protocol.InterfaceFirmware, Step: "update"}) {
+		_, err := c.steps.backToRamdisk(ctx, n, d, fu.Step, summary, drop)
+		if err != nil {
+			return c.fail(ctx, n, d, err)
+		}
+		return nil
+	}
 	if rebooted && !fu.PowerWasOn {
 		if err := d.SetPower(ctx, n, PowerOff); err != nil {
 			return c.fail(ctx, n, d, fmt.Errorf("powering the node off again after the update: %w", err))
 		}
 	}
-	if comps, err := fd.FirmwareComponents(ctx, n); err == nil {
-		c.cache(ctx, n, comps, flashed)
-	}
-	return c.steps.completeAsync(ctx, n.UUID, fu.Step, nil, "firmware updated: "+strings.Join(done, ", "), nil,
-		func(m *store.Node) { m.Operation.Firmware = nil })
+	return c.steps.completeAsync(ctx, n.UUID, fu.Step, nil, summary, nil, drop)
 }
 
 // failByID fails the step (looking the driver up again is not needed:

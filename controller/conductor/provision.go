@@ -210,9 +210,6 @@ func cleaningRequester(verb state.Verb, req ProvisionRequest) string {
 // reported them; everything else is checked now.
 func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
 	requested = withNodeArgs(n, requested)
-	if err := checkAgentAfterReboot(n, d, "clean", requested); err != nil {
-		return err
-	}
 	if !UsesAgent(n) {
 		_, err := c.steps.resolveSteps(d.CleanSteps(n), requested, true)
 		return err

@@ -189,49 +189,63 @@ func (c *stepRunner) driverStep(ctx context.Context, n *store.Node, d Driver, ki
 	if step.Interface == protocol.InterfaceBIOS && status == StepDone {
 		refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
 	}
+	if err == nil && status == StepDone && agentNeededAfter(n, d, kind, step) {
+		return c.backToRamdisk(ctx, n, d, step.Key(), "", nil)
+	}
 	return status, err
 }
 
 // stepRebooter is a Driver whose steps may reboot the node (the BMC
-// types' bios steps, which apply the settings at the next boot).
+// types' bios steps, which apply the settings at the next boot, and
+// firmware.update).
 type stepRebooter interface {
 	RebootsNode(step protocol.Step) bool
 }
 
-// checkAgentAfterReboot refuses, on agent nodes, a plan in which a step
-// that needs the agent runs after a driver step that reboots the node:
-// the ramdisk was booted for one boot only, so the reboot leaves it and
-// the step would wait for an agent that never answers. plan is in run
-// order. (Ironic reboots back into the ramdisk and waits for the agent
-// again; anvil's bios steps are synchronous and do not.)
-func checkAgentAfterReboot(n *store.Node, d Driver, kind string, plan []protocol.Step) error {
+// agentNeededAfter reports whether, on an agent node whose ramdisk runs,
+// step reboots the node out of it while a later step of the plan needs
+// the agent: the node must then boot the ramdisk again before the plan
+// goes on (Ironic reboots back into the ramdisk too).
+func agentNeededAfter(n *store.Node, d Driver, kind string, step protocol.Step) bool {
 	r, ok := d.(stepRebooter)
-	if !ok || !UsesAgent(n) {
-		return nil
+	if !ok || !UsesAgent(n) || !n.Operation.Agent.Booted || !r.RebootsNode(step) {
+		return false
 	}
+	ph, ok := phaseOf(n)
+	if !ok || *ph.plan(&n.Operation) == nil {
+		return false
+	}
+	plan := *ph.plan(&n.Operation)
 	oob := d.CleanSteps(n)
 	if kind == "deploy" {
 		oob = d.DeploySteps(n)
 	}
-	reboot := ""
-	for _, s := range plan {
-		driver := isDriverStep(oob, s.Key())
-		if driver && r.RebootsNode(s) {
-			if reboot == "" {
-				reboot = s.Key()
-			}
-			continue
-		}
-		needsAgent := !driver && !isAgentDeployStep(s.Key())
-		if kind == "deploy" && s.Key() == "deploy.write_image" {
-			needsAgent = true
-		}
-		if reboot != "" && needsAgent {
-			return fmt.Errorf("%s step %s needs the agent but would run after %s, which reboots the node out of the agent ramdisk "+
-				"to apply the BIOS settings: run %s after it (a lower priority, or later in the list)", kind, s.Key(), reboot, reboot)
+	for _, s := range plan.Steps[min(plan.Index+1, len(plan.Steps)):] {
+		if s.Key() == "deploy.write_image" || (!isDriverStep(oob, s.Key()) && !isAgentDeployStep(s.Key())) {
+			return true
 		}
 	}
-	return nil
+	return false
+}
+
+// backToRamdisk boots an agent node into its ramdisk again after step
+// rebooted it out; step ends when the agent is back (agentIsBack), with
+// summary in its "finished" event.
+func (c *stepRunner) backToRamdisk(ctx context.Context, n *store.Node, d Driver, step, summary string, mut func(m *store.Node)) (StepStatus, error) {
+	aw, err := c.agents.bootRamdisk(ctx, n, d, "boot", step)
+	if err != nil {
+		return StepDone, fmt.Errorf("booting the agent ramdisk again after step %s: %w", step, err)
+	}
+	aw.Summary = summary
+	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		awaitBoot(m, aw)
+		m.PowerState = strp(PowerOn) // our own reboot: not a drift for power sync
+		if mut != nil {
+			mut(m)
+		}
+		return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("step %s rebooted the node out of the agent ramdisk; booting the ramdisk again for the steps after it", step))}, nil
+	})
+	return StepWait, err
 }
 
 func isDriverStep(steps []protocol.Step, key string) bool {
