@@ -60,6 +60,7 @@ func TestOutOfBandStepsThenAnAgentStep(t *testing.T) {
 	assert.Equal(t, "2.0.0", active["bios"])
 	assert.Contains(t, a.Ran(), "deploy.erase_devices_metadata", "the agent step ran after both")
 	hist := historyText(e, "oob1")
+	assert.Contains(t, hist, "step bios.apply_configuration reboots the node out of the agent ramdisk: the agent's token is revoked")
 	assert.Contains(t, hist, "step bios.apply_configuration rebooted the node out of the agent ramdisk; booting the ramdisk again")
 	assert.Contains(t, hist, "step firmware.update rebooted the node out of the agent ramdisk; booting the ramdisk again")
 	assert.Contains(t, hist, "clean step firmware.update finished: firmware updated: bios 1.0.0 → 2.0.0")

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,8 +143,13 @@ func (c *firmwareFlow) begin(ctx context.Context, n *store.Node, d Driver, fd fi
 		plan = append(plan, fmt.Sprintf("%s %s → %s", s.Component, before, orAny(s.Version)))
 	}
 	ev := c.newEvent(n.UUID, "INFO", "firmware", "firmware update planned, one component at a time: "+strings.Join(plan, ", "))
+	reboots := slices.ContainsFunc(fu.Items, func(it store.FirmwareItem) bool { return it.Component != bmc.ComponentBMC })
 	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 		m.Operation.Firmware = fu
+		if reboots && UsesAgent(m) && m.Operation.Agent.Booted && !m.Operation.Agent.LeftRamdisk {
+			// BIOS and NIC images activate at a reboot, which leaves the ramdisk
+			leaveRamdisk(&m.Operation.Agent, c.now())
+		}
 		return []*store.Event{ev}, nil
 	})
 	if err != nil {

@@ -102,6 +102,9 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		case a.Alarm != nil:
 			refused = "the operation is being stopped after a second claimant"
 			return nil, errUnchanged
+		case a.LeftRamdisk:
+			absent = "a step rebooted the node out of the ramdisk; the controller boots it again when a step needs the agent"
+			return nil, errUnchanged
 		case req.BootID != "" && req.BootID == a.PreviousBootID:
 			// The agent of the boot before this one, still up while the
 			// controller reboots the node: not a claimant of this boot.

@@ -185,6 +185,11 @@ func (c *stepRunner) driverStep(ctx context.Context, n *store.Node, d Driver, ki
 	if step.Interface == protocol.InterfaceFirmware {
 		return c.firmware.execute(ctx, n, d, step)
 	}
+	if r, ok := d.(stepRebooter); ok && r.RebootsNode(step) && UsesAgent(n) && n.Operation.Agent.Booted {
+		if err := c.leaveRamdisk(ctx, n.UUID, step.Key()); err != nil {
+			return StepDone, err
+		}
+	}
 	status, err := d.ExecuteStep(ctx, n, kind, step)
 	if step.Interface == protocol.InterfaceBIOS && status == StepDone {
 		refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
@@ -226,6 +231,19 @@ func agentNeededAfter(n *store.Node, d Driver, kind string, step protocol.Step) 
 		}
 	}
 	return false
+}
+
+// leaveRamdisk revokes the agent's token before step reboots the node out
+// of its ramdisk (leaveRamdisk in trust.go).
+func (c *stepRunner) leaveRamdisk(ctx context.Context, nodeUUID, step string) error {
+	_, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(m *store.Node) ([]*store.Event, error) {
+		if m.Operation.Agent.LeftRamdisk {
+			return nil, nil
+		}
+		leaveRamdisk(&m.Operation.Agent, c.now())
+		return []*store.Event{c.newEvent(nodeUUID, "INFO", "agent", fmt.Sprintf("step %s reboots the node out of the agent ramdisk: the agent's token is revoked", step))}, nil
+	})
+	return err
 }
 
 // backToRamdisk boots an agent node into its ramdisk again after step

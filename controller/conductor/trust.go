@@ -113,9 +113,20 @@ func newBoot(a *store.AgentSession, via string, now time.Time) {
 	}
 	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceVia, a.NonceServedTo, a.NonceLegacyServed = "", "", "", "", via, "", false
 	a.BootStartedAt = now
+	a.LeftRamdisk = false
 	if via != "" {
 		a.BootNonce = newToken()
 	}
+}
+
+// leaveRamdisk records, before a driver step reboots an agent node, that
+// the node leaves its ramdisk: the agent's token is revoked (its boot
+// becomes the previous one) and lookups are refused until the controller
+// boots the ramdisk again (bootRamdisk). Booted stays: the operation's
+// end still tears the ramdisk boot down (power off).
+func leaveRamdisk(a *store.AgentSession, now time.Time) {
+	newBoot(a, "", now)
+	a.LeftRamdisk = true
 }
 
 // bootAgain starts a new boot of a node that boots again outside the

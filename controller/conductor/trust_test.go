@@ -473,3 +473,38 @@ func TestRefusalByNameGoesToTheNodesHistory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, byName)
 }
+
+// A node a driver step rebooted out of its ramdisk answers no lookup: a
+// ramdisk that comes up by itself (a server booting from the network
+// first) neither gets a token nor raises an alarm, and the old agent's
+// token is dead; the controller's own boot of the ramdisk opens it again.
+func TestLeftRamdiskAnswersNoLookup(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := storetest.NewNode("")
+	n.Driver, n.ProvisionState = "script", string(state.Cleaning)
+	n.Operation.Agent = store.AgentSession{Token: "old-token", BootID: "boot-1", Address: "10.0.0.5", Booted: true}
+	leaveRamdisk(&n.Operation.Agent, time.Now())
+	require.NoError(t, st.CreateNode(ctx, n))
+
+	_, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-2", Address: "10.0.0.5"})
+	assert.Equal(t, CodeNotFound, codeOf(t, err), "quietly: nothing expects an agent")
+	a := agentOf(t, st, n.UUID)
+	assert.Empty(t, a.Token)
+	assert.Nil(t, a.Alarm, "not a second claimant")
+	assert.Equal(t, "boot-1", a.PreviousBootID)
+	assert.True(t, a.Booted, "the operation's end still tears the ramdisk boot down")
+	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: "old-token", BootID: "boot-1", Fingerprint: "fp"})
+	require.Error(t, err, "the old agent's token is revoked")
+
+	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error {
+		newBoot(&m.Operation.Agent, "", time.Now()) // the controller boots the ramdisk again
+		m.Operation.Agent.Await = &store.Await{Reason: "boot", Since: time.Now()}
+		return nil
+	})
+	require.NoError(t, err)
+	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-3", Address: "10.0.0.5"})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lr.Config.AgentToken)
+}

@@ -62,6 +62,12 @@ type AgentSession struct {
 	Await         *Await                  `json:"await,omitempty"`
 	// Booted: the ramdisk is up for the current operation.
 	Booted bool `json:"booted,omitempty"`
+	// LeftRamdisk: a driver step (a BIOS or firmware change) rebooted
+	// the node out of its ramdisk. The agent's token was revoked with
+	// it, and no lookup is answered until the controller boots the
+	// ramdisk again: a ramdisk that comes up by itself (a server that
+	// boots from the network first) is not this operation's agent.
+	LeftRamdisk bool `json:"left_ramdisk,omitempty"`
 	// BootNonce is minted when the controller starts a boot whose boot
 	// path it serves (its iPXE script or GRUB configuration, or the
 	// node's virtual-media ISO) and put on the agent's kernel command
@@ -185,6 +191,7 @@ const (
 	keyCommandStatus   = "agent_command_status"
 	keyAwait           = "agent_await"
 	keyAgentBooted     = "agent_booted"
+	keyLeftRamdisk     = "agent_left_ramdisk"
 	keyBootNonce       = "agent_boot_nonce"
 	keyAgentAddress    = "agent_lookup_address"
 	keyClaims          = "agent_claims"
@@ -205,7 +212,7 @@ func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonc
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
-	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware}
+	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware, keyLeftRamdisk}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -271,6 +278,9 @@ func (n *Node) InternalInfo() map[string]any {
 	if a.Booted {
 		out[keyAgentBooted] = true
 	}
+	if a.LeftRamdisk {
+		out[keyLeftRamdisk] = true
+	}
 	if a.BootNonce != "" {
 		out[keyBootNonce] = a.BootNonce
 	}
@@ -306,7 +316,7 @@ func (op *Operation) empty() bool {
 	a := &op.Agent
 	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
-		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && a.BootNonce == "" &&
+		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && !a.LeftRamdisk && a.BootNonce == "" &&
 		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
 		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty() && op.Firmware == nil
 }
@@ -376,6 +386,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	take(keyCommandStatus, &a.CommandStatus)
 	take(keyAwait, &a.Await)
 	take(keyAgentBooted, &a.Booted)
+	take(keyLeftRamdisk, &a.LeftRamdisk)
 	take(keyBootNonce, &a.BootNonce)
 	take(keyAgentAddress, &a.Address)
 	take(keyClaims, &a.Claims)
