@@ -32,6 +32,7 @@ import (
 type e2e struct {
 	c        *controller
 	node     *vbmc.Node
+	bmc      *vbmc.Server
 	disks    []vbmc.QEMUDisk
 	dir      string
 	bmcURL   string
@@ -112,11 +113,13 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 		t.Fatal(err)
 	}
 	e.node = vbmc.NewNode("e2e-node", q)
-	bmcSrv := httptest.NewServer(vbmc.NewServer(nil, "admin", "password", e.node).Handler())
+	e.bmc = vbmc.NewServer(nil, "admin", "password", e.node)
+	bmcSrv := httptest.NewServer(e.bmc.Handler())
 	e.bmcURL = bmcSrv.URL
 	t.Cleanup(func() {
 		vbmc.CloseNodes([]*vbmc.Node{e.node})
 		bmcSrv.Close()
+		e.bmc.Close()
 		if t.Failed() {
 			s, _ := os.ReadFile(filepath.Join(e.dir, "qemu", "serial.log"))
 			t.Logf("serial console:\n%s", tailBytes(s, 6000))
