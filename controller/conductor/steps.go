@@ -99,6 +99,9 @@ func (c *stepRunner) runSteps(ctx context.Context, n *store.Node, d Driver, ph s
 			return false, nil, err
 		}
 		plan, pending = nil, nil
+		if isHoldStep(step) {
+			return false, nil, c.hold(ctx, n, ph, step) // hold.go
+		}
 		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
@@ -218,7 +221,7 @@ func checkAgentAfterReboot(n *store.Node, d Driver, kind string, plan []protocol
 			}
 			continue
 		}
-		needsAgent := !driver && !isAgentDeployStep(s.Key())
+		needsAgent := !driver && !isAgentDeployStep(s.Key()) && !isHoldStep(s)
 		if kind == "deploy" && s.Key() == "deploy.write_image" {
 			needsAgent = true
 		}
@@ -269,6 +272,10 @@ func (c *stepRunner) resolveSteps(available, requested []protocol.Step, manual b
 	}
 	out := make([]protocol.Step, 0, len(requested))
 	for _, r := range requested {
+		if isHoldStep(r) {
+			out = append(out, holdStep(r)) // run by the conductor (hold.go)
+			continue
+		}
 		s, ok := byKey[r.Key()]
 		if !ok {
 			return nil, fmt.Errorf("node does not support clean step %s", r.Key())
