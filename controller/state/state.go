@@ -41,7 +41,7 @@ const (
 	// flow until an operator sends unhold (or abort).
 	CleanHold  State = "clean hold"
 	DeployHold State = "deploy hold"
-	NoState        State = "" // shown as null in target fields
+	NoState    State = "" // shown as null in target fields
 )
 
 // Event drives a transition. Verbs sent by clients map to events (see Verbs);
