@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/controller/simagent"
 )
 
 // TestHoldAndUnholdThroughTheAPI: a manual clean with a hold step rests in
@@ -79,4 +82,33 @@ func TestHoldStepsAccepted(t *testing.T) {
 	assert.Equal(t, "active", n["target_provision_state"])
 	require.Equal(t, 202, e.do("PUT", "/v1/nodes/dh/states/provision", "1.85", map[string]any{"target": "unhold"}).status)
 	e.waitState("dh", "active")
+}
+
+// TestHoldWithTheAgent: a manual clean through the agent, [erase metadata,
+// hold, erase devices]: the agent runs the first step, the node holds in
+// clean hold while the agent keeps heartbeating (no timeout, no command),
+// and unhold sends it the next step; the clean ends in manageable.
+func TestHoldWithTheAgent(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	e.agentNode("ah", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	steps := []map[string]any{{"interface": "deploy", "step": "erase_devices_metadata"}, {"interface": "deploy", "step": "hold"},
+		{"interface": "deploy", "step": "erase_devices"}}
+	require.Equal(t, 202, e.provision("ah", "clean", map[string]any{"clean_steps": steps}).status)
+	e.drive(a, "ah", "clean hold", nil)
+	// (each erase step is preceded by the disk guard's inventory)
+	assert.Equal(t, []string{"inventory", "deploy.erase_devices_metadata"}, a.Ran())
+	for range 20 { // heartbeats while held are recorded and get no command
+		resp, err := a.Heartbeat(context.Background())
+		require.NoError(t, err)
+		assert.Nil(t, resp.Command)
+	}
+	n := e.do("GET", "/v1/nodes/ah", latest, nil).json(t)
+	assert.Equal(t, "clean hold", n["provision_state"])
+	assert.Equal(t, "power on", n["power_state"], "the node stays in the ramdisk while held")
+
+	require.Equal(t, 202, e.do("PUT", "/v1/nodes/ah/states/provision", "1.85", map[string]any{"target": "unhold"}).status)
+	n = e.drive(a, "ah", "manageable", nil)
+	assert.Nil(t, n["last_error"])
+	assert.Equal(t, []string{"inventory", "deploy.erase_devices_metadata", "inventory", "deploy.erase_devices"}, a.Ran())
 }
