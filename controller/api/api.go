@@ -233,6 +233,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/lookup", public("lookup", s.lookup)).Methods(http.MethodGet)
 	r.Handle("/heartbeat/{node}", public("heartbeat", s.heartbeat)).Methods(http.MethodPost)
 	r.Handle("/discovery", public("discovery", s.discover)).Methods(http.MethodPost)
+	r.Handle("/continue_inspection", public("continue_inspection", s.continueInspection)).Methods(http.MethodPost)
 	r.Handle("/boot/files/{file}", public("boot_file", s.bootFile)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/firmware/{file}", public("boot_file", s.firmwareImage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
@@ -317,7 +318,7 @@ func (s *Server) requestMiddleware(next http.Handler) http.Handler {
 		w.Header().Set("Openstack-Request-Id", id)
 		ctx := context.WithValue(r.Context(), ctxRequestID, id)
 		r = r.WithContext(context.WithValue(ctx, ctxBase, s.baseURL(r)))
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, bodyLimit(r.URL.Path))
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
 		route := "unmatched"

@@ -101,25 +101,32 @@ func (s *Server) discover(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ctx := r.Context()
-	if err := s.discoveryUnique(ctx, macs, req.Inventory.SystemVendor.SerialNumber); err != nil {
-		return err
-	}
-	if err := s.discoveryRoom(ctx, d.cfg.MaxPending); err != nil {
-		return err
-	}
-	if _, ok := s.cond.Driver(d.cfg.Driver); !ok {
-		return errf(http.StatusServiceUnavailable, "Discovery's driver %q is not available on this controller (--boot-discovery-driver).", d.cfg.Driver)
-	}
-	n, err := s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, sourceAddr(r))
+	n, err := s.enrolReport(r.Context(), req, macs, sourceAddr(r))
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff,
 		Message: "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"})
 	return nil
+}
+
+// enrolReport enrols the machine of a discovery report (from the agent's
+// POST /v1/discovery or a stock agent's /v1/continue_inspection) unless
+// it is a node already or too many discovered nodes wait.
+func (s *Server) enrolReport(ctx context.Context, req protocol.DiscoveryRequest, macs []string, from string) (*store.Node, error) {
+	d := s.discovery
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := s.discoveryUnique(ctx, macs, req.Inventory.SystemVendor.SerialNumber); err != nil {
+		return nil, err
+	}
+	if err := s.discoveryRoom(ctx, d.cfg.MaxPending); err != nil {
+		return nil, err
+	}
+	if _, ok := s.cond.Driver(d.cfg.Driver); !ok {
+		return nil, errf(http.StatusServiceUnavailable, "Discovery's driver %q is not available on this controller (--boot-discovery-driver).", d.cfg.Driver)
+	}
+	return s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, from)
 }
 
 // parseDiscovery decodes a report and its MACs (a client error if bad).

@@ -8,10 +8,11 @@ import (
 	"strings"
 )
 
-// Microversions served: 1.1 .. 1.82, as Ironic 21.4.
+// Microversions served: 1.1 .. 1.85 (Ironic 21.4, plus 1.84 continue_inspection
+// and 1.85 unhold).
 const (
 	minMinor = 1
-	maxMinor = 82
+	maxMinor = 85
 )
 
 const versionHeader = "X-OpenStack-Ironic-API-Version"

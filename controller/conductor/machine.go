@@ -85,7 +85,8 @@ func (c *machine) applyState(n *store.Node, next state.State, ev state.Event) {
 	switch {
 	case state.Stable(next):
 		n.TargetProvisionState = nil
-	case n.TargetProvisionState != nil && (ev == state.EvWait || ev == state.EvResume || ev == state.EvFail || ev == state.EvAbort):
+	case n.TargetProvisionState != nil && (ev == state.EvWait || ev == state.EvResume || ev == state.EvFail || ev == state.EvAbort ||
+		ev == state.EvHold || ev == state.EvUnhold):
 		// same operation continues or fails: keep its target
 	default:
 		n.TargetProvisionState = strp(string(state.DefaultTarget(next)))

@@ -95,7 +95,12 @@ func (c *requests) acceptVerb(n *store.Node, verb state.Verb, req ProvisionReque
 	if err := c.checkVerb(n, d, verb, req); err != nil {
 		return err
 	}
-	if verb.Event == state.EvAbort {
+	switch {
+	case verb.Event == state.EvUnhold:
+		return c.unhold(n) // hold.go
+	case verb.Event == state.EvAbort && state.Held(cur):
+		return c.abortHold(n)
+	case verb.Event == state.EvAbort:
 		return c.stops.applyAbort(n)
 	}
 	next, _ := state.Next(cur, verb.Event)

@@ -67,6 +67,9 @@ type LookupRequest struct {
 	BootID   string
 	Nonce    string
 	Address  string
+	// Only, when set, is the one state the lookup serves (the inspection
+	// callback's lookup serves inspect wait only).
+	Only state.State
 }
 
 // Lookup finds the node an agent runs on, by node UUID or by any MAC of its
@@ -93,6 +96,9 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		switch {
 		case !state.LookupAllowed(state.State(n.ProvisionState)):
 			absent = fmt.Sprintf("the node is %s, which does not expect an agent", n.ProvisionState)
+			return nil, errUnchanged
+		case req.Only != "" && state.State(n.ProvisionState) != req.Only:
+			absent = fmt.Sprintf("the node is %s, not %s", n.ProvisionState, req.Only)
 			return nil, errUnchanged
 		case a.Await == nil && !a.Booted:
 			// No boot of the controller's to answer for: a lookup now

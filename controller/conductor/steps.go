@@ -100,6 +100,9 @@ func (c *stepRunner) runSteps(ctx context.Context, n *store.Node, d Driver, ph s
 			return false, nil, err
 		}
 		plan, pending = nil, nil
+		if isHoldStep(step) {
+			return false, nil, c.hold(ctx, n, ph, step) // hold.go
+		}
 		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
@@ -226,7 +229,7 @@ func agentNeededAfter(n *store.Node, d Driver, kind string, step protocol.Step) 
 		oob = d.DeploySteps(n)
 	}
 	for _, s := range plan.Steps[min(plan.Index+1, len(plan.Steps)):] {
-		if s.Key() == "deploy.write_image" || (!isDriverStep(oob, s.Key()) && !isAgentDeployStep(s.Key())) {
+		if s.Key() == "deploy.write_image" || (!isDriverStep(oob, s.Key()) && !isAgentDeployStep(s.Key()) && !isHoldStep(s)) {
 			return true
 		}
 	}
@@ -305,6 +308,10 @@ func (c *stepRunner) resolveSteps(available, requested []protocol.Step, manual b
 	}
 	out := make([]protocol.Step, 0, len(requested))
 	for _, r := range requested {
+		if isHoldStep(r) {
+			out = append(out, holdStep(r)) // run by the conductor (hold.go)
+			continue
+		}
 		s, ok := byKey[r.Key()]
 		if !ok {
 			return nil, fmt.Errorf("node does not support clean step %s", r.Key())

@@ -1,6 +1,7 @@
 // Package state is the node provision state machine of Ironic 21.4: the 24
-// states, the 63 transitions between them and the API verbs that drive them,
-// plus anvil's documented extensions (see extensions).
+// states, the 63 transitions between them and the API verbs that drive them;
+// the hold states Ironic added at API 1.85 (see holdTransitions); plus
+// anvil's documented extensions (see extensions).
 // It is pure (no I/O) so it can be tested exhaustively and shared by the API
 // layer (is this verb allowed now?) and the conductor (where does this go?).
 package state
@@ -36,7 +37,11 @@ const (
 	Rescue         State = "rescue"
 	Unrescuing     State = "unrescuing"
 	UnrescueFailed State = "unrescue failed"
-	NoState        State = "" // shown as null in target fields
+	// The hold states (Ironic 22.1, API 1.85): a hold step paused the
+	// flow until an operator sends unhold (or abort).
+	CleanHold  State = "clean hold"
+	DeployHold State = "deploy hold"
+	NoState    State = "" // shown as null in target fields
 )
 
 // Event drives a transition. Verbs sent by clients map to events (see Verbs);
@@ -60,6 +65,8 @@ const (
 	EvFail     Event = "fail"
 	EvWait     Event = "wait"
 	EvResume   Event = "resume"
+	EvHold     Event = "hold"   // internal: a hold step was reached (1.85)
+	EvUnhold   Event = "unhold" // the unhold verb (1.85)
 )
 
 type edge struct {
@@ -135,6 +142,22 @@ var transitions = map[edge]State{
 	{UnrescueFailed, EvDelete}:   Deleting,
 }
 
+// holdTransitions are Ironic's transitions of the hold states (22.1, API
+// 1.85; ironic/common/state_machine.py), kept apart from the 21.4 table;
+// testdata/statemachine/hold.tsv holds the same table. unhold returns the
+// node to its wait state, from which the flow goes on with the step after
+// the hold step; abort fails the operation.
+var holdTransitions = map[edge]State{
+	{Deploying, EvHold}:    DeployHold,
+	{DeployWait, EvHold}:   DeployHold,
+	{DeployHold, EvUnhold}: DeployWait,
+	{DeployHold, EvAbort}:  DeployFailed,
+	{Cleaning, EvHold}:     CleanHold,
+	{CleanWait, EvHold}:    CleanHold,
+	{CleanHold, EvAbort}:   CleanFailed,
+	{CleanHold, EvUnhold}:  CleanWait,
+}
+
 // Extensions are anvil's transitions beyond Ironic 21.4's table, each
 // documented in docs/reference/api.md. They are kept apart from transitions so the
 // reference table stays exactly Ironic's (TestEveryReferenceTransition).
@@ -164,16 +187,19 @@ var defaultTarget = map[State]State{
 	Adopting: Active, AdoptFailed: Active,
 	Rescuing: Rescue, RescueWait: Rescue, RescueFailed: Rescue,
 	Unrescuing: Active, UnrescueFailed: Active,
+	CleanHold: Available, DeployHold: Active,
 }
 
-// All lists every state, in the order of the reference table.
+// All lists every state, in the order of the reference table, then the
+// hold states.
 func All() []State {
 	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed, Available,
 		Deploying, DeployWait, DeployFailed, Active, Deleting, Cleaning, CleanWait, CleanFailed, Error,
-		Adopting, AdoptFailed, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed}
+		Adopting, AdoptFailed, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed,
+		CleanHold, DeployHold}
 }
 
-// Valid reports whether s is one of the 24 states.
+// Valid reports whether s is one of the 26 states.
 func Valid(s State) bool {
 	for _, x := range All() {
 		if x == s {
@@ -196,6 +222,9 @@ func (e *ErrNotAllowed) Error() string {
 // Next returns the state that event ev leads to from state from.
 func Next(from State, ev Event) (State, error) {
 	if to, ok := transitions[edge{from, ev}]; ok {
+		return to, nil
+	}
+	if to, ok := holdTransitions[edge{from, ev}]; ok {
 		return to, nil
 	}
 	if to, ok := extensions[edge{from, ev}]; ok {
@@ -238,10 +267,17 @@ func Failed(s State) bool {
 	return false
 }
 
+// Held states wait for an operator (unhold or abort): no work runs, no
+// lock is held, and no timeout applies (Ironic's hold states have none).
+// The agent stays up and heartbeats; the heartbeats are recorded only.
+func Held(s State) bool {
+	return s == CleanHold || s == DeployHold
+}
+
 // Working states are transient states in which the conductor is doing work
 // (and holds the node lock).
 func Working(s State) bool {
-	return !Stable(s) && !Waiting(s) && !Failed(s)
+	return !Stable(s) && !Waiting(s) && !Failed(s) && !Held(s)
 }
 
 // UpdateAllowed lists states where PATCH is allowed although a target is set.

@@ -14,7 +14,18 @@ import (
 // loadTable reads the reference transition table kept in testdata.
 func loadTable(t *testing.T) map[edge]State {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "testdata", "statemachine", "transitions.tsv"))
+	return loadTSV(t, "transitions.tsv")
+}
+
+// loadHoldTable reads Ironic's hold transitions (1.85) kept in testdata.
+func loadHoldTable(t *testing.T) map[edge]State {
+	t.Helper()
+	return loadTSV(t, "hold.tsv")
+}
+
+func loadTSV(t *testing.T, name string) map[edge]State {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "statemachine", name))
 	require.NoError(t, err)
 	defer f.Close()
 	table := map[edge]State{}
@@ -34,7 +45,7 @@ func loadTable(t *testing.T) map[edge]State {
 
 func allEvents() []Event {
 	return []Event{EvManage, EvProvide, EvClean, EvInspect, EvAdopt, EvDeploy, EvRebuild, EvDelete,
-		EvAbort, EvRescue, EvUnrescue, EvDone, EvFail, EvWait, EvResume}
+		EvAbort, EvRescue, EvUnrescue, EvDone, EvFail, EvWait, EvResume, EvHold, EvUnhold}
 }
 
 func TestEveryReferenceTransition(t *testing.T) {
@@ -48,8 +59,48 @@ func TestEveryReferenceTransition(t *testing.T) {
 	assert.Len(t, transitions, len(table), "code table has transitions the reference lacks")
 }
 
+// TestHoldTransitions pins Ironic's hold-state transitions (1.85): each
+// is in Ironic's later table, none changes a 21.4 pair, and none is
+// counted as an anvil extension.
+func TestHoldTransitions(t *testing.T) {
+	ref, hold := loadTable(t), loadHoldTable(t)
+	require.Len(t, hold, 8)
+	assert.Equal(t, hold, holdTransitions)
+	for e, want := range hold {
+		_, inRef := ref[e]
+		assert.False(t, inRef, "%s --%s--> is in the 21.4 table", e.from, e.ev)
+		assert.False(t, Extension(e.from, e.ev))
+		got, err := Next(e.from, e.ev)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "%s --%s-->", e.from, e.ev)
+	}
+	tests := []struct {
+		from State
+		ev   Event
+	}{
+		{CleanHold, EvResume}, {CleanHold, EvFail}, {CleanHold, EvDelete}, {DeployHold, EvResume},
+		{DeployHold, EvDelete}, {CleanWait, EvUnhold}, {DeployWait, EvUnhold}, {InspectWait, EvHold},
+		{RescueWait, EvHold}, {Active, EvUnhold}, {CleanHold, EvHold},
+	}
+	for _, tc := range tests {
+		assert.False(t, Allowed(tc.from, tc.ev), "%s --%s--> must be refused", tc.from, tc.ev)
+	}
+	assert.Equal(t, Available, DefaultTarget(CleanHold))
+	assert.Equal(t, Active, DefaultTarget(DeployHold))
+	for _, s := range []State{CleanHold, DeployHold} {
+		assert.True(t, Held(s))
+		assert.False(t, Working(s), "no work runs and no lock is held in %s", s)
+		assert.False(t, Waiting(s), "no wait-state timeout applies in %s", s)
+		assert.False(t, LookupAllowed(s), "Ironic refuses lookups in %s", s)
+		assert.False(t, UpdateAllowed(s))
+	}
+}
+
 func TestEveryOtherPairIsRefused(t *testing.T) {
 	table := loadTable(t)
+	for e, to := range loadHoldTable(t) {
+		table[e] = to
+	}
 	refused := 0
 	for _, s := range All() {
 		for _, ev := range allEvents() {
@@ -66,7 +117,7 @@ func TestEveryOtherPairIsRefused(t *testing.T) {
 			refused++
 		}
 	}
-	assert.Equal(t, 24*15-63-len(extensions), refused)
+	assert.Equal(t, 26*17-63-8-len(extensions), refused)
 }
 
 // TestExtensions pins anvil's transitions beyond Ironic's: each is new
@@ -89,11 +140,11 @@ func TestExtensions(t *testing.T) {
 }
 
 func TestStatesAndClasses(t *testing.T) {
-	require.Len(t, All(), 24)
+	require.Len(t, All(), 26)
 	for _, s := range All() {
 		assert.True(t, Valid(s))
 		classes := 0
-		for _, c := range []bool{Stable(s), Waiting(s), Failed(s), Working(s)} {
+		for _, c := range []bool{Stable(s), Waiting(s), Failed(s), Working(s), Held(s)} {
 			if c {
 				classes++
 			}
@@ -117,6 +168,7 @@ func TestVerbs(t *testing.T) {
 		"abort": {EvAbort, 13}, "clean": {EvClean, 15}, "adopt": {EvAdopt, 17},
 		"rescue": {EvRescue, 38}, "unrescue": {EvUnrescue, 38}, "active": {EvDeploy, 1},
 		"deploy": {EvDeploy, 73}, "rebuild": {EvRebuild, 1}, "deleted": {EvDelete, 1}, "undeploy": {EvDelete, 73},
+		"unhold": {EvUnhold, 85},
 	}
 	assert.Len(t, Verbs(), len(tests))
 	for name, tc := range tests {

@@ -23,6 +23,9 @@ var verbs = map[string]Verb{
 	"rebuild":  {"rebuild", EvRebuild, 1, Active},
 	"deleted":  {"deleted", EvDelete, 1, Available},
 	"undeploy": {"undeploy", EvDelete, 73, Available},
+	// unhold resumes a held flow, which then ends where it was going
+	// (available or manageable after cleaning, active after deploying).
+	"unhold": {"unhold", EvUnhold, 85, NoState},
 }
 
 // LookupVerb returns the verb for a target string.

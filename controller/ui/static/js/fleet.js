@@ -4,7 +4,7 @@
 import { el, put, api, watch, stateText, stateClass, progressBlock, faultString } from './lib.js';
 
 const STATES = ['enroll', 'verifying', 'manageable', 'inspecting', 'inspect wait', 'inspect failed', 'cleaning',
-  'clean wait', 'clean failed', 'available', 'deploying', 'wait call-back', 'deploy failed', 'active', 'deleting',
+  'clean wait', 'clean hold', 'clean failed', 'available', 'deploying', 'wait call-back', 'deploy hold', 'deploy failed', 'active', 'deleting',
   'error', 'adopting', 'adopt failed', 'rescuing', 'rescue wait', 'rescue failed', 'rescue', 'unrescuing',
   'unrescue failed'];
 

@@ -12,7 +12,8 @@ const VERBS = {
   clean: ['manageable'],
   deploy: ['available'],
   undeploy: ['active', 'deploy failed', 'error', 'wait call-back'],
-  abort: ['clean wait', 'inspect wait', 'wait call-back', 'rescue wait'],
+  abort: ['clean wait', 'inspect wait', 'wait call-back', 'rescue wait', 'clean hold', 'deploy hold'],
+  unhold: ['clean hold', 'deploy hold'],
 };
 
 function dl(pairs) {
@@ -103,6 +104,7 @@ export function nodePage(main, ident) {
     if (can('deploy')) b.push(button('deploy…', () => openDeployForm()));
     if (can('undeploy')) b.push(button('undeploy', () => act('undeploy', () => provision('deleted'),
       { title: `Undeploy ${name}?`, text: 'The instance is torn down and the node cleaned: its disks are erased.', ok: 'Undeploy' }), 'danger'));
+    if (can('unhold')) b.push(button('unhold', () => act('unhold', () => provision('unhold'))));
     if (can('abort')) b.push(button('abort', () => act('abort', () => provision('abort'),
       { title: `Abort on ${name}?`, text: `The running ${n.provision_state} is interrupted; the node ends in a failed state.`, ok: 'Abort' }), 'danger'));
     b.push(n.maintenance
