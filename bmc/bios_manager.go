@@ -104,11 +104,22 @@ func (m *Manager) BIOSValues(ctx context.Context, t Target) (BIOS, Outcome, erro
 // the result with BIOS and VerifyApplied. Use Diff first to skip a write,
 // and its reboot, that would change nothing. No settings: nothing is done.
 func (m *Manager) ApplyBIOS(ctx context.Context, t Target, settings map[string]any) (Outcome, error) {
+	return m.applyBIOS(ctx, t, settings, func(ctx context.Context, op *operation) (BIOS, error) { return op.readBIOS(ctx, true) })
+}
+
+// ApplyBIOSWith is ApplyBIOS for a caller that has just read the BIOS
+// with its registry (b, from BIOS): the registry, a megabyte on iDRAC,
+// is not read again.
+func (m *Manager) ApplyBIOSWith(ctx context.Context, t Target, b BIOS, settings map[string]any) (Outcome, error) {
+	return m.applyBIOS(ctx, t, settings, func(context.Context, *operation) (BIOS, error) { return b, nil })
+}
+
+func (m *Manager) applyBIOS(ctx context.Context, t Target, settings map[string]any, read func(context.Context, *operation) (BIOS, error)) (Outcome, error) {
 	if len(settings) == 0 {
 		return Outcome{}, nil
 	}
 	return m.runBIOS(ctx, t, "apply_bios", func(ctx context.Context, op *operation) error {
-		b, err := op.readBIOS(ctx, true)
+		b, err := read(ctx, op)
 		if err != nil {
 			return err
 		}

@@ -456,3 +456,36 @@ func TestRedfishBIOSSystemSelection(t *testing.T) {
 	require.ErrorIs(t, err, bmc.ErrInvalidDriverInfo)
 	assert.Contains(t, err.Error(), "set redfish_system_id")
 }
+
+// ApplyBIOSWith uses the registry the caller read: it is not read again.
+func TestApplyBIOSWithReadsTheRegistryOnce(t *testing.T) {
+	env := startVBMC(t, "node-1")
+	var registryReads int
+	var mu sync.Mutex
+	count := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/Registries/") {
+			mu.Lock()
+			registryReads++
+			mu.Unlock()
+		}
+		env.srv.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(count.Close)
+	env.url = count.URL
+	m := bmc.New(fastConfig(nil))
+	tg := env.target(t, "node-1", testPass)
+	ctx := context.Background()
+	b, _, err := m.BIOS(ctx, tg)
+	require.NoError(t, err)
+	mu.Lock()
+	afterRead := registryReads
+	mu.Unlock()
+	require.Positive(t, afterRead)
+	_, err = m.ApplyBIOSWith(ctx, tg, b, map[string]any{"LogicalProc": "Disabled"})
+	require.NoError(t, err)
+	mu.Lock()
+	assert.Equal(t, afterRead, registryReads, "no second registry read")
+	mu.Unlock()
+	_, err = m.ApplyBIOSWith(ctx, tg, b, map[string]any{"SystemServiceTag": "X"})
+	require.ErrorIs(t, err, bmc.ErrInvalidBIOSSettings, "still validated against the registry given")
+}

@@ -1,10 +1,13 @@
 package conductor
 
-// The BIOS settings cache: after a node's management access is verified
-// (manage) and after cleaning, the conductor stores the settings the
-// node's BIOS reports, as Ironic's conductor calls the bios interface's
-// cache_bios_settings then, so that GET /v1/nodes/{node}/bios shows them.
-// Only drivers that can read BIOS settings (BIOSReader) take part.
+// The BIOS settings and firmware versions cache: after a node's
+// management access is verified (manage) and after cleaning, the
+// conductor stores the settings the node's BIOS reports and the firmware
+// versions its BMC reports, as Ironic's conductor calls the bios
+// interface's cache_bios_settings and the firmware interface's
+// cache_firmware_components then, so that GET /v1/nodes/{node}/bios and
+// /firmware show them. Only drivers that can read them (BIOSReader, a
+// firmware interface) take part.
 
 import (
 	"context"

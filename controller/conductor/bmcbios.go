@@ -301,7 +301,7 @@ func (d *BMCDriver) applyConfiguration(ctx context.Context, n *store.Node, t bmc
 		return nil
 	}
 	names := strings.Join(slices.Sorted(maps.Keys(changed)), ", ")
-	o, err := d.m.ApplyBIOS(ctx, t, changed)
+	o, err := d.m.ApplyBIOSWith(ctx, t, before, changed)
 	d.record(ctx, n, "BIOS settings written, pending the next boot: "+names, o, err)
 	if err != nil {
 		return err
