@@ -217,3 +217,29 @@ func TestFirmwareInterface(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, r.status, "no such field before 1.86")
 	})
 }
+
+// TestChildNodeStepsRefused: anvil runs no step on child nodes; the
+// 1.83 step key execute_on_child_nodes and the power pseudo-steps are
+// refused with a 400 before anything runs (docs/reference/api.md).
+func TestChildNodeStepsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.createNode("host", nil)
+	e.createNode("dpu", map[string]any{"parent_node": "host"})
+	require.Equal(t, http.StatusAccepted, e.provision("host", "manage", nil).status)
+	e.waitState("host", "manageable")
+	for _, tc := range []struct {
+		step map[string]any
+		want string
+	}{
+		{map[string]any{"interface": "deploy", "step": "erase_devices_metadata", "execute_on_child_nodes": true},
+			`Invalid clean step 0: unexpected key "execute_on_child_nodes"`},
+		{map[string]any{"interface": "power", "step": "power_on"}, "does not support clean step power.power_on"},
+		{map[string]any{"interface": "power", "step": "power_off"}, "does not support clean step power.power_off"},
+		{map[string]any{"interface": "power", "step": "reboot"}, "does not support clean step power.reboot"},
+	} {
+		r := e.provision("host", "clean", map[string]any{"clean_steps": []any{tc.step}})
+		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.want, r.body)
+		assert.Contains(t, r.fault(t), tc.want)
+	}
+	assert.Equal(t, "manageable", e.do("GET", "/v1/nodes/host", latest, nil).json(t)["provision_state"])
+}
