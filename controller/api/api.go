@@ -222,6 +222,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/bios", authed(s.listBIOS)).Methods(http.MethodGet)
 	r.Handle(n+"/bios/{setting}", authed(s.getBIOSSetting)).Methods(http.MethodGet)
 	r.Handle(n+"/firmware", authed(s.listFirmware)).Methods(http.MethodGet)
+	r.Handle(n+"/children", authed(s.listChildren)).Methods(http.MethodGet)
 	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)

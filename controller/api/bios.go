@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
@@ -22,6 +23,16 @@ const (
 	biosRegistryVersion = 74 // registry fields, ?detail and ?fields
 	firmwareVersion     = 86 // the firmware interface and /firmware
 )
+
+// firmwareInterface is the node's firmware interface. Nodes created before
+// anvil knew it (1.86) have none stored and show their hardware type's
+// default, as Ironic's conductor gives a node's unset interfaces theirs.
+func firmwareInterface(n *store.Node) string {
+	if n.Interfaces.Firmware != "" {
+		return n.Interfaces.Firmware
+	}
+	return conductor.HardwareInterfaces(n.Driver)["firmware"].Default
+}
 
 // biosFields are what a setting shows besides created_at, updated_at and
 // links, which Ironic's object_to_dict always adds: name and value, and
@@ -211,9 +222,7 @@ func firmwareView(c *store.FirmwareComponent, fields []string) map[string]any {
 	return out
 }
 
-// GET /v1/nodes/{node}/firmware (1.86). The API serves at most 1.82 for
-// now, so clients reach it only once the maximum is raised (#31 leaves
-// that to the microversion work); the handler's tests run at 1.86.
+// GET /v1/nodes/{node}/firmware (1.86).
 func (s *Server) listFirmware(w http.ResponseWriter, r *http.Request) error {
 	q, detail, n, err := s.nodeListQuery(r, firmwareVersion)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -162,9 +161,8 @@ func TestBIOSSetting(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, e.do("GET", "/v1/nodes/b1/bios/NumCores?fields=name", latest, nil).status)
 }
 
-// TestFirmwareAt186 runs the firmware handler at 1.86, which the API does
-// not negotiate yet (its maximum is 1.82): through the server it is a 404,
-// and the handler itself answers Ironic's shape.
+// TestFirmwareAt186: GET /v1/nodes/{node}/firmware answers Ironic's shape
+// from 1.86 (below, 404: see TestNodeSubresourcesBelowTheirVersion).
 func TestFirmwareAt186(t *testing.T) {
 	e := newEnv(t)
 	id := e.createNode("fw", nil)["uuid"].(string)
@@ -173,25 +171,15 @@ func TestFirmwareAt186(t *testing.T) {
 		{Component: "bmc", CurrentVersion: "1.0"}, {Component: "bios", CurrentVersion: "2.1"}}))
 	require.NoError(t, e.st.ReplaceFirmwareComponents(context.Background(), id, []store.FirmwareComponent{
 		{Component: "bmc", CurrentVersion: "1.2", LastVersionFlashed: &flashed}, {Component: "bios", CurrentVersion: "2.1"}}))
-	assert.Equal(t, http.StatusNotFound, e.do("GET", "/v1/nodes/fw/firmware", latest, nil).status)
+	assert.Equal(t, http.StatusNotFound, e.do("GET", "/v1/nodes/fw/firmware", "1.85", nil).status)
 
-	srv := New(Config{Store: e.st, Conductor: e.cond})
-	at := func(ver int, query string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "/v1/nodes/fw/firmware"+query, nil)
-		req = mux.SetURLVars(req, map[string]string{"node": "fw"})
-		req = req.WithContext(context.WithValue(req.Context(), ctxVersion, ver))
-		rec := httptest.NewRecorder()
-		srv.wrap(srv.listFirmware).ServeHTTP(rec, req)
-		return rec
-	}
-	assert.Equal(t, http.StatusNotFound, at(85, "").Code)
-	rec := at(firmwareVersion, "")
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	at := func(query string) resp { return e.do("GET", "/v1/nodes/fw/firmware"+query, "1.86", nil) }
+	r := at("")
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
 	var body struct {
 		Firmware []map[string]any `json:"firmware"`
 	}
-	body.Firmware = nil
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	require.NoError(t, json.Unmarshal(r.body, &body))
 	require.Len(t, body.Firmware, 2)
 	bios, bmc := body.Firmware[0], body.Firmware[1]
 	assert.ElementsMatch(t, []string{"component", "initial_version", "current_version", "last_version_flashed", "created_at", "updated_at"},
@@ -205,13 +193,13 @@ func TestFirmwareAt186(t *testing.T) {
 	assert.Nil(t, bios["last_version_flashed"])
 	assert.Nil(t, bios["updated_at"])
 
-	rec = at(firmwareVersion, "?fields=component")
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	r = at("?fields=component")
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
 	body.Firmware = nil
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	require.NoError(t, json.Unmarshal(r.body, &body))
 	assert.ElementsMatch(t, []string{"component", "created_at", "updated_at"}, keysOf(body.Firmware[0]))
-	assert.Equal(t, http.StatusBadRequest, at(firmwareVersion, "?fields=bogus").Code)
-	assert.Equal(t, http.StatusBadRequest, at(firmwareVersion, "?fields=component&detail=true").Code)
+	assert.Equal(t, http.StatusBadRequest, at("?fields=bogus").status)
+	assert.Equal(t, http.StatusBadRequest, at("?fields=component&detail=true").status)
 }
 
 // FuzzBIOSQuery feeds arbitrary query strings, at every version the BIOS

@@ -14,7 +14,7 @@ import (
 // default_*_interface and enabled_*_interfaces fields (Ironic's
 // hide_fields_in_newer_versions): 1.30 for the dynamic-driver fields,
 // later for the interface types added since.
-var driverIfaceMin = map[string]int{"storage": 33, "rescue": 38, "bios": 40}
+var driverIfaceMin = map[string]int{"storage": 33, "rescue": 38, "bios": biosVersion, "firmware": firmwareVersion}
 
 func driverFieldMin() map[string]int {
 	out := map[string]int{"name": 1, "hosts": 1, "links": 1, "properties": 14, "type": 30}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"net/http/httptest"
@@ -84,12 +85,14 @@ func FuzzDeployTemplateBody(f *testing.F) {
 // FuzzNodeListQuery drives the list parser with arbitrary query strings.
 func FuzzNodeListQuery(f *testing.F) {
 	for _, seed := range []string{"limit=2&marker=x", "maintenance=True&retired=0", "fields=uuid,name",
-		"sort_key=name&sort_dir=desc", "limit=-1", "provision_state=clean%20wait", "detail=maybe", "%zz"} {
+		"sort_key=name&sort_dir=desc", "limit=-1", "provision_state=clean%20wait", "detail=maybe", "%zz",
+		"include_children=True", "include_children=maybe&parent_node=x", "parent_node=&include_children=0", "parent_node=%00"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		r := httptest.NewRequest("GET", "/v1/nodes", nil)
 		r.URL.RawQuery = raw
+		r = r.WithContext(context.WithValue(r.Context(), ctxVersion, parentNodeVersion+len(raw)%2-1))
 		q, err := parseQuery(r, nodeListParams...)
 		if err != nil {
 			assertClientError(t, err)
@@ -104,6 +107,15 @@ func FuzzNodeListQuery(f *testing.F) {
 			}
 		}
 		_ = fieldsArg(q)
+		if err := childParams(r.Context(), q); err != nil {
+			assertClientError(t, err)
+		}
+		var nf store.NodeFilter
+		if err := childFilter(q, &nf); err != nil {
+			assertClientError(t, err)
+		} else if nf.ParentNode != nil && nf.IsChild != nil {
+			t.Fatalf("both parent_node and no-parent filters set: %q", raw)
+		}
 	})
 }
 

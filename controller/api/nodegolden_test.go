@@ -38,7 +38,7 @@ func testNodeViewsGolden(t *testing.T, kind storeKind) {
 
 	active, extra := fixtureNode(10).UUID, fixtureNode(3).UUID
 	reqs := []struct{ version, path string }{
-		{latest, "/v1/nodes/detail"},
+		{"1.82", "/v1/nodes/detail"},
 		{"1.81", "/v1/nodes/detail?limit=7"},
 		{"1.81", "/v1/nodes/detail?limit=5&marker=" + fixtureNode(20).UUID + "&sort_key=name&sort_dir=desc"},
 		{"1.81", "/v1/nodes/detail?provision_state=active&maintenance=false"},
@@ -51,13 +51,18 @@ func testNodeViewsGolden(t *testing.T, kind storeKind) {
 		{"1.81", "/v1/nodes?fields=uuid,driver_info,instance_info,driver_internal_info,extra,traits,conductor,provision_state&limit=31"},
 		{"1.81", "/v1/nodes?fields=name,reservation&provision_state=active"},
 		{"1.1", "/v1/nodes?limit=3"},
-		{latest, "/v1/nodes/" + active},
-		{latest, "/v1/nodes/" + extra},
+		{"1.82", "/v1/nodes/" + active},
+		{"1.82", "/v1/nodes/" + extra},
 		{"1.81", "/v1/nodes/n-00017"},
 		{"1.81", "/v1/nodes/n-00031"},
 		{"1.1", "/v1/nodes/" + active},
 		{"1.81", "/v1/nodes/" + active + "?fields=driver_internal_info,instance_info,uuid"},
 		{"1.81", "/v1/nodes/n-00003?fields=extra,description,name"},
+		// 1.83 adds parent_node, 1.86 firmware_interface (fixture nodes
+		// stored none: the fake hardware type's default shows)
+		{"1.83", "/v1/nodes/" + active},
+		{"1.86", "/v1/nodes/detail?limit=3"},
+		{"1.86", "/v1/nodes?fields=uuid,parent_node,firmware_interface&limit=3"},
 	}
 	var got bytes.Buffer
 	for _, rq := range reqs {

@@ -21,7 +21,7 @@ import (
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
 	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
-	"name_contains", "text_contains"}
+	"name_contains", "text_contains", "include_children", "parent_node"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -92,6 +92,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 			return err
 		}
 	}
+	if err := childParams(ctx, q); err != nil {
+		return err
+	}
 	f := store.NodeFilter{Driver: q.str("driver"), ResourceClass: q.str("resource_class"), Fault: q.str("fault"),
 		Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 		ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
@@ -112,6 +115,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 	if c := q.str("conductor"); c != nil {
 		// a node's conductor is its reservation's, else this one
 		f.Conductor = &store.ConductorFilter{Host: *c, Free: *c == s.cond.Host()}
+	}
+	if err := childFilter(q, &f); err != nil {
+		return err
 	}
 	for k, dst := range map[string]**bool{"maintenance": &f.Maintenance, "retired": &f.Retired, "associated": &f.Associated} {
 		if *dst, err = q.boolean(k); err != nil {
@@ -339,6 +345,9 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 		if !ok || k == "protected" || k == "protected_reason" {
 			return badRequest("Unexpected arguments: %s", k)
 		}
+		if version(ctx) < f.min && unsetValue(k, m[k]) {
+			continue // Ironic's reject_fields_in_newer_versions lets "no value" through
+		}
 		if err := atLeast(ctx, f.min); err != nil {
 			return err
 		}
@@ -358,6 +367,9 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request) error {
 	if err := s.nodeChassis(ctx, nil, n); err != nil {
 		return err
 	}
+	if err := s.resolveParent(ctx, n); err != nil {
+		return err
+	}
 	s.defaultInterfaces(n)
 	if err := s.st.CreateNode(ctx, n); err != nil {
 		return nodeWriteError(n, err)
@@ -371,7 +383,7 @@ func (s *Server) defaultInterfaces(n *store.Node) {
 	defaults := conductor.HardwareInterfaces(n.Driver)
 	i := &n.Interfaces
 	for k, p := range map[string]*string{"bios": &i.BIOS, "boot": &i.Boot, "console": &i.Console, "deploy": &i.Deploy,
-		"inspect": &i.Inspect, "management": &i.Management, "network": &i.Network, "power": &i.Power, "raid": &i.RAID,
+		"firmware": &i.Firmware, "inspect": &i.Inspect, "management": &i.Management, "network": &i.Network, "power": &i.Power, "raid": &i.RAID,
 		"rescue": &i.Rescue, "storage": &i.Storage, "vendor": &i.Vendor} {
 		if *p == "" {
 			*p = defaults[k].Default
@@ -417,6 +429,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 	}
 	ops, err := readPatch(r)
 	if err != nil {
+		return err
+	}
+	if err := patchInNewerVersion(ctx, ops); err != nil {
 		return err
 	}
 	cur, err := s.loadNode(r)
@@ -469,6 +484,11 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 	}
 	if changed["chassis_uuid"] {
 		if err := s.nodeChassis(r.Context(), &old, n); err != nil {
+			return err
+		}
+	}
+	if changed["parent_node"] {
+		if err := s.resolveParent(r.Context(), n); err != nil {
 			return err
 		}
 	}

@@ -186,7 +186,7 @@ var nodeFields = []nodeField{
 		return appendValue(b, n.Traits)
 	}),
 	viewStr("rescue_interface", 38, func(n *store.Node) string { return n.Interfaces.Rescue }),
-	viewStr("bios_interface", 40, func(n *store.Node) string { return n.Interfaces.BIOS }),
+	viewStr("bios_interface", biosVersion, func(n *store.Node) string { return n.Interfaces.BIOS }),
 	viewOpt("fault", 42, func(n *store.Node) *string { return n.Fault }),
 	viewMap("deploy_step", 44, func(n *store.Node) map[string]any { return n.DeployStep }, nil),
 	viewStr("conductor_group", 46, func(n *store.Node) string { return n.ConductorGroup }),
@@ -213,6 +213,8 @@ var nodeFields = []nodeField{
 	viewOpt("boot_mode", 75, func(n *store.Node) *string { return n.BootMode }),
 	viewOptBool("secure_boot", 75, func(n *store.Node) *bool { return n.SecureBoot }),
 	viewOpt("shard", 82, func(n *store.Node) *string { return n.Shard }),
+	viewOpt("parent_node", parentNodeVersion, func(n *store.Node) *string { return n.ParentNode }),
+	viewStr("firmware_interface", firmwareVersion, firmwareInterface),
 }
 
 var nodeFieldMin = func() map[string]int {

@@ -144,7 +144,8 @@ func ifaceField(min int, name string, ptr func(n *store.Node) *string) writableF
 		}}
 }
 
-// writable lists the PATCHable fields (Ironic 21.4's list).
+// writable lists the PATCHable fields (Ironic's PATCH_ALLOWED_FIELDS, to
+// 1.86).
 var writable = map[string]writableField{
 	"name": {min: 5, get: func(n *store.Node) any { return sp(n.Name) }, set: func(n *store.Node, v any) error {
 		s, err := asOptString("name", v, 255)
@@ -199,6 +200,8 @@ var writable = map[string]writableField{
 	"retired_reason":   optStringField(61, 255, "retired_reason", func(n *store.Node) **string { return &n.RetiredReason }),
 	"lessee":           optStringField(65, 255, "lessee", func(n *store.Node) **string { return &n.Lessee }),
 	"shard":            optStringField(82, 255, "shard", func(n *store.Node) **string { return &n.Shard }),
+	// a UUID or a name, resolved to the parent's UUID (resolveParent)
+	"parent_node": optStringField(parentNodeVersion, 36, "parent_node", func(n *store.Node) **string { return &n.ParentNode }),
 	"conductor_group": {min: 46, get: func(n *store.Node) any { return n.ConductorGroup }, set: func(n *store.Node, v any) error {
 		s, err := asOptString("conductor_group", v, 255)
 		n.ConductorGroup = ""
@@ -232,7 +235,8 @@ var writable = map[string]writableField{
 	"vendor_interface":     ifaceField(31, "vendor_interface", func(n *store.Node) *string { return &n.Interfaces.Vendor }),
 	"storage_interface":    ifaceField(33, "storage_interface", func(n *store.Node) *string { return &n.Interfaces.Storage }),
 	"rescue_interface":     ifaceField(38, "rescue_interface", func(n *store.Node) *string { return &n.Interfaces.Rescue }),
-	"bios_interface":       ifaceField(40, "bios_interface", func(n *store.Node) *string { return &n.Interfaces.BIOS }),
+	"bios_interface":       ifaceField(biosVersion, "bios_interface", func(n *store.Node) *string { return &n.Interfaces.BIOS }),
+	"firmware_interface":   ifaceField(firmwareVersion, "firmware_interface", func(n *store.Node) *string { return &n.Interfaces.Firmware }),
 }
 
 // createOnly are accepted on POST but not PATCH.

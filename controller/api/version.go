@@ -8,11 +8,13 @@ import (
 	"strings"
 )
 
-// Microversions served: 1.1 .. 1.85 (Ironic 21.4, plus 1.84 continue_inspection
-// and 1.85 unhold).
+// Microversions served: 1.1 .. 1.86. To 1.82 as Ironic 21.4; then 1.83
+// parent and child nodes (nodechildren.go), 1.84 continue_inspection,
+// 1.85 hold and unhold, 1.86 the firmware interface and /firmware
+// (bios.go), as Ironic 23.0.
 const (
 	minMinor = 1
-	maxMinor = 85
+	maxMinor = 86
 )
 
 const versionHeader = "X-OpenStack-Ironic-API-Version"

@@ -27,7 +27,10 @@ func TestNodeSubresourcesBelowTheirVersion(t *testing.T) {
 		"bios below 1.40":      {"/v1/nodes/gated/bios", "1.39", http.StatusNotFound},
 		"bios at 1.40":         {"/v1/nodes/gated/bios", "1.40", http.StatusOK},
 		"a setting below 1.40": {"/v1/nodes/gated/bios/X", "1.39", http.StatusNotFound},
-		"firmware below 1.86":  {"/v1/nodes/gated/firmware", latest, http.StatusNotFound},
+		"firmware below 1.86":  {"/v1/nodes/gated/firmware", "1.85", http.StatusNotFound},
+		"firmware at 1.86":     {"/v1/nodes/gated/firmware", "1.86", http.StatusOK},
+		"children below 1.83":  {"/v1/nodes/gated/children", "1.82", http.StatusNotFound},
+		"children at 1.83":     {"/v1/nodes/gated/children", "1.83", http.StatusOK},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := tc.path

@@ -19,7 +19,7 @@ type InterfaceChoice struct {
 // InterfaceTypes are Ironic's interface types (drivers/base.py
 // ALL_INTERFACES), sorted.
 func InterfaceTypes() []string {
-	return []string{"bios", "boot", "console", "deploy", "inspect", "management", "network", "power", "raid",
+	return []string{"bios", "boot", "console", "deploy", "firmware", "inspect", "management", "network", "power", "raid",
 		"rescue", "storage", "vendor"}
 }
 
@@ -42,6 +42,7 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 			"bios":       {Default: "fake", Enabled: []string{"fake", "no-bios"}},
 			"boot":       one("fake"),
 			"deploy":     {Default: "fake", Enabled: []string{"direct", "fake"}},
+			"firmware":   {Default: "fake", Enabled: []string{"fake", "no-firmware"}},
 			"inspect":    {Default: "fake", Enabled: []string{"agent", "fake"}},
 			"management": one("fake"),
 			"power":      one("fake"),
@@ -55,16 +56,20 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 		if hw == bmc.HardwareIPMI {
 			oob = "ipmitool"
 		}
-		boot, bios := one("ipxe"), one("no-bios")
+		boot, bios, firmware := one("ipxe"), one("no-bios"), one("no-firmware")
 		if hw == bmc.HardwareRedfish {
 			boot.Enabled = []string{"ipxe", BootVirtualMedia}
 			// BIOS settings through the BMC (bmcbios.go), as Ironic's redfish bios
 			bios = InterfaceChoice{Default: "redfish", Enabled: []string{"no-bios", "redfish"}}
+			// firmware components and updates through the BMC, as Ironic's
+			// redfish firmware interface (API 1.86)
+			firmware = InterfaceChoice{Default: "redfish", Enabled: []string{"no-firmware", "redfish"}}
 		}
 		maps.Copy(out, map[string]InterfaceChoice{
 			"bios":       bios,
 			"boot":       boot,
 			"deploy":     one("direct"),
+			"firmware":   firmware,
 			"inspect":    {Default: "agent", Enabled: []string{"agent", "no-inspect"}},
 			"management": one(oob),
 			"power":      one(oob),

@@ -75,6 +75,9 @@ type Node struct {
 	BootMode             *string        `json:"boot_mode"`
 	SecureBoot           *bool          `json:"secure_boot"`
 	Shard                *string        `json:"shard"`
+	// ParentNode is the UUID of the node this one sits in (1.83: a DPU
+	// or SmartNIC with its own BMC inside a host); nil for most nodes.
+	ParentNode *string `json:"parent_node,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
@@ -104,6 +107,9 @@ type Interfaces struct {
 	Storage    string `json:"storage_interface"`
 	Vendor     string `json:"vendor_interface"`
 	BIOS       string `json:"bios_interface"`
+	// Firmware (1.86) is empty in documents written before it existed:
+	// the API shows the hardware type's default for it then.
+	Firmware string `json:"firmware_interface,omitempty"`
 }
 
 // Normalize replaces nil maps and slices by empty ones, because the API
@@ -140,7 +146,12 @@ type NodeFilter struct {
 	// description or the UUID (anvil's extension, the dashboard's search).
 	TextContains *string
 	Shard        *string
-	Reserved     *bool
+	// ParentNode selects the children of a node (its UUID).
+	ParentNode *string
+	// IsChild selects nodes with (true) or without (false) a parent
+	// node: Ironic's lists leave children out unless asked.
+	IsChild  *bool
+	Reserved *bool
 	// Conductor selects the nodes of a conductor (Ironic's ?conductor=):
 	// those it holds reserved, and with Free also the unreserved ones.
 	Conductor *ConductorFilter

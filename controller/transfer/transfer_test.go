@@ -223,7 +223,7 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 		"unknown member":        {doc("nodez", "[]"), `member "nodez" at byte 175: unknown member (a typo, or a document from a newer controller)`},
 		"unknown node field":    {doc("nodes", "["+strings.Replace(nodeA, `"driver"`, `"colour":"red","driver"`, 1)+"]"), `nodes[0] at byte 86: json: unknown field "colour"`},
 		"internal id":           {doc("nodes", "["+strings.Replace(nodeA, `{`, `{"id":7,`, 1)+"]"), `nodes[0] at byte 86: json: unknown field "id"`},
-		"unknown interface":     {doc("nodes", "["+strings.Replace(nodeA, `{`, `{"interfaces":{"firmware_interface":"x"},`, 1)+"]"), `unknown field "firmware_interface"`},
+		"unknown interface":     {doc("nodes", "["+strings.Replace(nodeA, `{`, `{"interfaces":{"colour_interface":"x"},`, 1)+"]"), `unknown field "colour_interface"`},
 		"wrong type":            {doc("nodes", "["+strings.Replace(nodeA, `{`, `{"maintenance":"yes",`, 1)+"]"), `nodes[0] at byte 86: json: cannot unmarshal string into Go struct field Node.maintenance of type bool`},
 		"malformed JSON":        {doc("nodes", "["+nodeA+",{\"uuid\":}]"), "nodes[1] at byte 221: malformed JSON: invalid character '}' looking for beginning of value"},
 		"truncated":             {string(golden[:len(golden)/2]), "the document ends early (truncated?)"},

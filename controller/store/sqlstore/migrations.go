@@ -410,4 +410,15 @@ var migrations = []migration{
 		PRIMARY KEY (node_uuid, component)
 	);`,
 	},
+	{
+		// 14: a node's parent node (API 1.83), a column because lists
+		// filter on it: Ironic's leave child nodes out unless asked, and
+		// /children lists a parent's. No foreign key, as in Ironic: a
+		// parent may be deleted, and its children keep the UUID. Existing
+		// nodes have no parent (NULL), as their documents say.
+		sqlite: `ALTER TABLE nodes ADD COLUMN parent_node TEXT;
+	CREATE INDEX nodes_parent_node ON nodes(parent_node) WHERE parent_node IS NOT NULL;`,
+		postgres: `ALTER TABLE nodes ADD COLUMN parent_node text COLLATE "C";
+	CREATE INDEX nodes_parent_node ON nodes (parent_node) WHERE parent_node IS NOT NULL;`,
+	},
 }

@@ -16,7 +16,7 @@ import (
 
 const nodeCols = `uuid, name, revision, driver, provision_state, power_state, maintenance, retired,
 	instance_uuid, resource_class, fault, owner, lessee, conductor_group, chassis_uuid, description, shard,
-	reservation, created_at, updated_at, provision_updated_at, data, operation`
+	reservation, created_at, updated_at, provision_updated_at, data, operation, parent_node`
 
 // encodeNode is the node's document, its operation column (NULL when
 // idle) and its agent_state row (nil when there is none: see agentState).
@@ -50,12 +50,12 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 	}
 	insert := func(db execer) error {
 		return s.queryRow(ctx, db, `INSERT INTO nodes (`+nodeCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
 		RETURNING id`,
 			n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 			n.Description, n.Shard, n.Reservation, s.d.stamp(&n.CreatedAt), s.d.stamp(n.UpdatedAt),
-			s.d.stamp(n.ProvisionUpdatedAt), data, op).Scan(&n.ID)
+			s.d.stamp(n.ProvisionUpdatedAt), data, op, n.ParentNode).Scan(&n.ID)
 	}
 	if agent == nil {
 		err = insert(s.w)
@@ -345,6 +345,8 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 	str("chassis_uuid", f.ChassisUUID)
 	str("instance_uuid", f.InstanceUUID)
 	str("shard", f.Shard)
+	str("parent_node", f.ParentNode)
+	isNull("parent_node", f.IsChild)
 	isNull("instance_uuid", f.Associated)
 	isNull("reservation", f.Reserved)
 	if c := f.Conductor; c != nil {

@@ -16,7 +16,7 @@ type updateReq struct {
 	n      *store.Node
 	old    int64
 	events []*store.Event
-	args   params // $1..$23 of updateNodeSQL
+	args   params // $1..$24 of updateNodeSQL
 	agent  []byte // the node's agent state (nil: none)
 	// keepAgent: leave the stored agent state as it is (the node was read
 	// without it, or it did not change)
@@ -27,13 +27,15 @@ type updateReq struct {
 }
 
 // updateNodeSQL is an optimistic node update: it matches only the revision
-// the caller read ($23). On PostgreSQL at READ COMMITTED a concurrent
+// the caller read ($23). $24 is parent_node, after the revision because
+// it came later. On PostgreSQL at READ COMMITTED a concurrent
 // writer's row is re-checked after its commit, so exactly one of two racing
 // writers matches.
 const updateNodeSQL = `UPDATE nodes SET name = $2, revision = $3, driver = $4, provision_state = $5,
 		power_state = $6, maintenance = $7, retired = $8, instance_uuid = $9, resource_class = $10, fault = $11,
 		owner = $12, lessee = $13, conductor_group = $14, chassis_uuid = $15, description = $16, shard = $17,
-		reservation = $18, updated_at = $19, provision_updated_at = $20, data = $21, operation = $22
+		reservation = $18, updated_at = $19, provision_updated_at = $20, data = $21, operation = $22,
+		parent_node = $24
 	WHERE uuid = $1 AND revision = $23`
 
 // updateNodeNarrowSQL is updateNodeSQL for an update that changes no
@@ -43,7 +45,8 @@ const updateNodeNarrowSQL = `UPDATE nodes SET revision = $3, power_state = $6, f
 		updated_at = $19, provision_updated_at = $20, data = $21, operation = $22
 	WHERE uuid = $1 AND revision = $23 AND name IS NOT DISTINCT FROM $2 AND driver = $4 AND provision_state = $5
 		AND maintenance = $7 AND retired = $8 AND instance_uuid IS NOT DISTINCT FROM $9
-		AND resource_class IS NOT DISTINCT FROM $10 AND reservation IS NOT DISTINCT FROM $18`
+		AND resource_class IS NOT DISTINCT FROM $10 AND reservation IS NOT DISTINCT FROM $18
+		AND parent_node IS NOT DISTINCT FROM $24`
 
 // UpdateNode writes n if nobody changed it since it was read, with its
 // history events in the same transaction.
@@ -69,7 +72,7 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 		holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx),
 		args: params{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
-			n.Description, n.Shard, n.Reservation, s.d.stamp(n.UpdatedAt), s.d.stamp(n.ProvisionUpdatedAt), data, op, old}}
+			n.Description, n.Shard, n.Reservation, s.d.stamp(n.UpdatedAt), s.d.stamp(n.ProvisionUpdatedAt), data, op, old, n.ParentNode}}
 	if s.updates == nil {
 		err = s.updateNow(ctx, r)
 	} else {

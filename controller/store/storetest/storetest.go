@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"ControllerRecords": testControllerRecords,
 		"BIOSSettings":      testBIOSSettings,
 		"Firmware":          testFirmwareComponents,
+		"ParentNode":        testParentNode,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
