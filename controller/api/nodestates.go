@@ -207,7 +207,7 @@ func (s *Server) validateNode(w http.ResponseWriter, r *http.Request) error {
 	d, ok := s.cond.Driver(n.Driver)
 	out := map[string]any{}
 	if !ok {
-		for _, k := range []string{"boot", "deploy", "management", "power", "console", "inspect", "network", "raid", "rescue", "storage", "bios"} {
+		for _, k := range []string{"boot", "deploy", "management", "power", "console", "inspect", "network", "raid", "rescue", "storage", "bios", "firmware"} {
 			out[k] = map[string]any{"result": false, "reason": fmt.Sprintf("hardware type %q is not enabled", n.Driver)}
 		}
 	} else {
@@ -225,6 +225,9 @@ func (s *Server) validateNode(w http.ResponseWriter, r *http.Request) error {
 		if storage != nil {
 			out["storage"] = storage
 		}
+	}
+	if version(r.Context()) < firmwareVersion {
+		delete(out, "firmware") // the interface came with 1.86
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -191,6 +191,8 @@ func TestValidateTraitsRAIDDrivers(t *testing.T) {
 	e.createNode("v", nil)
 	val := e.do("GET", "/v1/nodes/v/validate", latest, nil).json(t)
 	assert.Equal(t, map[string]any{"result": true}, val["power"])
+	assert.NotContains(t, e.do("GET", "/v1/nodes/v/validate", "1.85", nil).json(t), "firmware", "the firmware interface came with 1.86")
+	assert.Equal(t, map[string]any{"result": true}, e.do("GET", "/v1/nodes/v/validate", "1.86", nil).json(t)["firmware"])
 
 	require.Equal(t, 204, e.do("PUT", "/v1/nodes/v/traits", latest, map[string]any{"traits": []string{"CUSTOM_B", "CUSTOM_A"}}).status)
 	require.Equal(t, 204, e.do("PUT", "/v1/nodes/v/traits/CUSTOM_C", latest, nil).status)

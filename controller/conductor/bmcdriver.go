@@ -58,6 +58,10 @@ func (d *BMCDriver) Validate(n *store.Node) map[string]error {
 	if !d.biosEnabled(n) {
 		out["bios"] = errors.New("no bios interface is enabled")
 	}
+	out["firmware"] = nil
+	if d.FirmwareInterface(n) == nil {
+		out["firmware"] = errors.New("no firmware interface is enabled")
+	}
 	if !UsesAgent(n) {
 		out["deploy"] = fmt.Errorf("deploy interface %q is not supported by %s; use direct", n.Interfaces.Deploy, d.hw)
 	}

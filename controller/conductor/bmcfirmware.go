@@ -16,9 +16,11 @@ import (
 )
 
 // FirmwareInterface implements firmwareProvider: the redfish type's
-// firmware interface; nil on IPMI, which has none.
-func (d *BMCDriver) FirmwareInterface(*store.Node) firmwareDriver {
-	if d.hw == bmc.HardwareIPMI {
+// firmware interface; nil on IPMI, which has none, and for a node whose
+// firmware_interface is no-firmware (as in Ironic; a node stored before
+// the field existed has the type's default).
+func (d *BMCDriver) FirmwareInterface(n *store.Node) firmwareDriver {
+	if d.hw == bmc.HardwareIPMI || (n != nil && n.Interfaces.Firmware == "no-firmware") {
 		return nil
 	}
 	return bmcFirmware{d}
@@ -80,6 +82,9 @@ func firmwareToStore(comps []bmc.FirmwareComponent, flashed map[string]string) [
 // arguments are malformed, before the request is accepted.
 func (d *BMCDriver) checkFirmwareArgs(n *store.Node, s protocol.Step) error {
 	if d.FirmwareInterface(n) == nil {
+		if d.hw != bmc.HardwareIPMI {
+			return fmt.Errorf("step %s: node %s has firmware_interface no-firmware (set it to redfish to update firmware)", s.Key(), n.UUID)
+		}
 		return fmt.Errorf("step %s: firmware updates are not supported by the %s driver (use the redfish hardware type)", s.Key(), d.hw)
 	}
 	var err error

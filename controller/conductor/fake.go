@@ -20,7 +20,7 @@ func (FakeDriver) Name() string { return "fake-hardware" }
 // Validate accepts any configuration.
 func (FakeDriver) Validate(*store.Node) map[string]error {
 	return map[string]error{"boot": nil, "deploy": nil, "management": nil, "power": nil, "bios": nil,
-		"console": nil, "inspect": nil, "network": nil, "raid": nil, "rescue": nil, "storage": nil}
+		"console": nil, "inspect": nil, "network": nil, "raid": nil, "rescue": nil, "storage": nil, "firmware": nil}
 }
 
 // VerifyAccess always succeeds.

@@ -200,8 +200,14 @@ func TestFirmwareStepsRefusedBeforeAnythingRuns(t *testing.T) {
 	}
 	assert.NotContains(t, commands(e.f, id), "update_firmware")
 
+	off := &store.Node{UUID: "n1", Interfaces: store.Interfaces{Firmware: "no-firmware"}}
+	assert.Empty(t, keysOf(e.drv.CleanSteps(off)), "no firmware steps with no-firmware, as in Ironic")
+	err := e.drv.CheckStepArgs(context.Background(), off, []protocol.Step{updateStep(fwSetting("bmc", "http://x.test/a"))})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has firmware_interface no-firmware (set it to redfish")
+
 	ipmi := NewBMCDriver(bmc.HardwareIPMI, nil, nil)
-	err := ipmi.CheckStepArgs(context.Background(), &store.Node{}, []protocol.Step{updateStep(fwSetting("bmc", "http://x.test/a"))})
+	err = ipmi.CheckStepArgs(context.Background(), &store.Node{}, []protocol.Step{updateStep(fwSetting("bmc", "http://x.test/a"))})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "firmware updates are not supported by the ipmi driver")
 }
@@ -228,4 +234,14 @@ func TestFirmwareVerifyBaselineFailsAutomatedCleaning(t *testing.T) {
 	assert.Contains(t, *n.LastError, "firmware.verify")
 	assert.Contains(t, *n.LastError, "bmc runs 1.0.0, the baseline allows 2.0 or 2.1")
 	assert.NotContains(t, *n.LastError, "bios runs")
+}
+
+func keysOf(steps []protocol.Step) []string {
+	var out []string
+	for _, s := range steps {
+		if s.Interface == protocol.InterfaceFirmware {
+			out = append(out, s.Key())
+		}
+	}
+	return out
 }
