@@ -130,6 +130,8 @@ func (f *Fake) doNode(id, command string, fn func(*fakeNode) error) error {
 	case n.knobs.TransientErrors > 0:
 		n.knobs.TransientErrors--
 		return classified(kindBusy, errFakeBusy)
+	case time.Now().Before(n.fw.offlineUntil):
+		return classified(kindUnreachable, errors.New("fake BMC: restarting after its firmware update"))
 	}
 	return fn(n)
 }

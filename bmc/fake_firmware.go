@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // fakeFirmware is a fake node's firmware: versions per component, staged
@@ -18,6 +19,9 @@ type fakeFirmware struct {
 	staged   map[string]string // component -> version active after the next boot
 	tasks    map[string]*fakeTask
 	next     int
+	// offlineUntil: the BMC restarts after its own update and answers
+	// nothing until then.
+	offlineUntil time.Time
 }
 
 type fakeTask struct {
@@ -45,6 +49,9 @@ type FakeFirmwareKnobs struct {
 	PurgeTasks bool
 	// StallTasks: tasks stay Running at 50% for ever.
 	StallTasks bool
+	// OfflineAfterBMCUpdate: after a BMC image is flashed, every command
+	// fails as unreachable for this long (the BMC restarts).
+	OfflineAfterBMCUpdate time.Duration
 }
 
 func newFakeFirmware() fakeFirmware {
@@ -138,6 +145,7 @@ func (s fakeSession) task(_ context.Context, uri string) (FirmwareTask, error) {
 				t.flashed = true
 				if t.component == ComponentBMC {
 					n.fw.versions[t.component] = t.version
+					n.fw.offlineUntil = time.Now().Add(n.fwKnobs.OfflineAfterBMCUpdate)
 				} else {
 					n.fw.staged[t.component] = t.version
 				}

@@ -44,7 +44,14 @@ func startBIOS(t *testing.T, hw string, cfgs ...Config) *biosEnv {
 // startBIOSOn is startBIOS on an existing store and fake BMC (a restart).
 func startBIOSOn(t *testing.T, hw string, cfg Config, st store.Store, f *bmc.Fake) *biosEnv {
 	t.Helper()
-	m := bmc.New(bmc.Config{Fake: f, MinInterval: -1, VerifyTimeout: 2 * time.Second, PollInterval: 5 * time.Millisecond})
+	return startBIOSOnWith(t, hw, cfg, st, f, bmc.RetryPolicy{})
+}
+
+// startBIOSOnWith is startBIOSOn with the BMC client's retry policy (zero:
+// its default).
+func startBIOSOnWith(t *testing.T, hw string, cfg Config, st store.Store, f *bmc.Fake, retry bmc.RetryPolicy) *biosEnv {
+	t.Helper()
+	m := bmc.New(bmc.Config{Fake: f, MinInterval: -1, VerifyTimeout: 2 * time.Second, PollInterval: 5 * time.Millisecond, Retry: retry})
 	note := func(ctx context.Context, node, sev, msg string) {
 		_ = st.AppendEvent(ctx, &store.Event{UUID: node + msg + time.Now().String(), NodeUUID: node, CreatedAt: time.Now(), Severity: sev, EventType: "bmc", Event: msg})
 	}

@@ -245,3 +245,39 @@ func keysOf(steps []protocol.Step) []string {
 	}
 	return out
 }
+
+// A BMC that stops answering after its own update (longer than the BMC
+// client's retries) is waited for; one away longer than OfflineTimeout
+// fails the step, saying so.
+func TestFirmwareUpdateWaitsForABMCThatRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		offline time.Duration
+		wantErr string
+	}{
+		{name: "back within the bound", offline: 600 * time.Millisecond},
+		{name: "away too long", offline: 10 * time.Second, wantErr: "the BMC has not answered for"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fwConfig()
+			cfg.Firmware.OfflineTimeout, cfg.Firmware.VerifyTimeout = 1500*time.Millisecond, 5*time.Second
+			st := openSQLite(t)
+			f := bmc.NewFake()
+			e := startBIOSOnWith(t, bmc.HardwareFake, cfg, st, f, bmc.RetryPolicy{Attempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, MaxElapsed: 50 * time.Millisecond})
+			id := e.node(t)
+			f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+			f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{OfflineAfterBMCUpdate: tc.offline})
+			require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+			if tc.wantErr == "" {
+				n := e.wait(t, id, state.Manageable)
+				require.Nil(t, n.LastError)
+				assert.Contains(t, history(t, e.st, id), "firmware of bmc updated: 1.0.0 → 2")
+				return
+			}
+			n := e.wait(t, id, state.CleanFailed)
+			require.NotNil(t, n.LastError)
+			assert.Contains(t, *n.LastError, tc.wantErr)
+			assert.Contains(t, *n.LastError, "during the update of bmc")
+		})
+	}
+}
