@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,9 +73,17 @@ func TestBootTFTPAlone(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo.efi"), 0o644))
 	msg, _ = exec.Command("tftp", "-m", "binary", "127.0.0.1", fmt.Sprint(port), "-c", "get", "fifo.efi", filepath.Join(t.TempDir(), "x")).CombinedOutput()
 	assert.Contains(t, string(msg), "not found")
-	res, err := http.Get(p.URL + "/metrics")
-	require.NoError(t, err)
-	defer res.Body.Close()
-	metrics, _ := io.ReadAll(res.Body)
-	assert.Contains(t, string(metrics), `anvil_boot_requests_dropped_total{reason="not_regular",service="tftp"} 1`)
+	// The server counts the refusal after it answered: under load the
+	// client may read the metrics first, so they are read until it shows.
+	var metrics string
+	assert.Eventually(t, func() bool {
+		res, err := http.Get(p.URL + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		metrics = string(b)
+		return strings.Contains(metrics, `anvil_boot_requests_dropped_total{reason="not_regular",service="tftp"} 1`)
+	}, 5*time.Second, 20*time.Millisecond, "metrics: %s", metrics)
 }
