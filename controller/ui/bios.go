@@ -84,7 +84,7 @@ func (h *Handler) bios(w http.ResponseWriter, r *http.Request) {
 	}
 	doc := biosDoc{NodeUUID: n.UUID, Settings: settings}
 	if len(settings) == 0 {
-		doc.Reason = emptyReason(n, "BIOS settings")
+		doc.Reason = emptyReason(n, true)
 	}
 	writeJSON(w, http.StatusOK, doc)
 }
@@ -102,22 +102,27 @@ func (h *Handler) firmware(w http.ResponseWriter, r *http.Request) {
 	}
 	doc := firmwareDoc{NodeUUID: n.UUID, Components: comps}
 	if len(comps) == 0 {
-		doc.Reason = emptyReason(n, "firmware versions")
+		doc.Reason = emptyReason(n, false)
 	}
 	writeJSON(w, http.StatusOK, doc)
 }
 
-// emptyReason says why a node has no cached BIOS settings or firmware
-// versions (what), most specific first.
-func emptyReason(n *cacheNode, what string) string {
+// emptyReason says why a node has no cached BIOS settings (bios) or
+// firmware versions, most specific first. no-bios turns off the BIOS
+// cache only: firmware versions are read whatever the bios interface.
+func emptyReason(n *cacheNode, bios bool) string {
+	what := "firmware versions"
+	if bios {
+		what = "BIOS settings"
+	}
 	switch {
 	case n.Driver == "ipmi":
 		return "no " + what + " cached: the ipmi driver has none (the redfish hardware type reads them from the BMC)"
-	case n.BIOSInterface == "no-bios":
+	case bios && n.BIOSInterface == "no-bios":
 		return "no " + what + " cached: the node's bios_interface is no-bios (set it to redfish to read them)"
 	case n.ProvisionState == "enroll":
 		return "no " + what + " cached: the node has not been managed yet (they are read when it becomes manageable)"
 	}
 	return "no " + what + " cached yet: they are read from the BMC when the node becomes manageable, after cleaning and " +
-		"after each BIOS step; a failed read is in the controller log"
+		"after each BIOS or firmware step; a failed read is in the controller log"
 }
