@@ -25,11 +25,12 @@ type cacheNode struct {
 	UUID           string `json:"uuid"`
 	Driver         string `json:"driver"`
 	BIOSInterface  string `json:"bios_interface"`
+	FirmwareIface  string `json:"firmware_interface"`
 	ProvisionState string `json:"provision_state"`
 }
 
 // cacheFields are the node fields cacheNode reads through the API.
-const cacheFields = "uuid,driver,bios_interface,provision_state"
+const cacheFields = "uuid,driver,bios_interface,firmware_interface,provision_state"
 
 // biosDoc is GET /ui/api/nodes/{node}/bios: the cached settings, each with
 // Ironic's fields (1.74's registry fields included) and pending_value; and
@@ -109,7 +110,7 @@ func (h *Handler) firmware(w http.ResponseWriter, r *http.Request) {
 
 // emptyReason says why a node has no cached BIOS settings (bios) or
 // firmware versions, most specific first. no-bios turns off the BIOS
-// cache only: firmware versions are read whatever the bios interface.
+// cache only, no-firmware the firmware cache only.
 func emptyReason(n *cacheNode, bios bool) string {
 	what := "firmware versions"
 	if bios {
@@ -120,6 +121,8 @@ func emptyReason(n *cacheNode, bios bool) string {
 		return "no " + what + " cached: the ipmi driver has none (the redfish hardware type reads them from the BMC)"
 	case bios && n.BIOSInterface == "no-bios":
 		return "no " + what + " cached: the node's bios_interface is no-bios (set it to redfish to read them)"
+	case !bios && n.FirmwareIface == "no-firmware":
+		return "no " + what + " cached: the node's firmware_interface is no-firmware (set it to redfish to read them)"
 	case n.ProvisionState == "enroll":
 		return "no " + what + " cached: the node has not been managed yet (they are read when it becomes manageable)"
 	}

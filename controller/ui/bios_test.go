@@ -83,26 +83,34 @@ func TestEmptyBIOSCacheSaysWhy(t *testing.T) {
 		{"ipmi", func(n *store.Node) { n.Driver = "ipmi" }, "manageable", "the ipmi driver has none (the redfish hardware type reads them from the BMC)"},
 		{"no-bios", func(n *store.Node) { n.Driver, n.Interfaces.BIOS = "redfish", "no-bios" }, "manageable",
 			"the node's bios_interface is no-bios (set it to redfish to read them)"},
+		{"no-firmware", func(n *store.Node) { n.Driver, n.Interfaces.Firmware = "redfish", "no-firmware" }, "manageable",
+			"the node's firmware_interface is no-firmware (set it to redfish to read them)"},
 		{"enrolled", func(n *store.Node) { n.Driver = "redfish" }, "enroll", "the node has not been managed yet (they are read when it becomes manageable)"},
 		{"unread", func(n *store.Node) { n.Driver = "redfish" }, "manageable", "yet: they are read from the BMC when the node becomes manageable, after cleaning"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.node, func(t *testing.T) {
 			e.addNode(t, tt.node, tt.state, tt.mutate)
+			// no-bios turns off the BIOS cache only, no-firmware the firmware cache only
+			const notOff = "cached yet: they are read from the BMC"
 			code, m := e.get(t, "/ui/api/nodes/"+tt.node+"/bios")
 			require.Equal(t, 200, code, m)
 			assert.Equal(t, []any{}, m["bios"])
 			assert.Contains(t, m["reason"], "no BIOS settings cached")
-			assert.Contains(t, m["reason"], tt.want)
+			if tt.node == "no-firmware" {
+				assert.Contains(t, m["reason"], notOff)
+			} else {
+				assert.Contains(t, m["reason"], tt.want)
+			}
 			code, m = e.get(t, "/ui/api/nodes/"+tt.node+"/firmware")
 			require.Equal(t, 200, code, m)
 			assert.Equal(t, []any{}, m["firmware"])
 			assert.Contains(t, m["reason"], "no firmware versions cached")
-			if tt.node == "no-bios" { // firmware is read whatever the bios interface
-				assert.Contains(t, m["reason"], "no firmware versions cached yet: they are read from the BMC")
-				return
+			if tt.node == "no-bios" {
+				assert.Contains(t, m["reason"], notOff)
+			} else {
+				assert.Contains(t, m["reason"], tt.want)
 			}
-			assert.Contains(t, m["reason"], tt.want)
 		})
 	}
 }

@@ -278,7 +278,7 @@ export function nodePage(main, ident) {
     }
     // The BIOS and firmware caches change with the node's state (manage,
     // cleaning, a BIOS step), so they are read again only then.
-    const biosKey = [n.provision_state, n.provision_updated_at, n.bios_interface].join('|');
+    const biosKey = [n.provision_state, n.provision_updated_at, n.bios_interface, n.firmware_interface].join('|');
     if (biosKey !== cacheKey) {
       cacheKey = biosKey;
       bios.load(n.uuid);
