@@ -5,6 +5,8 @@
 //	anvil node steps NODE                the cached clean steps, their age and fingerprint
 //	anvil node events NODE               the node's history
 //	anvil node step-results NODE         each step run's outcome and per-device result, newest first
+//	anvil node bios NODE                 the cached BIOS settings, pending values too
+//	anvil node firmware NODE             the firmware versions per component
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
 //	anvil erase-records NODE [--format json|text]   the node's signed sanitization records
@@ -63,6 +65,8 @@ commands:
   events NODE                     the node's history
   step-results NODE [--limit N] [--json]
                                   each step run's outcome and per-device result, newest first
+  bios NODE [--json]              the BIOS settings cached from the BMC, pending values too
+  firmware NODE [--json]          the firmware versions per component (API 1.86)
   manage|provide|inspect|deploy|undeploy|abort NODE [--wait] [--timeout D]
                                   move the node on; --wait shows progress until it rests
   clean NODE --steps FILE|- [--wait] [--timeout D]
@@ -132,6 +136,10 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 		return list(ctx, dial, rest, out)
 	case "step-results":
 		return stepResults(ctx, dial, rest, out)
+	case "bios":
+		return biosCmd(ctx, dial, rest, out)
+	case "firmware":
+		return firmwareCmd(ctx, dial, rest, out)
 	case "show", "steps", "events":
 		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 		pos, err := cli.Parse(fs, nodeReadUsage(cmd), rest, "NODE")

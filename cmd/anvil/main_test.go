@@ -106,6 +106,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{args: []string{"node", "steps", "-help"}, stdout: "usage: anvil node steps NODE"},
 		{args: []string{"node", "events", "--help"}, stdout: "usage: anvil node events NODE"},
 		{args: []string{"node", "step-results", "--help"}, stdout: "usage: anvil node step-results NODE [--limit N] [--json]"},
+		{args: []string{"node", "bios", "--help"}, stdout: "usage: anvil node bios NODE [--json]"},
+		{args: []string{"node", "firmware", "-h"}, stdout: "usage: anvil node firmware NODE [--json]"},
+		{args: []string{"node", "help"}, stdout: "bios NODE [--json]"},
 		{args: []string{"node", "manage", "--help"}, stdout: "rests in manageable"},
 		{args: []string{"node", "clean", "-h"}, stdout: "  -steps string"},
 		{args: []string{"node", "abort", "--help"}, stdout: "usage: anvil node abort NODE [--wait]"},
@@ -128,6 +131,10 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{args: []string{"node", "manage", "--steps", "f", "n1"}, code: 2, stderr: "flag provided but not defined: -steps"},
 		{args: []string{"node", "clean", "n1"}, code: 2, stderr: "anvil: clean needs --steps FILE|-"},
 		{args: []string{"node", "step-results", "--json"}, code: 2, stderr: "anvil: missing NODE"},
+		{args: []string{"node", "bios"}, code: 2, stderr: "anvil: missing NODE\n\nusage: anvil node bios NODE"},
+		{args: []string{"node", "bios", "n1", "n2"}, code: 2, stderr: `unexpected argument "n2"`},
+		{args: []string{"node", "firmware", "n1", "--wait"}, code: 2, stderr: "flag provided but not defined: -wait"},
+		{args: []string{"node", "firmware", "--json"}, code: 2, stderr: "anvil: missing NODE\n\nusage: anvil node firmware NODE"},
 		{args: []string{"erase-records"}, code: 2, stderr: "anvil: missing NODE\n\nusage: anvil erase-records NODE"},
 		{args: []string{"erase-records", "--bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 		{args: []string{"erase-records", "n1", "--format", "docx"}, code: 2, stderr: `--format "docx": want json, text or pdf`},
@@ -137,6 +144,8 @@ func TestHelpAndUsageErrors(t *testing.T) {
 
 		// Parsed well, the commands connect: here to the missing CA file.
 		{args: []string{"node", "show", "n1"}, code: 1, stderr: "anvil: CA file: open /nonexistent/ca.pem"},
+		{args: []string{"node", "bios", "n1"}, code: 1, stderr: "anvil: CA file"},
+		{args: []string{"node", "firmware", "n1", "--json"}, code: 1, stderr: "anvil: CA file"},
 		{args: []string{"erase-records", "n1", "--format", "text"}, code: 1, stderr: "anvil: CA file"},
 	}
 	for _, tt := range tests {

@@ -49,8 +49,14 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
 
-// Do sends a request; in and out are JSON (either may be nil).
+// Do sends a request at Version; in and out are JSON (either may be nil).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	return c.DoVersion(ctx, Version, method, path, in, out)
+}
+
+// DoVersion is Do at another microversion (version "1.86"), for the
+// resources newer than Version.
+func (c *Client) DoVersion(ctx context.Context, version, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -63,7 +69,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-OpenStack-Ironic-API-Version", Version)
+	req.Header.Set("X-OpenStack-Ironic-API-Version", version)
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")

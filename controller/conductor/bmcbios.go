@@ -80,11 +80,18 @@ func (d *BMCDriver) BIOSSettings(ctx context.Context, n *store.Node) ([]store.BI
 // biosToStore maps the BMC's values and registry to Ironic's BIOS
 // settings: values as strings (Python's str() of what Redfish sent, as
 // Ironic's StringField stores them), the registry's fields where it has
-// the attribute.
+// the attribute, and the pending value where one differs.
 func biosToStore(b bmc.BIOS) []store.BIOSSetting {
 	out := make([]store.BIOSSetting, 0, len(b.Current))
 	for _, name := range slices.Sorted(maps.Keys(b.Current)) {
 		s := store.BIOSSetting{Name: name, Value: biosString(b.Current[name])}
+		// BMCs list in Bios/Settings only what changes (iDRAC) or every
+		// attribute (HPE): a pending value is one that differs.
+		if v, ok := b.Pending[name]; ok {
+			if p := biosString(v); p != s.Value {
+				s.PendingValue = &p
+			}
+		}
 		if b.Registry != nil {
 			if a, ok := b.Registry.Attributes[name]; ok {
 				s.AttributeType = a.Type

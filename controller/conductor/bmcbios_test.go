@@ -438,3 +438,35 @@ func TestBIOSDeployStepSettingsRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(state.Available), n.ProvisionState)
 }
+
+// TestBIOSToStorePendingValues: a pending value is kept beside the
+// current one only where it differs, whether the BMC lists only the
+// changes in Bios/Settings or every attribute.
+func TestBIOSToStorePendingValues(t *testing.T) {
+	cur := map[string]any{"ProcVirtualization": "Enabled", "PxeDev1VlanId": int64(0), "QuietBoot": false, "AdminPassword": nil}
+	tests := []struct {
+		name    string
+		pending map[string]any
+		want    map[string]string
+	}{
+		{"none", nil, map[string]string{}},
+		{"changes only", map[string]any{"ProcVirtualization": "Disabled", "PxeDev1VlanId": float64(100)},
+			map[string]string{"ProcVirtualization": "Disabled", "PxeDev1VlanId": "100"}},
+		{"every attribute", map[string]any{"ProcVirtualization": "Enabled", "PxeDev1VlanId": int64(0), "QuietBoot": true, "AdminPassword": nil},
+			map[string]string{"QuietBoot": "True"}},
+		{"an attribute the BMC does not report as current", map[string]any{"Unknown": "x"}, map[string]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[string]string{}
+			settings := biosToStore(bmc.BIOS{Current: cur, Pending: tt.pending})
+			require.Len(t, settings, len(cur))
+			for _, s := range settings {
+				if s.PendingValue != nil {
+					got[s.Name] = *s.PendingValue
+				}
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

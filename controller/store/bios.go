@@ -22,6 +22,11 @@ type BIOSSetting struct {
 	ReadOnly        *bool    `json:"read_only,omitempty"`
 	ResetRequired   *bool    `json:"reset_required,omitempty"`
 	Unique          *bool    `json:"unique,omitempty"`
+	// PendingValue is the value set on the BMC but not yet applied (Redfish
+	// Bios/Settings; a boot applies it), nil when none differs from Value.
+	// It is anvil's: Ironic keeps no pending values, so its API does not
+	// show it; the dashboard and "anvil node bios" do.
+	PendingValue *string `json:"pending_value,omitempty"`
 	// CreatedAt is when the setting was first reported; UpdatedAt when
 	// its value last changed (nil: never since).
 	CreatedAt time.Time  `json:"created_at"`
@@ -50,10 +55,10 @@ type BIOSSettings interface {
 	// ReplaceBIOSSettings makes settings the node's whole set, in one
 	// transaction: names not in it go. A name already stored keeps its
 	// created_at, and its updated_at moves to now only if its value
-	// changed (its registry fields are the new report's either way); a
-	// new name gets the CreatedAt and UpdatedAt it is given, now when
-	// CreatedAt is zero (an import passes the exported times). Names must
-	// be non-empty and unique.
+	// changed (its registry fields and pending value are the new report's
+	// either way); a new name gets the CreatedAt and UpdatedAt it is
+	// given, now when CreatedAt is zero (an import passes the exported
+	// times). Names must be non-empty and unique.
 	ReplaceBIOSSettings(ctx context.Context, nodeUUID string, settings []BIOSSetting) error
 	// ListBIOSSettings lists the node's settings by name.
 	ListBIOSSettings(ctx context.Context, nodeUUID string) ([]BIOSSetting, error)

@@ -2,8 +2,9 @@
 // in the binary (plain HTML, CSS and JavaScript, nothing fetched from
 // elsewhere) that drive the Ironic API of the same controller, plus the
 // few read-only endpoints the API lacks: fleet counts per state, a compact
-// fleet page, a node with its running step worked out, and one server-sent
-// event stream per open page.
+// fleet page, a node with its running step worked out, a node's cached BIOS
+// settings (with the BMC's pending values) and firmware versions, and one
+// server-sent event stream per open page.
 package ui
 
 import (
@@ -38,6 +39,9 @@ type Config struct {
 	API    http.Handler
 	Counts Counter
 	Auth   Authenticator // nil = noauth
+	// BIOS is the cache of the nodes' BIOS settings and firmware versions
+	// (the store); nil: the node page has neither.
+	BIOS   BIOSCache
 	Logger *slog.Logger
 }
 
@@ -45,6 +49,7 @@ type Config struct {
 type Handler struct {
 	api    http.Handler
 	counts Counter
+	cache  BIOSCache
 	auth   Authenticator
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -57,7 +62,7 @@ type Handler struct {
 
 // New builds the dashboard handler.
 func New(cfg Config) *Handler {
-	h := &Handler{api: cfg.API, counts: cfg.Counts, auth: cfg.Auth, log: cfg.Logger, done: make(chan struct{})}
+	h := &Handler{api: cfg.API, counts: cfg.Counts, cache: cfg.BIOS, auth: cfg.Auth, log: cfg.Logger, done: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -70,6 +75,8 @@ func New(cfg Config) *Handler {
 	m.HandleFunc("GET /ui/api/counts", h.countsHandler)
 	m.HandleFunc("GET /ui/api/fleet", h.fleet)
 	m.HandleFunc("GET /ui/api/nodes/{node}", h.node)
+	m.HandleFunc("GET /ui/api/nodes/{node}/bios", h.bios)
+	m.HandleFunc("GET /ui/api/nodes/{node}/firmware", h.firmware)
 	m.HandleFunc("GET /ui/api/watch", h.watch)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "The resource could not be found.")

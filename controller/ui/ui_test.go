@@ -42,7 +42,7 @@ func newEnv(t testing.TB, path string, auth Authenticator) *env {
 		apiAuth = auth
 	}
 	srv := api.New(api.Config{Store: st, Conductor: cond, Auth: apiAuth})
-	h := New(Config{API: srv, Counts: st, Auth: auth})
+	h := New(Config{API: srv, Counts: st, BIOS: st, Auth: auth})
 	root := http.NewServeMux()
 	root.Handle("/ui", h)
 	root.Handle("/ui/", h)
@@ -283,7 +283,7 @@ func TestIndexHeadersAndStaticFiles(t *testing.T) {
 	assert.True(t, validToken(token.Value))
 
 	for path, ctype := range map[string]string{"/ui/static/app.css": "text/css", "/ui/static/js/app.js": "javascript",
-		"/ui/static/js/node.js": "javascript", "/ui/static/js/fleet.js": "javascript", "/ui/static/js/lib.js": "javascript"} {
+		"/ui/static/js/node.js": "javascript", "/ui/static/js/fleet.js": "javascript", "/ui/static/js/lib.js": "javascript", "/ui/static/js/bios.js": "javascript"} {
 		res, err := e.srv.Client().Get(e.srv.URL + path)
 		require.NoError(t, err)
 		res.Body.Close()
@@ -307,7 +307,9 @@ func (a staticAuth) Authenticate(r *http.Request) bool {
 
 func TestDashboardNeedsTheAPIsCredentials(t *testing.T) {
 	e := newEnv(t, ":memory:", staticAuth{"op", "pw"})
-	for _, path := range []string{"/ui/", "/ui/static/js/app.js", "/ui/api/counts", "/ui/api/fleet", "/ui/api/watch?path=/ui/api/counts"} {
+	n := e.addNode(t, "secret-bios", "manageable", nil)
+	for _, path := range []string{"/ui/", "/ui/static/js/app.js", "/ui/api/counts", "/ui/api/fleet", "/ui/api/watch?path=/ui/api/counts",
+		"/ui/api/nodes/" + n.UUID + "/bios", "/ui/api/nodes/" + n.UUID + "/firmware"} {
 		res, err := e.srv.Client().Get(e.srv.URL + path)
 		require.NoError(t, err)
 		res.Body.Close()

@@ -1,7 +1,8 @@
 // The node page: state, running step with live progress, actions, details
-// (properties, BMC, inventory, cached steps), the last cleaning's results
-// per device, and the event history.
+// (properties, BMC, inventory, cached steps, firmware), the last cleaning's
+// results per device, the BIOS settings, and the event history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
+import { biosSection, firmwareSection } from './bios.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -36,6 +37,7 @@ export function nodePage(main, ident) {
   let stop = () => {};
   let inventoryKey = null;
   let stepsKey = null;
+  let cacheKey = null;
   let cleanSteps = [];
   let renderedActions = '';
 
@@ -53,6 +55,8 @@ export function nodePage(main, ident) {
   const steps = el('div', { id: 'steps' });
   const lastClean = el('div', { id: 'last-clean' });
   const history = el('div', { id: 'history' });
+  const bios = biosSection();
+  const firmware = firmwareSection();
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
@@ -66,7 +70,9 @@ export function nodePage(main, ident) {
       section('bmc-h', 'BMC and instance', bmc),
       section('inv-h', 'Inventory', inventory),
       section('steps-h', 'Cached steps', steps),
-      section('clean-h', 'Last cleaning', lastClean)),
+      section('clean-h', 'Last cleaning', lastClean),
+      firmware.element),
+    bios.element,
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -269,6 +275,14 @@ export function nodePage(main, ident) {
     if (key !== stepsKey) {
       stepsKey = key;
       loadSteps(n, cache);
+    }
+    // The BIOS and firmware caches change with the node's state (manage,
+    // cleaning, a BIOS step), so they are read again only then.
+    const biosKey = [n.provision_state, n.provision_updated_at, n.bios_interface, n.firmware_interface].join('|');
+    if (biosKey !== cacheKey) {
+      cacheKey = biosKey;
+      bios.load(n.uuid);
+      firmware.load(n.uuid);
     }
     const invKey = n.inspection_finished_at || 'none';
     if (invKey !== inventoryKey) {
