@@ -132,6 +132,7 @@ func (c *firmwareFlow) begin(ctx context.Context, n *store.Node, d Driver, fd fi
 		return StepDone, fmt.Errorf("reading the power state before the update: %w", err)
 	}
 	fu := &store.FirmwareUpdate{Step: step.Key(), Index: idx, PowerWasOn: ps == PowerOn}
+	now := c.now()
 	var plan []string
 	for _, s := range settings {
 		before, found := have[s.Component]
@@ -140,6 +141,9 @@ func (c *firmwareFlow) begin(ctx context.Context, n *store.Node, d Driver, fd fi
 		}
 		fu.Items = append(fu.Items, store.FirmwareItem{Component: s.Component, URL: s.URL, Version: s.Version, Wait: s.Wait,
 			Before: before, Phase: store.FirmwarePending})
+		if len(fu.Items) == 1 {
+			fu.Items[0].Since = now
+		}
 		plan = append(plan, fmt.Sprintf("%s %s → %s", s.Component, before, orAny(s.Version)))
 	}
 	ev := c.newEvent(n.UUID, "INFO", "firmware", "firmware update planned, one component at a time: "+strings.Join(plan, ", "))
@@ -197,7 +201,7 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 	fu := n.Operation.Firmware
 	ph, ok := phaseOf(n)
 	fd := firmwareOf(n, d)
-	if !ok || n.ProvisionState != string(ph.wait) || fd == nil || *ph.plan(&n.Operation) == nil ||
+	if !ok || n.ProvisionState != string(ph.wait) || *ph.plan(&n.Operation) == nil ||
 		(*ph.plan(&n.Operation)).Index != fu.Index || protocol.NodeStepKey(n.CleanStep, n.DeployStep) != fu.Step {
 		// Not this step's record (it should have gone with its step).
 		_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
@@ -205,6 +209,9 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 			return nil
 		})
 		return true, err
+	}
+	if fd == nil {
+		return true, c.fail(ctx, n, d, fmt.Errorf("the node's firmware interface is off (firmware_interface %q) while its update runs", n.Interfaces.Firmware))
 	}
 	if fu.Current >= len(fu.Items) {
 		return true, c.finish(ctx, n, d, fd)
@@ -233,6 +240,11 @@ func (c *firmwareFlow) save(ctx context.Context, n *store.Node, it store.Firmwar
 		cur.Items[cur.Current] = it
 		if next {
 			cur.Current++
+			if cur.Current < len(cur.Items) {
+				// the next component's clock starts now: a BMC that
+				// does not answer its request is timed from here
+				cur.Items[cur.Current].Since = c.now()
+			}
 		}
 		return events, nil
 	})
@@ -245,16 +257,19 @@ func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDr
 	if err != nil {
 		return c.offline(ctx, n, it, fmt.Errorf("reading the firmware inventory: %w", err))
 	}
-	target := bmc.FirmwareComponent{Component: it.Component}
-	for _, cp := range comps {
-		if cp.Component == it.Component {
-			target = cp
+	var target *bmc.FirmwareComponent
+	for i := range comps {
+		if comps[i].Component == it.Component {
+			target = &comps[i]
 		}
 	}
-	if !target.Updateable {
+	switch {
+	case target == nil:
+		return c.failByID(ctx, n, fmt.Errorf("the BMC no longer reports component %s (it has %s)", it.Component, componentNames(comps)))
+	case !target.Updateable:
 		return c.failByID(ctx, n, fmt.Errorf("the BMC says component %s is not updateable", it.Component))
 	}
-	task, err := fd.StartFirmwareUpdate(ctx, n, target, it.URL)
+	task, err := fd.StartFirmwareUpdate(ctx, n, *target, it.URL)
 	if err != nil {
 		if retryableBMC(err) {
 			return c.offline(ctx, n, it, err)
