@@ -78,9 +78,9 @@ func (d *BMCDriver) BIOSSettings(ctx context.Context, n *store.Node) ([]store.BI
 }
 
 // biosToStore maps the BMC's values and registry to Ironic's BIOS
-// settings: values as strings (Python's str() of what Redfish sent, as
-// Ironic's StringField stores them), the registry's fields where it has
-// the attribute.
+// settings: values as strings (what Ironic's string column holds after
+// it stored Redfish's value, see biosString), the registry's fields where
+// it has the attribute.
 func biosToStore(b bmc.BIOS) []store.BIOSSetting {
 	out := make([]store.BIOSSetting, 0, len(b.Current))
 	for _, name := range slices.Sorted(maps.Keys(b.Current)) {
@@ -108,8 +108,11 @@ func intPtr(p *int64) *int {
 	return &v
 }
 
-// biosString is Python's str() of a JSON value: True/False, integers
-// without a fraction; a null (a password) is empty.
+// biosString is what Ironic shows for a Redfish value: its string column
+// as SQLite or MySQL give it back, so a boolean is "1" or "0" (not
+// Python's True: Ironic 21.4 against the same BMC shows "1", see
+// cmd/anvil-controller/compat_bios_test.go), integers without a fraction;
+// a null (a password) is empty.
 func biosString(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -118,9 +121,9 @@ func biosString(v any) string {
 		return x
 	case bool:
 		if x {
-			return "True"
+			return "1"
 		}
-		return "False"
+		return "0"
 	case int64:
 		return strconv.FormatInt(x, 10)
 	case float64:

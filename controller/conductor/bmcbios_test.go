@@ -147,7 +147,7 @@ func TestBIOSApplyConfiguration(t *testing.T) {
 	cache := biosValues(t, e.st, id)
 	assert.Equal(t, "Disabled", cache["ProcVirtualization"], "cache refreshed")
 	assert.Equal(t, "100", cache["PxeDev1VlanId"])
-	assert.Equal(t, "True", cache["QuietBoot"], "Python's str(), as Ironic stores values")
+	assert.Equal(t, "1", cache["QuietBoot"], "as Ironic shows a boolean it stored")
 	list, err := e.st.ListBIOSSettings(context.Background(), id)
 	require.NoError(t, err)
 	for _, s := range list {
@@ -358,7 +358,7 @@ func TestRedfishBIOSStepsAgainstVBMC(t *testing.T) {
 	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "manage"}))
 	e.wait(t, n.UUID, state.Manageable)
 	assert.Equal(t, "Uefi", biosValues(t, st, n.UUID)["BootMode"], "cached on manage")
-	assert.Equal(t, "True", biosValues(t, st, n.UUID)["WakeOnLan"])
+	assert.Equal(t, "1", biosValues(t, st, n.UUID)["WakeOnLan"])
 
 	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "clean", CleanSteps: []protocol.Step{
 		applyStep([2]any{"BootMode", "Bios"}, [2]any{"PowerCycleDelaySecs", "45"}, [2]any{"AssetTag", "rack-7"})}}))
