@@ -81,7 +81,7 @@ func TestCompatBIOSAgainstIronic(t *testing.T) {
 	hs := httptest.NewServer(bmcSrv.Handler())
 	defer hs.Close()
 
-	p := startController(t, "--database", "sqlite://"+filepath.Join(t.TempDir(), "anvil.db"), "--bmc-min-interval", "0s")
+	p := startController(t, "--database", "sqlite://"+filepath.Join(t.TempDir(), "anvil.db"))
 	pythonPath := sushyWithRegistries(t)
 	ir, err := ironicserver.Start(t.TempDir(), ironicserver.Options{Extra: ironicRedfishConf,
 		Command: func(ctx context.Context, name string, args ...string) *exec.Cmd {
