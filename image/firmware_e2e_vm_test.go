@@ -88,7 +88,7 @@ func TestVME2EBIOSAndFirmware(t *testing.T) {
 		t.Fatalf("manual cleaning: last_error %v", n["last_error"])
 	}
 	step("manual cleaning done: BIOS applied, BMC flashed, metadata erased")
-	for name, want := range map[string]string{"ProcVirtualization": "Disabled", "PxeDev1VlanId": "100", "WakeOnLan": "False"} {
+	for name, want := range map[string]string{"ProcVirtualization": "Disabled", "PxeDev1VlanId": "100", "WakeOnLan": "0"} {
 		if got := biosValue(t, c, name); got != want {
 			t.Errorf("GET /bios: %s = %q, want %q", name, got, want)
 		}

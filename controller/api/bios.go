@@ -61,6 +61,9 @@ func biosView(base, nodeIdent string, b *store.BIOSSetting, fields []string) map
 			out[f] = b.Name
 		case "value":
 			out[f] = b.Value
+			if b.Value == "" && b.AttributeType == "Password" {
+				out[f] = nil // Redfish reads passwords as null, and Ironic keeps the null
+			}
 		case "attribute_type":
 			out[f] = nil
 			if b.AttributeType != "" {

@@ -241,3 +241,28 @@ func FuzzBIOSQuery(f *testing.F) {
 		require.NoError(t, err)
 	})
 }
+
+// TestBIOSPasswordValueNull: Redfish reads a password as null and Ironic
+// keeps the null (compat_bios_test.go compares the two against one BMC);
+// an empty string of another type stays "".
+func TestBIOSPasswordValueNull(t *testing.T) {
+	e := newEnv(t)
+	id := e.createNode("b1", nil)["uuid"].(string)
+	require.NoError(t, e.st.ReplaceBIOSSettings(context.Background(), id, []store.BIOSSetting{
+		{Name: "SetupPassword", Value: "", AttributeType: "Password"},
+		{Name: "AssetTag", Value: "", AttributeType: "String"},
+	}))
+	for _, v := range []string{"1.40", latest} {
+		r := e.do("GET", "/v1/nodes/b1/bios", v, nil)
+		require.Equal(t, http.StatusOK, r.status, string(r.body))
+		var body struct {
+			BIOS []map[string]any `json:"bios"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &body))
+		require.Len(t, body.BIOS, 2)
+		assert.Equal(t, "AssetTag", body.BIOS[0]["name"])
+		assert.Equal(t, "", body.BIOS[0]["value"], v)
+		assert.Contains(t, body.BIOS[1], "value")
+		assert.Nil(t, body.BIOS[1]["value"], v)
+	}
+}

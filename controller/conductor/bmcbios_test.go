@@ -163,7 +163,7 @@ func TestBIOSApplyConfiguration(t *testing.T) {
 	cache := biosValues(t, e.st, id)
 	assert.Equal(t, "Disabled", cache["ProcVirtualization"], "cache refreshed")
 	assert.Equal(t, "100", cache["PxeDev1VlanId"])
-	assert.Equal(t, "True", cache["QuietBoot"], "Python's str(), as Ironic stores values")
+	assert.Equal(t, "1", cache["QuietBoot"], "as Ironic shows a boolean it stored")
 	list, err := e.st.ListBIOSSettings(context.Background(), id)
 	require.NoError(t, err)
 	for _, s := range list {
@@ -395,7 +395,7 @@ func TestRedfishBIOSStepsAgainstVBMC(t *testing.T) {
 	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "manage"}))
 	e.wait(t, n.UUID, state.Manageable)
 	assert.Equal(t, "Uefi", biosValues(t, st, n.UUID)["BootMode"], "cached on manage")
-	assert.Equal(t, "True", biosValues(t, st, n.UUID)["WakeOnLan"])
+	assert.Equal(t, "1", biosValues(t, st, n.UUID)["WakeOnLan"])
 
 	require.NoError(t, e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "clean", CleanSteps: []protocol.Step{
 		applyStep([2]any{"BootMode", "Bios"}, [2]any{"PowerCycleDelaySecs", "45"}, [2]any{"AssetTag", "rack-7"})}}))
@@ -453,7 +453,7 @@ func TestBIOSToStorePendingValues(t *testing.T) {
 		{"changes only", map[string]any{"ProcVirtualization": "Disabled", "PxeDev1VlanId": float64(100)},
 			map[string]string{"ProcVirtualization": "Disabled", "PxeDev1VlanId": "100"}},
 		{"every attribute", map[string]any{"ProcVirtualization": "Enabled", "PxeDev1VlanId": int64(0), "QuietBoot": true, "AdminPassword": nil},
-			map[string]string{"QuietBoot": "True"}},
+			map[string]string{"QuietBoot": "1"}},
 		{"an attribute the BMC does not report as current", map[string]any{"Unknown": "x"}, map[string]string{}},
 	}
 	for _, tt := range tests {
