@@ -78,11 +78,16 @@ type RetryPolicy struct {
 type Config struct {
 	// Logger receives structured logs (never credentials). Default: discard.
 	Logger *slog.Logger
-	// MinInterval is the minimum time between the end of one command to a
-	// BMC and the start of the next. Default 1 s; negative means none.
-	// (Ironic's [ipmi]min_command_interval is 5 s: small BMCs crash when
-	// hammered.)
+	// MinInterval is the minimum time between the end of one command to an
+	// IPMI (or fake) BMC and the start of the next. Default 1 s; negative
+	// means none. (Ironic's [ipmi]min_command_interval is 5 s: small BMCs
+	// crash when hammered.)
 	MinInterval time.Duration
+	// RedfishMinInterval is the same for Redfish BMCs. Default none, as
+	// Ironic's redfish driver: a Redfish BMC that is busy answers 503,
+	// which is retried, and spacing its many small requests (a BIOS
+	// apply makes about a hundred) cost tens of seconds per step.
+	RedfishMinInterval time.Duration
 	// ConnectTimeout bounds opening a session (one ipmitool call, or the
 	// Redfish service root plus login) and each later command. Default 10 s.
 	ConnectTimeout time.Duration
@@ -113,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MinInterval < 0 {
 		c.MinInterval = 0
+	}
+	if c.RedfishMinInterval < 0 {
+		c.RedfishMinInterval = 0
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 10 * time.Second
@@ -348,6 +356,14 @@ func (m *Manager) lockFor(key string) *bmcLock {
 	return l
 }
 
+// minInterval is the spacing of commands to this operation's BMC.
+func (op *operation) minInterval() time.Duration {
+	if op.t.HardwareType == HardwareRedfish {
+		return op.m.cfg.RedfishMinInterval
+	}
+	return op.m.cfg.MinInterval
+}
+
 // pace waits until MinInterval has passed since the previous command to
 // this BMC.
 func (op *operation) pace(ctx context.Context, gap time.Duration) error {
@@ -378,7 +394,7 @@ func (op *operation) closeSession(ctx context.Context) {
 // are paced by MinInterval (gap may ask for more, for polls).
 func (op *operation) call(ctx context.Context, gap time.Duration, fn func(context.Context, session) error) error {
 	if op.sess == nil {
-		if err := op.pace(ctx, op.m.cfg.MinInterval); err != nil {
+		if err := op.pace(ctx, op.minInterval()); err != nil {
 			return err
 		}
 		octx, cancel := context.WithTimeout(ctx, op.m.cfg.ConnectTimeout)
@@ -407,7 +423,7 @@ func (op *operation) call(ctx context.Context, gap time.Duration, fn func(contex
 // return at once; busy and unreachable ones are retried on a fresh session
 // with jittered exponential backoff, bounded by attempts and elapsed time.
 func (op *operation) retry(ctx context.Context, what string, fn func(context.Context, session) error) error {
-	return op.retryGap(ctx, what, op.m.cfg.MinInterval, fn)
+	return op.retryGap(ctx, what, op.minInterval(), fn)
 }
 
 func (op *operation) retryGap(ctx context.Context, what string, gap time.Duration, fn func(context.Context, session) error) error {
@@ -463,10 +479,10 @@ func (op *operation) send(ctx context.Context, p primitive) error {
 func (op *operation) waitPower(ctx context.Context, want PowerState, timeout time.Duration) error {
 	// The first read-back comes as soon as pacing allows (many BMCs apply
 	// power changes at once); later ones every PollInterval.
-	gap := op.m.cfg.MinInterval
+	gap := op.minInterval()
 	return op.poll(ctx, timeout, func(ctx context.Context) (bool, string, error) {
 		var st PowerState
-		defer func() { gap = max(op.m.cfg.PollInterval, op.m.cfg.MinInterval) }()
+		defer func() { gap = max(op.m.cfg.PollInterval, op.minInterval()) }()
 		err := op.retryGap(ctx, "get_power_state", gap, func(ctx context.Context, s session) error {
 			var err error
 			st, err = s.powerState(ctx)

@@ -51,8 +51,9 @@ type Config struct {
 	// VMediaDir keeps the per-node ISOs of redfish-virtual-media boots
 	// and the secrets of their URLs (default: vmedia/ in the data
 	// directory; without one a temporary directory, removed at exit).
-	VMediaDir      string
-	BMCMinInterval time.Duration // minimum spacing of commands to one BMC
+	VMediaDir          string
+	BMCMinInterval     time.Duration // minimum spacing of commands to one IPMI BMC
+	RedfishMinInterval time.Duration // the same for Redfish BMCs (0: none)
 	// Boot is the network-boot service (DHCP, TFTP); off unless set.
 	// BootDir, the public URL and the API port are filled in by Run.
 	Boot boot.Config
@@ -233,7 +234,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer apiStore.Close()
 	}
-	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval})
+	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval, RedfishMinInterval: cfg.RedfishMinInterval})
 	// note records what the BMC did (which provider answered) in the node's
 	// history.
 	note := recorder(st, log, cc.Host, "bmc")

@@ -19,7 +19,7 @@ type options struct {
 	insecure                                         bool
 	bootDir, vmediaDir, dataDir, config, firmwareDir string
 	simulate                                         bool
-	simStep, bmcGap                                  time.Duration
+	simStep, bmcGap, redfishGap                      time.Duration
 	prio, logLevel, logFormat                        string
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
@@ -50,7 +50,8 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.BoolVar(&o.simulate, "simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 	fs.DurationVar(&o.simStep, "simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
 	fs.StringVar(&o.prio, "clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
-	fs.DurationVar(&o.bmcGap, "bmc-min-interval", 1e9, "minimum time between two commands to the same BMC (small BMCs fail when hammered)")
+	fs.DurationVar(&o.bmcGap, "bmc-min-interval", 1e9, "minimum time between two commands to the same IPMI BMC (small BMCs fail when hammered)")
+	fs.DurationVar(&o.redfishGap, "redfish-min-interval", 0, "minimum time between two requests to the same Redfish BMC (0: none, as Ironic; busy answers are retried)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.config, "config", "", "config file of 'flag-name: value' lines")

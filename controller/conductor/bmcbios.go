@@ -24,10 +24,14 @@ import (
 )
 
 // Defaults of BMCDriver.BIOSApplyTimeout and BIOSPollInterval: a real
-// server's POST, which applies pending settings, takes minutes.
+// server's POST, which applies pending settings, takes minutes; the
+// read-back polls at most every half second, so that the node moves on
+// within half a second of the BIOS showing the new values (issue #31: at
+// most a second of the controller's own). A read is a few Redfish GETs;
+// the BMC's lock serialises them with everything else sent to it.
 const (
 	defaultBIOSApplyTimeout = 15 * time.Minute
-	defaultBIOSPollInterval = 15 * time.Second
+	defaultBIOSPollInterval = 500 * time.Millisecond
 )
 
 // biosSteps are Ironic's redfish bios interface steps: manual only
