@@ -128,7 +128,13 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 			done := 0
 			var stuck []map[string]any
 			for name := range agents {
-				_, n := getJSON(t, front.URL, "/v1/nodes/"+name)
+				code, n := getJSON(t, front.URL, "/v1/nodes/"+name)
+				if code != http.StatusOK {
+					// a controller too busy to answer (503 under load):
+					// asked again next round, as a client would
+					stuck = append(stuck, map[string]any{"name": name, "http_status": code, "answer": n})
+					continue
+				}
 				require.NotContains(t, n["provision_state"], "failed", "%s: %v", name, n["last_error"])
 				if n["provision_state"] == want && n["reservation"] == nil {
 					done++
@@ -142,7 +148,11 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 			if time.Now().After(deadline) {
 				var why strings.Builder
 				for _, n := range stuck {
-					id := n["uuid"].(string)
+					id, ok := n["uuid"].(string)
+					if !ok {
+						fmt.Fprintf(&why, "%v: HTTP %v %v\n", n["name"], n["http_status"], n["answer"])
+						continue
+					}
 					fmt.Fprintf(&why, "%s %s: %v reservation=%v clean_step=%v\n", n["name"], id, n["provision_state"], n["reservation"], n["clean_step"])
 					_, h := getJSON(t, front.URL, "/v1/nodes/"+id+"/history")
 					for _, e := range h["history"].([]any) {
