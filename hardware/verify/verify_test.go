@@ -114,8 +114,10 @@ func TestCompare(t *testing.T) {
 			},
 			failures: []string{"local_gb (properties): 3839 GiB → 1919 GiB (root disk PHAC1234003P8PGN)", "disk PHAC1234003P8PGN (inspection): 3840.0 GiB → 1920.0 GiB"}},
 		{name: "root device hints match no disk",
-			exp:      func(e *Expected) { e.RootDeviceHints = map[string]any{"serial": "GONE"} },
-			seen:     func(s *Seen) { s.RootDisk, s.RootError = nil, "no disk matches the root device hints: map[serial:GONE]" },
+			exp: func(e *Expected) { e.RootDeviceHints = map[string]any{"serial": "GONE"} },
+			seen: func(s *Seen) {
+				s.RootDisk, s.RootError = nil, "no disk matches the root device hints: map[serial:GONE]"
+			},
 			failures: []string{"root_device (properties): a disk matching map[serial:GONE] → no disk matches the root device hints: map[serial:GONE]"}},
 		{name: "missing NIC by MAC and a slower link",
 			seen: func(s *Seen) {
