@@ -43,9 +43,10 @@ func lastEvidence(results []stepResult) (*stepResult, []stepResult) {
 // evidenceLines are show's lines for what lastEvidence picked.
 func evidenceLines(verify *stepResult, burnin []stepResult) []string {
 	line := func(label string, r stepResult) string {
+		// A failed run's summary counts; its error names what failed.
 		text := r.Summary
-		if text == "" {
-			text = r.Error
+		if r.Error != "" && r.Outcome != "succeeded" {
+			text = strings.TrimPrefix(text+": "+r.Error, ": ")
 		}
 		return fmt.Sprintf("%s: %s %s at %s: %s", label, r.Step, r.Outcome, r.FinishedAt, trim(oneLine(text), 300))
 	}

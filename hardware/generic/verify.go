@@ -99,12 +99,8 @@ func (r VerifyResult) Summary() string {
 	if r.Inspection == "none" {
 		s += "; never inspected, properties only"
 	}
-	if len(r.failures) > 0 {
-		s += ": " + strings.Join(r.failures, "; ")
-	}
-	if len(s) > protocol.MaxSummary {
-		s = s[:protocol.MaxSummary-3] + "..."
-	}
+	// The failures themselves are the step's error, which the controller
+	// puts in last_error with this summary after it: not repeated here.
 	return s
 }
 

@@ -28,7 +28,9 @@ function outcomeClass(o) {
 }
 
 function row(kind, r) {
-  const text = r.summary || r.error || '–';
+  // A failed run's summary counts; its error names what failed.
+  const failed = r.outcome !== 'succeeded' && r.error;
+  const text = [r.summary, failed ? r.error : ''].filter(Boolean).join(': ') || '–';
   return [kind, r.step, when(r.finished_at),
     el('span', { class: 'state ' + outcomeClass(r.outcome), text: r.outcome }),
     el('span', { class: 'summary', title: r.error || '', text })];
