@@ -59,6 +59,8 @@ type e2eConfig struct {
 	// kernel boot, so the controller's kernel command line applies
 	// (driver_info.kernel_append_params).
 	netboot bool
+	// memoryMiB of the node; 0 is vbmc's default (512).
+	memoryMiB int
 }
 
 func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
@@ -90,7 +92,7 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 	var imageFwd string
 	e.image, e.imageURL, imageFwd = serveDeployImage(t, self)
 
-	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks,
+	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks, MemoryMiB: cfg.memoryMiB,
 		NIC:    &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self, imageFwd}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5}

@@ -180,6 +180,16 @@ func (x *Extensions) executeStep(kind hardware.Kind) handler {
 			}
 		}
 		args = x.nodeDefaults(ctx, kind, name, args, node)
+		if name == "verify_hardware" {
+			// It compares the machine with the node's properties, which
+			// Ironic sends in the command's node. Ironic keeps the
+			// inspection apart: that part of the check needs anvil.
+			if _, given := args["properties"]; !given {
+				if p := mapParam(node, "properties"); len(p) > 0 {
+					args["properties"] = p
+				}
+			}
+		}
 		res, err := x.Hardware.Run(ctx, kind, name, nilIfEmpty(args), nil)
 		if err != nil {
 			return nil, err

@@ -49,7 +49,7 @@ func TestStepsInIPANamesAndPriorities(t *testing.T) {
 	assert.Equal(t, "SUCCEEDED", res["command_status"])
 	assert.Equal(t, "get_clean_steps", res["command_name"])
 	result := res["command_result"]
-	assert.Equal(t, map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.1"}, result.(map[string]any)["hardware_manager_version"])
+	assert.Equal(t, map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.2"}, result.(map[string]any)["hardware_manager_version"])
 	clean := stepsOf(t, result, "clean_steps")
 	assert.Equal(t, map[string]ironicStep{
 		"erase_devices_metadata": {"deploy", 99, true, false},
@@ -57,6 +57,7 @@ func TestStepsInIPANamesAndPriorities(t *testing.T) {
 		"erase_devices_express":  {"deploy", 0, false, false},
 		"delete_configuration":   {"raid", 0, false, false},
 		"create_configuration":   {"raid", 0, false, false},
+		"verify_hardware":        {"deploy", 0, false, false},
 	}, clean)
 
 	code, res = r.command("deploy.get_deploy_steps", node, false)
@@ -93,9 +94,9 @@ func TestExecuteStepArguments(t *testing.T) {
 func TestExecuteStepVersionMismatch(t *testing.T) {
 	r := newRig(t)
 	for _, v := range []any{
-		map[string]any{"fake_manager": "6", "generic_hardware_manager": "1.1"},
+		map[string]any{"fake_manager": "6", "generic_hardware_manager": "1.2"},
 		map[string]any{"fake_manager": "7"},
-		map[string]any{"fake_manager": 7, "generic_hardware_manager": "1.1"},
+		map[string]any{"fake_manager": 7, "generic_hardware_manager": "1.2"},
 		[]any{"7"},
 	} {
 		p := cleanStep("erase_devices_metadata", nil)
@@ -304,4 +305,16 @@ func TestPowerAndLogsNotConfigured(t *testing.T) {
 	assert.Equal(t, "FAILED", res["command_status"], "a failed sync command is recorded, as IPA does")
 	assert.Equal(t, map[string]any{"type": "CommandExecutionError", "code": 500.0, "message": "Command execution failed",
 		"details": "log collection is not configured in this agent"}, res["command_error"])
+}
+
+// Under a stock Ironic, verify_hardware compares with the properties of
+// the node in the command (Ironic keeps inspection data apart).
+func TestVerifyHardwareGetsIronicsProperties(t *testing.T) {
+	r := newRig(t)
+	p := cleanStep("verify_hardware", map[string]any{"health_checks": false})
+	p["node"].(map[string]any)["properties"] = map[string]any{"memory_mb": 1024, "cpus": 2}
+	code, res := r.command("clean.execute_clean_step", p, true)
+	require.Equal(t, 200, code)
+	require.Equal(t, "SUCCEEDED", res["command_status"], "%v", res)
+	assert.Equal(t, []map[string]any{{"health_checks": false, "properties": map[string]any{"memory_mb": 1024.0, "cpus": 2.0}}}, r.stepArgs())
 }

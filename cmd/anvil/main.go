@@ -1,7 +1,7 @@
 // Command anvil is the operator CLI for anvil-controller's REST API.
 //
 //	anvil node list [--state S]          nodes with state, current step, last error
-//	anvil node show NODE                 one node in detail
+//	anvil node show NODE                 one node in detail, its last hardware verification and burn-in
 //	anvil node steps NODE                the cached clean steps, their age and fingerprint
 //	anvil node events NODE               the node's history
 //	anvil node step-results NODE         each step run's outcome and per-device result, newest first
@@ -60,7 +60,7 @@ const nodeUsage = `usage: anvil node COMMAND ...
 
 commands:
   list [--state S]                nodes with state, current step, last error
-  show NODE                       one node in detail
+  show NODE                       one node in detail, its last hardware verification and burn-in
   steps NODE                      the cached clean steps, their age and fingerprint
   events NODE                     the node's history
   step-results NODE [--limit N] [--json]
@@ -281,7 +281,7 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 			}
 		}
 	}
-	return nil
+	return showEvidence(ctx, c, node, out)
 }
 
 // claimWarnings repeats, after the node, the second agent claimants that

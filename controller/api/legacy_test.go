@@ -79,6 +79,11 @@ func TestLegacyNodesResumeAtTheirStep(t *testing.T) {
 		n, err := e.st.GetNode(t.Context(), tc.node)
 		require.NoError(t, err)
 		a := simagent.New(e.srv.URL)
+		// The agent still running is that release's: its catalogue is
+		// the one the controller cached, not today's.
+		if c := n.Operation.Agent.Steps; c != nil {
+			a.Clean, a.Deploy = c.Clean, c.Deploy
+		}
 		a.Resume(n.UUID, n.Operation.Agent.BootID, n.Operation.Agent.Token)
 		e.drive(a, tc.node, tc.want, nil)
 		assert.Equal(t, tc.ran, a.Steps(), tc.node)

@@ -11,6 +11,8 @@ package conductor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/anvil-metal/anvil/controller/store"
@@ -80,7 +82,11 @@ func (c *agents) inbandStep(ctx context.Context, n *store.Node, kind string, ste
 	if kind == "deploy" {
 		name = protocol.CmdExecuteDeployStep
 	}
-	_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+	inspected, err := c.inspectionFor(ctx, n, step)
+	if err != nil {
+		return StepDone, err
+	}
+	_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
 		// Resuming after a restart may run this again: a command already
 		// issued for this step keeps its id, so the agent (which never
 		// re-runs an id) cannot execute the step twice. Completing a step
@@ -94,10 +100,31 @@ func (c *agents) inbandStep(ctx context.Context, n *store.Node, kind string, ste
 		}
 		s := step
 		issueCommand(m, name, &s, c.now())
+		if inspected != nil {
+			m.Operation.Agent.Command.Node["inventory"] = inspected
+		}
 		return nil
 	})
 	if err != nil {
 		return StepDone, err
 	}
 	return StepWait, nil
+}
+
+// inspectionFor is the node's last inspection inventory for the one step
+// that compares the machine with it (deploy.verify_hardware), sent in the
+// command's node context; nil for other steps and for a node never
+// inspected (the agent then checks properties only).
+func (c *agents) inspectionFor(ctx context.Context, n *store.Node, step protocol.Step) (json.RawMessage, error) {
+	if step.Key() != "deploy.verify_hardware" {
+		return nil, nil
+	}
+	raw, err := c.st.GetInventory(ctx, n.UUID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the inspection inventory for verify_hardware: %w", err)
+	}
+	return json.RawMessage(raw), nil
 }

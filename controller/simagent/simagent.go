@@ -87,12 +87,14 @@ func New(api string, macs ...string) *Agent {
 			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 99, Abortable: true, ArgsInfo: args(sharedArg)},
 			{Interface: "deploy", Step: "erase_devices", Priority: 10, Abortable: true, ArgsInfo: args(erasePolicyArgs()...)},
 			{Interface: "deploy", Step: "erase_devices_express", Priority: 0, ArgsInfo: args(sharedArg)},
+			verifyHardware(),
 			{Interface: "raid", Step: "delete_configuration", Priority: 0},
 			{Interface: "raid", Step: "create_configuration", Priority: 0, ArgsInfo: args("!target_raid_config")},
 		},
 		Deploy: []protocol.Step{
 			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: args(sharedArg)},
 			{Interface: "deploy", Step: "write_image", Priority: 0, ArgsInfo: args("!image_url", "!image_checksum", "image_disk_format", "root_device")},
+			verifyHardware(),
 		},
 		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},
 			Memory: protocol.Memory{Total: 8 << 30, PhysicalMB: 8192},
@@ -118,6 +120,13 @@ func erasePolicyArgs() []string {
 		"disk_erasure_concurrency", "enable_ata_secure_erase", "enable_nvme_secure_erase", sharedArg, "iterations",
 		"skip_read_only", "skip_removable", "verify_samples", "zeroize",
 	}
+}
+
+// verifyHardware is the real agent's deploy.verify_hardware; the simulated
+// one passes unless an Outcome says otherwise.
+func verifyHardware() protocol.Step {
+	return protocol.Step{Interface: "deploy", Step: "verify_hardware", Priority: 0,
+		ArgsInfo: args("hardware_profile", "health_checks", "health_thresholds", "properties", "inventory")}
 }
 
 // args builds argsinfo from names; a leading "!" marks a required one.

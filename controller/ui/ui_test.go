@@ -283,7 +283,8 @@ func TestIndexHeadersAndStaticFiles(t *testing.T) {
 	assert.True(t, validToken(token.Value))
 
 	for path, ctype := range map[string]string{"/ui/static/app.css": "text/css", "/ui/static/js/app.js": "javascript",
-		"/ui/static/js/node.js": "javascript", "/ui/static/js/fleet.js": "javascript", "/ui/static/js/lib.js": "javascript", "/ui/static/js/bios.js": "javascript"} {
+		"/ui/static/js/node.js": "javascript", "/ui/static/js/fleet.js": "javascript", "/ui/static/js/lib.js": "javascript", "/ui/static/js/bios.js": "javascript",
+		"/ui/static/js/evidence.js": "javascript"} {
 		res, err := e.srv.Client().Get(e.srv.URL + path)
 		require.NoError(t, err)
 		res.Body.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/hardware/disk"
 	"github.com/anvil-metal/anvil/hardware/erase"
+	"github.com/anvil-metal/anvil/hardware/health"
 	"github.com/anvil-metal/anvil/hardware/imagewrite"
 	"github.com/anvil-metal/anvil/hardware/raid"
 	"github.com/anvil-metal/anvil/protocol"
@@ -24,7 +25,7 @@ import (
 // behaviour or arguments change: the controller caches the catalogue by it.
 const (
 	Name    = "generic_hardware_manager"
-	Version = "1.1"
+	Version = "1.2"
 )
 
 // Config wires the manager to the machine. Guard is required: without it
@@ -38,6 +39,7 @@ type Config struct {
 	HTTPClient      *http.Client    // for write_image; nil = imagewrite.NewClient (connect, TLS and header timeouts)
 	ImageStall      time.Duration   // write_image fails after receiving nothing this long; 0 = imagewrite.DefaultStallTimeout
 	RootDeviceHints map[string]any  // node properties.root_device, used when write_image has none
+	Health          health.Reader   // SMART reads for verify_hardware; defaults to health.SysReader
 	Logger          *slog.Logger
 }
 
@@ -57,6 +59,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Health == nil {
+		cfg.Health = health.SysReader{}
 	}
 	if cfg.HTTPClient == nil {
 		// Not http.DefaultClient: it has no timeouts, and a server that
@@ -97,6 +102,7 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 			metadata,
 			{Interface: protocol.InterfaceDeploy, Step: "erase_devices", Priority: 10, Abortable: true, ArgsInfo: policyArgsInfo()},
 			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_express", Priority: 0, ArgsInfo: shared},
+			verifyStep(),
 			{Interface: protocol.InterfaceRAID, Step: "delete_configuration", Priority: 0},
 			{Interface: protocol.InterfaceRAID, Step: "create_configuration", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 				"target_raid_config": {Description: `Ironic target_raid_config: {"logical_disks": [{"size_gb": N|"MAX", "raid_level": "0|1|1+0", "controller": "software", "physical_disks": [...]}]}`, Required: true},
@@ -110,6 +116,7 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 				"image_disk_format": {Description: "raw, qcow2, gzip, zstd or auto (default: detected from the image's first bytes)"},
 				"root_device":       {Description: "root device hints (size, model, serial, wwn, name, rotational, vendor, by_path)"},
 			}},
+			verifyStep(),
 		},
 	}
 }
@@ -151,6 +158,8 @@ func (m *Manager) Run(ctx context.Context, kind hardware.Kind, step protocol.Ste
 		return m.raid().CreateConfiguration(ctx, cfg, progress)
 	case "write_image":
 		return m.writeImage(ctx, args, progress)
+	case "verify_hardware":
+		return m.verifyHardware(ctx, args, progress)
 	}
 	return nil, fmt.Errorf("%s: %w", step.Step, hardware.ErrNotSupported)
 }

@@ -41,9 +41,9 @@ func TestCatalogue(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{
 		"erase_devices_metadata": 99, "erase_devices": 10, "erase_devices_express": 0,
-		"delete_configuration": 0, "create_configuration": 0,
+		"delete_configuration": 0, "create_configuration": 0, "verify_hardware": 0,
 	}, prio(cat.Clean))
-	assert.Equal(t, map[string]int{"erase_devices_metadata": 0, "write_image": 0}, prio(cat.Deploy))
+	assert.Equal(t, map[string]int{"erase_devices_metadata": 0, "write_image": 0, "verify_hardware": 0}, prio(cat.Deploy))
 	for _, s := range cat.Clean {
 		switch s.Step {
 		case "erase_devices", "erase_devices_metadata":

@@ -1,8 +1,10 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps, firmware), the last cleaning's
-// results per device, the BIOS settings, and the event history.
+// results per device, the last hardware verification and burn-in, the BIOS
+// settings, and the event history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 import { biosSection, firmwareSection } from './bios.js';
+import { evidenceSection } from './evidence.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -38,6 +40,7 @@ export function nodePage(main, ident) {
   let inventoryKey = null;
   let stepsKey = null;
   let cacheKey = null;
+  let evidenceKey = null;
   let cleanSteps = [];
   let renderedActions = '';
 
@@ -57,6 +60,7 @@ export function nodePage(main, ident) {
   const history = el('div', { id: 'history' });
   const bios = biosSection();
   const firmware = firmwareSection();
+  const evidence = evidenceSection();
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
@@ -71,6 +75,7 @@ export function nodePage(main, ident) {
       section('inv-h', 'Inventory', inventory),
       section('steps-h', 'Cached steps', steps),
       section('clean-h', 'Last cleaning', lastClean),
+      section('evid-h', 'Verification and burn-in', evidence.element),
       firmware.element),
     bios.element,
     section('hist-h', 'History', history));
@@ -283,6 +288,13 @@ export function nodePage(main, ident) {
       cacheKey = biosKey;
       bios.load(n.uuid);
       firmware.load(n.uuid);
+    }
+    // Step results are added as steps finish: read again when the state
+    // or the running step changes.
+    const evKey = [n.provision_state, n.provision_updated_at, step ? step.name : ''].join('|');
+    if (evKey !== evidenceKey) {
+      evidenceKey = evKey;
+      evidence.load(n.uuid);
     }
     const invKey = n.inspection_finished_at || 'none';
     if (invKey !== inventoryKey) {
