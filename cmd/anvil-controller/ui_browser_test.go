@@ -337,13 +337,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		assert.Contains(t, jsonBody(t, c, "/v1/nodes/rack1-node01?fields=instance_info"), "http://127.0.0.1:9/images/ubuntu.raw")
 		step(t, ctx, "undeploy", 40*time.Second, chromedp.Click(chromedp.CSS(`#actions button[data-action="undeploy"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`#confirm`)), chromedp.Click(chromedp.CSS(`#confirm-ok`)), state("available"))
-		step(t, ctx, "power on, then off after confirming", 15*time.Second,
+		step(t, ctx, "power on, then off after confirming", 30*time.Second,
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="power on"]`)),
 			until(`document.getElementById('power-state').textContent === 'power: power on'`),
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="power off"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
 			chromedp.Click(chromedp.CSS(`#confirm-cancel`)), chromedp.WaitNotVisible(chromedp.CSS(`#confirm`)))
 		assert.Equal(t, "power on", jsonField(t, c, "/v1/nodes/rack1-node01", "power_state"), "cancelled: nothing done")
-		step(t, ctx, "power off", 15*time.Second,
+		step(t, ctx, "power off", 30*time.Second,
 			chromedp.Click(chromedp.CSS(`#actions button[data-action="power off"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
 			chromedp.Click(chromedp.CSS(`#confirm-ok`)), until(`document.getElementById('power-state').textContent === 'power: power off'`))
 	})
