@@ -1,8 +1,9 @@
 package bmc
 
 // Firmware through the BMC: the versions a node runs (Firmware), an update
-// the BMC pulls from a URL (UpdateFirmware, Redfish SimpleUpdate) and the
-// BMC's task for it (FirmwareTask). The caller (the conductor's firmware
+// the BMC pulls from a URL or is pushed (UpdateFirmware, Redfish
+// SimpleUpdate or MultipartHttpPushUri, firmware_push.go) and the BMC's
+// task for it (FirmwareTask). The caller (the conductor's firmware
 // update) drives the steps between: it watches the task to its end,
 // reboots the node where the component needs it, waits for a BMC that
 // restarts itself, and reads the version back. IPMI has none of this.
@@ -89,6 +90,13 @@ type firmwareSession interface {
 	task(ctx context.Context, uri string) (FirmwareTask, error)
 }
 
+// firmwareUpdater is a firmwareSession that chooses how the BMC gets the
+// image (Redfish: SimpleUpdate or a push). ctx bounds each request to the
+// BMC, upload the push of an image; it returns the task and the method.
+type firmwareUpdater interface {
+	startUpdate(ctx, upload context.Context, imageURL, target string) (task, method string, err error)
+}
+
 func errNoFirmware(hw string) error {
 	return fmt.Errorf("%w: firmware updates are not supported by the %s driver (use the redfish hardware type)", ErrUnsupported, hw)
 }
@@ -124,16 +132,31 @@ func (m *Manager) Firmware(ctx context.Context, t Target) ([]FirmwareComponent, 
 	return out, o, err
 }
 
-// UpdateFirmware asks the BMC to fetch imageURL and flash it to c, and
-// returns the URI of the BMC's task. A BMC that refuses answers an error
-// with its own message; nothing is flashed then.
+// UpdateFirmware has the BMC flash the image at imageURL to c, and
+// returns the URI of the BMC's task. A BMC with SimpleUpdate for such URLs
+// fetches the image itself; to one with only MultipartHttpPushUri the
+// Manager downloads the image and uploads it, streaming (a download that
+// fails is an error before the BMC is asked anything). The method used is
+// in the Outcome's Provider ("gofish (MultipartHttpPushUri)") and the log.
+// A BMC that refuses answers an error with its own message; nothing is
+// flashed then.
 func (m *Manager) UpdateFirmware(ctx context.Context, t Target, c FirmwareComponent, imageURL string) (string, Outcome, error) {
-	var task string
+	var task, method string
+	upload := ctx // not the per-request deadline: a push takes as long as the image
 	o, err := m.runFirmware(ctx, t, "update_firmware", func(ctx context.Context, s firmwareSession) error {
 		var err error
+		if u, ok := s.(firmwareUpdater); ok {
+			task, method, err = u.startUpdate(ctx, upload, imageURL, c.InventoryURI)
+			return err
+		}
+		method = MethodSimpleUpdate
 		task, err = s.simpleUpdate(ctx, imageURL, c.InventoryURI)
 		return err
 	})
+	if err == nil {
+		o.Provider += " (" + method + ")"
+		m.log.InfoContext(ctx, "bmc: firmware update requested", "bmc", t, "component", c.Component, "method", method, "image", imageURL, "task", task)
+	}
 	return task, o, err
 }
 

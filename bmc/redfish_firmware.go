@@ -130,6 +130,20 @@ func (s *redfishSession) inventoryURI(c *gofish.APIClient) (string, error) {
 
 // updateService reads the service root's UpdateService (nil: none).
 func (s *redfishSession) updateService(c *gofish.APIClient) (map[string]any, error) {
+	body, err := updateServiceDoc(c)
+	if err != nil || body == nil {
+		return nil, err
+	}
+	svc, err := decodeObject(body)
+	if err != nil {
+		return nil, fmt.Errorf("update service: %w", err)
+	}
+	return svc, nil
+}
+
+// updateServiceDoc is the UpdateService document (nil: the service root
+// names none).
+func updateServiceDoc(c *gofish.APIClient) ([]byte, error) {
 	body, _, err := getDoc(c, "/redfish/v1/")
 	if err != nil {
 		return nil, err
@@ -143,14 +157,7 @@ func (s *redfishSession) updateService(c *gofish.APIClient) (map[string]any, err
 		return nil, nil
 	}
 	body, _, err = getDoc(c, uri)
-	if err != nil {
-		return nil, err
-	}
-	svc, err := decodeObject(body)
-	if err != nil {
-		return nil, fmt.Errorf("update service: %w", err)
-	}
-	return svc, nil
+	return body, err
 }
 
 // simpleUpdate implements firmwareSession: #UpdateService.SimpleUpdate
@@ -162,21 +169,21 @@ func (s *redfishSession) simpleUpdate(ctx context.Context, imageURL, target stri
 	if err != nil {
 		return "", s.classify(ctx, err)
 	}
-	svc, err := s.updateService(c)
+	o, err := s.offer(c)
 	if err != nil {
 		return "", s.classify(ctx, err)
 	}
-	if svc == nil {
-		return "", fmt.Errorf("%w: the BMC has no UpdateService", ErrUnsupported)
-	}
-	actions, _ := svc["Actions"].(map[string]any)
-	action, _ := actions["#UpdateService.SimpleUpdate"].(map[string]any)
-	uri, _ := action["target"].(string)
-	if uri == "" {
+	if o.simpleUpdate == "" {
 		return "", fmt.Errorf("%w: the BMC's UpdateService offers no SimpleUpdate", ErrUnsupported)
 	}
+	return s.postSimpleUpdate(ctx, c, o.simpleUpdate, imageURL, target)
+}
+
+// postSimpleUpdate asks the BMC at uri (the action's target) to pull
+// imageURL.
+func (s *redfishSession) postSimpleUpdate(ctx context.Context, c *gofish.APIClient, uri, imageURL, target string) (string, error) {
 	body := map[string]any{"ImageURI": imageURL}
-	if p := strings.ToUpper(strings.SplitN(imageURL, "://", 2)[0]); p == "HTTP" || p == "HTTPS" {
+	if p := urlScheme(imageURL); p == "HTTP" || p == "HTTPS" {
 		body["TransferProtocol"] = p
 	}
 	if target != "" {
@@ -212,7 +219,7 @@ func (s *redfishSession) task(ctx context.Context, uri string) (FirmwareTask, er
 	return parseTask(uri, body)
 }
 
-// taskLocation is the task an accepted SimpleUpdate started: the body's
+// taskLocation is the task an accepted SimpleUpdate or push started: the body's
 // task (its @odata.id) or else the Location header (a task or its
 // monitor, which answers with the task too).
 func taskLocation(location string, body []byte) string {

@@ -46,6 +46,11 @@ type FirmwareOptions struct {
 	// StallTasks: tasks stay Running (at 50 %) for ever, for the
 	// controller's timeout tests.
 	StallTasks bool
+	// PushOnly: the UpdateService offers no SimpleUpdate action, only
+	// MultipartHttpPushUri (the client uploads the image), like
+	// Supermicro X12 and OpenBMC; a SimpleUpdate POST is then 404.
+	// Without it both are offered, as on iDRAC 9 and iLO 6.
+	PushOnly bool
 }
 
 func (o FirmwareOptions) withDefaults() FirmwareOptions {
@@ -58,8 +63,9 @@ func (o FirmwareOptions) withDefaults() FirmwareOptions {
 	return o
 }
 
-// Firmware images are what SimpleUpdate downloads: a magic line, a JSON
-// header line, then the payload, whose SHA-256 the header carries:
+// Firmware images are what SimpleUpdate downloads (or a client pushes to
+// MultipartHttpPushUri): a magic line, a JSON header line, then the
+// payload, whose SHA-256 the header carries:
 //
 //	ANVIL-FIRMWARE 1
 //	{"component":"BIOS","version":"2.0.0","sha256":"<hex of payload>"}
@@ -256,14 +262,26 @@ func (f *firmware) afterReset(node, resetType string, wasOn, on bool) {
 	}
 }
 
-const inventoryPath = "/redfish/v1/UpdateService/FirmwareInventory"
+const (
+	inventoryPath    = "/redfish/v1/UpdateService/FirmwareInventory"
+	simpleUpdatePath = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+	// pushPath is the MultipartHttpPushUri (iDRAC's name for it).
+	pushPath = "/redfish/v1/UpdateService/MultipartUpload"
+)
 
 func (s *Server) firmwareRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /redfish/v1/UpdateService", s.auth(s.updateService))
 	mux.HandleFunc("GET "+inventoryPath, s.auth(s.listFirmware))
 	mux.HandleFunc("GET "+inventoryPath+"/{fw}", s.auth(s.getFirmware))
-	mux.HandleFunc("POST /redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate", s.auth(s.simpleUpdate))
+	mux.HandleFunc("POST "+simpleUpdatePath, s.auth(s.simpleUpdate))
+	mux.HandleFunc("POST "+pushPath, s.auth(s.multipartPush))
 	s.taskRoutes(mux)
+}
+
+func (s *Server) pushOnly() bool {
+	s.fw.mu.Lock()
+	defer s.fw.mu.Unlock()
+	return s.fw.opts.PushOnly
 }
 
 func (s *Server) updateService(w http.ResponseWriter, _ *http.Request) {
@@ -272,10 +290,15 @@ func (s *Server) updateService(w http.ResponseWriter, _ *http.Request) {
 	u["ServiceEnabled"] = true
 	u["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
 	u["FirmwareInventory"] = link(inventoryPath)
-	u["Actions"] = map[string]any{"#UpdateService.SimpleUpdate": map[string]any{
-		"target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
-		"TransferProtocol@Redfish.AllowableValues": []string{"HTTP", "HTTPS"},
-	}}
+	u["MultipartHttpPushUri"] = pushPath
+	u["MaxImageSizeBytes"] = maxPushImage
+	u["Actions"] = map[string]any{}
+	if !s.pushOnly() {
+		u["Actions"] = map[string]any{"#UpdateService.SimpleUpdate": map[string]any{
+			"target": simpleUpdatePath,
+			"TransferProtocol@Redfish.AllowableValues": []string{"HTTP", "HTTPS"},
+		}}
+	}
 	writeJSON(w, http.StatusOK, u)
 }
 
@@ -327,6 +350,10 @@ func (s *Server) getFirmware(w http.ResponseWriter, r *http.Request) {
 // no Targets the image's component on the only node is updated; with
 // several nodes Targets is required (one inventory item).
 func (s *Server) simpleUpdate(w http.ResponseWriter, r *http.Request) {
+	if s.pushOnly() {
+		redfishError(w, http.StatusNotFound, "ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", r.URL.Path))
+		return
+	}
 	var body struct {
 		ImageURI         string
 		Targets          []string
@@ -355,12 +382,17 @@ func (s *Server) simpleUpdate(w http.ResponseWriter, r *http.Request) {
 		redfishError(w, http.StatusBadRequest, "ActionParameterValueFormatError", fmt.Sprintf("The value %q for the parameter ImageURI is not an http or https URL.", body.ImageURI))
 		return
 	}
-	t, err := s.fw.resolveTarget(body.Targets)
+	t, err := s.fw.resolveTarget("SimpleUpdate", body.Targets)
 	if err != nil {
 		redfishError(w, http.StatusBadRequest, err.id, err.msg)
 		return
 	}
-	doc := s.fw.start(uri, t)
+	s.startTask(w, image{name: uri, action: simpleUpdatePath}, t)
+}
+
+// startTask starts the update's task and answers 202 with it.
+func (s *Server) startTask(w http.ResponseWriter, img image, t target) {
+	doc := s.fw.start(img, t)
 	if doc == nil {
 		redfishError(w, http.StatusServiceUnavailable, "ServiceShuttingDown", "The service is shutting down.")
 		return
@@ -375,7 +407,8 @@ type target struct{ node, kind, id string }
 
 type actionError struct{ id, msg string }
 
-func (f *firmware) resolveTarget(targets []string) (target, *actionError) {
+// resolveTarget finds what action (named in messages) was aimed at.
+func (f *firmware) resolveTarget(action string, targets []string) (target, *actionError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch len(targets) {
@@ -385,7 +418,7 @@ func (f *firmware) resolveTarget(targets []string) (target, *actionError) {
 			nodes[c.node] = true
 		}
 		if len(nodes) != 1 {
-			return target{}, &actionError{"ActionParameterMissing", "The action SimpleUpdate requires the parameter Targets: this BMC manages several systems."}
+			return target{}, &actionError{"ActionParameterMissing", "The action " + action + " requires the parameter Targets: this BMC manages several systems."}
 		}
 		return target{node: f.comps[0].node}, nil
 	case 1:
@@ -397,5 +430,5 @@ func (f *firmware) resolveTarget(targets []string) (target, *actionError) {
 		}
 		return target{}, &actionError{"ActionParameterValueNotInList", fmt.Sprintf("The value %q for the parameter Targets is not a firmware inventory item of this BMC.", targets[0])}
 	}
-	return target{}, &actionError{"ActionParameterValueNotInList", "SimpleUpdate takes one target per request on this BMC."}
+	return target{}, &actionError{"ActionParameterValueNotInList", action + " takes one target per request on this BMC."}
 }

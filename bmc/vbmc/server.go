@@ -123,7 +123,9 @@ func (s *Server) Handler() http.Handler {
 		s.mu.Lock()
 		s.requestsN++
 		s.mu.Unlock()
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		if r.URL.Path != pushPath { // an uploaded image has its own bound
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		}
 		s.log.Debug("vbmc: request", "method", r.Method, "path", r.URL.Path)
 		if s.fw.offline(w) {
 			return

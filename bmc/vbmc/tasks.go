@@ -1,6 +1,8 @@
 package vbmc
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,10 +21,30 @@ const (
 // maxTasks bounds the task table; the oldest finished tasks are dropped.
 const maxTasks = 100
 
+// image is where a task's firmware comes from: a URL the BMC downloads
+// (SimpleUpdate) or the bytes a client pushed (MultipartHttpPushUri).
+type image struct {
+	// name is the URL, or the pushed file's name, for the task's messages.
+	name string
+	// action is the URI the update was asked at, for the task's Payload.
+	action string
+	// pushed: data is the image; else name is downloaded.
+	pushed bool
+	data   []byte
+}
+
+// read verifies the image (downloading it first when pulled).
+func (im image) read(ctx context.Context) (FirmwareHeader, error) {
+	if im.pushed {
+		return readFirmwareImage(bytes.NewReader(im.data))
+	}
+	return fetchFirmware(ctx, im.name)
+}
+
 // task is one firmware update. Fields are guarded by firmware.mu.
 type task struct {
 	id       string
-	uri      string
+	img      image
 	target   target
 	state    string
 	status   string // OK, Warning, Critical
@@ -39,23 +61,23 @@ func message(id, severity, text string, args ...string) map[string]any {
 		"Message": text, "Severity": severity, "MessageArgs": args}
 }
 
-// start registers a task and runs it in the background, and returns its
-// document as created (New); nil once the server is closed.
-func (f *firmware) start(uri string, t target) map[string]any {
+// start registers a task for img and runs it in the background, and
+// returns its document as created (New); nil once the server is closed.
+func (f *firmware) start(img image, t target) map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ctx.Err() != nil {
 		return nil
 	}
 	f.nextTask++
-	tk := &task{id: strconv.Itoa(f.nextTask), uri: uri, target: t, state: TaskNew, status: "OK", start: time.Now()}
+	tk := &task{id: strconv.Itoa(f.nextTask), img: img, target: t, state: TaskNew, status: "OK", start: time.Now()}
 	f.tasks[tk.id] = tk
 	f.taskOrder = append(f.taskOrder, tk.id)
 	f.trimTasks()
 	doc := tk.doc() // before run can move it on
 	f.wg.Add(1)
 	go f.run(tk)
-	f.log.Info("vbmc: firmware update started", "task", tk.id, "image", uri, "node", t.node, "target", t.id)
+	f.log.Info("vbmc: firmware update started", "task", tk.id, "image", img.name, "pushed", img.pushed, "bytes", len(img.data), "node", t.node, "target", t.id)
 	return doc
 }
 
@@ -92,12 +114,14 @@ func (f *firmware) sleep(d time.Duration) bool {
 	}
 }
 
-// run is a task's life: download and verify (to 20 %), flash (to 100 %
-// over UpdateDuration), then the outcome.
+// run is a task's life: download (a pulled image) and verify (to 20 %),
+// flash (to 100 % over UpdateDuration), then the outcome. A pushed image
+// is verified the same way: a corrupt upload fails the task, not the POST.
 func (f *firmware) run(tk *task) {
 	defer f.wg.Done()
 	f.update(tk, func(t *task) { t.state, t.percent = TaskRunning, 5 })
-	hdr, err := fetchFirmware(f.ctx, tk.uri)
+	hdr, err := tk.img.read(f.ctx)
+	f.update(tk, func(t *task) { t.img.data = nil }) // verified or not, the bytes are done with
 	if f.ctx.Err() != nil {
 		return
 	}
@@ -114,21 +138,21 @@ func (f *firmware) run(tk *task) {
 		}
 	}
 	if err != nil {
-		id, text := "Update.1.0.TransferFailed", fmt.Sprintf("Transfer of image '%s' failed: %v", tk.uri, err)
+		id, text := "Update.1.0.TransferFailed", fmt.Sprintf("Transfer of image '%s' failed: %v", tk.img.name, err)
 		if errors.Is(err, errImageInvalid) {
-			id, text = "Update.1.0.VerificationFailed", fmt.Sprintf("Verification of image '%s' failed: %v", tk.uri, err)
+			id, text = "Update.1.0.VerificationFailed", fmt.Sprintf("Verification of image '%s' failed: %v", tk.img.name, err)
 		}
 		f.log.Info("vbmc: firmware update failed", "task", tk.id, "error", err)
 		f.update(tk, func(t *task) {
 			t.state, t.status, t.end = TaskException, "Critical", time.Now()
-			t.messages = append(t.messages, message(id, "Critical", text, tk.uri))
+			t.messages = append(t.messages, message(id, "Critical", text, tk.img.name))
 		})
 		return
 	}
 	f.update(tk, func(t *task) {
 		t.percent = 20
 		t.messages = append(t.messages, message("Update.1.0.TargetDetermined", "OK",
-			fmt.Sprintf("The target device '%s' will be updated with image '%s'.", comp.id, tk.uri), comp.id, tk.uri))
+			fmt.Sprintf("The target device '%s' will be updated with image '%s'.", comp.id, tk.img.name), comp.id, tk.img.name))
 	})
 	f.mu.Lock()
 	opts := f.opts
@@ -155,7 +179,7 @@ func (f *firmware) finish(tk *task, comp *component, version string, opts Firmwa
 	defer f.mu.Unlock()
 	tk.state, tk.percent, tk.end = TaskCompleted, 100, time.Now()
 	tk.messages = append(tk.messages, message("Update.1.0.UpdateSuccessful", "OK",
-		fmt.Sprintf("Device '%s' successfully updated with image '%s'.", comp.id, tk.uri), comp.id, tk.uri))
+		fmt.Sprintf("Device '%s' successfully updated with image '%s'.", comp.id, tk.img.name), comp.id, tk.img.name))
 	if comp.kind == FirmwareBMC {
 		comp.version, comp.pending = version, ""
 		if opts.OfflineAfterBMCUpdate {
@@ -251,6 +275,6 @@ func (tk *task) doc() map[string]any {
 		msgs = append(msgs, m)
 	}
 	d["Messages"] = msgs
-	d["Payload"] = map[string]any{"HttpOperation": "POST", "TargetUri": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"}
+	d["Payload"] = map[string]any{"HttpOperation": "POST", "TargetUri": tk.img.action}
 	return d
 }

@@ -77,6 +77,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&fw.OfflineAfterBMCUpdate, "fault-bmc-offline-after-update", false, "answer 503 to every request for --bmc-restart-time after a BMC update")
 	fs.BoolVar(&fw.PurgeCompletedTasks, "fault-purge-completed-tasks", false, "answer 404 for a task once it has completed")
 	fs.BoolVar(&fw.StallTasks, "fault-stall-tasks", false, "leave firmware update tasks Running for ever")
+	fs.BoolVar(&fw.PushOnly, "quirk-firmware-push-only", false, "offer firmware updates through MultipartHttpPushUri only, without SimpleUpdate (Supermicro X12, OpenBMC)")
 	var extra nodeList
 	fs.Var(&extra, "node", "add an in-memory node with this name (repeatable)")
 	if _, err := cli.Parse(fs, usage, args); err != nil {

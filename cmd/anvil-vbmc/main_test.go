@@ -130,17 +130,18 @@ func TestFirstNonEmpty(t *testing.T) {
 }
 
 // TestServeQuirkFlags: --quirk-system-id-uuid moves every system to its
-// UUID path (the name path is gone).
+// UUID path (the name path is gone); --quirk-firmware-push-only takes
+// SimpleUpdate away.
 func TestServeQuirkFlags(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		done <- serve(ctx, []string{"--listen", addr, "--node", "n1", "--password", "pw",
-			"--quirk-system-id-uuid", "--quirk-bios-apply-time-required"}, &bytes.Buffer{})
+			"--quirk-system-id-uuid", "--quirk-bios-apply-time-required", "--quirk-firmware-push-only"}, &bytes.Buffer{})
 	}()
-	get := func(path string) int {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+	do := func(method, path string) int {
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(`{"ImageURI":"http://127.0.0.1:1/x"}`))
 		req.SetBasicAuth("admin", "pw")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -149,9 +150,11 @@ func TestServeQuirkFlags(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	get := func(path string) int { return do("GET", path) }
 	require.Eventually(t, func() bool { return get("/redfish/v1/Systems") == http.StatusOK }, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, http.StatusNotFound, get("/redfish/v1/Systems/n1"))
 	assert.Equal(t, http.StatusOK, get("/redfish/v1/Systems/"+vbmc.NewNode("n1", nil).UUID()+"/Bios"))
+	assert.Equal(t, http.StatusNotFound, do("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"))
 	cancel()
 	require.NoError(t, <-done)
 }
