@@ -30,6 +30,11 @@ type DiskOptions struct {
 	Loops   int           // passes over each disk when Runtime is 0
 	Runtime time.Duration // > 0: passes repeat until it is over (fio --time_based)
 	Devices []string      // the disks to test
+	// Skip gives the devices of Devices not to test, with the reason
+	// (optical, read-only); they are reported as skipped.
+	Skip map[string]string
+	// Serials names the disks in the result and in errors, by path.
+	Serials map[string]string
 	Opener  Opener
 	// Segment is the bytes written then read back at a time; 0 = 4 MiB.
 	Segment int
@@ -54,6 +59,7 @@ type DiskResult struct {
 // DiskDeviceTest is one disk's burn-in.
 type DiskDeviceTest struct {
 	Device       string     `json:"device"`
+	Serial       string     `json:"serial,omitempty"`
 	Size         uint64     `json:"size"`
 	Status       string     `json:"status"`
 	Error        string     `json:"error,omitempty"`
@@ -66,6 +72,14 @@ type DiskDeviceTest struct {
 	Direct       bool       `json:"direct_io"`
 	Failures     []DiskFail `json:"failures,omitempty"`
 	Seconds      float64    `json:"seconds"`
+}
+
+// name is the device with its serial, as an operator finds it in the rack.
+func (d DiskDeviceTest) name() string {
+	if d.Serial != "" {
+		return fmt.Sprintf("%s (serial %s)", d.Device, d.Serial)
+	}
+	return d.Device
 }
 
 // DiskFail is one failed I/O or block that read back wrong.
@@ -88,7 +102,7 @@ func (r DiskResult) Summary() string {
 		case DiskPassed:
 			parts[i] = fmt.Sprintf("%s passed: %.2f passes, write %.0f MB/s, read %.0f MB/s", d.Device, d.Passes, d.WriteMBps, d.ReadMBps)
 		default:
-			parts[i] = fmt.Sprintf("%s failed after %.2f passes: %s", d.Device, d.Passes, d.Error)
+			parts[i] = fmt.Sprintf("%s failed after %.2f passes: %s", d.name(), d.Passes, d.Error)
 		}
 	}
 	s := strings.Join(parts, "; ")
@@ -149,7 +163,11 @@ func Disk(ctx context.Context, o DiskOptions, progress hardware.ProgressFunc) (D
 	files := make([]opened, len(o.Devices))
 	for i, dev := range o.Devices {
 		d := &res.Devices[i]
-		d.Device = dev
+		d.Device, d.Serial = dev, o.Serials[dev]
+		if why, ok := o.Skip[dev]; ok {
+			d.Status, d.Error = DiskSkipped, why
+			continue
+		}
 		f, err := o.Opener.OpenForWrite(dev, 0)
 		if err != nil {
 			d.Status, d.Error = DiskSkipped, err.Error()
@@ -195,7 +213,7 @@ loop:
 	for _, d := range res.Devices {
 		switch d.Status {
 		case DiskFailed:
-			failed = append(failed, d.Device+": "+d.Error)
+			failed = append(failed, d.name()+": "+d.Error)
 		case DiskPassed:
 			tested = append(tested, d.Device)
 		}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
