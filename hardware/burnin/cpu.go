@@ -209,7 +209,7 @@ loop:
 	}
 	if len(res.Failed) > 0 {
 		return res, &protocol.Error{Type: protocol.ErrTypeInternal, Code: 500,
-			Message: fmt.Sprintf("burnin_cpu: wrong answers on CPU(s) %v", res.Failed), Details: res.Summary()}
+			Message: fmt.Sprintf("burnin_cpu: wrong answers on CPU(s) %v", res.Failed)}
 	}
 	return res, nil
 }

@@ -214,6 +214,7 @@ loop:
 		switch d.Status {
 		case DiskFailed:
 			failed = append(failed, d.name()+": "+d.Error)
+			tested = append(tested, d.Device)
 		case DiskPassed:
 			tested = append(tested, d.Device)
 		}
@@ -224,7 +225,7 @@ loop:
 	}
 	if len(failed) > 0 {
 		return res, &protocol.Error{Type: protocol.ErrTypeInternal, Code: 500,
-			Message: fmt.Sprintf("burnin_disk failed on %d of %d disk(s): %s", len(failed), len(o.Devices), strings.Join(failed, "; ")), Details: res.Summary()}
+			Message: fmt.Sprintf("burnin_disk failed on %d of %d disk(s) tested: %s", len(failed), len(tested), strings.Join(failed, "; "))}
 	}
 	if len(tested) == 0 {
 		return res, &protocol.Error{Type: protocol.ErrTypeProtectedDevice, Code: 403, Message: "burnin_disk tested no disk: " + res.Summary()}

@@ -288,7 +288,7 @@ loop:
 	}
 	if res.Errors > 0 {
 		return res, &protocol.Error{Type: protocol.ErrTypeInternal, Code: 500,
-			Message: fmt.Sprintf("burnin_memory: %d word(s) read back wrong", res.Errors), Details: res.Summary()}
+			Message: fmt.Sprintf("burnin_memory: %d word(s) read back wrong", res.Errors)}
 	}
 	return res, nil
 }

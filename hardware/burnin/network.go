@@ -115,7 +115,7 @@ func Network(ctx context.Context, o NetworkOptions, progress hardware.ProgressFu
 		}
 		if err != nil {
 			return res, &protocol.Error{Type: protocol.ErrTypeInternal, Code: 500,
-				Message: fmt.Sprintf("burnin_network as %s with %s: %v", role, o.Partner, err), Details: res.Summary()}
+				Message: fmt.Sprintf("burnin_network as %s with %s: %v", role, o.Partner, err)}
 		}
 	}
 	return res, nil
