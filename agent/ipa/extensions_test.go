@@ -49,7 +49,7 @@ func TestStepsInIPANamesAndPriorities(t *testing.T) {
 	assert.Equal(t, "SUCCEEDED", res["command_status"])
 	assert.Equal(t, "get_clean_steps", res["command_name"])
 	result := res["command_result"]
-	assert.Equal(t, map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.1"}, result.(map[string]any)["hardware_manager_version"])
+	assert.Equal(t, map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.2"}, result.(map[string]any)["hardware_manager_version"])
 	clean := stepsOf(t, result, "clean_steps")
 	assert.Equal(t, map[string]ironicStep{
 		"erase_devices_metadata": {"deploy", 99, true, false},
@@ -57,6 +57,10 @@ func TestStepsInIPANamesAndPriorities(t *testing.T) {
 		"erase_devices_express":  {"deploy", 0, false, false},
 		"delete_configuration":   {"raid", 0, false, false},
 		"create_configuration":   {"raid", 0, false, false},
+		"burnin_cpu":             {"deploy", 0, true, false},
+		"burnin_memory":          {"deploy", 0, true, false},
+		"burnin_disk":            {"deploy", 0, true, false},
+		"burnin_network":         {"deploy", 0, true, false},
 	}, clean)
 
 	code, res = r.command("deploy.get_deploy_steps", node, false)
@@ -90,12 +94,26 @@ func TestExecuteStepArguments(t *testing.T) {
 	assert.Equal(t, []map[string]any{{"iterations": 2.0, "agent_erase_devices_iterations": 3.0, "agent_erase_devices_zeroize": false}}, r.stepArgs())
 }
 
+// A stock Ironic sends the node with its driver_info, where IPA reads the
+// burn-in options: the agent takes those (and only those) keys.
+func TestBurninArgumentsFromDriverInfo(t *testing.T) {
+	r := newRig(t)
+	p := cleanStep("burnin_cpu", map[string]any{"agent_burnin_cpu_cpu": 1})
+	p["node"].(map[string]any)["driver_info"] = map[string]any{
+		"agent_burnin_cpu_timeout": 30, "agent_burnin_cpu_cpu": 4, "ipmi_password": "never passed", "agent_burnin_vm_timeout": 60,
+	}
+	code, res := r.command("clean.execute_clean_step", p, true)
+	require.Equal(t, 200, code)
+	require.Equal(t, "SUCCEEDED", res["command_status"], "%v", res)
+	assert.Equal(t, []map[string]any{{"agent_burnin_cpu_cpu": 1.0, "agent_burnin_cpu_timeout": 30.0}}, r.stepArgs())
+}
+
 func TestExecuteStepVersionMismatch(t *testing.T) {
 	r := newRig(t)
 	for _, v := range []any{
-		map[string]any{"fake_manager": "6", "generic_hardware_manager": "1.1"},
+		map[string]any{"fake_manager": "6", "generic_hardware_manager": "1.2"},
 		map[string]any{"fake_manager": "7"},
-		map[string]any{"fake_manager": 7, "generic_hardware_manager": "1.1"},
+		map[string]any{"fake_manager": 7, "generic_hardware_manager": "1.2"},
 		[]any{"7"},
 	} {
 		p := cleanStep("erase_devices_metadata", nil)

@@ -166,7 +166,7 @@ func cleanStep(step string, args map[string]any) map[string]any {
 		"step":          map[string]any{"interface": "deploy", "step": step, "priority": 99, "reboot_requested": false, "abortable": true, "args": args},
 		"node":          map[string]any{"uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "properties": map[string]any{}},
 		"ports":         []any{map[string]any{"address": "52:54:00:12:34:56"}},
-		"clean_version": map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.1"},
+		"clean_version": map[string]any{"fake_manager": "7", "generic_hardware_manager": "1.2"},
 	}
 	return p
 }
