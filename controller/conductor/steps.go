@@ -15,8 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"strings"
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
@@ -298,37 +296,6 @@ func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
 		out[i] = r
 	}
 	return out
-}
-
-// burninPrefix marks the driver_info keys that are burn-in options
-// (Ironic's agent_burnin_*).
-const burninPrefix = "agent_burnin_"
-
-// withBurninArgs copies the node's burn-in options into a step's
-// arguments when its command is issued. Ironic's agent reads them from
-// the node's driver_info, which its commands carry; ours never gets
-// driver_info (it holds the BMC credentials), so only keys that start
-// with agent_burnin_ and that the agent's own catalogue lists for this
-// step are copied. An argument given with the step wins.
-func withBurninArgs(driverInfo map[string]any, step protocol.Step) protocol.Step {
-	var args map[string]any
-	for k, v := range driverInfo {
-		if _, listed := step.ArgsInfo[k]; !listed || !strings.HasPrefix(k, burninPrefix) {
-			continue
-		}
-		if _, given := step.Args[k]; given {
-			continue
-		}
-		if args == nil {
-			args = make(map[string]any, len(step.Args)+1)
-			maps.Copy(args, step.Args)
-		}
-		args[k] = v
-	}
-	if args != nil {
-		step.Args = args
-	}
-	return step
 }
 
 // resolveSteps matches requested steps against the available ones. For
