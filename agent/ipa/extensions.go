@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -207,11 +208,14 @@ func nilIfEmpty(m map[string]any) map[string]any {
 
 // nodeDefaults fills the arguments a step declares from the node's
 // driver_internal_info, where Ironic puts the erase settings IPA reads
-// (agent_erase_devices_iterations, agent_erase_devices_zeroize, ...).
-// Arguments the step was given win.
+// (agent_erase_devices_iterations, agent_erase_devices_zeroize, ...), and
+// the burn-in options IPA reads from driver_info (agent_burnin_*: only
+// those, the rest of driver_info holds BMC credentials). Arguments the
+// step was given win.
 func (x *Extensions) nodeDefaults(ctx context.Context, kind hardware.Kind, name string, args, node map[string]any) map[string]any {
 	dii := mapParam(node, "driver_internal_info")
-	if len(dii) == 0 {
+	di := mapParam(node, "driver_info")
+	if len(dii) == 0 && len(di) == 0 {
 		return args
 	}
 	for _, steps := range x.Hardware.StepsByManager(ctx, kind) {
@@ -224,6 +228,8 @@ func (x *Extensions) nodeDefaults(ctx context.Context, kind hardware.Kind, name 
 					continue
 				}
 				if v, ok := dii[arg]; ok && v != nil {
+					args[arg] = v
+				} else if v, ok := di[arg]; ok && v != nil && strings.HasPrefix(arg, "agent_burnin_") {
 					args[arg] = v
 				}
 			}

@@ -58,6 +58,10 @@ func TestStepsInIPANamesAndPriorities(t *testing.T) {
 		"delete_configuration":   {"raid", 0, false, false},
 		"create_configuration":   {"raid", 0, false, false},
 		"verify_hardware":        {"deploy", 0, false, false},
+		"burnin_cpu":             {"deploy", 0, true, false},
+		"burnin_memory":          {"deploy", 0, true, false},
+		"burnin_disk":            {"deploy", 0, true, false},
+		"burnin_network":         {"deploy", 0, true, false},
 	}, clean)
 
 	code, res = r.command("deploy.get_deploy_steps", node, false)
@@ -89,6 +93,20 @@ func TestExecuteStepArguments(t *testing.T) {
 	// The step's args, then the node's erase settings IPA reads from
 	// driver_internal_info; nothing else of the node.
 	assert.Equal(t, []map[string]any{{"iterations": 2.0, "agent_erase_devices_iterations": 3.0, "agent_erase_devices_zeroize": false}}, r.stepArgs())
+}
+
+// A stock Ironic sends the node with its driver_info, where IPA reads the
+// burn-in options: the agent takes those (and only those) keys.
+func TestBurninArgumentsFromDriverInfo(t *testing.T) {
+	r := newRig(t)
+	p := cleanStep("burnin_cpu", map[string]any{"agent_burnin_cpu_cpu": 1})
+	p["node"].(map[string]any)["driver_info"] = map[string]any{
+		"agent_burnin_cpu_timeout": 30, "agent_burnin_cpu_cpu": 4, "ipmi_password": "never passed", "agent_burnin_vm_timeout": 60,
+	}
+	code, res := r.command("clean.execute_clean_step", p, true)
+	require.Equal(t, 200, code)
+	require.Equal(t, "SUCCEEDED", res["command_status"], "%v", res)
+	assert.Equal(t, []map[string]any{{"agent_burnin_cpu_cpu": 1.0, "agent_burnin_cpu_timeout": 30.0}}, r.stepArgs())
 }
 
 func TestExecuteStepVersionMismatch(t *testing.T) {

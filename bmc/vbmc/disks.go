@@ -47,7 +47,11 @@ func diskArgs(disks []QEMUDisk, bootFirst bool, bootIndex int) ([]string, error)
 			bus = BusNVMe
 		}
 		id := fmt.Sprintf("disk%d", i)
-		a = append(a, "-drive", "file="+d.Path+",if=none,id="+id+",format=raw")
+		file := d.Path
+		if d.Blkdebug != "" {
+			file = "blkdebug:" + d.Blkdebug + ":" + d.Path
+		}
+		a = append(a, "-drive", "file="+file+",if=none,id="+id+",format=raw")
 		var dv string
 		if bus == BusNVMe {
 			dv = "nvme,drive=" + id

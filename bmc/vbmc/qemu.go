@@ -62,6 +62,10 @@ type QEMUDisk struct {
 	// "virtio-scsi". Servers differ most in this, and a ramdisk without the
 	// adapter's driver sees none of its disks.
 	Bus string `json:"bus,omitempty"`
+	// Blkdebug, when set, is a QEMU blkdebug configuration file the disk
+	// is opened through: its [inject-error] rules make chosen requests
+	// fail, as a dying disk's do (tests of the disk burn-in).
+	Blkdebug string `json:"blkdebug,omitempty"`
 }
 
 // QEMUNIC is the node's NIC.

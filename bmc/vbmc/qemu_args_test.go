@@ -101,6 +101,9 @@ func TestQEMUDiskBuses(t *testing.T) {
 			disks: []vbmc.QEMUDisk{{Path: "/d/v.raw", Serial: "V", Bus: vbmc.BusVirtioSCSI}, {Path: "/d/s.raw", Serial: "S", Bus: vbmc.BusMPTSAS}},
 			want: "-device virtio-scsi-pci,id=hba0 -device scsi-hd,drive=disk0,bus=hba0.0,serial=V " +
 				"-drive file=/d/s.raw,if=none,id=disk1,format=raw -device mptsas1068,id=hba1 -device scsi-hd,drive=disk1,bus=hba1.0,serial=S"},
+		"a disk through blkdebug error injection": {
+			disks: []vbmc.QEMUDisk{{Path: "/d/bad.raw", Serial: "BAD", Blkdebug: "/d/bad.blkdebug"}},
+			want:  "-drive file=blkdebug:/d/bad.blkdebug:/d/bad.raw,if=none,id=disk0,format=raw -device nvme,drive=disk0,serial=BAD"},
 		"unknown bus": {disks: []vbmc.QEMUDisk{{Path: "/d/x.raw", Bus: "floppy"}}, err: `unknown bus "floppy"`},
 		"more disks than AHCI ports": {disks: func() []vbmc.QEMUDisk {
 			var ds []vbmc.QEMUDisk

@@ -197,7 +197,7 @@ func TestBinaryLooksUpHeartbeatsAndReportsInventory(t *testing.T) {
 	for _, s := range first.Steps.Clean {
 		clean = append(clean, s.Step)
 	}
-	assert.Equal(t, []string{"erase_devices_metadata", "erase_devices", "erase_devices_express", "verify_hardware", "create_configuration", "delete_configuration"}, clean)
+	assert.Equal(t, []string{"erase_devices_metadata", "erase_devices", "burnin_cpu", "burnin_disk", "burnin_memory", "burnin_network", "erase_devices_express", "verify_hardware", "create_configuration", "delete_configuration"}, clean)
 	assert.NotEmpty(t, first.BootTimings)
 
 	ctrl.send(&protocol.Command{ID: "inv-1", Name: protocol.CmdInventory})

@@ -87,6 +87,7 @@ func (c *agents) inbandStep(ctx context.Context, n *store.Node, kind string, ste
 		return StepDone, err
 	}
 	_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		step := withBurninArgs(m.DriverInfo, step)
 		// Resuming after a restart may run this again: a command already
 		// issued for this step keeps its id, so the agent (which never
 		// re-runs an id) cannot execute the step twice. Completing a step

@@ -90,6 +90,10 @@ func New(api string, macs ...string) *Agent {
 			verifyHardware(),
 			{Interface: "raid", Step: "delete_configuration", Priority: 0},
 			{Interface: "raid", Step: "create_configuration", Priority: 0, ArgsInfo: args("!target_raid_config")},
+			{Interface: "deploy", Step: "burnin_cpu", Priority: 0, Abortable: true, ArgsInfo: args("agent_burnin_cpu_timeout", "agent_burnin_cpu_cpu")},
+			{Interface: "deploy", Step: "burnin_memory", Priority: 0, Abortable: true, ArgsInfo: args("agent_burnin_vm_timeout", "agent_burnin_vm_vm", "agent_burnin_vm_vm-bytes")},
+			{Interface: "deploy", Step: "burnin_disk", Priority: 0, Abortable: true, ArgsInfo: args("agent_burnin_fio_disk_loops", "agent_burnin_fio_disk_runtime")},
+			{Interface: "deploy", Step: "burnin_network", Priority: 0, Abortable: true, ArgsInfo: args("agent_burnin_fio_network_config", "agent_burnin_fio_network_runtime", "agent_burnin_fio_network_pairing_timeout")},
 		},
 		Deploy: []protocol.Step{
 			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: args(sharedArg)},

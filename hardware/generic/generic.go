@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
+	"github.com/anvil-metal/anvil/hardware/burnin"
 	"github.com/anvil-metal/anvil/hardware/disk"
 	"github.com/anvil-metal/anvil/hardware/erase"
 	"github.com/anvil-metal/anvil/hardware/health"
@@ -96,6 +97,7 @@ func policyArgsInfo() map[string]protocol.ArgInfo {
 // automated clean is erase_devices_metadata (99) then erase_devices (10).
 func (m *Manager) Steps(context.Context) hardware.Catalogue {
 	shared := map[string]protocol.ArgInfo{"erase_shared_filesystems": {Description: erase.SharedArgInfo}}
+	burn := burnin.StepArgs()
 	metadata := protocol.Step{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 99, Abortable: true, ArgsInfo: shared}
 	return hardware.Catalogue{
 		Clean: []protocol.Step{
@@ -107,6 +109,11 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 			{Interface: protocol.InterfaceRAID, Step: "create_configuration", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
 				"target_raid_config": {Description: `Ironic target_raid_config: {"logical_disks": [{"size_gb": N|"MAX", "raid_level": "0|1|1+0", "controller": "software", "physical_disks": [...]}]}`, Required: true},
 			}},
+			// Burn-in: manual cleaning only (priority 0), as Ironic's.
+			{Interface: protocol.InterfaceDeploy, Step: "burnin_cpu", Priority: 0, Abortable: true, ArgsInfo: burn["burnin_cpu"]},
+			{Interface: protocol.InterfaceDeploy, Step: "burnin_memory", Priority: 0, Abortable: true, ArgsInfo: burn["burnin_memory"]},
+			{Interface: protocol.InterfaceDeploy, Step: "burnin_disk", Priority: 0, Abortable: true, ArgsInfo: burn["burnin_disk"]},
+			{Interface: protocol.InterfaceDeploy, Step: "burnin_network", Priority: 0, Abortable: true, ArgsInfo: burn["burnin_network"]},
 		},
 		Deploy: []protocol.Step{
 			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: shared},
@@ -126,7 +133,8 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 func destructive(step string) bool {
 	switch step {
 	case "erase_devices", "erase_devices_metadata", "erase_devices_express",
-		"delete_configuration", "create_configuration", "write_image":
+		"delete_configuration", "create_configuration", "write_image",
+		"burnin_disk":
 		return true
 	}
 	return false
@@ -160,6 +168,8 @@ func (m *Manager) Run(ctx context.Context, kind hardware.Kind, step protocol.Ste
 		return m.writeImage(ctx, args, progress)
 	case "verify_hardware":
 		return m.verifyHardware(ctx, args, progress)
+	case "burnin_cpu", "burnin_memory", "burnin_disk", "burnin_network":
+		return m.burnin(ctx, step.Step, args, progress)
 	}
 	return nil, fmt.Errorf("%s: %w", step.Step, hardware.ErrNotSupported)
 }

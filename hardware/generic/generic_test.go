@@ -42,11 +42,12 @@ func TestCatalogue(t *testing.T) {
 	assert.Equal(t, map[string]int{
 		"erase_devices_metadata": 99, "erase_devices": 10, "erase_devices_express": 0,
 		"delete_configuration": 0, "create_configuration": 0, "verify_hardware": 0,
+		"burnin_cpu": 0, "burnin_memory": 0, "burnin_disk": 0, "burnin_network": 0,
 	}, prio(cat.Clean))
 	assert.Equal(t, map[string]int{"erase_devices_metadata": 0, "write_image": 0, "verify_hardware": 0}, prio(cat.Deploy))
 	for _, s := range cat.Clean {
 		switch s.Step {
-		case "erase_devices", "erase_devices_metadata":
+		case "erase_devices", "erase_devices_metadata", "burnin_cpu", "burnin_memory", "burnin_disk", "burnin_network":
 			assert.True(t, s.Abortable, s.Step)
 		}
 		if s.Step == "delete_configuration" || s.Step == "create_configuration" {
@@ -78,6 +79,7 @@ func TestDestructiveStepsNeedAGuard(t *testing.T) {
 			{hardware.KindClean, "delete_configuration", nil},
 			{hardware.KindClean, "create_configuration", map[string]any{"target_raid_config": map[string]any{}}},
 			{hardware.KindDeploy, "write_image", map[string]any{"image_url": "http://x", "image_checksum": "sha256:00"}},
+			{hardware.KindClean, "burnin_disk", nil},
 		} {
 			t.Run(tt.name+"/"+step.name, func(t *testing.T) {
 				d := dispatcher(t, Config{Guard: tt.guard})
@@ -251,7 +253,7 @@ func TestDefaultImageClientHasTimeouts(t *testing.T) {
 }
 
 func TestUnknownStepFallsThrough(t *testing.T) {
-	_, err := New(Config{}).Run(context.Background(), hardware.KindClean, protocol.Step{Step: "burnin_cpu"}, nil, nil)
+	_, err := New(Config{}).Run(context.Background(), hardware.KindClean, protocol.Step{Step: "burnin_gpu"}, nil, nil)
 	assert.ErrorIs(t, err, hardware.ErrNotSupported)
 }
 
