@@ -148,4 +148,8 @@ var (
 	ErrInvalidDriverInfo = errors.New("bmc: invalid driver_info")
 	// ErrUnsupported: the hardware type or provider cannot do this.
 	ErrUnsupported = errors.New("bmc: unsupported")
+	// ErrNotSent: a command that is not retried (a firmware update
+	// request) failed before it was sent (no session could be opened):
+	// the BMC started nothing, and asking again is safe.
+	ErrNotSent = errors.New("bmc: not sent")
 )

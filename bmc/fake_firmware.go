@@ -2,6 +2,7 @@ package bmc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,6 +50,12 @@ type FakeFirmwareKnobs struct {
 	PurgeTasks bool
 	// StallTasks: tasks stay Running at 50% for ever.
 	StallTasks bool
+	// BusyUpdates: the next N update requests are answered busy (503);
+	// nothing starts.
+	BusyUpdates int
+	// LostUpdateAnswers: the next N update requests start their task but
+	// their answer is lost (no answer in time).
+	LostUpdateAnswers int
 	// OfflineAfterBMCUpdate: after a BMC image is flashed, every command
 	// fails as unreachable for this long (the BMC restarts).
 	OfflineAfterBMCUpdate time.Duration
@@ -107,6 +114,10 @@ func (s fakeSession) firmware(context.Context) ([]FirmwareComponent, error) {
 func (s fakeSession) simpleUpdate(_ context.Context, imageURL, target string) (string, error) {
 	var uri string
 	err := s.f.doNode(s.id, "update_firmware", func(n *fakeNode) error {
+		if n.fwKnobs.BusyUpdates > 0 {
+			n.fwKnobs.BusyUpdates--
+			return classified(kindBusy, errors.New("fake BMC: 503 Service Unavailable"))
+		}
 		img, ok := s.f.images[imageURL]
 		t := &fakeTask{component: img.Component, version: img.Version, fail: img.Fail}
 		if !ok {
@@ -117,6 +128,10 @@ func (s fakeSession) simpleUpdate(_ context.Context, imageURL, target string) (s
 		n.fw.next++
 		uri = "/fake/" + s.id + "/tasks/" + strconv.Itoa(n.fw.next)
 		n.fw.tasks[uri] = t
+		if n.fwKnobs.LostUpdateAnswers > 0 {
+			n.fwKnobs.LostUpdateAnswers--
+			return classified(kindUnreachable, errors.New("fake BMC: no answer in time"))
+		}
 		return nil
 	})
 	return uri, err

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Ironic's component names: "bios", "bmc", and "nic:<id>" per NIC.
@@ -104,19 +105,44 @@ func errNoFirmware(hw string) error {
 // runFirmware runs one firmware command with the Manager's retries; IPMI
 // is refused without contacting the BMC.
 func (m *Manager) runFirmware(ctx context.Context, t Target, name string, fn func(context.Context, firmwareSession) error) (Outcome, error) {
+	return m.runFirmwareWith(ctx, t, name, true, fn)
+}
+
+// runFirmwareWith is runFirmware; retried says whether a failed command
+// is tried again. The update request is not: a BMC that took the request
+// and then did not answer in time may have started the flash, and a
+// second request could start another (the caller decides, knowing more).
+func (m *Manager) runFirmwareWith(ctx context.Context, t Target, name string, retried bool, fn func(context.Context, firmwareSession) error) (Outcome, error) {
 	if t.HardwareType == HardwareIPMI {
 		return Outcome{}, fmt.Errorf("%s %s: %w", name, t, errNoFirmware(t.HardwareType))
 	}
 	return m.run(ctx, t, name, func(ctx context.Context, op *operation) error {
-		return op.retry(ctx, name, func(ctx context.Context, s session) error {
+		// An inventory is many documents (iDRAC lists dozens of
+		// members), each a request of its own.
+		op.cmdTimeout = max(m.cfg.ConnectTimeout, firmwareCommandTimeout)
+		cmd := func(ctx context.Context, s session) error {
 			fs, ok := s.(firmwareSession)
 			if !ok {
 				return errNoFirmware(op.t.HardwareType)
 			}
 			return fn(ctx, fs)
-		})
+		}
+		if !retried {
+			op.attempts++
+			err := op.call(ctx, op.minInterval(), cmd)
+			if err != nil && op.sess == nil {
+				// no session: the request itself never left
+				return fmt.Errorf("%w: %w", ErrNotSent, err)
+			}
+			return err
+		}
+		return op.retry(ctx, name, cmd)
 	})
 }
+
+// firmwareCommandTimeout bounds one firmware command (an inventory read, a
+// request, a task read).
+const firmwareCommandTimeout = time.Minute
 
 // Firmware reads the versions the node runs: the BIOS (the system's
 // BiosVersion), the BMC (its manager's FirmwareVersion) and each NIC the
@@ -143,7 +169,7 @@ func (m *Manager) Firmware(ctx context.Context, t Target) ([]FirmwareComponent, 
 func (m *Manager) UpdateFirmware(ctx context.Context, t Target, c FirmwareComponent, imageURL string) (string, Outcome, error) {
 	var task, method string
 	upload := ctx // not the per-request deadline: a push takes as long as the image
-	o, err := m.runFirmware(ctx, t, "update_firmware", func(ctx context.Context, s firmwareSession) error {
+	o, err := m.runFirmwareWith(ctx, t, "update_firmware", false, func(ctx context.Context, s firmwareSession) error {
 		var err error
 		if u, ok := s.(firmwareUpdater); ok {
 			task, method, err = u.startUpdate(ctx, upload, imageURL, c.InventoryURI)

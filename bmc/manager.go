@@ -312,6 +312,9 @@ type operation struct {
 	sess     session
 	attempts int
 	provider string
+	// cmdTimeout, when set, bounds each command instead of
+	// ConnectTimeout (a firmware inventory is many documents).
+	cmdTimeout time.Duration
 }
 
 // run takes the BMC lock, runs fn and closes the session.
@@ -409,7 +412,11 @@ func (op *operation) call(ctx context.Context, gap time.Duration, fn func(contex
 	if err := op.pace(ctx, gap); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, op.m.cfg.ConnectTimeout)
+	timeout := op.m.cfg.ConnectTimeout
+	if op.cmdTimeout > 0 {
+		timeout = op.cmdTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := fn(cctx, op.sess)
 	op.lock.last = time.Now()

@@ -315,9 +315,10 @@ func (inv firmwareInventory) components() []FirmwareComponent {
 	bios := FirmwareComponent{Component: ComponentBIOS, Version: inv.biosVersion, Updateable: true}
 	bmc := FirmwareComponent{Component: ComponentBMC, Version: inv.bmcVersion, Updateable: true}
 	var nics []FirmwareComponent
+	seenNIC := map[string]bool{}
 	for _, it := range inv.items {
 		ours, toManager := inv.relation(it)
-		if !ours {
+		if !ours || notRunning(it) {
 			continue
 		}
 		switch kind := classifyItem(it, toManager); {
@@ -325,7 +326,9 @@ func (inv firmwareInventory) components() []FirmwareComponent {
 			bios = mergeItem(bios, it)
 		case kind == ComponentBMC && bmc.InventoryURI == "":
 			bmc = mergeItem(bmc, it)
-		case kind == componentNIC:
+		case kind == componentNIC && !seenNIC[nicID(it)]:
+			// the first member of a NIC is the one kept
+			seenNIC[nicID(it)] = true
 			nics = append(nics, FirmwareComponent{Component: componentNIC + nicID(it), Version: it.version,
 				Name: it.name, InventoryURI: it.uri, Updateable: it.updateable})
 		}
@@ -355,6 +358,17 @@ func (inv firmwareInventory) relation(it inventoryItem) (ours, toManager bool) {
 		}
 	}
 	return false, false
+}
+
+// notRunning: iDRAC lists each component up to three times, as
+// "Installed-<id>" (what runs), "Previous-<id>" (the rollback image) and
+// "Available-<id>" (staged): only what runs is the component's version.
+func notRunning(it inventoryItem) bool {
+	id := it.id
+	if id == "" {
+		id = it.uri[strings.LastIndex(it.uri, "/")+1:]
+	}
+	return strings.HasPrefix(id, "Previous-") || strings.HasPrefix(id, "Available-")
 }
 
 // classifyItem: bios, bmc, componentNIC, or "" for what Ironic does not

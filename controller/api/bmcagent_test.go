@@ -27,7 +27,8 @@ func newBMCAgentEnv(t *testing.T) (*testEnv, *bmc.Fake) {
 	drv.BIOSApplyTimeout, drv.BIOSPollInterval = time.Second, 10*time.Millisecond
 	cc := agentConfig()
 	cc.Host, cc.AutomatedClean = "test-host", true
-	cc.Firmware = conductor.FirmwareConfig{TaskTimeout: 5 * time.Second, StallTimeout: 5 * time.Second, OfflineTimeout: 5 * time.Second, VerifyTimeout: 5 * time.Second}
+	cc.Firmware = conductor.FirmwareConfig{TaskTimeout: 5 * time.Second, StallTimeout: 5 * time.Second, OfflineTimeout: 5 * time.Second,
+		VerifyTimeout: 5 * time.Second, ActivationSettle: 50 * time.Millisecond, GoneGrace: 100 * time.Millisecond}
 	cond := conductor.New(st, cc, drv)
 	done := make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()

@@ -37,6 +37,11 @@ func (s *Server) firmwareImage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if st.Mode().Perm()&0o004 == 0 {
+		// Only what anyone on the host may read is served: a database or a
+		// key (mode 0600) put or linked there by mistake stays private.
+		return notFound("Firmware image", name)
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	extendWrite(w, bootFileWriteTimeout)
 	http.ServeContent(w, r, name, st.ModTime(), f)

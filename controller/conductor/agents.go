@@ -30,6 +30,9 @@ type agents struct {
 // and no command is pending.
 func awaitBoot(m *store.Node, aw *store.Await) {
 	m.Operation.Agent.Await, m.Operation.Agent.Command = aw, nil
+	// the node has been reset into the new boot: a ramdisk that came up
+	// by itself before (LeftRamdisk) is gone, lookups are answered again
+	m.Operation.Agent.LeftRamdisk = false
 }
 
 // bootRamdisk sets PXE (or, for virtual media, inserts the node's ISO and
@@ -41,7 +44,12 @@ func awaitBoot(m *store.Node, aw *store.Await) {
 func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reason, step string) (*store.Await, error) {
 	oldBoot := n.Operation.Agent.BootID
 	if _, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		left := m.Operation.Agent.LeftRamdisk
 		newBoot(&m.Operation.Agent, c.nonceVia(m), c.now())
+		// A ramdisk that came up by itself after a driver step's reboot
+		// may still be polling lookup until the reset below: it stays
+		// refused until awaitBoot, written once the node was reset.
+		m.Operation.Agent.LeftRamdisk = left
 		m.Operation.Agent.Command = nil
 		return nil
 	}); err != nil {

@@ -69,6 +69,9 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {
 			mut(m)
 			c.agents.tearDownAgent(m)
+			if keepsPower(stepErr) {
+				m.TargetPowerState, m.Reservation = nil, nil // no power action during a flash
+			}
 			m.LastError = strp(msg)
 			ph.onFailure(m, msg)
 			return nil

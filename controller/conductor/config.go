@@ -110,7 +110,7 @@ func DefaultConfig() Config {
 			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour, AbortTimeout: time.Minute},
 		PowerSync: PowerSyncConfig{Interval: time.Minute, Ticks: 60, MaxFailures: 3, Enforce: true, Workers: 8},
 		Firmware: FirmwareConfig{TaskTimeout: time.Hour, StallTimeout: 20 * time.Minute, OfflineTimeout: 10 * time.Minute,
-			VerifyTimeout: 20 * time.Minute},
+			VerifyTimeout: 20 * time.Minute, ActivationSettle: 2 * time.Minute, GoneGrace: 2 * time.Minute},
 	}
 }
 
@@ -128,6 +128,15 @@ type FirmwareConfig struct {
 	// VerifyTimeout: the new version must read back within it of the
 	// task's end (a BIOS shows its new version after the POST).
 	VerifyTimeout time.Duration
+	// ActivationSettle is how long after the reboot that activates a BIOS
+	// or NIC image the version is first read: the image is written at
+	// POST, and a version that reads as asked before then (the version
+	// already running, reflashed) must not let the next power action cut
+	// the flash.
+	ActivationSettle time.Duration
+	// GoneGrace: a task the BMC does not know before it was ever read
+	// is polled again for this long (some BMCs create it late).
+	GoneGrace time.Duration
 	// HTTPClient downloads images to check their checksums (nil: a
 	// default client with a 30-minute timeout).
 	HTTPClient *http.Client
@@ -156,6 +165,8 @@ func (cfg *Config) defaults() {
 	fill(&cfg.Firmware.StallTimeout, d.Firmware.StallTimeout)
 	fill(&cfg.Firmware.OfflineTimeout, d.Firmware.OfflineTimeout)
 	fill(&cfg.Firmware.VerifyTimeout, d.Firmware.VerifyTimeout)
+	fill(&cfg.Firmware.ActivationSettle, d.Firmware.ActivationSettle)
+	fill(&cfg.Firmware.GoneGrace, d.Firmware.GoneGrace)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

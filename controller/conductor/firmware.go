@@ -220,6 +220,10 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 	switch it.Phase {
 	case store.FirmwarePending:
 		return true, c.request(ctx, n, fd, it)
+	case store.FirmwareRequesting:
+		// A restart (or another controller) found the request half sent.
+		return true, c.failByID(ctx, n, flashing(fmt.Errorf("the controller stopped while asking the BMC to flash %s from %s: whether "+
+			"the BMC started is unknown, so it is not asked again; check the BMC's task list before running the step again", it.Component, it.URL)))
 	case store.FirmwareFlashing:
 		return c.watch(ctx, n, d, fd, it)
 	case store.FirmwareVerifying:
@@ -269,10 +273,27 @@ func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDr
 	case !target.Updateable:
 		return c.failByID(ctx, n, fmt.Errorf("the BMC says component %s is not updateable", it.Component))
 	}
+	// The marker is written before the request: a restart that finds it
+	// cannot know whether the BMC took the request, and asks nothing again.
+	pending := it
+	it.Phase = store.FirmwareRequesting
+	if err := c.save(ctx, n, it, false); err != nil {
+		return err
+	}
+	n.Operation.Firmware.Items[n.Operation.Firmware.Current] = it
 	task, err := fd.StartFirmwareUpdate(ctx, n, *target, it.URL)
 	if err != nil {
-		if retryableBMC(err) {
-			return c.offline(ctx, n, it, err)
+		switch {
+		case errors.Is(err, bmc.ErrNotSent) || errors.Is(err, bmc.ErrBusy):
+			// nothing was started (no session, or the BMC said busy): asked again next round
+			if serr := c.save(ctx, n, pending, false); serr != nil {
+				return serr
+			}
+			n.Operation.Firmware.Items[n.Operation.Firmware.Current] = pending
+			return c.offline(ctx, n, pending, err)
+		case errors.Is(err, bmc.ErrUnreachable):
+			return c.failByID(ctx, n, flashing(fmt.Errorf("the BMC did not answer the request to flash %s from %s: it may have started "+
+				"the flash, so it is not asked again; check the BMC's task list before running the step again: %w", it.Component, it.URL, err)))
 		}
 		return c.failByID(ctx, n, fmt.Errorf("the BMC refused the update of %s from %s: %w", it.Component, it.URL, err))
 	}
@@ -287,9 +308,18 @@ func (c *firmwareFlow) watch(ctx context.Context, n *store.Node, d Driver, fd fi
 	tk, err := fd.FirmwareTask(ctx, n, it.Task)
 	now := c.now()
 	cfg := c.cfgs()
+	if err == nil && !tk.Gone && !it.TaskSeen {
+		it.TaskSeen = true
+		if err := c.save(ctx, n, it, false); err != nil {
+			return false, err
+		}
+		n.Operation.Firmware.Items[n.Operation.Firmware.Current] = it
+	}
 	switch {
 	case err != nil:
 		return false, c.offline(ctx, n, it, fmt.Errorf("reading task %s: %w", it.Task, err))
+	case tk.Gone && !it.TaskSeen && now.Sub(it.Since) < cfg.GoneGrace:
+		return false, nil // not created yet, perhaps: asked again next round
 	case tk.Failed():
 		msg := tk.Message()
 		if msg == "" {
@@ -306,19 +336,28 @@ func (c *firmwareFlow) watch(ctx context.Context, n *store.Node, d Driver, fd fi
 			how += ": " + tk.Message()
 		}
 		events := []*store.Event{c.newEvent(n.UUID, "INFO", "firmware", fmt.Sprintf("firmware update of %s: task %s %s", it.Component, it.Task, how))}
-		if it.Component != bmc.ComponentBMC {
-			// BIOS and NIC images are staged until the next boot.
-			if err := d.SetPower(ctx, n, c.activationBoot(ctx, n, d)); err != nil {
+		reboot := it.Component != bmc.ComponentBMC // BIOS and NIC images are staged until the next boot
+		boot := ""
+		if reboot {
+			boot = c.activationBoot(ctx, n, d)
+			it.Rebooted = true
+			events = append(events, c.newEvent(n.UUID, "INFO", "firmware", "rebooting the node to activate the "+it.Component+" firmware"))
+		}
+		// Saved before the reboot: a restart never reboots twice (a
+		// second reset during the POST that writes the image could cut it).
+		it.Phase, it.Since, it.Contact, it.Percent = store.FirmwareVerifying, now, now, 100
+		if err := c.save(ctx, n, it, false, events...); err != nil {
+			return true, err
+		}
+		if reboot {
+			if err := d.SetPower(ctx, n, boot); err != nil {
 				return true, c.failByID(ctx, n, fmt.Errorf("rebooting to activate the %s firmware: %w", it.Component, err))
 			}
-			it.Rebooted = true
-			events = append(events, c.newEvent(n.UUID, "INFO", "firmware", "node rebooted to activate the "+it.Component+" firmware"))
 		}
-		it.Phase, it.Since, it.Contact, it.Percent = store.FirmwareVerifying, now, now, 100
-		return true, c.save(ctx, n, it, false, events...)
+		return true, nil
 	case now.Sub(it.Since) > cfg.TaskTimeout:
-		return true, c.failByID(ctx, n, fmt.Errorf("the BMC's update of %s did not finish within %s (task %s %s at %d%%): %s",
-			it.Component, cfg.TaskTimeout, it.Task, tk.State, tk.Percent, orNothing(tk.Message())))
+		return true, c.failByID(ctx, n, flashing(fmt.Errorf("the BMC's update of %s did not finish within %s (task %s %s at %d%%): %s",
+			it.Component, cfg.TaskTimeout, it.Task, tk.State, tk.Percent, orNothing(tk.Message()))))
 	case tk.Percent != it.Percent && tk.Percent >= 0:
 		ev := []*store.Event{}
 		if tk.Percent/25 != it.Percent/25 {
@@ -327,8 +366,8 @@ func (c *firmwareFlow) watch(ctx context.Context, n *store.Node, d Driver, fd fi
 		it.Percent, it.Progressed, it.Contact = tk.Percent, now, now
 		return false, c.save(ctx, n, it, false, ev...)
 	case now.Sub(it.Progressed) > cfg.StallTimeout:
-		return true, c.failByID(ctx, n, fmt.Errorf("the BMC's update of %s stalled: task %s %s at %d%% for %s: %s",
-			it.Component, it.Task, tk.State, max(tk.Percent, 0), now.Sub(it.Progressed).Round(time.Second), orNothing(tk.Message())))
+		return true, c.failByID(ctx, n, flashing(fmt.Errorf("the BMC's update of %s stalled: task %s %s at %d%% for %s: %s",
+			it.Component, it.Task, tk.State, max(tk.Percent, 0), now.Sub(it.Progressed).Round(time.Second), orNothing(tk.Message()))))
 	case now.Sub(it.Contact) > time.Minute:
 		it.Contact = now // so that a BMC away later is timed from here
 		return false, c.save(ctx, n, it, false)
@@ -349,7 +388,11 @@ func (c *firmwareFlow) activationBoot(ctx context.Context, n *store.Node, d Driv
 // readBack reads the version until it shows the update.
 func (c *firmwareFlow) readBack(ctx context.Context, n *store.Node, fd firmwareDriver, it store.FirmwareItem) (bool, error) {
 	now := c.now()
-	if now.Before(it.Since.Add(time.Duration(it.Wait) * time.Second)) {
+	settle := time.Duration(it.Wait) * time.Second
+	if it.Rebooted {
+		settle = max(settle, c.cfgs().ActivationSettle)
+	}
+	if now.Before(it.Since.Add(settle)) {
 		return false, nil
 	}
 	comps, err := fd.FirmwareComponents(ctx, n)
@@ -363,7 +406,7 @@ func (c *firmwareFlow) readBack(ctx context.Context, n *store.Node, fd firmwareD
 			got, found = cp.Version, true
 		}
 	}
-	ok := found && ((it.Version != "" && got == it.Version) || (it.Version == "" && got != it.Before))
+	ok := found && got != "" && ((it.Version != "" && got == it.Version) || (it.Version == "" && got != it.Before))
 	if ok {
 		it.After, it.Phase = got, store.FirmwareDone
 		return true, c.save(ctx, n, it, true, c.newEvent(n.UUID, "INFO", "firmware",
@@ -382,8 +425,11 @@ func (c *firmwareFlow) readBack(ctx context.Context, n *store.Node, fd firmwareD
 	} else if it.Version == "" {
 		why = " (to flash the version already running, give the setting a version)"
 	}
-	return true, c.failByID(ctx, n, fmt.Errorf("component %s reads %s %s after the update, expected %s%s",
-		it.Component, orNothing(got), c.cfgs().VerifyTimeout, want, why))
+	err = fmt.Errorf("component %s reads %s %s after the update, expected %s%s", it.Component, orNothing(got), c.cfgs().VerifyTimeout, want, why)
+	if it.Rebooted {
+		err = flashing(err) // the POST may still be writing it
+	}
+	return true, c.failByID(ctx, n, err)
 }
 
 // offline handles a BMC that did not answer: the flow waits for it up to
@@ -397,15 +443,34 @@ func (c *firmwareFlow) offline(ctx context.Context, n *store.Node, it store.Firm
 		return c.failByID(ctx, n, err) // never reached the BMC for this component
 	}
 	if c.now().Sub(since) > c.cfgs().OfflineTimeout {
-		return c.failByID(ctx, n, fmt.Errorf("the BMC has not answered for %s during the update of %s: %w",
-			c.now().Sub(since).Round(time.Second), it.Component, err))
+		err = fmt.Errorf("the BMC has not answered for %s during the update of %s: %w", c.now().Sub(since).Round(time.Second), it.Component, err)
+		if it.Phase != store.FirmwarePending {
+			err = flashing(err)
+		}
+		return c.failByID(ctx, n, err)
 	}
 	c.log.Info("firmware update: the BMC did not answer; waiting", "node", n.UUID, "component", it.Component, "err", err)
 	return nil
 }
 
-func retryableBMC(err error) bool {
-	return errors.Is(err, bmc.ErrUnreachable) || errors.Is(err, bmc.ErrBusy)
+// flashInProgress marks a failure while the BMC may still be writing an
+// image (a task not seen to end, a BMC away, a POST that may be writing
+// it): the failed node is not powered off, since a power action during a
+// flash can leave the component unusable.
+type flashInProgress struct{ err error }
+
+func flashing(err error) error { return &flashInProgress{err} }
+
+func (e *flashInProgress) Error() string {
+	return e.err.Error() + "; the BMC may still be flashing, so the node was left powered as it was: check the BMC before any power action"
+}
+
+func (e *flashInProgress) Unwrap() error { return e.err }
+
+// keepsPower reports whether err is a flashInProgress.
+func keepsPower(err error) bool {
+	var f *flashInProgress
+	return errors.As(err, &f)
 }
 
 // finish leaves the power as found, caches the versions with what was

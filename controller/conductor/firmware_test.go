@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,13 +12,15 @@ import (
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/storetest"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
 // fwConfig polls quickly and gives up quickly.
 func fwConfig() Config {
 	return Config{CheckInterval: 10 * time.Millisecond, Firmware: FirmwareConfig{TaskTimeout: 5 * time.Second,
-		StallTimeout: 300 * time.Millisecond, OfflineTimeout: 2 * time.Second, VerifyTimeout: 500 * time.Millisecond}}
+		StallTimeout: 300 * time.Millisecond, OfflineTimeout: 2 * time.Second, VerifyTimeout: 500 * time.Millisecond,
+		ActivationSettle: 30 * time.Millisecond, GoneGrace: 100 * time.Millisecond}}
 }
 
 func updateStep(settings ...map[string]any) protocol.Step {
@@ -83,7 +86,7 @@ func TestFirmwareUpdateBMCThenBIOS(t *testing.T) {
 	assert.Nil(t, cache["nic:NIC.1"].LastVersionFlashed, "not flashed")
 
 	h := history(t, e.st, id)
-	assert.Regexp(t, `(?s)firmware update of bmc requested.*firmware of bmc updated: 1.0.0 → 3.0.0.*firmware update of bios requested.*node rebooted to activate the bios firmware.*firmware of bios updated: 1.0.0 → 2.0.0`, h)
+	assert.Regexp(t, `(?s)firmware update of bmc requested.*firmware of bmc updated: 1.0.0 → 3.0.0.*firmware update of bios requested.*rebooting the node to activate the bios firmware.*firmware of bios updated: 1.0.0 → 2.0.0`, h)
 	assert.Contains(t, h, "clean step firmware.update finished: firmware updated: bmc 1.0.0 → 3.0.0, bios 1.0.0 → 2.0.0")
 }
 
@@ -278,6 +281,101 @@ func TestFirmwareUpdateWaitsForABMCThatRestarts(t *testing.T) {
 			require.NotNil(t, n.LastError)
 			assert.Contains(t, *n.LastError, tc.wantErr)
 			assert.Contains(t, *n.LastError, "during the update of bmc")
+		})
+	}
+}
+
+// The update request is sent once: a busy answer (nothing started) is
+// asked again next round; an answer lost after the BMC took it, or a
+// request half sent when the controller stopped, fails the step rather
+// than risk a second flash.
+func TestFirmwareUpdateRequestIsNeverSentTwice(t *testing.T) {
+	t.Run("busy, then accepted", func(t *testing.T) {
+		e := startBIOS(t, bmc.HardwareFake, fwConfig())
+		id := e.node(t)
+		e.f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+		e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{BusyUpdates: 2})
+		require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+		require.Nil(t, e.wait(t, id, state.Manageable).LastError)
+		assert.Equal(t, 3, count(commands(e.f, id), "update_firmware"), "two busy answers, then the one that started the task")
+	})
+	t.Run("answer lost", func(t *testing.T) {
+		e := startBIOS(t, bmc.HardwareFake, fwConfig())
+		id := e.node(t)
+		e.f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+		e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{LostUpdateAnswers: 1})
+		require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+		n := e.wait(t, id, state.CleanFailed)
+		require.NotNil(t, n.LastError)
+		assert.Contains(t, *n.LastError, "it may have started the flash, so it is not asked again")
+		assert.Contains(t, *n.LastError, "the node was left powered as it was")
+		assert.Equal(t, 1, count(commands(e.f, id), "update_firmware"))
+	})
+	t.Run("half sent when the controller stopped", func(t *testing.T) {
+		e := startBIOS(t, bmc.HardwareFake, fwConfig())
+		id := e.node(t)
+		e.f.SetFirmwareImage("http://images.test/bmc.bin", bmc.FakeFirmwareImage{Component: "bmc", Version: "2"})
+		e.f.SetFirmwareKnobs(id, bmc.FakeFirmwareKnobs{StallTasks: true})
+		require.NoError(t, e.clean(t, id, updateStep(fwSetting("bmc", "http://images.test/bmc.bin"))))
+		require.Eventually(t, func() bool {
+			n, err := e.st.GetNode(context.Background(), id)
+			require.NoError(t, err)
+			return n.Operation.Firmware != nil && n.Operation.Firmware.Items[0].Phase == store.FirmwareFlashing
+		}, 5*time.Second, 5*time.Millisecond)
+		e.stop()
+		// as if the controller had died between the marker and the answer
+		_, err := store.MutateNode(context.Background(), e.st, id, func(m *store.Node) error {
+			m.Operation.Firmware.Items[0].Phase, m.Operation.Firmware.Items[0].Task = store.FirmwareRequesting, ""
+			return nil
+		})
+		require.NoError(t, err)
+		e2 := startBIOSOn(t, bmc.HardwareFake, fwConfig(), e.st, e.f)
+		n := e2.wait(t, id, state.CleanFailed)
+		require.NotNil(t, n.LastError)
+		assert.Contains(t, *n.LastError, "whether the BMC started is unknown, so it is not asked again")
+		assert.Equal(t, 1, count(commands(e.f, id), "update_firmware"))
+	})
+}
+
+func count(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// A firmware failure while the BMC may still be flashing leaves the
+// node's power alone; any other failure tears the agent down (power off).
+func TestFirmwareFailureWhileFlashingKeepsThePower(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantPower bool
+	}{
+		{"flashing", flashing(errors.New("task stalled")), false},
+		{"ended", errors.New("task failed"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, &scriptDriver{}, Config{}, nil)
+			ctx := context.Background()
+			n := storetest.NewNode("")
+			n.Driver, n.ProvisionState = "script", string(state.CleanWait)
+			n.Interfaces.Deploy = "direct"
+			fw := protocol.Step{Interface: "firmware", Step: "update"}
+			n.Operation.Clean = &store.StepPlan{Steps: []protocol.Step{fw}}
+			n.CleanStep = stepToMap(fw)
+			n.Operation.Agent = store.AgentSession{Token: "t", BootID: "b", Booted: true}
+			require.NoError(t, e.st.CreateNode(ctx, n))
+			e.stop() // the step's end alone, no worker acting on the node
+			require.NoError(t, e.c.CompleteAsyncStep(ctx, n.UUID, "firmware.update", tc.err))
+			got, err := e.st.GetNode(ctx, n.UUID)
+			require.NoError(t, err)
+			assert.Equal(t, string(state.CleanFailed), got.ProvisionState)
+			assert.Equal(t, tc.wantPower, got.TargetPowerState != nil, "power-off asked: %v", got.TargetPowerState)
+			assert.Empty(t, got.Operation.Agent.Token, "the agent's token dies either way")
 		})
 	}
 }

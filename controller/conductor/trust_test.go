@@ -498,9 +498,22 @@ func TestLeftRamdiskAnswersNoLookup(t *testing.T) {
 	_, err = s.Heartbeat(ctx, n.UUID, "10.0.0.5", &protocol.Heartbeat{AgentToken: "old-token", BootID: "boot-1", Fingerprint: "fp"})
 	require.Error(t, err, "the old agent's token is revoked")
 
+	// The controller boots the ramdisk again (bootRamdisk): its first
+	// write keeps the stray ramdisk refused until the node is reset ...
 	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error {
-		newBoot(&m.Operation.Agent, "", time.Now()) // the controller boots the ramdisk again
-		m.Operation.Agent.Await = &store.Await{Reason: "boot", Since: time.Now()}
+		left := m.Operation.Agent.LeftRamdisk
+		newBoot(&m.Operation.Agent, "", time.Now())
+		m.Operation.Agent.LeftRamdisk = left
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-2", Address: "10.0.0.5"})
+	assert.Equal(t, CodeNotFound, codeOf(t, err), "the stray ramdisk, before the reset")
+	assert.Empty(t, agentOf(t, st, n.UUID).Token)
+	// ... and once the node was reset (awaitBoot), the new boot's agent
+	// looks up (without a nonce, as this node boots: the first lookup)
+	_, err = store.MutateNode(ctx, st, n.UUID, func(m *store.Node) error {
+		awaitBoot(m, &store.Await{Reason: "boot", Since: time.Now()})
 		return nil
 	})
 	require.NoError(t, err)

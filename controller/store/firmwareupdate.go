@@ -24,10 +24,13 @@ type FirmwareUpdate struct {
 
 // Phases of a FirmwareItem.
 const (
-	FirmwarePending   = "pending"   // not started
-	FirmwareFlashing  = "flashing"  // the BMC's task runs
-	FirmwareVerifying = "verifying" // the node (or BMC) restarts; the version is read until it shows
-	FirmwareDone      = "done"
+	FirmwarePending = "pending" // not started
+	// FirmwareRequesting: the request is being sent; a restart that finds
+	// it does not know whether the BMC took it, and asks nothing again.
+	FirmwareRequesting = "requesting"
+	FirmwareFlashing   = "flashing"  // the BMC's task runs
+	FirmwareVerifying  = "verifying" // the node (or BMC) restarts; the version is read until it shows
+	FirmwareDone       = "done"
 )
 
 // FirmwareItem is one component's update.
@@ -48,7 +51,10 @@ type FirmwareItem struct {
 	// was seen to end (then only a changed version shows success).
 	Task     string `json:"task,omitempty"`
 	TaskGone bool   `json:"task_gone,omitempty"`
-	Percent  int    `json:"percent"`
+	// TaskSeen: the task was read at least once (a task the BMC says it
+	// does not know before that may not exist yet).
+	TaskSeen bool `json:"task_seen,omitempty"`
+	Percent  int  `json:"percent"`
 	// Since is when the phase began; Progressed when the task's progress
 	// last moved (a task stalled longer than the stall timeout fails);
 	// Contact when the BMC last answered (a BMC away longer than the
