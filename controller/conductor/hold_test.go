@@ -37,8 +37,9 @@ func (e *env) held(t *testing.T, id string, want state.State, target state.State
 // runs the rest and ends the manual clean in manageable.
 func TestManualCleanHoldUnhold(t *testing.T) {
 	drv := &scriptDriver{steps: twoSteps(true), outcome: map[string]string{"deploy.erase_devices_metadata": "wait"}}
-	// a wait-state timeout of 1ns checked every 5ms: a held node must not fail
-	e := start(t, drv, Config{CleanWaitTimeout: 1, CheckInterval: 5 * time.Millisecond}, nil)
+	// a wait-state timeout of 500 ms checked every 5 ms: a node held longer
+	// must not fail (the clean wait before the hold is well within it)
+	e := start(t, drv, Config{CleanWaitTimeout: 500 * time.Millisecond, CheckInterval: 5 * time.Millisecond}, nil)
 	ctx := context.Background()
 	id := e.manageable(t)
 	steps := []protocol.Step{{Interface: "deploy", Step: "erase_devices_metadata"}, holdStepReq(), {Interface: "deploy", Step: "erase_devices"}}
@@ -50,7 +51,7 @@ func TestManualCleanHoldUnhold(t *testing.T) {
 	require.NoError(t, e.c.CompleteAsyncStep(ctx, id, "deploy.erase_devices_metadata", nil))
 	e.held(t, id, state.CleanHold, state.Manageable)
 
-	time.Sleep(50 * time.Millisecond) // ten timeout checks
+	time.Sleep(700 * time.Millisecond) // past the timeout, over a hundred checks
 	n := e.held(t, id, state.CleanHold, state.Manageable)
 	assert.Nil(t, n.LastError, "no timeout in clean hold")
 	assert.Equal(t, []string{"deploy.erase_devices_metadata"}, drv.executed(), "nothing after the hold step ran")
