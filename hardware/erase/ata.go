@@ -13,13 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/anvil-metal/anvil/protocol"
+
+	"github.com/anvil-metal/anvil/hardware/internal/kernelabi"
 )
 
 // ATA Security Erase is issued through SCSI ATA PASS-THROUGH(16) over SG_IO
 // (what hdparm does), so the ramdisk needs no hdparm. u-root's pkg/mount/scuzz
 // implements only IDENTIFY and UNLOCK, hence our own commands here.
 const (
-	sgIO          = 0x2285
+	sgIO          = kernelabi.SGIO
 	sgDxferNone   = -1
 	sgDxferToDev  = -2
 	sgDxferFromDv = -3
@@ -361,31 +363,8 @@ func ataReleasePassword(ctx context.Context, t ataTransport, cause error, mayBeU
 // sgTransport sends ATA commands through SG_IO on an open device.
 type sgTransport struct{ f *os.File }
 
-// sgIOHdr mirrors struct sg_io_hdr (88 bytes on 64-bit).
-type sgIOHdr struct {
-	InterfaceID    int32
-	DxferDirection int32
-	CmdLen         uint8
-	MxSbLen        uint8
-	IovecCount     uint16
-	DxferLen       uint32
-	Dxferp         uintptr
-	Cmdp           uintptr
-	Sbp            uintptr
-	Timeout        uint32
-	Flags          uint32
-	PackID         int32
-	UsrPtr         uintptr
-	Status         uint8
-	MaskedStatus   uint8
-	MsgStatus      uint8
-	SbLenWr        uint8
-	HostStatus     uint16
-	DriverStatus   uint16
-	Resid          int32
-	Duration       uint32
-	Info           uint32
-}
+// sgIOHdr is struct sg_io_hdr.
+type sgIOHdr = kernelabi.SGIOHdr
 
 func (s sgTransport) ata(ctx context.Context, cdb [16]byte, dataIn, dataOut []byte, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {

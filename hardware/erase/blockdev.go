@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/hardware/internal/kernelabi"
 )
 
 // deviceSize returns the size of an open block device or regular file.
@@ -68,13 +70,7 @@ func flushBuffers(f *os.File) {
 // alignedBuffer returns a buffer of n bytes whose address is aligned to 4096,
 // as O_DIRECT needs. It is carved out of an anonymous mapping rather than
 // the Go heap so alignment is guaranteed and the GC does not scan it.
-func alignedBuffer(n int) ([]byte, func(), error) {
-	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		return nil, nil, fmt.Errorf("allocate %d-byte aligned buffer: %w", n, err)
-	}
-	return b, func() { _ = unix.Munmap(b) }, nil
-}
+func alignedBuffer(n int) ([]byte, func(), error) { return kernelabi.Buffer(n) }
 
 // openDirect re-opens path for reading with O_DIRECT when the filesystem
 // supports it (block devices do; tmpfs does not), falling back to buffered.

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/hardware/internal/kernelabi"
 )
 
 // NVMe admin commands go through NVME_IOCTL_ADMIN_CMD on the namespace's
@@ -14,8 +16,8 @@ import (
 // ramdisk. Layout of struct nvme_passthru_cmd / nvme_admin_cmd from
 // linux/nvme_ioctl.h: 72 bytes.
 const (
-	nvmeIoctlAdminCmd = 0xC0484E41 // _IOWR('N', 0x41, struct nvme_admin_cmd)
-	nvmeIoctlID       = 0x4E40     // _IO('N', 0x40): namespace id of the device
+	nvmeIoctlAdminCmd = kernelabi.NVMeIoctlAdminCmd
+	nvmeIoctlID       = 0x4E40 // _IO('N', 0x40): namespace id of the device
 
 	nvmeOpIdentify  = 0x06
 	nvmeOpFormatNVM = 0x80
@@ -29,27 +31,8 @@ const (
 	nvmeSESCrypto   = 2
 )
 
-// nvmeAdminCmd mirrors struct nvme_admin_cmd.
-type nvmeAdminCmd struct {
-	Opcode      uint8
-	Flags       uint8
-	Rsvd1       uint16
-	NSID        uint32
-	Cdw2        uint32
-	Cdw3        uint32
-	Metadata    uint64
-	Addr        uint64
-	MetadataLen uint32
-	DataLen     uint32
-	Cdw10       uint32
-	Cdw11       uint32
-	Cdw12       uint32
-	Cdw13       uint32
-	Cdw14       uint32
-	Cdw15       uint32
-	TimeoutMs   uint32
-	Result      uint32
-}
+// nvmeAdminCmd is struct nvme_admin_cmd.
+type nvmeAdminCmd = kernelabi.NVMeAdminCmd
 
 // NVMeStatusError is a non-zero NVMe completion status: the drive refused.
 type NVMeStatusError struct {

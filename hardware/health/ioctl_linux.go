@@ -6,70 +6,34 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/hardware/internal/kernelabi"
 )
 
 // Device access: the NVMe admin passthrough and SCSI generic ioctls, as
 // nvme-cli and smartctl issue them, so neither tool is needed in the
 // ramdisk. Devices are opened read-only; nothing here writes to a disk.
 const (
-	nvmeIoctlAdminCmd = 0xC0484E41 // _IOWR('N', 0x41, struct nvme_admin_cmd)
+	nvmeIoctlAdminCmd = kernelabi.NVMeIoctlAdminCmd
 	nvmeOpGetLogPage  = 0x02
 	nvmeLogSMART      = 0x02
 	nvmeNSIDAll       = 0xFFFFFFFF
 
-	sgIO          = 0x2285
+	sgIO          = kernelabi.SGIO
 	sgDxferFromDv = -3
 )
 
 // SysReader reads SMART data through ioctls.
 type SysReader struct{}
 
-// nvmeAdminCmd mirrors struct nvme_admin_cmd (linux/nvme_ioctl.h, 72 bytes).
-type nvmeAdminCmd struct {
-	Opcode, Flags                            uint8
-	Rsvd1                                    uint16
-	NSID, Cdw2, Cdw3                         uint32
-	Metadata, Addr                           uint64
-	MetadataLen, DataLen                     uint32
-	Cdw10, Cdw11, Cdw12, Cdw13, Cdw14, Cdw15 uint32
-	TimeoutMs, Result                        uint32
-}
+// nvmeAdminCmd is struct nvme_admin_cmd.
+type nvmeAdminCmd = kernelabi.NVMeAdminCmd
 
-// sgIOHdr mirrors struct sg_io_hdr (88 bytes on 64-bit).
-type sgIOHdr struct {
-	InterfaceID    int32
-	DxferDirection int32
-	CmdLen         uint8
-	MxSbLen        uint8
-	IovecCount     uint16
-	DxferLen       uint32
-	Dxferp         uintptr
-	Cmdp           uintptr
-	Sbp            uintptr
-	Timeout        uint32
-	Flags          uint32
-	PackID         int32
-	UsrPtr         uintptr
-	Status         uint8
-	MaskedStatus   uint8
-	MsgStatus      uint8
-	SbLenWr        uint8
-	HostStatus     uint16
-	DriverStatus   uint16
-	Resid          int32
-	Duration       uint32
-	Info           uint32
-}
+// sgIOHdr is struct sg_io_hdr.
+type sgIOHdr = kernelabi.SGIOHdr
 
-// buffer is memory the kernel may write through a raw address: outside
-// the Go heap, which may move.
-func buffer(n int) ([]byte, func(), error) {
-	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		return nil, nil, fmt.Errorf("allocate %d bytes: %w", n, err)
-	}
-	return b, func() { _ = unix.Munmap(b) }, nil
-}
+// buffer is kernel-writable memory (kernelabi.Buffer).
+func buffer(n int) ([]byte, func(), error) { return kernelabi.Buffer(n) }
 
 // NVMeSMARTLog reads the controller-wide SMART / Health log page.
 func (SysReader) NVMeSMARTLog(path string) ([]byte, error) {
