@@ -132,6 +132,20 @@ func TestContinueInspectionWithoutNonce(t *testing.T) {
 	e.waitState("bmc", "manageable")
 	require.Equal(t, 202, e.provision("bmc", "inspect", nil).status)
 	e.waitState("bmc", "inspect wait")
+	// a node with ports is found by them only, never by its BMC's address,
+	// which anyone on the network can learn (the report's MACs would be
+	// made its PXE ports)
+	ported := e.createNode("ported", map[string]any{"inspect_interface": "agent", "deploy_interface": "direct",
+		"driver_info": map[string]any{"redfish_address": "https://192.0.2.20:8443/redfish/v1"}})
+	require.Equal(t, 201, e.do("POST", "/v1/ports", latest, map[string]any{"address": "52:54:00:cc:00:01", "node_uuid": ported["uuid"]}).status)
+	require.Equal(t, 202, e.provision("ported", "manage", nil).status)
+	e.waitState("ported", "manageable")
+	require.Equal(t, 202, e.provision("ported", "inspect", nil).status)
+	e.waitState("ported", "inspect wait")
+	stranger := ipaReport("52:54:00:bb:00:99")
+	stranger["inventory"].(map[string]any)["bmc_address"] = "192.0.2.20"
+	assert.Equal(t, 404, e.postInspection("", "1.84", stranger).status, "unknown MACs and the BMC of a node with ports")
+
 	rep := ipaReport("52:54:00:bb:00:01")
 	rep["inventory"].(map[string]any)["bmc_address"] = "192.0.2.11"
 	assert.Equal(t, 404, e.postInspection("", "1.84", rep).status, "another BMC")

@@ -76,8 +76,12 @@ func (c *sessions) ContinueInspection(ctx context.Context, rep InspectionReport)
 }
 
 // inspectionNode finds the node of a report: by its MACs as a lookup
-// does, else by the BMC address among nodes in inspect wait (Ironic's
-// inspection lookup). Every failure is the lookup's generic 404.
+// does, else by the BMC address among nodes in inspect wait that have no
+// port yet (Ironic's inspection lookup; inspection is how such a node
+// gets its ports). A node that has ports is found by them only: a BMC's
+// address is easy to learn on the provisioning network, and the MACs a
+// report brings are made PXE ports. Every failure is the lookup's
+// generic 404.
 func (c *sessions) inspectionNode(ctx context.Context, macs, bmcs []string) (string, error) {
 	if len(macs) > 0 {
 		id, err := c.nodeByMACs(ctx, macs)
@@ -92,7 +96,15 @@ func (c *sessions) inspectionNode(ctx context.Context, macs, bmcs []string) (str
 	}
 	var found []string
 	for _, n := range nodes {
-		if bmcMatches(n.DriverInfo, bmcs) {
+		if !bmcMatches(n.DriverInfo, bmcs) {
+			continue
+		}
+		uuid := n.UUID
+		ports, err := c.st.ListPorts(ctx, store.ResourceFilter{NodeUUID: &uuid}, store.Page{Limit: 1})
+		if err != nil {
+			return "", err
+		}
+		if len(ports) == 0 {
 			found = append(found, n.UUID)
 		}
 	}
