@@ -24,9 +24,12 @@ import (
 // (a second QEMU behind a second virtual BMC, the node's driver_info
 // pointed at it: the "same" server after a DIMM and a disk were pulled).
 func TestVME2EVerifyHardware(t *testing.T) {
-	serials := []string{"ANVIL-VERIFY-0001", "ANVIL-VERIFY-0002"}
+	serials := []string{"ANVIL-VERIFY-0001", "ANVIL-VERIFY-0002", "ANVIL-VERIFY-0003"}
+	// Two SATA disks and an NVMe one: QEMU answers SMART READ DATA
+	// (through SG_IO) and the NVMe SMART / Health log page, so both
+	// decoders read what an emulated device really sends.
 	e := newE2EWith(t, e2eConfig{memoryMiB: 1024,
-		disks: []vbmc.QEMUDisk{{Serial: serials[0], Bus: vbmc.BusAHCI}, {Serial: serials[1], Bus: vbmc.BusAHCI}},
+		disks: []vbmc.QEMUDisk{{Serial: serials[0], Bus: vbmc.BusAHCI}, {Serial: serials[1], Bus: vbmc.BusAHCI}, {Serial: serials[2], Bus: vbmc.BusNVMe}},
 		controllerArgs: []string{"--clean-step-priority",
 			"deploy.verify_hardware:100,deploy.erase_devices_metadata:0,deploy.erase_devices:0"}})
 	c := e.c
@@ -62,13 +65,21 @@ func TestVME2EVerifyHardware(t *testing.T) {
 	if ata, _ := health["ata"].([]any); len(ata) != 2 {
 		t.Errorf("SMART READ DATA through SG_IO read %d of the 2 SATA disks; skipped: %v", len(ata), health["skipped"])
 	}
+	nvme, _ := health["nvme"].([]any)
+	if len(nvme) != 1 {
+		t.Errorf("the NVMe SMART / Health log was read from %d of the 1 NVMe disk; skipped: %v", len(nvme), health["skipped"])
+	} else if log, _ := nvme[0].(map[string]any); log["temperature_c"] == nil || fmt.Sprint(log["critical_warning"]) != "0" {
+		t.Errorf("QEMU's NVMe SMART log decoded as %s", toJSON(log))
+	} else {
+		t.Logf("QEMU's NVMe SMART log as decoded: %s", toJSON(log))
+	}
 	step(fmt.Sprintf("unchanged node verified and available: %v", pass["summary"]))
 
 	// The changed machine: 768 MiB and only the first disk.
 	e.verb(t, "vh", "manage")
 	c.waitState(t, "vh", "manageable", time.Minute)
 	waitFor(t, c, "vh", time.Minute, func(n map[string]any) bool { return n["power_state"] == "power off" })
-	changedURL := changedMachine(t, e, 768, e.disks[:1])
+	changedURL := changedMachine(t, e, 768, []vbmc.QEMUDisk{e.disks[0], e.disks[2]})
 	c.mustCall(t, "PATCH", "/v1/nodes/vh", []map[string]any{{"op": "replace", "path": "/driver_info/redfish_address", "value": changedURL}})
 	e.verb(t, "vh", "provide")
 	n = waitFor(t, c, "vh", 4*time.Minute, func(n map[string]any) bool {
@@ -85,8 +96,8 @@ func TestVME2EVerifyHardware(t *testing.T) {
 			t.Errorf("last_error lacks %q", want)
 		}
 	}
-	if strings.Contains(lastError, serials[0]) {
-		t.Errorf("last_error names the disk that is still there")
+	if strings.Contains(lastError, serials[0]) || strings.Contains(lastError, serials[2]) {
+		t.Errorf("last_error names a disk that is still there")
 	}
 	fail := lastVerification(t, c, "vh")
 	if fail["outcome"] != "failed" || !strings.Contains(fmt.Sprint(fail["summary"]), "hardware verification FAILED") {
