@@ -42,7 +42,8 @@ const (
 
 // bodyLimit is the most a request to path may send.
 func bodyLimit(path string) int64 {
-	if path == continueInspectionPath {
+	// the route is served with and without the /v1 prefix
+	if path == continueInspectionPath || "/v1"+path == continueInspectionPath {
 		return maxInspectionBody
 	}
 	return maxBody

@@ -193,6 +193,11 @@ func TestContinueInspectionBadReports(t *testing.T) {
 			assert.Contains(t, r.fault(t), tc.fault)
 		})
 	}
+	// the route without the /v1 prefix has the same 8 MiB bound: a 2 MiB
+	// report is read, not refused as every other body over 1 MiB is
+	big := map[string]any{"inventory": map[string]any{"interfaces": []any{map[string]any{"mac_address": "52:54:00:dd:00:01"}}}, "logs": strings.Repeat("a", 2<<20)}
+	r := e.do("POST", "/continue_inspection", "1.84", big)
+	assert.Equal(t, 404, r.status, "read and looked up (no node has the MAC), not 413: %s", r.body)
 }
 
 // TestContinueInspectionDiscovers: with discovery on, a report no node
