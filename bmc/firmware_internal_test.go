@@ -1,6 +1,7 @@
 package bmc
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,4 +33,23 @@ func TestFirmwareInventoryKeepsWhatRuns(t *testing.T) {
 	assert.Equal(t, "22.36.6", got["nic:NIC.Integrated.1-1-1"].Version, "the installed NIC image, not the previous one")
 	assert.Contains(t, got, "nic:NIC.Integrated.1-2-1")
 	assert.Len(t, got, 4, "disks are not among Ironic's components")
+}
+
+func TestNoDowngrade(t *testing.T) {
+	get := func(u string) *http.Request {
+		r, err := http.NewRequest("GET", u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	assert.NoError(t, NoDowngrade(get("https://b.test/x"), []*http.Request{get("https://a.test/x")}))
+	assert.NoError(t, NoDowngrade(get("http://b.test/x"), []*http.Request{get("http://a.test/x")}))
+	err := NoDowngrade(get("http://b.test/x"), []*http.Request{get("https://a.test/x")})
+	assert.ErrorContains(t, err, "not fetched over plain http")
+	many := make([]*http.Request, 10)
+	for i := range many {
+		many[i] = get("https://a.test/x")
+	}
+	assert.Error(t, NoDowngrade(get("https://b.test/x"), many))
 }

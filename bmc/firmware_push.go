@@ -329,7 +329,7 @@ func downloadImage(ctx context.Context, imageURL string, limit int64) (*pushImag
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ResponseHeaderTimeout, tr.DisableKeepAlives = downloadHeaderTimeout, true
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := (&http.Client{Transport: tr, CheckRedirect: NoDowngrade}).Do(req)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -382,4 +382,18 @@ func (s *redfishSession) offer(c *gofish.APIClient) (updateOffer, error) {
 		return updateOffer{}, fmt.Errorf("%w: the BMC has no UpdateService", ErrUnsupported)
 	}
 	return parseUpdateService(body)
+}
+
+// NoDowngrade is an http.Client's CheckRedirect for firmware images: an
+// image asked for over https is never fetched from a plain-http place a
+// redirect names (it would be checked or flashed without the TLS the
+// operator chose).
+func NoDowngrade(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if len(via) > 0 && via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("redirect from %s to %s refused: an https image is not fetched over plain http", via[0].URL.Redacted(), req.URL.Redacted())
+	}
+	return nil
 }

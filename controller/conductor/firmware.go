@@ -166,7 +166,7 @@ func (c *firmwareFlow) httpClient() *http.Client {
 	if c.cfgs().HTTPClient != nil {
 		return c.cfgs().HTTPClient
 	}
-	return &http.Client{Timeout: 30 * time.Minute}
+	return &http.Client{Timeout: 30 * time.Minute, CheckRedirect: bmc.NoDowngrade}
 }
 
 func componentNames(comps []bmc.FirmwareComponent) string {
