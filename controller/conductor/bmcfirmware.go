@@ -49,7 +49,7 @@ func (f bmcFirmware) StartFirmwareUpdate(ctx context.Context, n *store.Node, c b
 		return "", err
 	}
 	task, o, err := d.m.UpdateFirmware(ctx, t, c, url)
-	d.record(ctx, n, "firmware update of "+c.Component+" asked (SimpleUpdate)", o, err)
+	d.record(ctx, n, "firmware update of "+c.Component+" asked", o, err)
 	return task, err
 }
 

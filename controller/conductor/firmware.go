@@ -295,12 +295,12 @@ func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDr
 			return c.failByID(ctx, n, flashing(fmt.Errorf("the BMC did not answer the request to flash %s from %s: it may have started "+
 				"the flash, so it is not asked again; check the BMC's task list before running the step again: %w", it.Component, it.URL, err)))
 		}
-		return c.failByID(ctx, n, fmt.Errorf("the BMC refused the update of %s from %s: %w", it.Component, it.URL, err))
+		return c.failByID(ctx, n, fmt.Errorf("the update of %s from %s was not started: %w", it.Component, it.URL, err))
 	}
 	now := c.now()
 	it.Phase, it.Task, it.Since, it.Progressed, it.Contact, it.Percent = store.FirmwareFlashing, task, now, now, now, 0
 	return c.save(ctx, n, it, false, c.newEvent(n.UUID, "INFO", "firmware",
-		fmt.Sprintf("firmware update of %s requested: the BMC pulls %s (task %s)", it.Component, it.URL, task)))
+		fmt.Sprintf("firmware update of %s from %s requested (task %s)", it.Component, it.URL, task)))
 }
 
 // watch reads the BMC's task.

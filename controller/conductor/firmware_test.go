@@ -86,7 +86,7 @@ func TestFirmwareUpdateBMCThenBIOS(t *testing.T) {
 	assert.Nil(t, cache["nic:NIC.1"].LastVersionFlashed, "not flashed")
 
 	h := history(t, e.st, id)
-	assert.Regexp(t, `(?s)firmware update of bmc requested.*firmware of bmc updated: 1.0.0 → 3.0.0.*firmware update of bios requested.*rebooting the node to activate the bios firmware.*firmware of bios updated: 1.0.0 → 2.0.0`, h)
+	assert.Regexp(t, `(?s)firmware update of bmc from \S+ requested.*firmware of bmc updated: 1.0.0 → 3.0.0.*firmware update of bios from \S+ requested.*rebooting the node to activate the bios firmware.*firmware of bios updated: 1.0.0 → 2.0.0`, h)
 	assert.Contains(t, h, "clean step firmware.update finished: firmware updated: bmc 1.0.0 → 3.0.0, bios 1.0.0 → 2.0.0")
 }
 
