@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,18 +20,25 @@ import (
 // on SQLite, with the conductor running.
 func newBIOSEnv(t *testing.T) (*testEnv, *bmc.Fake) {
 	t.Helper()
+	return newBMCEnv(t, conductor.Config{Host: "test-host", CheckInterval: time.Hour})
+}
+
+// newBMCEnv is newBIOSEnv with the conductor's configuration.
+func newBMCEnv(t *testing.T, cc conductor.Config) (*testEnv, *bmc.Fake) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, sqlSt, closeStore := openTestStore(ctx, t, onSQLite, ":memory:")
 	f := bmc.NewFake()
 	drv := conductor.NewBMCDriver(bmc.HardwareFake, bmc.New(bmc.Config{Fake: f, MinInterval: -1}), nil)
 	drv.BIOSApplyTimeout, drv.BIOSPollInterval = time.Second, 10*time.Millisecond
-	cond := conductor.New(st, conductor.Config{Host: "test-host", CheckInterval: time.Hour}, drv)
+	cond := conductor.New(st, cc, drv)
 	done := make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()
 	srv := httptest.NewServer(New(Config{Store: st, Conductor: cond}))
-	stop := func() { srv.Close(); cancel(); <-done; closeStore() }
+	var once sync.Once
+	stop := func() { once.Do(func() { srv.Close(); cancel(); <-done; closeStore() }) }
 	t.Cleanup(stop)
-	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: func() {}}, f
+	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop}, f
 }
 
 // TestManualCleanBIOSSettingsRefusedWith400: settings the node's registry

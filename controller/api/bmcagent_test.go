@@ -1,9 +1,6 @@
 package api
 
 import (
-	"context"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,28 +12,15 @@ import (
 	"github.com/anvil-metal/anvil/controller/simagent"
 )
 
-// newBMCAgentEnv is newBIOSEnv with agent timings: a BMC-backed type over
-// the bmc package's fake, whose nodes run in-band steps through the
-// simulated agent.
+// newBMCAgentEnv is newBIOSEnv with agent timings: in-band steps run
+// through the simulated agent.
 func newBMCAgentEnv(t *testing.T) (*testEnv, *bmc.Fake) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, sqlSt, closeStore := openTestStore(ctx, t, onSQLite, ":memory:")
-	f := bmc.NewFake()
-	drv := conductor.NewBMCDriver(bmc.HardwareFake, bmc.New(bmc.Config{Fake: f, MinInterval: -1}), nil)
-	drv.BIOSApplyTimeout, drv.BIOSPollInterval = time.Second, 10*time.Millisecond
 	cc := agentConfig()
 	cc.Host, cc.AutomatedClean = "test-host", true
 	cc.Firmware = conductor.FirmwareConfig{TaskTimeout: 5 * time.Second, StallTimeout: 5 * time.Second, OfflineTimeout: 5 * time.Second,
 		VerifyTimeout: 5 * time.Second, ActivationSettle: 50 * time.Millisecond, GoneGrace: 100 * time.Millisecond}
-	cond := conductor.New(st, cc, drv)
-	done := make(chan struct{})
-	go func() { _ = cond.Run(ctx); close(done) }()
-	srv := httptest.NewServer(New(Config{Store: st, Conductor: cond}))
-	var once sync.Once
-	stop := func() { once.Do(func() { srv.Close(); cancel(); <-done; closeStore() }) }
-	t.Cleanup(stop)
-	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop}, f
+	return newBMCEnv(t, cc)
 }
 
 // TestOutOfBandStepsThenAnAgentStep: a bios step and a firmware update

@@ -214,7 +214,7 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 		return true, c.fail(ctx, n, d, fmt.Errorf("the node's firmware interface is off (firmware_interface %q) while its update runs", n.Interfaces.Firmware))
 	}
 	if fu.Current >= len(fu.Items) {
-		return true, c.finish(ctx, n, d, fd)
+		return true, c.finish(ctx, n, d)
 	}
 	it := fu.Items[fu.Current]
 	switch it.Phase {
@@ -233,10 +233,11 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 }
 
 // save writes the current item (as the flow saw it) and events, if the
-// record is still the one advance read.
+// record is still the one advance read, and makes n's record the one
+// written, so that the flow goes on from it.
 func (c *firmwareFlow) save(ctx context.Context, n *store.Node, it store.FirmwareItem, next bool, events ...*store.Event) error {
 	fu := n.Operation.Firmware
-	_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+	saved, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
 		cur := m.Operation.Firmware
 		if cur == nil || cur.Step != fu.Step || cur.Index != fu.Index || cur.Current != fu.Current {
 			return nil, fmt.Errorf("%w: the firmware update moved on", errStale)
@@ -252,6 +253,9 @@ func (c *firmwareFlow) save(ctx context.Context, n *store.Node, it store.Firmwar
 		}
 		return events, nil
 	})
+	if err == nil {
+		n.Operation.Firmware = saved.Operation.Firmware
+	}
 	return err
 }
 
@@ -280,7 +284,6 @@ func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDr
 	if err := c.save(ctx, n, it, false); err != nil {
 		return err
 	}
-	n.Operation.Firmware.Items[n.Operation.Firmware.Current] = it
 	task, err := fd.StartFirmwareUpdate(ctx, n, *target, it.URL)
 	if err != nil {
 		switch {
@@ -289,7 +292,6 @@ func (c *firmwareFlow) request(ctx context.Context, n *store.Node, fd firmwareDr
 			if serr := c.save(ctx, n, pending, false); serr != nil {
 				return serr
 			}
-			n.Operation.Firmware.Items[n.Operation.Firmware.Current] = pending
 			return c.offline(ctx, n, pending, err)
 		case errors.Is(err, bmc.ErrUnreachable):
 			return c.failByID(ctx, n, flashing(fmt.Errorf("the BMC did not answer the request to flash %s from %s: it may have started "+
@@ -313,7 +315,6 @@ func (c *firmwareFlow) watch(ctx context.Context, n *store.Node, d Driver, fd fi
 		if err := c.save(ctx, n, it, false); err != nil {
 			return false, err
 		}
-		n.Operation.Firmware.Items[n.Operation.Firmware.Current] = it
 	}
 	switch {
 	case err != nil:
@@ -409,8 +410,20 @@ func (c *firmwareFlow) readBack(ctx context.Context, n *store.Node, fd firmwareD
 	ok := found && got != "" && ((it.Version != "" && got == it.Version) || (it.Version == "" && got != it.Before))
 	if ok {
 		it.After, it.Phase = got, store.FirmwareDone
-		return true, c.save(ctx, n, it, true, c.newEvent(n.UUID, "INFO", "firmware",
-			fmt.Sprintf("firmware of %s updated: %s → %s, read back from the BMC", it.Component, it.Before, got)))
+		if err := c.save(ctx, n, it, true, c.newEvent(n.UUID, "INFO", "firmware",
+			fmt.Sprintf("firmware of %s updated: %s → %s, read back from the BMC", it.Component, it.Before, got))); err != nil {
+			return true, err
+		}
+		// the versions just read are the cache's, with what was flashed
+		// so far (finish reads nothing again)
+		flashed := map[string]string{}
+		for _, done := range n.Operation.Firmware.Items {
+			if done.Phase == store.FirmwareDone {
+				flashed[done.Component] = done.After
+			}
+		}
+		c.cache(ctx, n, comps, flashed)
+		return true, nil
 	}
 	if now.Sub(it.Since) <= c.cfgs().VerifyTimeout {
 		return false, nil
@@ -473,20 +486,15 @@ func keepsPower(err error) bool {
 	return errors.As(err, &f)
 }
 
-// finish leaves the power as found, caches the versions with what was
-// flashed, and ends the step.
-func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver, fd firmwareDriver) error {
+// finish leaves the power as found and ends the step (readBack cached
+// the versions as each component was done).
+func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver) error {
 	fu := n.Operation.Firmware
 	rebooted := false
-	flashed := map[string]string{}
 	var done []string
 	for _, it := range fu.Items {
 		rebooted = rebooted || it.Rebooted
-		flashed[it.Component] = it.After
 		done = append(done, fmt.Sprintf("%s %s → %s", it.Component, it.Before, it.After))
-	}
-	if comps, err := fd.FirmwareComponents(ctx, n); err == nil {
-		c.cache(ctx, n, comps, flashed)
 	}
 	summary := "firmware updated: " + strings.Join(done, ", ")
 	drop := func(m *store.Node) { m.Operation.Firmware = nil }

@@ -70,24 +70,17 @@ func updateSettings(args map[string]any) ([]firmwareSetting, error) {
 			return nil, fmt.Errorf("settings[%d] must be an object with component and url", i)
 		}
 		var s firmwareSetting
+		text := map[string]*string{"component": &s.Component, "url": &s.URL, "checksum": &s.Checksum, "version": &s.Version}
 		for k, v := range m {
-			switch k {
-			case "component", "url", "checksum", "version":
+			dst, isText := text[k]
+			switch {
+			case isText:
 				str, ok := v.(string)
 				if !ok {
 					return nil, fmt.Errorf("settings[%d].%s must be a string", i, k)
 				}
-				switch k {
-				case "component":
-					s.Component = str
-				case "url":
-					s.URL = str
-				case "checksum":
-					s.Checksum = str
-				case "version":
-					s.Version = str
-				}
-			case "wait":
+				*dst = str
+			case k == "wait":
 				f, ok := v.(float64)
 				if !ok || f < 0 || f > 86400 || f != float64(int(f)) {
 					return nil, fmt.Errorf("settings[%d].wait must be whole seconds between 0 and 86400", i)
