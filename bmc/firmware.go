@@ -20,7 +20,15 @@ const (
 	ComponentBIOS = "bios"
 	ComponentBMC  = "bmc"
 	componentNIC  = "nic:"
+	componentDisk = "disk:"
 )
+
+// IsDiskComponent reports whether name is a disk's component
+// ("disk:<id>"), listed where the BMC reports disk firmware; anvil reads
+// and checks it but does not flash it.
+func IsDiskComponent(name string) bool {
+	return strings.HasPrefix(name, componentDisk) && len(name) > len(componentDisk)
+}
 
 // IsNICComponent reports whether name is a NIC's component ("nic:<id>").
 func IsNICComponent(name string) bool {

@@ -8,7 +8,7 @@ import (
 )
 
 // An iDRAC-shaped inventory: each component as Installed-, Previous- and
-// Available- members; only what runs counts, each NIC once.
+// Available- members; only what runs counts, each NIC and disk once.
 func TestFirmwareInventoryKeepsWhatRuns(t *testing.T) {
 	sys, mgr := "/redfish/v1/Systems/System.Embedded.1", "/redfish/v1/Managers/iDRAC.Embedded.1"
 	inv := firmwareInventory{system: sys, manager: mgr, biosVersion: "2.19.1", bmcVersion: "7.00.00.171", items: []inventoryItem{
@@ -32,7 +32,8 @@ func TestFirmwareInventoryKeepsWhatRuns(t *testing.T) {
 	assert.Equal(t, "7.00.00.171", got["bmc"].Version)
 	assert.Equal(t, "22.36.6", got["nic:NIC.Integrated.1-1-1"].Version, "the installed NIC image, not the previous one")
 	assert.Contains(t, got, "nic:NIC.Integrated.1-2-1")
-	assert.Len(t, got, 4, "disks are not among Ironic's components")
+	assert.Equal(t, "1.1", got["disk:Disk.Bay.0"].Version, "disks where the BMC reports them")
+	assert.Len(t, got, 5)
 }
 
 func TestNoDowngrade(t *testing.T) {

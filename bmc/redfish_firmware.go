@@ -308,14 +308,15 @@ type firmwareInventory struct {
 
 // components names this system's firmware as Ironic does. The BIOS and
 // BMC versions come from the system and its manager (Ironic reads them
-// there too); the inventory gives their update targets and the NICs. A
+// there too); the inventory gives their update targets, the NICs and the
+// disks. A
 // member related to another system or manager of the BMC is not ours; a
 // member related to nothing is, on a BMC with one system.
 func (inv firmwareInventory) components() []FirmwareComponent {
 	bios := FirmwareComponent{Component: ComponentBIOS, Version: inv.biosVersion, Updateable: true}
 	bmc := FirmwareComponent{Component: ComponentBMC, Version: inv.bmcVersion, Updateable: true}
-	var nics []FirmwareComponent
-	seenNIC := map[string]bool{}
+	var parts []FirmwareComponent // NICs and disks, the first member of each kept
+	seen := map[string]bool{}
 	for _, it := range inv.items {
 		ours, toManager := inv.relation(it)
 		if !ours || notRunning(it) {
@@ -326,11 +327,13 @@ func (inv firmwareInventory) components() []FirmwareComponent {
 			bios = mergeItem(bios, it)
 		case kind == ComponentBMC && bmc.InventoryURI == "":
 			bmc = mergeItem(bmc, it)
-		case kind == componentNIC && !seenNIC[nicID(it)]:
-			// the first member of a NIC is the one kept
-			seenNIC[nicID(it)] = true
-			nics = append(nics, FirmwareComponent{Component: componentNIC + nicID(it), Version: it.version,
-				Name: it.name, InventoryURI: it.uri, Updateable: it.updateable})
+		case kind == componentNIC || kind == componentDisk:
+			name := kind + partID(it, strings.TrimSuffix(strings.ToUpper(kind), ":"))
+			if !seen[name] {
+				seen[name] = true
+				parts = append(parts, FirmwareComponent{Component: name, Version: it.version,
+					Name: it.name, InventoryURI: it.uri, Updateable: it.updateable})
+			}
 		}
 	}
 	var out []FirmwareComponent
@@ -339,7 +342,7 @@ func (inv firmwareInventory) components() []FirmwareComponent {
 			out = append(out, c)
 		}
 	}
-	return append(out, nics...)
+	return append(out, parts...)
 }
 
 // relation says whether an inventory member is this system's, and whether
@@ -371,8 +374,8 @@ func notRunning(it inventoryItem) bool {
 	return strings.HasPrefix(id, "Previous-") || strings.HasPrefix(id, "Available-")
 }
 
-// classifyItem: bios, bmc, componentNIC, or "" for what Ironic does not
-// list (disks, PSUs, CPLDs).
+// classifyItem: bios, bmc, componentNIC, componentDisk, or "" for what
+// is not listed (PSUs, CPLDs, backplanes).
 func classifyItem(it inventoryItem, toManager bool) string {
 	text := strings.ToUpper(it.id + " " + it.name + " " + it.softwareID)
 	switch {
@@ -382,18 +385,22 @@ func classifyItem(it inventoryItem, toManager bool) string {
 		return ComponentBIOS
 	case strings.Contains(text, "NIC") || strings.Contains(text, "NETWORK"):
 		return componentNIC
+	case strings.Contains(text, "DISK") || strings.Contains(text, "DRIVE"):
+		return componentDisk
 	}
 	return ""
 }
 
-// nicID is the NIC's id without what a multi-system BMC prefixes to make
-// it unique ("node-1-NIC.1" → "NIC.1").
-func nicID(it inventoryItem) string {
+// partID is a NIC's or disk's id from the point its kind's word (NIC,
+// DISK) starts: without what a multi-system BMC prefixes to make it
+// unique ("node-1-NIC.1" → "NIC.1") or iDRAC's install state and version
+// ("Installed-0-1.1__Disk.Bay.0" → "Disk.Bay.0").
+func partID(it inventoryItem, word string) string {
 	id := it.id
 	if id == "" {
 		id = it.uri[strings.LastIndex(it.uri, "/")+1:]
 	}
-	if i := strings.Index(strings.ToUpper(id), "NIC"); i > 0 {
+	if i := strings.Index(strings.ToUpper(id), word); i > 0 {
 		id = id[i:]
 	}
 	return id

@@ -205,8 +205,8 @@ func baselineArg(n *store.Node, args map[string]any) (baseline, error) {
 	}
 	out := baseline{}
 	for comp, want := range m {
-		if comp != bmc.ComponentBIOS && comp != bmc.ComponentBMC && !bmc.IsNICComponent(comp) {
-			return nil, fmt.Errorf("%s: component %q is not bios, bmc or nic:<id>", where, comp)
+		if comp != bmc.ComponentBIOS && comp != bmc.ComponentBMC && !bmc.IsNICComponent(comp) && !bmc.IsDiskComponent(comp) {
+			return nil, fmt.Errorf("%s: component %q is not bios, bmc, nic:<id> or disk:<id>", where, comp)
 		}
 		switch w := want.(type) {
 		case string:

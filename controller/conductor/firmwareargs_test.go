@@ -124,3 +124,13 @@ func TestBaseline(t *testing.T) {
 		})
 	}
 }
+
+// A baseline may name disks the BMC reports, which anvil does not flash.
+func TestBaselineNamesDisks(t *testing.T) {
+	b, err := baselineArg(&store.Node{}, map[string]any{"baseline": map[string]any{"disk:Disk.Bay.0": "1.2"}})
+	require.NoError(t, err)
+	err = b.check([]bmc.FirmwareComponent{{Component: "disk:Disk.Bay.0", Version: "1.1"}})
+	assert.ErrorContains(t, err, "disk:Disk.Bay.0 runs 1.1, the baseline allows 1.2")
+	_, err = updateSettings(map[string]any{"settings": []any{map[string]any{"component": "disk:Disk.Bay.0", "url": "http://x.test/d"}}})
+	assert.ErrorContains(t, err, "is not bios, bmc or nic:<id>", "disks are read and checked, not flashed")
+}
