@@ -165,3 +165,40 @@ func TestDeployFailsWhenTheHintedDiskIsMissing(t *testing.T) {
 	assert.Contains(t, n["last_error"], "serial QM00002")
 	assert.NotContains(t, a.Steps(), "deploy.write_image", "the image went nowhere")
 }
+
+// The disk burn-in is guarded as an erase is: it writes every disk the
+// agent sees, so a disk hidden by a missing driver would pass untested.
+// With a disk missing the burn-in is never issued and last_error says
+// nothing was written; with both disks back it runs.
+func TestDiskBurninIsGuardedByTheDiskCheck(t *testing.T) {
+	e := newEnvWith(t, agentConfig(), ":memory:")
+	e.agentNode("bd", nil)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Inventory.Disks = []protocol.Disk{guardDiskA, guardDiskB}
+	require.Equal(t, 202, e.provision("bd", "inspect", nil).status)
+	e.drive(a, "bd", "manageable", nil)
+
+	burnin := map[string]any{"clean_steps": []map[string]any{{"interface": "deploy", "step": "burnin_disk"}}}
+	a.Boot()
+	a.Inventory.Disks = []protocol.Disk{guardDiskA}
+	require.Equal(t, 202, e.provision("bd", "clean", burnin).status)
+	n := e.drive(a, "bd", "clean failed", nil)
+	last := n["last_error"].(string)
+	for _, s := range []string{"Clean step deploy.burnin_disk failed", "disk check failed, nothing was written", "serial QM00002"} {
+		assert.Contains(t, last, s)
+	}
+	assert.NotContains(t, last, "erased", "a burn-in erases nothing; the message says what it would have done")
+	assert.Empty(t, a.Steps(), "the burn-in never reached the agent")
+
+	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/bd", latest, []map[string]any{{"op": "replace", "path": "/maintenance", "value": false}}).status)
+	require.Equal(t, 202, e.provision("bd", "manage", nil).status)
+	e.waitState("bd", "manageable")
+	a.Boot()
+	a.Inventory.Disks = []protocol.Disk{guardDiskA, guardDiskB}
+	require.Equal(t, 202, e.provision("bd", "clean", burnin).status)
+	e.drive(a, "bd", "manageable", nil)
+	assert.Contains(t, a.Steps(), "deploy.burnin_disk")
+	check := e.do("GET", "/v1/nodes/bd", latest, nil).json(t)["driver_internal_info"].(map[string]any)["disk_check"].(map[string]any)
+	assert.Equal(t, true, check["ok"])
+	assert.Equal(t, "deploy.burnin_disk", check["step"])
+}

@@ -36,13 +36,15 @@ type diskGuard struct {
 }
 
 // guardedStep reports whether a step needs the disk check first: every
-// in-band erase step, and writing the deploy image (root device hints).
+// in-band erase step, the disk burn-in (it writes every disk it sees, so a
+// disk hidden by a missing driver would pass untested), and writing the
+// deploy image (root device hints).
 func guardedStep(kind string, step protocol.Step) bool {
 	if step.Interface != protocol.InterfaceDeploy {
 		return false
 	}
 	switch step.Step {
-	case "erase_devices", "erase_devices_metadata", "erase_devices_express":
+	case "erase_devices", "erase_devices_metadata", "erase_devices_express", "burnin_disk":
 		return true
 	case "write_image":
 		return kind == "deploy"
@@ -73,6 +75,12 @@ func (c *diskGuard) diskCheckDone(ctx context.Context, n *store.Node, pending st
 	step := *pending.Guards
 	key := step.Key()
 	cur := state.State(n.ProvisionState)
+	// what the guarded step does to disks, for the messages of a failed
+	// check: none of it was done.
+	done := "erased"
+	if step.Step == "burnin_disk" {
+		done = "written"
+	}
 	clearCmd := func(m *store.Node) { m.Operation.Agent.Command = nil }
 	fail := func(err error) error {
 		return c.complete(ctx, n.UUID, key, err, "", nil, clearCmd)
@@ -82,19 +90,19 @@ func (c *diskGuard) diskCheckDone(ctx context.Context, n *store.Node, pending st
 		if st.Error != nil {
 			msg = oneLine(st.Error.Message)
 		}
-		return fail(fmt.Errorf("the agent could not report the disks it sees (%s), so the step cannot be shown to reach every disk; nothing was erased", msg))
+		return fail(fmt.Errorf("the agent could not report the disks it sees (%s), so the step cannot be shown to reach every disk; nothing was %s", msg, done))
 	}
 	var seen protocol.Inventory
 	if err := json.Unmarshal(st.Result, &seen); err != nil {
-		return fail(fmt.Errorf("the agent's report of the disks it sees does not decode (%v); nothing was erased", err))
+		return fail(fmt.Errorf("the agent's report of the disks it sees does not decode (%v); nothing was %s", err, done))
 	}
 	exp, err := c.expectedDisks(ctx, n)
 	if err != nil {
-		return fail(fmt.Errorf("%w; nothing was erased", err))
+		return fail(fmt.Errorf("%w; nothing was %s", err, done))
 	}
 	r := diskcheck.Compare(exp, seen)
 	failed := r.Failed()
-	msg := r.Error()
+	msg := r.ErrorFor(done)
 	if pending.GuardedCommand == protocol.CmdExecuteDeployStep {
 		// Deploy writes one disk: it fails when the disk the root device
 		// hints name is missing; the rest is history.

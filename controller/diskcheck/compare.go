@@ -152,7 +152,11 @@ func (r Result) Failed() bool {
 // Error says why the step fails, naming every missing disk by serial,
 // model and size and every controller without a driver with the module it
 // would need; "" when it does not fail.
-func (r Result) Error() string {
+func (r Result) Error() string { return r.ErrorFor("erased") }
+
+// ErrorFor is Error for a guarded step that does what done names to the
+// disks ("erased", or "written" for a burn-in), which it did to none.
+func (r Result) ErrorFor(done string) string {
 	if !r.Failed() {
 		return ""
 	}
@@ -177,7 +181,7 @@ func (r Result) Error() string {
 	if len(r.Seen) > 0 && (len(r.Missing) > 0 || r.TooFew > 0) {
 		parts = append(parts, "seen: "+describeAll(r.Seen))
 	}
-	return "disk check failed, nothing was erased: " + strings.Join(parts, "; ")
+	return "disk check failed, nothing was " + done + ": " + strings.Join(parts, "; ")
 }
 
 // Summary says in one line what was expected and seen, for the history.
