@@ -32,15 +32,16 @@ const (
 // Config wires the manager to the machine. Guard is required: without it
 // every destructive step fails.
 type Config struct {
-	Root            string          // sysfs/dev root; "/" on the node
-	Guard           *hardware.Guard // every write goes through it
-	Prober          erase.Prober    // NVMe/ATA identify; defaults to erase.SysProber
-	Policy          *erase.Policy   // erase defaults pushed by the controller; nil = IPA defaults
-	Mdadm           string          // mdadm path; "" = look up in PATH
-	HTTPClient      *http.Client    // for write_image; nil = imagewrite.NewClient (connect, TLS and header timeouts)
-	ImageStall      time.Duration   // write_image fails after receiving nothing this long; 0 = imagewrite.DefaultStallTimeout
-	RootDeviceHints map[string]any  // node properties.root_device, used when write_image has none
-	Health          health.Reader   // SMART reads for verify_hardware; defaults to health.SysReader
+	Root            string            // sysfs/dev root; "/" on the node
+	Guard           *hardware.Guard   // every write goes through it
+	Prober          erase.Prober      // NVMe/ATA identify; defaults to erase.SysProber
+	Policy          *erase.Policy     // erase defaults pushed by the controller; nil = IPA defaults
+	Mdadm           string            // mdadm path; "" = look up in PATH
+	HTTPClient      *http.Client      // for write_image; nil = imagewrite.NewClient (connect, TLS and header timeouts)
+	ImageStall      time.Duration     // write_image fails after receiving nothing this long; 0 = imagewrite.DefaultStallTimeout
+	RootDeviceHints map[string]any    // node properties.root_device, used when write_image has none
+	Health          health.Reader     // SMART reads for verify_hardware; defaults to health.SysReader
+	Links           health.LinkReader // NIC link modes for verify_hardware; defaults to health.SysLinkReader
 	Logger          *slog.Logger
 }
 
@@ -63,6 +64,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Health == nil {
 		cfg.Health = health.SysReader{}
+	}
+	if cfg.Links == nil {
+		cfg.Links = health.SysLinkReader{}
 	}
 	if cfg.HTTPClient == nil {
 		// Not http.DefaultClient: it has no timeouts, and a server that

@@ -169,7 +169,7 @@ func (m *Manager) verifyHardware(ctx context.Context, args map[string]any, progr
 				physical = append(physical, d)
 			}
 		}
-		h := health.Checker{Root: m.cfg.Root, Reader: m.cfg.Health}.Run(ctx, physical, th)
+		h := health.Checker{Root: m.cfg.Root, Reader: m.cfg.Health, Links: m.cfg.Links}.Run(ctx, physical, th)
 		res.Health = &h
 		for _, f := range h.Failures() {
 			res.failures = append(res.failures, f.String())

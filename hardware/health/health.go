@@ -1,6 +1,7 @@
 // Package health runs the checks the agent can do in seconds on a machine
 // it is about to hand to a tenant: NVMe and ATA SMART, EDAC memory error
-// counts and PCIe links that trained below their capability. Each finding
+// counts, PCIe links that trained below their capability and NIC links
+// slower than both ends can do. Each finding
 // names the device. Reading is separated from judging so the parsers are
 // tested on captured data; the device access (ioctls, sysfs) is thin.
 package health
@@ -39,7 +40,7 @@ func DefaultThresholds() Thresholds {
 // Finding is one thing wrong. Failure false is a warning: reported, not
 // failing the step.
 type Finding struct {
-	Check   string `json:"check"` // nvme, ata, edac, pcie
+	Check   string `json:"check"` // nvme, ata, edac, pcie, nic
 	Device  string `json:"device"`
 	Message string `json:"message"`
 	Failure bool   `json:"failure"`
@@ -53,6 +54,7 @@ type Report struct {
 	ATA      []ATAHealth        `json:"ata,omitempty"`
 	EDAC     []MemoryController `json:"edac,omitempty"`
 	PCIe     []PCIeLink         `json:"pcie,omitempty"`
+	NICs     []NICLink          `json:"nics,omitempty"`
 	Findings []Finding          `json:"findings"`
 	Skipped  []string           `json:"skipped,omitempty"` // checks that could not run, and why
 	Config   Thresholds         `json:"thresholds"`
@@ -80,6 +82,8 @@ type Reader interface {
 type Checker struct {
 	Root   string // "/" on the node
 	Reader Reader
+	// Links reads the NICs' link modes; nil checks no NIC speeds.
+	Links LinkReader
 }
 
 // Run checks the disks given (the inventory's, so only what discovery
@@ -142,6 +146,19 @@ func (c Checker) Run(ctx context.Context, disks []protocol.Disk, th Thresholds) 
 	}
 	r.PCIe = links
 	r.Findings = append(r.Findings, JudgePCIe(links)...)
+	if c.Links != nil {
+		nics, err := ReadNICLinks(c.Root, c.Links)
+		if err != nil {
+			r.Skipped = append(r.Skipped, err.Error())
+		}
+		for _, n := range nics {
+			if n.Error != "" {
+				r.Skipped = append(r.Skipped, fmt.Sprintf("nic %s: link modes unreadable: %s", n.Interface, n.Error))
+			}
+		}
+		r.NICs = nics
+		r.Findings = append(r.Findings, JudgeNICs(nics)...)
+	}
 	return r
 }
 
