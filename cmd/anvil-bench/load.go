@@ -478,15 +478,24 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 }
 
 // finished reads whether the node left cleaning: "available", "clean
-// failed", or "" while it is still cleaning (or unreadable).
+// failed", or "" while it is still cleaning. A read that fails (the API
+// under the run's own load may time out) is tried again a few times: an
+// unread state would count a refused heartbeat of a finished node as a
+// dropped one.
 func (l *loadRun) finished(ctx context.Context, n *loadNode) string {
-	node, err := l.api.GetNode(ctx, n.uuid)
-	if err != nil {
+	for try := range 5 {
+		if try > 0 && !pause.For(ctx, time.Duration(try)*100*time.Millisecond) {
+			return ""
+		}
+		node, err := l.api.GetNode(ctx, n.uuid)
+		if err != nil {
+			continue
+		}
+		switch node.ProvisionState {
+		case "available", "clean failed":
+			return node.ProvisionState
+		}
 		return ""
-	}
-	switch node.ProvisionState {
-	case "available", "clean failed":
-		return node.ProvisionState
 	}
 	return ""
 }
