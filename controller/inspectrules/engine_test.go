@@ -260,7 +260,9 @@ func TestActions(t *testing.T) {
 		{"extend-attribute", `[{"op": "extend-attribute", "args": {"path": "extra/tags", "value": "a"}},
 			{"op": "extend-attribute", "args": {"path": "extra/tags", "value": "a", "unique": true}},
 			{"op": "extend-attribute", "args": {"path": "extra/tags", "value": "b"}}]`,
-			func(t *testing.T, r *Result) { assert.Equal(t, []any{"a", "b"}, r.Node["extra"].(map[string]any)["tags"]) }},
+			func(t *testing.T, r *Result) {
+				assert.Equal(t, []any{"a", "b"}, r.Node["extra"].(map[string]any)["tags"])
+			}},
 		{"del-attribute", `[{"op": "set-attribute", "args": {"path": "extra/to_delete", "value": "v"}},
 			{"op": "del-attribute", "args": {"path": "extra/to_delete"}}, {"op": "del-attribute", "args": {"path": "extra/gone/deeper"}},
 			{"op": "del-attribute", "args": {"path": "driver_info.ipmi_password"}}]`,

@@ -15,8 +15,8 @@ import (
 func newRule(priority int, phase string, at time.Time) *store.InspectionRule {
 	return &store.InspectionRule{UUID: uuid.NewString(), Phase: phase, Priority: priority, CreatedAt: at,
 		Description: strp("rule"),
-		Conditions: []map[string]any{{"op": "eq", "args": map[string]any{"values": []any{"{node.driver}", "ipmi"}}}},
-		Actions:    []map[string]any{{"op": "add-trait", "args": map[string]any{"name": "CUSTOM_X"}}}}
+		Conditions:  []map[string]any{{"op": "eq", "args": map[string]any{"values": []any{"{node.driver}", "ipmi"}}}},
+		Actions:     []map[string]any{{"op": "add-trait", "args": map[string]any{"name": "CUSTOM_X"}}}}
 }
 
 func testInspectionRules(t *testing.T, s store.Store) {
