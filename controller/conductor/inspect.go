@@ -7,14 +7,12 @@ package conductor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
 
 	"github.com/google/uuid"
 
-	"github.com/anvil-metal/anvil/controller/inspectrules"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
@@ -98,9 +96,8 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 	}
 	rules, err := c.runInspectionRules(ctx, n, inv, st.Result)
 	if err != nil {
-		var re *inspectrules.ExecError
-		if errors.As(err, &re) {
-			return fail(fmt.Sprintf("Inspection rule %s failed on node %s: %s", re.Rule, n.UUID, re.Msg))
+		if msg, ok := ruleFailure(n.UUID, err); ok {
+			return fail(msg)
 		}
 		return err
 	}

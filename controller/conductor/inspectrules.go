@@ -10,6 +10,7 @@ package conductor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -34,9 +35,10 @@ type ruleOutcome struct {
 // applyInspectionRules runs every inspection rule on n, given its
 // inventory and plugin data: the one entry point of both inspections, in
 // band (finishInspection) and out of band. Port changes are written
-// here; the node's are returned for the write that ends the inspection
-// (outcome.apply inside its mutate). An error from a rule is an
-// *inspectrules.ExecError whose message is for the node's last_error.
+// here; the node's are returned for the write that ends the inspection:
+// outcome.apply(m) inside its mutate, outcome.events with it. An error
+// from a rule is an *inspectrules.ExecError: ruleFailure gives the
+// inspection's last_error.
 func applyInspectionRules(ctx context.Context, c *core, n *store.Node, inventory, pluginData map[string]any) (*ruleOutcome, error) {
 	rules := slices.Clone(c.cfg.InspectionRules)
 	stored, err := loadStoredRules(ctx, c.st)
@@ -79,6 +81,16 @@ func applyInspectionRules(ctx context.Context, c *core, n *store.Node, inventory
 		out.events = append(out.events, c.newEvent(n.UUID, "INFO", "inspection", "inspection "+ch))
 	}
 	return out, nil
+}
+
+// ruleFailure is the last_error of an inspection a rule failed, and
+// whether err is a rule's failure (else it is the store's, to retry).
+func ruleFailure(nodeUUID string, err error) (string, bool) {
+	var re *inspectrules.ExecError
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	return fmt.Sprintf("Inspection rule %s failed on node %s: %s", re.Rule, nodeUUID, re.Msg), true
 }
 
 // loadStoredRules reads the main phase's rules, every page.
