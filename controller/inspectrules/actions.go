@@ -7,6 +7,7 @@ package inspectrules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -396,6 +397,9 @@ func (r *run) apiCall(a map[string]any) error {
 			client = &c
 		}
 	}
+	if r.rule.Sensitive {
+		u = "***" // from here on only in errors: a sensitive rule's URL may carry a credential
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, callBudget)
 	defer cancel()
 	var last error
@@ -408,7 +412,7 @@ func (r *run) apiCall(a map[string]any) error {
 			case <-time.After(min(wait, 10*time.Second)):
 			}
 		}
-		status, err := r.get(ctx, client, u, per, a["headers"])
+		status, err := r.get(ctx, client, pu.String(), per, a["headers"])
 		if err == nil && status < 400 {
 			return nil
 		}
@@ -438,6 +442,10 @@ func (r *run) get(ctx context.Context, c *http.Client, u string, timeout time.Du
 	}
 	resp, err := c.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is in the caller's message (or hidden)
+		}
 		return 0, err
 	}
 	resp.Body.Close()

@@ -427,6 +427,10 @@ func TestAPICall(t *testing.T) {
 	assert.Contains(t, err.Error(), "404 Error for url")
 	assert.Equal(t, int32(1), hits.Load(), "a 404 is not retried")
 
+	_, err = runOne(t, `{"sensitive": true, "actions": [{"op": "api-call", "args": {"url": "`+srv.URL+`/missing?token=T0K", "headers": {"X-Hook": "yes"}}}]}`, Options{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "T0K", "a sensitive rule's URL is not shown")
+
 	_, err = runOne(t, `{"actions": [{"op": "api-call", "args": {"url": "file:///etc/passwd"}}]}`, Options{})
 	assert.ErrorContains(t, err, "is not an http(s) URL")
 	_, err = runOne(t, `{"actions": [{"op": "api-call", "args": {"url": "http://x", "timeout": 0}}]}`, Options{})
