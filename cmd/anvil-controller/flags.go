@@ -21,6 +21,7 @@ type options struct {
 	simulate                                         bool
 	simStep, bmcGap, redfishGap                      time.Duration
 	prio, logLevel, logFormat                        string
+	rulesFile                                        string
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
 
@@ -49,6 +50,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.StringVar(&o.vmediaDir, "vmedia-dir", "", "where per-node virtual media ISOs (and their URLs' secrets) are kept while their nodes boot, so boots under way survive a restart (default: vmedia/ in the data directory; without one a temporary directory)")
 	fs.BoolVar(&o.simulate, "simulate-agents", false, "development mode: run a simulated agent for fake-hardware nodes with deploy_interface=direct")
 	fs.DurationVar(&o.simStep, "simulate-step-time", 1e9, "with --simulate-agents: how long each simulated erase or image write runs, reporting progress")
+	fs.StringVar(&o.rulesFile, "inspection-rules-file", "", "YAML (or JSON) list of built-in inspection rules, run after the stored ones at the end of every inspection (Ironic's [inspection_rules]built_in_rules; negative priorities allowed)")
 	fs.StringVar(&o.prio, "clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 	fs.DurationVar(&o.bmcGap, "bmc-min-interval", 1e9, "minimum time between two commands to the same IPMI BMC (small BMCs fail when hammered)")
 	fs.DurationVar(&o.redfishGap, "redfish-min-interval", 0, "minimum time between two requests to the same Redfish BMC (0: none, as Ironic; busy answers are retried)")

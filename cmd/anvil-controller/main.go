@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/controller"
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
+	"github.com/anvil-metal/anvil/controller/inspectrules"
 	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/internal/textlist"
 )
@@ -79,6 +80,11 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	o.cc.PriorityOverrides = overrides
+	if o.rulesFile != "" {
+		if o.cc.InspectionRules, err = inspectrules.LoadFile(o.rulesFile); err != nil {
+			return fmt.Errorf("--inspection-rules-file: %w", err)
+		}
+	}
 	o.tc.Hosts = append(o.tc.Hosts, textlist.Split(o.tlsHosts, ",")...)
 	if o.printFP {
 		if !o.tc.Enabled() {

@@ -132,3 +132,21 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// A built-in rules file that does not load stops the controller before it
+// starts, with the flag's name.
+func TestInspectionRulesFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("- actions: [{op: nope, args: {}}]\n"), 0o600))
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing.yaml"): "no such file",
+		bad:                                "'nope' is not one of",
+	} {
+		err := run(t.Context(), []string{"--listen", "127.0.0.1:0", "--database", "sqlite://:memory:", "--inspection-rules-file", path},
+			func(string) string { return "" })
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "--inspection-rules-file")
+		assert.Contains(t, err.Error(), want)
+	}
+}

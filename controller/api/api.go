@@ -268,6 +268,9 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	collection{list: s.listDeployTemplates, create: s.createDeployTemplate, get: s.getDeployTemplate,
 		patch: s.patchDeployTemplate, del: s.deleteDeployTemplate}.
 		route(r, func(h handler) http.Handler { return authed(s.gated(h)) }, "/deploy_templates", "template")
+	collection{list: s.listInspectionRules, create: s.createInspectionRule, get: s.getInspectionRule,
+		patch: s.patchInspectionRule, del: s.deleteInspectionRule}.
+		route(r, func(h handler) http.Handler { return authed(rulesGate(h)) }, "/inspection_rules", "rule")
 	r.Handle("/drivers/{driver}/properties", authed(s.getDriverProperties)).Methods(http.MethodGet)
 	r.Handle("/drivers/{driver}/raid/logical_disk_properties", authed(s.getRAIDProperties)).Methods(http.MethodGet)
 }
@@ -415,6 +418,9 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ver >= 55 {
 		doc["deploy_templates"] = s.links(r, "deploy_templates/")
+	}
+	if ver >= inspectionRulesVersion {
+		doc["inspection_rules"] = s.links(r, "inspection_rules/")
 	}
 	writeJSON(w, http.StatusOK, doc)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/controller/erasure"
+	"github.com/anvil-metal/anvil/controller/inspectrules"
 	"github.com/anvil-metal/anvil/protocol"
 )
 
@@ -46,6 +47,10 @@ type Config struct {
 	RamdiskSHA256 func() string
 	Logger        *slog.Logger
 	Now           func() time.Time
+	// InspectionRules are the built-in inspection rules (Ironic's
+	// [inspection_rules]built_in_rules), run after the stored ones at the
+	// end of every inspection (inspectrules.go).
+	InspectionRules []inspectrules.Rule
 	// Media makes per-node ISOs for redfish-virtual-media boots (nil:
 	// such boots fail with a message saying so).
 	Media VirtualMedia

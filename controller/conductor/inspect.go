@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 
 	"github.com/google/uuid"
@@ -62,7 +63,8 @@ func (c *inspecting) startAgentInspection(ctx context.Context, n *store.Node, d 
 }
 
 // finishInspection stores the inventory the agent reported, fills the node's
-// properties, creates ports for NICs that have none, and powers off.
+// properties, creates ports for NICs that have none, runs the inspection
+// rules (their node changes go in the same write) and powers off.
 func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
 	fail := func(msg string) error {
 		c.agents.ejectMedia(ctx, n, d, "inspection failed, leaving the ramdisk", true)
@@ -92,6 +94,13 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 	if err != nil {
 		return err
 	}
+	rules, err := c.runInspectionRules(ctx, n, inv, st.Result)
+	if err != nil {
+		if msg, ok := ruleFailure(n.UUID, err); ok {
+			return fail(msg)
+		}
+		return err
+	}
 	c.agents.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
 	if err := d.SetPower(ctx, n, PowerOff); err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
@@ -104,10 +113,30 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		m.InspectionFinishedAt = &now
 		m.PowerState = strp(PowerOff)
 		wipeAgent(m)
-		return nil
-	}, c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
-		inv.CPU.Count, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces), created)))
+		return rules.apply(m)
+	}, append([]*store.Event{c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
+		inv.CPU.Count, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces), created))}, rules.events...)...)
 	return err
+}
+
+// runInspectionRules runs the inspection rules on the node as the
+// inspection leaves it (its properties from the inventory).
+func (c *inspecting) runInspectionRules(ctx context.Context, n *store.Node, inv protocol.Inventory, raw json.RawMessage) (*ruleOutcome, error) {
+	var inventory map[string]any
+	if err := json.Unmarshal(raw, &inventory); err != nil {
+		return nil, fmt.Errorf("inspection rules: decode the inventory of node %s: %w", n.UUID, err)
+	}
+	plugin := map[string]any{}
+	if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
+		plugin["warnings"] = warn
+	}
+	seen := *n
+	seen.Properties = maps.Clone(n.Properties)
+	if seen.Properties == nil {
+		seen.Properties = map[string]any{}
+	}
+	maps.Copy(seen.Properties, inventoryProperties(inv))
+	return applyInspectionRules(ctx, c.core, &seen, inventory, plugin)
 }
 
 // inventoryProperties derives Ironic's scheduling properties. local_gb is

@@ -227,7 +227,8 @@ func (pgDialect) duplicate(err error) (error, bool) {
 		return nil, false
 	}
 	switch pgErr.ConstraintName {
-	case "nodes_uuid_key", "resources_uuid_key", "events_uuid_key", "chassis_uuid_key", "deploy_templates_uuid_key":
+	case "nodes_uuid_key", "resources_uuid_key", "events_uuid_key", "chassis_uuid_key", "deploy_templates_uuid_key",
+		"inspection_rules_uuid_key":
 		return store.ErrDuplicateUUID, true
 	case "nodes_name_key", "resources_name", "deploy_templates_name_key":
 		return store.ErrDuplicateName, true

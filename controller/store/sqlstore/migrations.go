@@ -421,4 +421,29 @@ var migrations = []migration{
 		postgres: `ALTER TABLE nodes ADD COLUMN parent_node text COLLATE "C";
 	CREATE INDEX nodes_parent_node ON nodes (parent_node) WHERE parent_node IS NOT NULL;`,
 	},
+	{
+		// 16: inspection rules (Ironic's inspection_rules, API 1.96):
+		// unique UUIDs, the conditions and actions in the document; lists
+		// filter by phase and run in priority order.
+		sqlite: `CREATE TABLE inspection_rules (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		phase TEXT NOT NULL,
+		priority INTEGER NOT NULL,
+		created_at TEXT NOT NULL,
+		updated_at TEXT,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX inspection_rules_phase ON inspection_rules (phase, priority);`,
+		postgres: `CREATE TABLE inspection_rules (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT inspection_rules_uuid_key UNIQUE,
+		phase text COLLATE "C" NOT NULL,
+		priority integer NOT NULL,
+		created_at timestamptz NOT NULL,
+		updated_at timestamptz,
+		data bytea NOT NULL
+	);
+	CREATE INDEX inspection_rules_phase ON inspection_rules (phase, priority);`,
+	},
 }
