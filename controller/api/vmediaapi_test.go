@@ -57,7 +57,14 @@ func newVmediaEnv(t *testing.T) *vmediaEnv {
 	apiURL = srv.URL
 	var once sync.Once
 	stop := func() {
-		once.Do(func() { srv.Close(); vts.Close(); files.Close(); cancel(); <-done; closeStore() })
+		once.Do(func() {
+			srv.Close()
+			vts.Close()
+			files.Close()
+			cancel()
+			<-done
+			closeStore()
+		})
 	}
 	t.Cleanup(stop)
 	return &vmediaEnv{testEnv: &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop}, vbmc: vs, vurl: vts.URL, files: files}
