@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -81,13 +80,6 @@ func (e *vmediaEnv) redfishNode(name string, extra map[string]any) string {
 	r := e.do("POST", "/v1/nodes", "1.93", body)
 	require.Equal(e.t, http.StatusCreated, r.status, string(r.body))
 	return r.json(e.t)["uuid"].(string)
-}
-
-func list(t *testing.T, r resp) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	require.NoError(t, json.Unmarshal(r.body, &out), string(r.body))
-	return out
 }
 
 func TestVmediaAttachGetDetachOverHTTP(t *testing.T) {
