@@ -118,7 +118,10 @@ func (v *nodeCalls) hold(ctx context.Context, ident string, check func(n *store.
 	}
 	unreserve := func() {
 		if _, err := store.MutateNode(context.WithoutCancel(ctx), v.st, n.UUID, func(m *store.Node) error {
-			if m.Reservation != nil && *m.Reservation == v.cfg.Host {
+			// A flow that started meanwhile (an agent's heartbeat moved a
+			// wait state on) reserved the node under the same host name:
+			// its reservation stays.
+			if m.Reservation != nil && *m.Reservation == v.cfg.Host && !state.Working(state.State(m.ProvisionState)) && m.TargetPowerState == nil {
 				m.Reservation = nil
 			}
 			return nil
