@@ -77,6 +77,20 @@ func TestVendorPassthruSubscriptions(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, r.status, string(r.body))
 	assert.Contains(t, r.fault(t), "Redfish exception occurred. Error: Redfish delete_subscription failed for subscription 1 on node "+id+". Error: ")
 
+	// the older eject_vmedia: asynchronous in Ironic, so 202 and no body
+	r = e.do("POST", "/v1/nodes/rf-1/vmedia", "1.89", map[string]any{"device_type": "cdrom", "image_url": e.files.URL + "/d.iso", "image_download_source": "http"})
+	require.Equal(t, http.StatusNoContent, r.status, string(r.body))
+	r = e.do("POST", vp+"?method=eject_vmedia", "1.93", map[string]any{"boot_device": "floppy"})
+	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
+	assert.True(t, e.vbmc.Node("node-1").Media().Inserted, "the CD is not a floppy")
+	r = e.do("POST", vp+"?method=eject_vmedia", "1.93", map[string]any{"boot_device": "tape"})
+	require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
+	assert.Equal(t, "Boot device tape is not a valid value ", r.fault(t))
+	r = e.do("POST", vp+"?method=eject_vmedia", "1.93", map[string]any{"boot_device": "cd"})
+	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
+	assert.Empty(t, r.body)
+	assert.False(t, e.vbmc.Node("node-1").Media().Inserted)
+
 	hist := string(e.do("GET", "/v1/nodes/rf-1/history", "1.93", nil).body)
 	assert.Contains(t, hist, "BMC event subscription 1 created for "+dest)
 	assert.Nil(t, e.do("GET", "/v1/nodes/rf-1", "1.93", nil).json(t)["reservation"])
