@@ -138,8 +138,12 @@ func (m *Manager) AttachMedia(ctx context.Context, t Target, mt, url string, tim
 			err = op.poll(ctx, timeout, func(ctx context.Context) (bool, string, error) {
 				var cur []MediaSlot
 				err := op.retryGap(ctx, "get_virtual_media", max(op.m.cfg.PollInterval, op.minInterval()), func(ctx context.Context, s session) error {
+					ms, ok := s.(mediaSlotSession)
+					if !ok {
+						return errNoMedia(op.t.HardwareType)
+					}
 					var err error
-					cur, err = s.(mediaSlotSession).mediaSlots(ctx)
+					cur, err = ms.mediaSlots(ctx)
 					return err
 				})
 				if err != nil {

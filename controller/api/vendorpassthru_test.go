@@ -98,7 +98,7 @@ func TestVendorPassthruSubscriptions(t *testing.T) {
 
 func TestVendorPassthruRefusals(t *testing.T) {
 	e := newVmediaEnv(t)
-	e.redfishNode("rf-1", nil)
+	id := e.redfishNode("rf-1", nil)
 	e.redfishNode("rf-nv", map[string]any{"vendor_interface": "no-vendor"})
 	e.createNode("fk-1", nil)
 	vp := "/v1/nodes/rf-1/vendor_passthru"
@@ -118,6 +118,8 @@ func TestVendorPassthruRefusals(t *testing.T) {
 		{"context not a string", "POST", vp + "?method=create_subscription", map[string]any{"Destination": "http://127.0.0.1/e", "Context": 5}, 400, "Context 5 is not a valid string"},
 		{"headers not a list", "POST", vp + "?method=create_subscription", map[string]any{"Destination": "http://127.0.0.1/e", "HttpHeaders": map[string]any{"a": "b"}}, 400,
 			"HttpHeaders {'a': 'b'} is not a list of headers"},
+		{"the BMC refuses it", "POST", vp + "?method=create_subscription", map[string]any{"Destination": "http://127.0.0.1/e", "Protocol": "SNMPv2c"}, 500,
+			"Redfish exception occurred. Error: Failed to create subscription on node " + id + ". Subscription payload: {'Destination': 'http://127.0.0.1/e', 'Protocol': 'SNMPv2c', 'Context': '', 'EventTypes': ['Alert']}. Error: "},
 		{"delete without id", "DELETE", vp + "?method=delete_subscription", nil, 400, "id can't be None"},
 		{"no-vendor", "POST", "/v1/nodes/rf-nv/vendor_passthru?method=create_subscription", map[string]any{"Destination": "http://127.0.0.1/e"}, 400,
 			"No handler for method create_subscription"},

@@ -208,8 +208,11 @@ func (rv redfishVendor) createSubscription(ctx context.Context, args map[string]
 	}
 	sub, _, err := rv.d.m.CreateSubscription(ctx, rv.t, req)
 	if err != nil {
-		payload := map[string]any{"Destination": req.Destination, "Protocol": req.Protocol, "Context": req.Context, "EventTypes": req.EventTypes}
-		return nil, redfishError(0, err, "Failed to create subscription on node %s. Subscription payload: %s. Error: %v", rv.n.UUID, pyStr(payload), err)
+		// Ironic's payload in its order; the headers (credentials, often)
+		// are left out of the message.
+		payload := fmt.Sprintf("{'Destination': %s, 'Protocol': %s, 'Context': %s, 'EventTypes': %s}",
+			pyRepr(req.Destination), pyRepr(req.Protocol), pyRepr(req.Context), pyStr(req.EventTypes))
+		return nil, redfishError(0, err, "Failed to create subscription on node %s. Subscription payload: %s. Error: %v", rv.n.UUID, payload, err)
 	}
 	rv.v.event(ctx, rv.n.UUID, "INFO", "vendor", fmt.Sprintf("BMC event subscription %s created for %s", sub.ID, req.Destination))
 	return subscriptionFields(sub.Doc), nil
