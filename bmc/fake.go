@@ -18,6 +18,7 @@ type Fake struct {
 	mu     sync.Mutex
 	nodes  map[string]*fakeNode
 	images map[string]FakeFirmwareImage // firmware image URL -> what it flashes
+	events fakeEvents                   // event subscriptions (events.go)
 }
 
 // FakeKnobs make a fake node misbehave.
@@ -33,6 +34,9 @@ type FakeKnobs struct {
 	// IgnoreBIOS accepts BIOS settings and shows them pending but never
 	// applies them at boot (iDRAC without an apply time).
 	IgnoreBIOS bool
+	// IgnoreMedia accepts a virtual media insert into a slot without
+	// doing it (a BMC that answers 204 and mounts nothing).
+	IgnoreMedia bool
 	// OnCall, if set, runs at the start of every command (outside the
 	// Fake's lock), e.g. to block or to observe concurrency.
 	OnCall func(node, command string)

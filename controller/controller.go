@@ -261,6 +261,17 @@ func Run(ctx context.Context, cfg Config) error {
 		cc.Media, apiMedia = media, media
 		defer closeMedia()
 	}
+	data, closeData, err := openDataImages(cfg, log, pin != "", func() string {
+		if cfg.PublicURL != "" {
+			return cfg.PublicURL
+		}
+		return listenURL
+	})
+	if err != nil {
+		return err
+	}
+	defer closeData()
+	cc.DataImages = data
 	metrics := api.NewMetrics(apiStore)
 	cc.BootScripts, cc.Suppressed = cfg.BootDir != "", metrics.Suppressed
 	if cfg.Boot.DHCP == "full" {
@@ -275,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
-	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia,
+	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
 		RecordsKey: signer.PublicKey()})
 
@@ -474,6 +485,28 @@ func openVirtualMedia(cfg Config, log *slog.Logger, plainHTTP bool, publicURL fu
 			_ = temp.Remove()
 		}
 	}, nil
+}
+
+// openDataImages keeps the images the vmedia API downloads (its
+// image_download_source "local") in the data directory's vmedia-data/,
+// or in a temporary directory removed at the end.
+func openDataImages(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func() string) (*vmedia.DataImages, func(), error) {
+	dir, remove := "", func() {}
+	if d := dataDir(cfg); d != "" {
+		dir = filepath.Join(d, "vmedia-data")
+	} else {
+		tmp, err := os.MkdirTemp("", "anvil-vmedia-data-")
+		if err != nil {
+			return nil, nil, fmt.Errorf("data images: %w", err)
+		}
+		dir, remove = tmp, func() { _ = os.RemoveAll(tmp) }
+	}
+	d, err := vmedia.NewDataImages(vmedia.DataConfig{Dir: dir, PublicURL: publicURL, PlainHTTP: plainHTTP, Logger: log.With("component", "vmedia-data")})
+	if err != nil {
+		remove()
+		return nil, nil, err
+	}
+	return d, remove, nil
 }
 
 // dataDir is where the controller keeps what must survive a restart

@@ -227,6 +227,11 @@ func (s *Server) insertMedia(w http.ResponseWriter, r *http.Request, n *Node) {
 		redfishError(w, http.StatusBadRequest, "PropertyValueNotInList", "The virtual CD is read-only: WriteProtected must be true.")
 		return
 	}
+	if s.getFaults().IgnoreMediaInsert {
+		s.log.Info("vbmc: fault: ignoring virtual media insert", "node", n.Name)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if err := n.InsertMedia(r.Context(), body.Image); errors.Is(err, ErrMediaInUse) {
 		redfishError(w, http.StatusConflict, "ResourceInUse", "InsertMedia failed: "+err.Error())
 		return
@@ -235,6 +240,7 @@ func (s *Server) insertMedia(w http.ResponseWriter, r *http.Request, n *Node) {
 		return
 	}
 	s.log.Info("vbmc: virtual media inserted", "node", n.Name, "image", body.Image, "bytes", n.Media().Bytes)
+	s.mediaEvent(n, "inserted")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -244,6 +250,7 @@ func (s *Server) ejectMedia(w http.ResponseWriter, r *http.Request, n *Node) {
 		return
 	}
 	s.log.Info("vbmc: virtual media ejected", "node", n.Name)
+	s.mediaEvent(n, "ejected")
 	w.WriteHeader(http.StatusNoContent)
 }
 

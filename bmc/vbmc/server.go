@@ -34,6 +34,8 @@ type Faults struct {
 	// RejectAuth fails every login and request as if the password were
 	// wrong.
 	RejectAuth bool
+	// IgnoreMediaInsert answers 204 to InsertMedia and mounts nothing.
+	IgnoreMediaInsert bool
 }
 
 // Server is the virtual BMC's HTTP side: Redfish under /redfish/v1 and the
@@ -52,6 +54,7 @@ type Server struct {
 	nextID    int
 	requestsN int
 	fw        *firmware // UpdateService and TaskService (firmware.go)
+	events    *events   // EventService (events.go)
 }
 
 // NewServer returns a Server for nodes. Empty credentials disable
@@ -61,7 +64,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes)}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes), events: newEvents()}
 }
 
 // SetFaults replaces the fault knobs.
@@ -119,6 +122,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /control/{id}/{param}", s.auth(s.withNode(s.controlSet)))
 	s.biosRoutes(mux)
 	s.firmwareRoutes(mux)
+	s.eventRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requestsN++
@@ -177,6 +181,7 @@ func (s *Server) serviceRoot(w http.ResponseWriter, _ *http.Request) {
 	root["SessionService"] = link("/redfish/v1/SessionService")
 	root["Registries"] = link("/redfish/v1/Registries")
 	root["UpdateService"], root["TaskService"] = link("/redfish/v1/UpdateService"), link("/redfish/v1/TaskService")
+	root["EventService"] = link(eventServicePath)
 	root["Links"] = map[string]any{"Sessions": link("/redfish/v1/SessionService/Sessions")}
 	writeJSON(w, http.StatusOK, root)
 }
@@ -475,6 +480,9 @@ func (s *Server) reset(r *http.Request, n *Node, resetType string) error {
 		s.mu.Unlock()
 	}
 	s.biosAtReset(n, resetType, wasOn, on)
+	if on != wasOn {
+		s.powerEvent(n, on)
+	}
 	return nil
 }
 

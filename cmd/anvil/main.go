@@ -7,6 +7,8 @@
 //	anvil node step-results NODE         each step run's outcome and per-device result, newest first
 //	anvil node bios NODE                 the cached BIOS settings, pending values too
 //	anvil node firmware NODE             the firmware versions per component
+//	anvil node vmedia attach|detach|show NODE     virtual media through the BMC (API 1.89, 1.93)
+//	anvil node subscription create|delete|list NODE   the BMC's event subscriptions
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
 //	anvil erase-records NODE [--format json|text]   the node's signed sanitization records
@@ -67,6 +69,10 @@ commands:
                                   each step run's outcome and per-device result, newest first
   bios NODE [--json]              the BIOS settings cached from the BMC, pending values too
   firmware NODE [--json]          the firmware versions per component (API 1.86)
+  vmedia attach|detach|show NODE ...
+                                  attach a data image through the BMC, eject it, read the slots
+  subscription create|delete|list NODE ...
+                                  the BMC's event subscriptions (redfish)
   manage|provide|inspect|deploy|undeploy|abort NODE [--wait] [--timeout D]
                                   move the node on; --wait shows progress until it rests
   clean NODE --steps FILE|- [--wait] [--timeout D]
@@ -140,6 +146,10 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 		return biosCmd(ctx, dial, rest, out)
 	case "firmware":
 		return firmwareCmd(ctx, dial, rest, out)
+	case "vmedia":
+		return vmediaCmd(ctx, dial, rest, out)
+	case "subscription":
+		return subscriptionCmd(ctx, dial, rest, out)
 	case "show", "steps", "events":
 		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 		pos, err := cli.Parse(fs, nodeReadUsage(cmd), rest, "NODE")

@@ -38,6 +38,7 @@ type Server struct {
 	// firmwareDir holds firmware images served to BMCs ("" = none)
 	firmwareDir string
 	media       VirtualMedia
+	dataImages  DataImages // images of the vmedia API's "local" attaches (vmediaapi.go)
 	// tlsPin is the fingerprint of the controller's TLS certificate
 	// ("sha256:<hex>"), put on the agent's kernel command line; "" when
 	// the controller serves plain HTTP.
@@ -68,6 +69,8 @@ type Config struct {
 	FirmwareDir string
 	// Media serves the per-node ISOs of virtual-media boots (nil: none).
 	Media VirtualMedia
+	// DataImages serves what the vmedia API downloaded (nil: none).
+	DataImages DataImages
 	// PublicLimit bounds the unauthenticated endpoints per source; the zero
 	// value is no limit (DefaultPublicLimit is a production controller's).
 	PublicLimit PublicLimit
@@ -89,7 +92,7 @@ type Config struct {
 // New builds the API handler.
 func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
-		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, tlsPin: cfg.TLSFingerprint,
+		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, dataImages: cfg.DataImages, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
 		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
 	if s.log == nil {
@@ -240,6 +243,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle("/boot/{node}/ipxe", public("boot_script", s.bootScript)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/grub", public("boot_script", s.bootGrub)).Methods(http.MethodGet)
 	r.Handle("/boot/{node}/vmedia/{key:[0-9a-f]{1,64}}.iso", public("boot_file", s.bootISO)).Methods(http.MethodGet, http.MethodHead)
+	s.vmediaRoutes(r, authed, public)
 	ports, portgroups := s.ports(), s.portgroups()
 	r.Handle(n+"/ports", authed(ports.list)).Methods(http.MethodGet)
 	r.Handle(n+"/portgroups", authed(portgroups.list)).Methods(http.MethodGet)

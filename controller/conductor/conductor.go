@@ -51,8 +51,9 @@ type Conductor struct {
 	*sessions
 	*allocator
 	*vifs
-	core   *core
-	engine *engine
+	*nodeCalls // the vmedia API and vendor passthru (vmediaapi.go, vendorpassthru.go)
+	core       *core
+	engine     *engine
 }
 
 // New builds a conductor over st with the given hardware types.
@@ -72,7 +73,7 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
 	return &Conductor{runtime: rt, requests: req, stepRunner: eng.steps, sessions: newSessionService(co, rt.Kick), allocator: al,
-		vifs: &vifs{core: co}, core: co, engine: eng}
+		vifs: &vifs{core: co}, nodeCalls: &nodeCalls{core: co, rt: rt}, core: co, engine: eng}
 }
 
 // Host is the name this conductor writes into reservations.

@@ -54,6 +54,12 @@ type Config struct {
 	// Media makes per-node ISOs for redfish-virtual-media boots (nil:
 	// such boots fail with a message saying so).
 	Media VirtualMedia
+	// DataImages serves the images of the vmedia API's
+	// image_download_source "local" (nil: only "http" works).
+	DataImages DataImages
+	// VmediaCheckTimeout bounds the wait for a vmedia API insert to show
+	// in its slot (0: 30 s).
+	VmediaCheckTimeout time.Duration
 	// BootScripts says the controller serves the nodes' boot scripts
 	// (--boot-dir): every boot it starts then carries a nonce in the
 	// script, and only a lookup with it gets the token (trust.go).

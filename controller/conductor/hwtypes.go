@@ -64,6 +64,9 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 			// firmware components and updates through the BMC, as Ironic's
 			// redfish firmware interface (API 1.86)
 			firmware = InterfaceChoice{Default: "redfish", Enabled: []string{"no-firmware", "redfish"}}
+			// BMC event subscriptions through vendor_passthru, as
+			// Ironic's redfish vendor interface (vendorpassthru.go)
+			out["vendor"] = InterfaceChoice{Default: VendorRedfish, Enabled: []string{"no-vendor", VendorRedfish}}
 		}
 		maps.Copy(out, map[string]InterfaceChoice{
 			"bios":       bios,
