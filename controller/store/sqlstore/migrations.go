@@ -422,7 +422,7 @@ var migrations = []migration{
 	CREATE INDEX nodes_parent_node ON nodes (parent_node) WHERE parent_node IS NOT NULL;`,
 	},
 	{
-		// 16: inspection rules (Ironic's inspection_rules, API 1.96):
+		// 15: inspection rules (Ironic's inspection_rules, API 1.96):
 		// unique UUIDs, the conditions and actions in the document; lists
 		// filter by phase and run in priority order.
 		sqlite: `CREATE TABLE inspection_rules (
