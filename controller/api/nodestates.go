@@ -18,12 +18,11 @@ import (
 )
 
 // The provision API's later versions (Ironic's webapi-version-history).
+// Abort in wait call-back, Ironic's since 1.110, needs no gate: anvil had
+// it before as a documented extension and keeps it at every version.
 const (
 	serviceVersion               = 87  // the service verb, service_steps and the node's service_step
 	serviceDisableRamdiskVersion = 108 // disable_ramdisk with service
-	// abort in wait call-back became Ironic's at 1.110; anvil had it
-	// before as a documented extension, which it keeps below 1.110.
-	deployWaitAbortVersion = 110
 )
 
 func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {

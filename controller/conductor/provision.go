@@ -311,7 +311,7 @@ func (c *requests) SetPower(ctx context.Context, ident, target string) error {
 		n.LastError = nil
 		n.Reservation = strp(c.cfg.Host)
 		events := []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}
-		held := cur == state.CleanHold || cur == state.DeployHold // the flow goes on after unhold, in the new boot
+		held := state.Held(cur) // the flow goes on after unhold, in the new boot
 		if a := &n.Operation.Agent; (state.LookupAllowed(cur) || held) && target != PowerOff && target != SoftPowerOff && (a.Booted || a.Await != nil) {
 			// The ramdisk boots again: its agent is the first of a new
 			// boot, not a claimant of the old one.
