@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -161,4 +162,28 @@ func TestServiceAbortWithTheAgent(t *testing.T) {
 	assert.Contains(t, historyText(e, "ab"), "power action succeeded: rebooting")
 	_, err := a.Heartbeat(context.Background())
 	assert.Error(t, err, "the agent's token died with the service")
+}
+
+// TestAbortInWaitCallBackAt1110: abort in wait call-back is Ironic's at
+// 1.110 (deploy failed, no automated cleaning, Ironic's last_error) and
+// stays anvil's documented extension below it.
+func TestAbortInWaitCallBackAt1110(t *testing.T) {
+	for _, ver := range []string{"1.110", "1.82"} {
+		e := newEnvWith(t, agentConfig(), ":memory:")
+		name := "wcb-" + strings.ReplaceAll(ver, ".", "")
+		e.agentNode(name, map[string]any{"automated_clean": false, "instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
+			"image_checksum": "sha256:" + strings.Repeat("ab", 32)}})
+		require.Equal(t, 202, e.provision(name, "provide", nil).status)
+		e.waitState(name, "available")
+		require.Equal(t, 202, e.provision(name, "active", nil).status)
+		e.waitState(name, "wait call-back") // the ramdisk never calls back here
+		r := e.do("PUT", "/v1/nodes/"+name+"/states/provision", ver, map[string]any{"target": "abort"})
+		require.Equal(t, 202, r.status, "%s: %s", ver, r.body)
+		n := e.waitState(name, "deploy failed")
+		assert.Equal(t, `By request, the deploy operation was aborted during or after the completion of step "deploy.deploy": no agent step was running; the node is powered off`, n["last_error"], ver)
+		assert.Equal(t, "power off", n["power_state"], ver)
+		_, after, _ := strings.Cut(historyText(e, name), "wait call-back -> deploy failed (abort requested)")
+		assert.NotContains(t, after, "cleaning", "%s: no automated cleaning", ver)
+		assert.Contains(t, after, "power action succeeded: power off", ver)
+	}
 }
