@@ -161,6 +161,9 @@ func TestServiceAbort(t *testing.T) {
 		n = e.wait(t, id, state.Active)
 		assert.Equal(t, `By request, the service operation was aborted during or after the completion of step "management.clear_job_queue"`, *n.LastError)
 		assert.Equal(t, []string{"management.clear_job_queue"}, drv.executed(), "the next step never ran")
+		h := history(t, e.st, id)
+		assert.Contains(t, h, "service wait -> service failed (fail)")
+		assert.Contains(t, h, "service failed -> active (abort)")
 	})
 	t.Run("from service failed", func(t *testing.T) {
 		drv := &scriptDriver{steps: serviceSteps(), outcome: map[string]string{"bios.factory_reset": "fail"}}
