@@ -179,38 +179,38 @@ type Await struct {
 // Ironic's driver_internal_info keys for the operation (ours where Ironic
 // has none).
 const (
-	keyCleanSteps       = "clean_steps"
-	keyCleanStepIndex   = "clean_step_index"
-	keyManualClean      = "cleaning_manual"
-	keyRequestedBy      = "cleaning_requested_by"
-	keyDeploySteps      = "deploy_steps"
-	keyDeployStepIndex  = "deploy_step_index"
-	keyUserCleanSteps   = "user_clean_steps"
-	keyUserDeploySteps  = "user_deploy_steps"
-	keyToken            = "agent_secret_token"
-	keyBootID           = "agent_boot_id"
-	keyAgentVersion     = "agent_version"
-	keyLastHeartbeat    = "agent_last_heartbeat"
-	keyBootTimings      = "agent_boot_timings"
-	keyStepCache        = "agent_step_cache"
-	keyCommand          = "agent_command"
-	keyCommandStatus    = "agent_command_status"
-	keyAwait            = "agent_await"
-	keyAgentBooted      = "agent_booted"
-	keyLeftRamdisk      = "agent_left_ramdisk"
-	keyBootNonce        = "agent_boot_nonce"
-	keyAgentAddress     = "agent_lookup_address"
-	keyClaims           = "agent_claims"
-	keyNonceVia         = "agent_nonce_via"
-	keyNonceServedTo    = "agent_nonce_served_to"
-	keyAlarm            = "agent_alarm"
-	keyBootStarted      = "agent_boot_started_at"
-	keyPreviousBoot     = "agent_previous_boot_id"
-	keyFirmware         = "firmware_updates" // Ironic's redfish firmware interface keeps its updates there
-	keyServiceSteps     = "service_steps"
-	keyServiceIndex     = "service_step_index"
-	keyUserService      = "user_service_steps"
-	keyServiceNoRamdisk = "service_disable_ramdisk"
+	keyCleanSteps      = "clean_steps"
+	keyCleanStepIndex  = "clean_step_index"
+	keyManualClean     = "cleaning_manual"
+	keyRequestedBy     = "cleaning_requested_by"
+	keyDeploySteps     = "deploy_steps"
+	keyDeployStepIndex = "deploy_step_index"
+	keyUserCleanSteps  = "user_clean_steps"
+	keyUserDeploySteps = "user_deploy_steps"
+	keyToken           = "agent_secret_token"
+	keyBootID          = "agent_boot_id"
+	keyAgentVersion    = "agent_version"
+	keyLastHeartbeat   = "agent_last_heartbeat"
+	keyBootTimings     = "agent_boot_timings"
+	keyStepCache       = "agent_step_cache"
+	keyCommand         = "agent_command"
+	keyCommandStatus   = "agent_command_status"
+	keyAwait           = "agent_await"
+	keyAgentBooted     = "agent_booted"
+	keyLeftRamdisk     = "agent_left_ramdisk"
+	keyBootNonce       = "agent_boot_nonce"
+	keyAgentAddress    = "agent_lookup_address"
+	keyClaims          = "agent_claims"
+	keyNonceVia        = "agent_nonce_via"
+	keyNonceServedTo   = "agent_nonce_served_to"
+	keyAlarm           = "agent_alarm"
+	keyBootStarted     = "agent_boot_started_at"
+	keyPreviousBoot    = "agent_previous_boot_id"
+	keyFirmware        = "firmware_updates" // Ironic's redfish firmware interface keeps its updates there
+	keyServiceSteps    = "service_steps"
+	keyServiceIndex    = "service_step_index"
+	keyUserService     = "user_service_steps"
+	keyNoRamdisk       = "service_disable_ramdisk"
 )
 
 // SecretInternalKey reports whether a driver_internal_info key holds a
@@ -223,7 +223,7 @@ var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, k
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
 	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware, keyLeftRamdisk,
-	keyServiceSteps, keyServiceIndex, keyUserService, keyServiceNoRamdisk}
+	keyServiceSteps, keyServiceIndex, keyUserService, keyNoRamdisk}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -256,7 +256,7 @@ func (n *Node) InternalInfo() map[string]any {
 		set(keyUserService, op.UserServiceSteps)
 	}
 	if op.ServiceDisableRamdisk {
-		out[keyServiceNoRamdisk] = true
+		out[keyNoRamdisk] = true
 	}
 	if op.ManualClean {
 		out[keyManualClean] = true
@@ -391,7 +391,7 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	op.Deploy = plan(keyDeploySteps, keyDeployStepIndex)
 	op.Service = plan(keyServiceSteps, keyServiceIndex)
 	take(keyUserService, &op.UserServiceSteps)
-	take(keyServiceNoRamdisk, &op.ServiceDisableRamdisk)
+	take(keyNoRamdisk, &op.ServiceDisableRamdisk)
 	take(keyManualClean, &op.ManualClean)
 	take(keyRequestedBy, &op.CleaningRequestedBy)
 	take(keyUserCleanSteps, &op.UserCleanSteps)

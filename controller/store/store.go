@@ -56,31 +56,31 @@ type Node struct {
 	InspectionFinishedAt *time.Time     `json:"inspection_finished_at"`
 	CleanStep            map[string]any `json:"clean_step"`
 	DeployStep           map[string]any `json:"deploy_step"`
-	// ServiceStep (1.87) is the service step running; empty maps are
-	// left out of the document, which stays as before servicing existed.
-	ServiceStep      map[string]any `json:"service_step,omitempty"`
-	RAIDConfig       map[string]any `json:"raid_config"`
-	TargetRAIDConfig map[string]any `json:"target_raid_config"`
-	ResourceClass    *string        `json:"resource_class"`
-	Interfaces       Interfaces     `json:"interfaces"`
-	Traits           []string       `json:"traits"`
-	ConductorGroup   string         `json:"conductor_group"`
-	AutomatedClean   *bool          `json:"automated_clean"`
-	Protected        bool           `json:"protected"`
-	ProtectedReason  *string        `json:"protected_reason"`
-	Owner            *string        `json:"owner"`
-	Lessee           *string        `json:"lessee"`
-	Description      *string        `json:"description"`
-	AllocationUUID   *string        `json:"allocation_uuid"`
-	NetworkData      map[string]any `json:"network_data"`
-	Retired          bool           `json:"retired"`
-	RetiredReason    *string        `json:"retired_reason"`
-	BootMode         *string        `json:"boot_mode"`
-	SecureBoot       *bool          `json:"secure_boot"`
-	Shard            *string        `json:"shard"`
+	RAIDConfig           map[string]any `json:"raid_config"`
+	TargetRAIDConfig     map[string]any `json:"target_raid_config"`
+	ResourceClass        *string        `json:"resource_class"`
+	Interfaces           Interfaces     `json:"interfaces"`
+	Traits               []string       `json:"traits"`
+	ConductorGroup       string         `json:"conductor_group"`
+	AutomatedClean       *bool          `json:"automated_clean"`
+	Protected            bool           `json:"protected"`
+	ProtectedReason      *string        `json:"protected_reason"`
+	Owner                *string        `json:"owner"`
+	Lessee               *string        `json:"lessee"`
+	Description          *string        `json:"description"`
+	AllocationUUID       *string        `json:"allocation_uuid"`
+	NetworkData          map[string]any `json:"network_data"`
+	Retired              bool           `json:"retired"`
+	RetiredReason        *string        `json:"retired_reason"`
+	BootMode             *string        `json:"boot_mode"`
+	SecureBoot           *bool          `json:"secure_boot"`
+	Shard                *string        `json:"shard"`
 	// ParentNode is the UUID of the node this one sits in (1.83: a DPU
 	// or SmartNIC with its own BMC inside a host); nil for most nodes.
 	ParentNode *string `json:"parent_node,omitempty"`
+	// ServiceStep (1.87) is the service step running; empty maps are
+	// left out of the document, which stays as before servicing existed.
+	ServiceStep map[string]any `json:"service_step,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
