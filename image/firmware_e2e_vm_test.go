@@ -29,7 +29,8 @@ const firmwareVersion = "1.86"
 // serves it from --firmware-dir; the BMC drops off the network after its
 // update, as real ones do; then a firmware baseline the node does not
 // meet fails automated cleaning, naming the component, before any disk
-// is erased.
+// is erased; then the node is deployed and serviced (1.87) with
+// bios.apply_configuration, and boots its instance again.
 func TestVME2EBIOSAndFirmware(t *testing.T) {
 	fwDir := t.TempDir()
 	image := vbmc.FirmwareImage(vbmc.FirmwareBMC, "2.00.00", bytes.Repeat([]byte("bmc firmware "), 4096))
@@ -128,6 +129,86 @@ func TestVME2EBIOSAndFirmware(t *testing.T) {
 		}
 	}
 	step("automated cleaning failed on the baseline, naming the BMC, before any erase")
+
+	// Servicing (1.87): the node is deployed (no automated cleaning, so
+	// no erase), then serviced with bios.apply_configuration: the BIOS
+	// step reboots the running instance to apply the setting, the node
+	// returns to active and boots its image again from disk.
+	e.verb(t, "fw", "manage")
+	c.waitState(t, "fw", "manageable", time.Minute)
+	c.mustCall(t, "DELETE", "/v1/nodes/fw/maintenance", nil) // the failed cleaning's
+	c.mustCall(t, "PATCH", "/v1/nodes/fw", []map[string]any{{"op": "remove", "path": "/properties/firmware_baseline"},
+		{"op": "replace", "path": "/automated_clean", "value": false}})
+	e.verb(t, "fw", "provide")
+	c.waitState(t, "fw", "available", time.Minute)
+	deployImage(t, c, "fw", e.imageURL, e.image, e.disks[0].Serial)
+	c.waitState(t, "fw", "active", 6*time.Minute)
+	booted := waitSerialMarkers(t, e, 1, time.Minute)
+	step("active: the deployed image booted")
+	putAt(t, c, "1.87", "/v1/nodes/fw/states/provision", map[string]any{"target": "service", "service_steps": []any{
+		bios([]any{map[string]any{"name": "ProcVirtualization", "value": "Enabled"}})}})
+	n = waitFor(t, c, "fw", 4*time.Minute, func(n map[string]any) bool {
+		return n["provision_state"] == "active" || n["provision_state"] == "service failed"
+	})
+	if n["provision_state"] != "active" || n["last_error"] != nil {
+		t.Fatalf("service: %v, last_error %v", n["provision_state"], n["last_error"])
+	}
+	if got := biosValue(t, c, "ProcVirtualization"); got != "Enabled" {
+		t.Errorf("GET /bios after the service: ProcVirtualization = %q, want Enabled", got)
+	}
+	if n["power_state"] != "power on" {
+		t.Errorf("power_state %v after the service, want power on", n["power_state"])
+	}
+	waitSerialMarkers(t, e, booted+1, 2*time.Minute)
+	assertImageOnDisk(t, e.disks[0].Path, e.image)
+	_, h = c.call(t, "GET", "/v1/nodes/fw/history", nil)
+	for _, want := range []string{"active -> servicing (service requested)", "service step bios.apply_configuration finished", "servicing -> active (done)"} {
+		if hist := historyLines(h); !strings.Contains(hist, want) {
+			t.Errorf("history lacks %q:\n%s", want, hist)
+		}
+	}
+	step("serviced: BIOS applied on the running instance, which booted from its disk again")
+}
+
+// waitSerialMarkers waits until the node's serial console shows the
+// deployed image's boot marker at least want times, and returns the count.
+func waitSerialMarkers(t *testing.T, e *e2e, want int, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s, _ := os.ReadFile(filepath.Join(e.dir, "qemu", "serial.log"))
+		if n := bytes.Count(s, []byte("ANVIL-BOOTED-FROM-DISK")); n >= want {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deployed image did not boot (%d times wanted); serial console:\n%s", want, tailBytes(s, 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// putAt sends a PUT at a microversion above the tests' apiVersion.
+func putAt(t *testing.T, c *controller, version, path string, body any) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("PUT", c.url+path, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-OpenStack-Ironic-API-Version", version)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("PUT %s at %s: HTTP %d %s", path, version, resp.StatusCode, raw)
+	}
 }
 
 func biosValue(t *testing.T, c *controller, name string) string {

@@ -64,6 +64,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.BoolVar(&o.cc.AutomatedClean, "automated-clean", o.cc.AutomatedClean, "run automated cleaning on provide and undeploy")
 	fs.DurationVar(&o.cc.CleanWaitTimeout, "clean-wait-timeout", o.cc.CleanWaitTimeout, "fail nodes waiting in clean wait longer than this (0 disables)")
 	fs.DurationVar(&o.cc.DeployWaitTimeout, "deploy-wait-timeout", o.cc.DeployWaitTimeout, "fail nodes waiting in wait call-back longer than this (0 disables)")
+	fs.DurationVar(&o.cc.ServiceWaitTimeout, "service-wait-timeout", o.cc.ServiceWaitTimeout, "fail nodes waiting in service wait longer than this (0 disables; Ironic's service_callback_timeout)")
 	fs.DurationVar(&o.cc.Agent.HeartbeatInterval, "heartbeat-interval", o.cc.Agent.HeartbeatInterval, "how often idle agents heartbeat")
 	fs.DurationVar(&o.cc.Agent.BootTimeout, "agent-boot-timeout", o.cc.Agent.BootTimeout, "fail a node whose agent ramdisk does not call back this soon after a (re)boot")
 	fs.DurationVar(&o.cc.Agent.SilenceTimeout, "agent-silence-timeout", o.cc.Agent.SilenceTimeout, "fail a node whose booted agent sends no heartbeat for this long")

@@ -77,6 +77,9 @@ commands:
                                   move the node on; --wait shows progress until it rests
   clean NODE --steps FILE|- [--wait] [--timeout D]
                                   manual cleaning with the steps in FILE (JSON)
+  service NODE --steps FILE|-|JSON [--disable-ramdisk] [--wait] [--timeout D]
+                                  run service steps on the active node (API 1.87)
+  unhold NODE [--wait]            continue a flow held by a hold step (API 1.85)
 
 NODE is a node's name or UUID. "anvil node COMMAND --help" describes one.
 `
@@ -85,7 +88,7 @@ NODE is a node's name or UUID. "anvil node COMMAND --help" describes one.
 var verbs = map[string]struct{ target, want string }{
 	"manage": {"manage", "manageable"}, "provide": {"provide", "available"}, "inspect": {"inspect", "manageable"},
 	"clean": {"clean", "manageable"}, "deploy": {"active", "active"}, "undeploy": {"deleted", "available"},
-	"abort": {"abort", ""},
+	"abort": {"abort", ""}, "service": {"service", "active"}, "unhold": {"unhold", ""},
 }
 
 // connect makes the API client; commands call it only once their own
@@ -233,7 +236,10 @@ func stepText(n *client.Node) string {
 		return "-"
 	}
 	key, idxKey := "clean_steps", "clean_step_index"
-	if len(n.CleanStep) == 0 {
+	switch {
+	case len(n.ServiceStep) > 0:
+		key, idxKey = "service_steps", "service_step_index"
+	case len(n.CleanStep) == 0:
 		key, idxKey = "deploy_steps", "deploy_step_index"
 	}
 	if list, ok := n.DriverInternalInfo[key].([]any); ok {
@@ -402,10 +408,18 @@ func verbUsage(name, want string) string {
 		"deploy":   "Write the node's instance_info image; the node ends active.",
 		"undeploy": "Tear the node's instance down (cleaning it when enabled); it ends available.",
 		"abort":    "Stop the node's operation while it waits (e.g. in clean wait or inspect wait).",
+		"service": "Run the service steps of FILE (- for standard input, or the JSON itself), a JSON\n" +
+			"list of {interface, step, args}, on the active node; it returns to active with its\n" +
+			"instance. In-band steps boot the agent ramdisk first; --disable-ramdisk allows\n" +
+			"out-of-band steps (bios, firmware) only.",
+		"unhold": "Continue the cleaning, deployment or service held by a hold step (clean hold,\ndeploy hold, service hold).",
 	}[name]
 	flags := "[--wait] [--timeout D]"
-	if name == "clean" {
+	switch name {
+	case "clean":
 		flags = "--steps FILE|- " + flags
+	case "service":
+		flags = "--steps FILE|-|JSON [--disable-ramdisk] " + flags
 	}
 	if want != "" {
 		what += "\nWith --wait, shows progress until the node rests in " + want + "."
@@ -420,8 +434,13 @@ func verb(ctx context.Context, dial connect, name, target, want string, args []s
 	wait := fs.Bool("wait", false, "wait until the node rests in the expected state, showing progress")
 	timeout := fs.Duration("timeout", time.Hour, "give up waiting after this long")
 	var stepsFile *string
-	if name == "clean" {
+	var noRamdisk *bool
+	switch name {
+	case "clean":
 		stepsFile = fs.String("steps", "", "clean steps as JSON, from a file or - for standard input")
+	case "service":
+		stepsFile = fs.String("steps", "", "service steps as JSON: a file, - for standard input, or the JSON list itself")
+		noRamdisk = fs.Bool("disable-ramdisk", false, "run out-of-band steps only, without booting the agent ramdisk (API 1.108)")
 	}
 	usage := verbUsage(name, want)
 	pos, err := cli.Parse(fs, usage, args, "NODE")
@@ -429,17 +448,20 @@ func verb(ctx context.Context, dial connect, name, target, want string, args []s
 		return err
 	}
 	node := pos[0]
-	if name == "clean" && *stepsFile == "" {
-		return cli.Errorf(cli.Usage(fs, usage), "clean needs --steps FILE|-")
+	if stepsFile != nil && *stepsFile == "" {
+		return cli.Errorf(cli.Usage(fs, usage), "%s needs --steps FILE|-", name)
 	}
 	c, err := dial()
 	if err != nil {
 		return err
 	}
 	extra := map[string]any{}
-	if name == "clean" {
+	if stepsFile != nil {
 		var r io.Reader = stdin
-		if *stepsFile != "-" {
+		switch {
+		case name == "service" && strings.HasPrefix(strings.TrimSpace(*stepsFile), "["):
+			r = strings.NewReader(*stepsFile)
+		case *stepsFile != "-":
 			f, err := os.Open(*stepsFile)
 			if err != nil {
 				return err
@@ -449,9 +471,12 @@ func verb(ctx context.Context, dial connect, name, target, want string, args []s
 		}
 		var cs []map[string]any
 		if err := json.NewDecoder(r).Decode(&cs); err != nil {
-			return fmt.Errorf("clean steps: expected a JSON list of {interface, step, args}: %w", err)
+			return fmt.Errorf("%s steps: expected a JSON list of {interface, step, args}: %w", name, err)
 		}
-		extra["clean_steps"] = cs
+		extra[name+"_steps"] = cs
+	}
+	if noRamdisk != nil && *noRamdisk {
+		extra["disable_ramdisk"] = true
 	}
 	if err := c.Provision(ctx, node, target, extra); err != nil {
 		return err

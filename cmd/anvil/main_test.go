@@ -111,6 +111,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{args: []string{"node", "help"}, stdout: "bios NODE [--json]"},
 		{args: []string{"node", "manage", "--help"}, stdout: "rests in manageable"},
 		{args: []string{"node", "clean", "-h"}, stdout: "  -steps string"},
+		{args: []string{"node", "service", "--help"}, stdout: "usage: anvil node service NODE --steps FILE|-|JSON [--disable-ramdisk]"},
+		{args: []string{"node", "unhold", "-h"}, stdout: "usage: anvil node unhold NODE [--wait]"},
+		{args: []string{"node", "help"}, stdout: "service NODE --steps FILE|-|JSON"},
 		{args: []string{"node", "abort", "--help"}, stdout: "usage: anvil node abort NODE [--wait]"},
 		{args: []string{"erase-records", "--help"}, stdout: "anvil erase-records verify FILE"},
 		{args: []string{"erase-records", "help"}, stdout: "  -format string"},
@@ -190,4 +193,65 @@ func TestShowWarnsOfSecondClaimants(t *testing.T) {
 	out.Reset()
 	require.NoError(t, claimWarnings(map[string]any{}, &out))
 	assert.Empty(t, out.String())
+}
+
+// TestCLIService: "anvil node service" runs service steps on an active
+// node (the JSON given inline, or with --disable-ramdisk at 1.108) and
+// waits for active; a hold step rests the node in service hold, and
+// "anvil node unhold" lets it go on.
+func TestCLIService(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	cond := conductor.New(st, conductor.Config{Host: "cli", CheckInterval: time.Hour}, conductor.FakeDriver{})
+	go func() { _ = cond.Run(ctx) }()
+	srv := httptest.NewServer(api.New(api.Config{Store: st, Conductor: cond}))
+	defer srv.Close()
+	env := func(k string) string {
+		if k == "ANVIL_URL" {
+			return srv.URL
+		}
+		return ""
+	}
+	cli := func(stdin string, args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, args, strings.NewReader(stdin), &out, env)
+		return out.String(), err
+	}
+	c := newClient(srv.URL)
+	require.NoError(t, c.Do(ctx, "POST", "/v1/nodes", map[string]any{"driver": "fake-hardware", "name": "svc-node",
+		"instance_info": map[string]any{"image_source": "http://images.test/os.raw"}}, nil))
+	for _, v := range []string{"manage", "provide", "deploy"} {
+		out, err := cli("", "node", v, "svc-node", "--wait", "--timeout", "10s")
+		require.NoError(t, err, out)
+	}
+	out, err := cli("", "node", "service", "svc-node", "--steps", `[{"interface":"bios","step":"factory_reset"}]`, "--wait", "--timeout", "10s")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "svc-node: service accepted")
+	assert.Contains(t, out, "svc-node: active after")
+	out, err = cli(`[{"interface":"bios","step":"factory_reset"}]`, "node", "service", "svc-node", "--steps", "-", "--disable-ramdisk", "--wait", "--timeout", "10s")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "svc-node: active after")
+
+	out, err = cli(`[{"interface":"bios","step":"hold"},{"interface":"bios","step":"factory_reset"}]`, "node", "service", "svc-node", "--steps", "-")
+	require.NoError(t, err, out)
+	_, err = c.WaitForState(ctx, "svc-node", "service hold", 5*time.Millisecond, nil)
+	require.NoError(t, err)
+	n, err := c.GetNode(ctx, "svc-node")
+	require.NoError(t, err)
+	assert.Equal(t, "bios.hold", client.CurrentStep(n), "the node is read at 1.87: its service_step")
+	out, err = cli("", "node", "unhold", "svc-node")
+	require.NoError(t, err, out)
+	_, err = c.WaitForState(ctx, "svc-node", "active", 5*time.Millisecond, nil)
+	require.NoError(t, err)
+	out, err = cli("", "node", "events", "svc-node")
+	require.NoError(t, err)
+	assert.Contains(t, out, "service hold -> servicing (unhold requested)")
+
+	_, err = cli("", "node", "service", "svc-node", "--steps", `[{"interface":"deploy","step":"erase_devices"}]`)
+	assert.ErrorContains(t, err, "would write the disks of the instance")
+	_, err = cli("", "node", "service", "svc-node")
+	assert.ErrorContains(t, err, "service needs --steps FILE|-")
 }

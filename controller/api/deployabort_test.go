@@ -92,7 +92,7 @@ func TestAgentDeployAbort(t *testing.T) {
 		e.waitState("da2", "wait call-back")
 		require.Equal(t, 202, e.provision("da2", "abort", nil).status)
 		n := e.waitState("da2", "deploy failed")
-		assert.Equal(t, `Deploy aborted by operator during step "deploy.deploy": no agent step was running; the node is powered off`, n["last_error"])
+		assert.Equal(t, `By request, the deploy operation was aborted during or after the completion of step "deploy.deploy": no agent step was running; the node is powered off`, n["last_error"])
 		assert.Eventually(t, func() bool {
 			return e.do("GET", "/v1/nodes/da2", latest, nil).json(t)["power_state"] == "power off"
 		}, 5*time.Second, 20*time.Millisecond)

@@ -17,6 +17,14 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
+// The provision API's later versions (Ironic's webapi-version-history).
+// Abort in wait call-back, Ironic's since 1.110, needs no gate: anvil had
+// it before as a documented extension and keeps it at every version.
+const (
+	serviceVersion               = 87  // the service verb, service_steps and the node's service_step
+	serviceDisableRamdiskVersion = 108 // disable_ramdisk with service
+)
+
 func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {
 	n, err := s.loadNode(r)
 	if err != nil {
@@ -39,6 +47,7 @@ type provisionBody struct {
 	ConfigDrive    any              `json:"configdrive"`
 	CleanSteps     []map[string]any `json:"clean_steps"`
 	DeploySteps    []map[string]any `json:"deploy_steps"`
+	ServiceSteps   []map[string]any `json:"service_steps"`
 	RescuePassword *string          `json:"rescue_password"`
 	DisableRamdisk *bool            `json:"disable_ramdisk"`
 }
@@ -90,12 +99,22 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("\"rescue_password\" is only valid when setting target provision state to rescue")
 	}
 	if b.DisableRamdisk != nil {
-		if err := atLeast(ctx, 70); err != nil {
-			return err
+		// Ironic's check_allow_disable_ramdisk
+		switch target {
+		case "clean":
+			if version(ctx) < 70 {
+				return errf(http.StatusNotAcceptable, "disable_ramdisk is not acceptable in this API version")
+			}
+		case "service":
+			if version(ctx) < serviceDisableRamdiskVersion {
+				return errf(http.StatusNotAcceptable, "disable_ramdisk is not acceptable in this API version")
+			}
+		default:
+			return badRequest("disable_ramdisk is supported only with manual cleaning or servicing")
 		}
-		if target != "clean" {
-			return badRequest("\"disable_ramdisk\" is only valid when setting target provision state to clean")
-		}
+	}
+	if b.ServiceSteps != nil && target != "service" {
+		return badRequest("\"service_steps\" is only valid when setting target provision state to service")
 	}
 	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r)}
 	if b.RescuePassword != nil {
@@ -109,6 +128,12 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.DeploySteps, err = parseSteps(b.DeploySteps, true); err != nil {
 		return err
+	}
+	if req.ServiceSteps, err = parseStepsOf("service", b.ServiceSteps); err != nil {
+		return err
+	}
+	if target == "service" && len(req.ServiceSteps) == 0 {
+		return badRequest("\"service_steps\" is required when setting target provision state to service")
 	}
 	if target == "clean" && len(req.CleanSteps) == 0 {
 		return badRequest("\"clean_steps\" is required when setting target provision state to clean")

@@ -215,6 +215,7 @@ var nodeFields = []nodeField{
 	viewOpt("shard", 82, func(n *store.Node) *string { return n.Shard }),
 	viewOpt("parent_node", parentNodeVersion, func(n *store.Node) *string { return n.ParentNode }),
 	viewStr("firmware_interface", firmwareVersion, firmwareInterface),
+	viewMap("service_step", serviceVersion, func(n *store.Node) map[string]any { return n.ServiceStep }, nil),
 }
 
 var nodeFieldMin = func() map[string]int {

@@ -13,13 +13,19 @@ func asMaxBytes(err error, target **http.MaxBytesError) bool { return errors.As(
 // parseSteps checks the schema of clean_steps (interface, step, args?) or
 // deploy_steps (interface, step, args, priority — all required).
 func parseSteps(raw []map[string]any, deploy bool) ([]protocol.Step, error) {
+	if deploy {
+		return parseStepsOf("deploy", raw)
+	}
+	return parseStepsOf("clean", raw)
+}
+
+// parseStepsOf checks the schema of the steps of kind clean, service
+// (both Ironic's _STEPS_SCHEMA) or deploy.
+func parseStepsOf(kind string, raw []map[string]any) ([]protocol.Step, error) {
 	if raw == nil {
 		return nil, nil
 	}
-	kind := "clean"
-	if deploy {
-		kind = "deploy"
-	}
+	deploy := kind == "deploy"
 	out := make([]protocol.Step, 0, len(raw))
 	for i, m := range raw {
 		var st protocol.Step
@@ -45,7 +51,7 @@ func parseSteps(raw []map[string]any, deploy bool) ([]protocol.Step, error) {
 				st.Args = a
 			case "priority":
 				if !deploy {
-					return nil, badRequest("Invalid clean step %d: unexpected key %q", i, k)
+					return nil, badRequest("Invalid %s step %d: unexpected key %q", kind, i, k)
 				}
 				p, ok := priority(v)
 				if !ok {

@@ -8,14 +8,16 @@ import (
 	"strings"
 )
 
-// Microversions served: 1.1 .. 1.86. To 1.82 as Ironic 21.4; then 1.83
+// Microversions served: 1.1 .. 1.110. To 1.82 as Ironic 21.4; then 1.83
 // parent and child nodes (nodechildren.go), 1.84 continue_inspection,
 // 1.85 hold and unhold, 1.86 the firmware interface and /firmware
-// (bios.go), as Ironic 23.0; 1.89 and 1.93 the vmedia API
-// (vmediaapi.go); 1.96 inspection rules (inspectionrules.go).
+// (bios.go), as Ironic 23.0; 1.87 servicing, 1.108 disable_ramdisk with
+// service, 1.110 abort in wait call-back (nodestates.go); 1.89 and 1.93
+// the vmedia API (vmediaapi.go); 1.96 inspection rules
+// (inspectionrules.go).
 const (
 	minMinor = 1
-	maxMinor = 96
+	maxMinor = 110
 )
 
 const versionHeader = "X-OpenStack-Ironic-API-Version"

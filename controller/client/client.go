@@ -19,6 +19,14 @@ import (
 // Version is the microversion the client speaks.
 const Version = "1.82"
 
+// Later microversions, asked for only by the requests that need them (a
+// list stays at Version: from 1.83 it hides child nodes).
+const (
+	UnholdVersion           = "1.85"  // the unhold verb
+	ServiceVersion          = "1.87"  // the service verb; a node's service_step
+	ServiceNoRamdiskVersion = "1.108" // disable_ramdisk with service
+)
+
 // Client talks to one controller.
 type Client struct {
 	base string
@@ -131,6 +139,7 @@ type Node struct {
 	Reservation          *string        `json:"reservation"`
 	CleanStep            map[string]any `json:"clean_step"`
 	DeployStep           map[string]any `json:"deploy_step"`
+	ServiceStep          map[string]any `json:"service_step"` // read at ServiceVersion
 	Retired              bool           `json:"retired"`
 	Properties           map[string]any `json:"properties"`
 	DriverInternalInfo   map[string]any `json:"driver_internal_info"`
@@ -145,7 +154,7 @@ func (c *Client) CreateNode(ctx context.Context, fields map[string]any) (*Node, 
 // GetNode reads a node by UUID or name.
 func (c *Client) GetNode(ctx context.Context, ident string) (*Node, error) {
 	var n Node
-	return &n, c.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ident), nil, &n)
+	return &n, c.DoVersion(ctx, ServiceVersion, http.MethodGet, "/v1/nodes/"+url.PathEscape(ident), nil, &n)
 }
 
 // DeleteNode deletes a node.
@@ -185,13 +194,23 @@ func (c *Client) ListNodes(ctx context.Context, query string, detail bool) ([]No
 	return all, nil
 }
 
-// Provision sends a provision verb with optional extra body keys.
+// Provision sends a provision verb with optional extra body keys, at the
+// microversion the verb needs (Version for the older ones).
 func (c *Client) Provision(ctx context.Context, ident, target string, extra map[string]any) error {
 	body := map[string]any{"target": target}
 	for k, v := range extra {
 		body[k] = v
 	}
-	return c.Do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/provision", body, nil)
+	version := Version
+	switch {
+	case target == "unhold":
+		version = UnholdVersion
+	case target == "service" && extra["disable_ramdisk"] != nil:
+		version = ServiceNoRamdiskVersion
+	case target == "service":
+		version = ServiceVersion
+	}
+	return c.DoVersion(ctx, version, http.MethodPut, "/v1/nodes/"+url.PathEscape(ident)+"/states/provision", body, nil)
 }
 
 // CreatePort binds a MAC address to a node.
@@ -227,8 +246,13 @@ func (c *Client) WaitForState(ctx context.Context, ident, want string, every tim
 	}
 }
 
-// CurrentStep names the running clean or deploy step ("" when none).
-func CurrentStep(n *Node) string { return protocol.NodeStepKey(n.CleanStep, n.DeployStep) }
+// CurrentStep names the running clean, deploy or service step ("" when none).
+func CurrentStep(n *Node) string {
+	if s := n.ServiceStep; len(s) > 0 {
+		return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+	}
+	return protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+}
 
 func deref(s *string) string {
 	if s == nil {

@@ -60,8 +60,12 @@ func (c *stops) abortOverdue(n *store.Node) string {
 	if p == nil || p.AbortRequestedAt == nil || p.Step == nil || c.now().Sub(*p.AbortRequestedAt) <= c.cfg.Agent.AbortTimeout {
 		return ""
 	}
+	kind := "deploy"
+	if ph, ok := phaseOf(n); ok {
+		kind = ph.kind
+	}
 	return fmt.Sprintf("By request, the %s operation was aborted during step %q: the agent did not stop it within %s, so the node is powered off",
-		map[bool]string{true: "clean", false: "deploy"}[n.ProvisionState == string(state.CleanWait)], p.Step.Key(), c.cfg.Agent.AbortTimeout)
+		kind, p.Step.Key(), c.cfg.Agent.AbortTimeout)
 }
 
 // abortByPowerOff is the fallback of an abort the agent did not act on:
@@ -86,7 +90,7 @@ func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) 
 		}
 		return
 	}
-	key := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+	key := currentStepKey(n)
 	args, _ := (*ph.current(n))["args"].(map[string]any)
 	r := c.steps.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
 	if p := n.Operation.Agent.Command; p != nil {
@@ -99,8 +103,8 @@ func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) 
 
 // applyAbort handles abort in a wait state. An abortable (or absent) current
 // step fails the operation now; a non-abortable one is marked and the node
-// fails as soon as that step finishes. In wait call-back (an anvil
-// extension, see state.Extension) only a step the agent is running counts:
+// fails as soon as that step finishes. In wait call-back (Ironic's since
+// 1.110, an anvil extension below it) only a step the agent is running counts:
 // a deploy waiting for the ramdisk to boot is aborted at once.
 func (c *stops) applyAbort(n *store.Node) error {
 	cur := state.State(n.ProvisionState)
@@ -147,7 +151,8 @@ func (c *stops) applyAbort(n *store.Node) error {
 		if len(step) == 0 && len(n.DeployStep) > 0 {
 			name = fmt.Sprintf("%v.%v", n.DeployStep["interface"], n.DeployStep["step"])
 		}
-		msg := fmt.Sprintf("Deploy aborted by operator during step %q", name)
+		// Ironic's text (do_node_deploy_abort, 1.110), then anvil's note
+		msg := fmt.Sprintf("By request, the deploy operation was aborted during or after the completion of step %q", name)
 		if UsesAgent(n) {
 			msg += ": no agent step was running; the node is powered off"
 		}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -74,9 +75,13 @@ func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reaso
 // tearDownAgent ends an agent operation that failed or was aborted, as
 // Ironic tears cleaning down: the agent's token dies (it can no longer act)
 // and the node is powered off by the worker (the power action holds the
-// reservation until done).
+// reservation until done). A failed service keeps its power: the node
+// holds an instance (Ironic's poweroff_in_servicefail is off).
 func (c *agents) tearDownAgent(n *store.Node) {
 	wipeAgent(n)
+	if inService(state.State(n.ProvisionState)) {
+		return
+	}
 	if UsesAgent(n) || usesAgentInspect(n) {
 		n.TargetPowerState = strp(PowerOff)
 		n.Reservation = strp(c.cfg.Host)

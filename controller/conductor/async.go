@@ -92,6 +92,13 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 		msg += ": " + summary
 	}
 	finished := c.newEvent(nodeUUID, "INFO", ph.kind+"ing", msg)
+	if abortAfter && idx+1 < len(steps) && ph.kind == servicePhase.kind {
+		err := c.abortServiceAfter(ctx, n, stepKey, append(extra, finished), mut)
+		if err == nil {
+			record()
+		}
+		return err
+	}
 	if abortAfter && idx+1 < len(steps) {
 		msg := fmt.Sprintf("By request, the %s operation was aborted during or after the completion of step %q", ph.kind, stepKey)
 		_, err := c.transition(ctx, nodeUUID, wait, state.EvFail, func(m *store.Node) error {

@@ -34,7 +34,7 @@ func (c *cleaning) clean(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		if manual {
 			var err error
-			if plan, err = c.steps.resolveSteps(c.steps.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps), true); err != nil {
+			if plan, err = c.steps.resolveSteps("clean", c.steps.CleanStepsFor(n), withNodeArgs(n, op.UserCleanSteps)); err != nil {
 				return c.steps.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cannot clean node %s: %v", n.UUID, err), false)
 			}
 		} else {

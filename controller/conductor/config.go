@@ -27,6 +27,9 @@ type Config struct {
 	DeployWaitTimeout  time.Duration
 	InspectWaitTimeout time.Duration
 	RescueWaitTimeout  time.Duration
+	// ServiceWaitTimeout fails nodes in service wait (Ironic's
+	// [conductor]service_callback_timeout, 30 minutes).
+	ServiceWaitTimeout time.Duration
 	CheckInterval      time.Duration // how often wait-state timeouts are checked
 	Agent              AgentConfig
 	PowerSync          PowerSyncConfig
@@ -115,7 +118,7 @@ type PowerSyncConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Host: "anvil", Workers: 16, AutomatedClean: true,
-		CleanWaitTimeout: 30 * time.Minute, DeployWaitTimeout: 30 * time.Minute,
+		CleanWaitTimeout: 30 * time.Minute, DeployWaitTimeout: 30 * time.Minute, ServiceWaitTimeout: 30 * time.Minute,
 		CheckInterval: 10 * time.Second, LeaseTTL: 20 * time.Second,
 		Agent: AgentConfig{HeartbeatInterval: 10 * time.Second, BootTimeout: 15 * time.Minute,
 			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour, AbortTimeout: time.Minute},

@@ -62,7 +62,8 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		m.InstanceUUID = nil
 		// The instance's allocation goes with it, as in Ironic.
 		alloc, m.AllocationUUID = m.AllocationUUID, nil
-		m.DeployStep = map[string]any{}
+		m.DeployStep, m.ServiceStep = map[string]any{}, map[string]any{}
+		clearService(&m.Operation) // deleted from service failed or service wait
 		wipeAgent(m)
 		op := &m.Operation
 		op.Deploy, op.UserDeploySteps, op.Clean, op.ManualClean, op.UserCleanSteps = nil, nil, nil, false, nil

@@ -6,9 +6,10 @@ package conductor
 // agent (agentwait.go). The flows are clean.go, deploy.go, inspect.go and
 // simple (rescue, adoption); they share the step runner (steps.go), the
 // agent's boots and commands (agents.go) and the ways an operation is
-// stopped (timeouts.go, abort.go). A new flow (servicing, firmware) is a
-// type beside them, its working states in newEngine's work table and,
-// for a step-based flow, a stepPhase (steps.go).
+// stopped (timeouts.go, abort.go). servicing (service.go) is a step-based
+// flow beside cleaning; a new flow is a type beside them, its working
+// states in newEngine's work table and, for a step-based flow, a stepPhase
+// (steps.go).
 
 import (
 	"context"
@@ -42,12 +43,14 @@ func newEngine(co *core, kick func(nodeUUID string), leases leaser) (*engine, *r
 	st := &stops{machine: m, steps: steps, agents: ag, leases: leases}
 	cl := &cleaning{machine: m, steps: steps, agents: ag}
 	dp := &deploying{machine: m, steps: steps}
+	sv := &servicing{machine: m, steps: steps, agents: ag, cleaning: cl}
 	in := &inspecting{machine: m, agents: ag}
 	e := &engine{machine: m, agents: ag, steps: steps, guard: &diskGuard{core: co, complete: steps.completeAsync},
 		inspection: in, stops: st, firmware: fw}
 	e.work = map[state.State]func(context.Context, *store.Node, Driver) error{
 		state.Verifying:  e.verify,
 		state.Cleaning:   cl.clean,
+		state.Servicing:  sv.service,
 		state.Deploying:  dp.deploy,
 		state.Deleting:   dp.tearDown,
 		state.Inspecting: in.inspect,
@@ -74,7 +77,7 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 		return true, work(ctx, n, d)
 	}
 	switch cur {
-	case state.CleanWait, state.DeployWait, state.InspectWait:
+	case state.CleanWait, state.DeployWait, state.InspectWait, state.ServiceWait:
 		if n.Operation.Firmware != nil {
 			return c.firmware.advance(ctx, n, d)
 		}
@@ -92,9 +95,11 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 
 func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
-	if resultingPower(target) == PowerOff && c.agents.mediaActive(n) && !state.LookupAllowed(state.State(n.ProvisionState)) {
+	cur := state.State(n.ProvisionState)
+	if (resultingPower(target) == PowerOff || cur == state.Active) && c.agents.mediaActive(n) && !state.LookupAllowed(cur) {
 		// A failed or aborted agent operation (tearDownAgent) ends with
-		// this power-off: the node leaves the ramdisk here.
+		// this power-off, an aborted service with a reboot into its
+		// instance (abortService): the node leaves the ramdisk here.
 		c.agents.ejectMedia(ctx, n, d, "the agent operation ended", true)
 	}
 	err := d.SetPower(ctx, n, target)

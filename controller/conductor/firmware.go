@@ -202,7 +202,7 @@ func (c *firmwareFlow) advance(ctx context.Context, n *store.Node, d Driver) (bo
 	ph, ok := phaseOf(n)
 	fd := firmwareOf(n, d)
 	if !ok || n.ProvisionState != string(ph.wait) || *ph.plan(&n.Operation) == nil ||
-		(*ph.plan(&n.Operation)).Index != fu.Index || protocol.NodeStepKey(n.CleanStep, n.DeployStep) != fu.Step {
+		(*ph.plan(&n.Operation)).Index != fu.Index || currentStepKey(n) != fu.Step {
 		// Not this step's record (it should have gone with its step).
 		_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
 			m.Operation.Firmware = nil
@@ -499,8 +499,8 @@ func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver) erro
 	summary := "firmware updated: " + strings.Join(done, ", ")
 	drop := func(m *store.Node) { m.Operation.Firmware = nil }
 	kind := "clean"
-	if n.ProvisionState == string(state.DeployWait) {
-		kind = "deploy"
+	if ph, ok := phaseOf(n); ok {
+		kind = ph.kind
 	}
 	if rebooted && agentNeededAfter(n, d, kind, protocol.Step{Interface: protocol.InterfaceFirmware, Step: "update"}) {
 		_, err := c.steps.backToRamdisk(ctx, n, d, fu.Step, summary, drop)
@@ -547,7 +547,7 @@ func (c *firmwareFlow) cache(ctx context.Context, n *store.Node, comps []bmc.Fir
 // runs it each CheckInterval (the flow polls the BMC then).
 func (c *firmwareFlow) kickUpdates(ctx context.Context) {
 	no := false
-	for _, st := range []state.State{state.CleanWait, state.DeployWait} {
+	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.ServiceWait} {
 		s := string(st)
 		nodes, err := c.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &s, Maintenance: &no}, store.Page{})
 		if err != nil {

@@ -47,6 +47,8 @@ func heldPhase(cur state.State) (stepPhase, bool) {
 		return cleanPhase, true
 	case state.DeployHold:
 		return deployPhase, true
+	case state.ServiceHold:
+		return servicePhase, true
 	}
 	return stepPhase{}, false
 }
@@ -90,7 +92,7 @@ func (c *requests) abortHold(n *store.Node) error {
 	if err != nil {
 		return err
 	}
-	name := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+	name := currentStepKey(n)
 	c.applyState(n, next, state.EvAbort)
 	c.steps.agents.tearDownAgent(n)
 	if ph.kind == "clean" {

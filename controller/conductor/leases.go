@@ -128,7 +128,7 @@ func (c *runtime) leaseMargin() time.Duration { return c.cfg.LeaseTTL / 2 }
 // heartbeats, a timer runs) although no reservation is set: the ones
 // process advances. RescueWait is not among them: nothing advances it, its
 // timeout takes the lease when it fires.
-var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait), string(state.InspectWait)}
+var leaseWaitStates = []string{string(state.CleanWait), string(state.DeployWait), string(state.InspectWait), string(state.ServiceWait)}
 
 // needsWork reports whether processing the node would do anything: a
 // power action, a working state, or a waiting state process advances. A

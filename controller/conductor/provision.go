@@ -27,6 +27,7 @@ type ProvisionRequest struct {
 	Target         string
 	CleanSteps     []protocol.Step // clean: interface, step, args
 	DeploySteps    []protocol.Step // active/rebuild: interface, step, args, priority
+	ServiceSteps   []protocol.Step // service (1.87): interface, step, args (ServiceStepsFrom)
 	ConfigDrive    any
 	RescuePassword string
 	DisableRamdisk bool
@@ -98,6 +99,8 @@ func (c *requests) acceptVerb(n *store.Node, verb state.Verb, req ProvisionReque
 	switch {
 	case verb.Event == state.EvUnhold:
 		return c.unhold(n) // hold.go
+	case verb.Event == state.EvAbort && inService(cur):
+		return c.abortService(n, d) // service.go
 	case verb.Event == state.EvAbort && state.Held(cur):
 		return c.abortHold(n)
 	case verb.Event == state.EvAbort:
@@ -137,6 +140,17 @@ func (c *requests) checkVerb(n *store.Node, d Driver, verb state.Verb, req Provi
 		}
 		if err := c.checkCleanSteps(n, d, req.CleanSteps); err != nil {
 			return Invalid("Cannot clean node %s: %v", n.UUID, err)
+		}
+	case state.EvService:
+		if n.Maintenance {
+			return Invalid("The service operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
+		}
+		steps := ServiceStepsFrom(req)
+		if len(steps) == 0 {
+			return Invalid("\"service_steps\" is required when setting target provision state to service")
+		}
+		if err := c.checkServiceSteps(n, d, steps, req.DisableRamdisk); err != nil {
+			return Invalid("Cannot service node %s: %v", n.UUID, err)
 		}
 	case state.EvDelete, state.EvRebuild:
 		if err := checkProtected(n); err != nil {
@@ -178,6 +192,8 @@ func (c *requests) prepare(n *store.Node, verb state.Verb, req ProvisionRequest)
 		if req.ConfigDrive != nil {
 			n.InstanceInfo["configdrive"] = req.ConfigDrive
 		}
+	case state.EvService:
+		prepareService(n, req) // service.go
 	case state.EvDelete:
 		// undeploy: the automated cleaning that follows is this request's
 		op.CleaningRequestedBy = cleaningRequester(verb, req)
@@ -216,11 +232,11 @@ func cleaningRequester(verb state.Verb, req ProvisionRequest) string {
 func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol.Step) error {
 	requested = withNodeArgs(n, requested)
 	if !UsesAgent(n) {
-		_, err := c.steps.resolveSteps(d.CleanSteps(n), requested, true)
+		_, err := c.steps.resolveSteps("clean", d.CleanSteps(n), requested)
 		return err
 	}
 	if n.Operation.Agent.Steps != nil {
-		_, err := c.steps.resolveSteps(c.steps.CleanStepsFor(n), requested, true)
+		_, err := c.steps.resolveSteps("clean", c.steps.CleanStepsFor(n), requested)
 		return err
 	}
 	oob := d.CleanSteps(n)
@@ -230,7 +246,7 @@ func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol
 			now = append(now, r)
 		}
 	}
-	_, err := c.steps.resolveSteps(oob, now, true)
+	_, err := c.steps.resolveSteps("clean", oob, now)
 	return err
 }
 
@@ -242,9 +258,13 @@ func (c *requests) checkCleanSteps(n *store.Node, d Driver, requested []protocol
 // to acceptVerb's refusal, without a BMC call.
 func (c *requests) checkDriverStepArgs(ctx context.Context, ident string, verb state.Verb, req ProvisionRequest) error {
 	steps, what := req.CleanSteps, "clean"
-	if verb.Event == state.EvDeploy || verb.Event == state.EvRebuild {
+	switch verb.Event {
+	case state.EvDeploy, state.EvRebuild:
 		steps, what = req.DeploySteps, "deploy"
-	} else if verb.Event != state.EvClean {
+	case state.EvService:
+		steps, what = ServiceStepsFrom(req), "service"
+	case state.EvClean:
+	default:
 		return nil
 	}
 	if len(steps) == 0 {
@@ -291,7 +311,7 @@ func (c *requests) SetPower(ctx context.Context, ident, target string) error {
 		n.LastError = nil
 		n.Reservation = strp(c.cfg.Host)
 		events := []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}
-		held := cur == state.CleanHold || cur == state.DeployHold // the flow goes on after unhold, in the new boot
+		held := state.Held(cur) // the flow goes on after unhold, in the new boot
 		if a := &n.Operation.Agent; (state.LookupAllowed(cur) || held) && target != PowerOff && target != SoftPowerOff && (a.Booted || a.Await != nil) {
 			// The ramdisk boots again: its agent is the first of a new
 			// boot, not a claimant of the old one.

@@ -85,7 +85,7 @@ func (c *stepRunner) recordRun(ctx context.Context, r *store.StepResult) {
 // alarm), if any.
 func (c *stepRunner) recordStopped(ctx context.Context, n *store.Node, msg, outcome string) {
 	ph, ok := phaseOf(n)
-	key := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+	key := currentStepKey(n)
 	if !ok || key == "" {
 		return
 	}

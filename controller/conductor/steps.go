@@ -6,7 +6,7 @@ package conductor
 // node failed when one fails. A step left running on the agent ends in
 // async.go, its result is stored by results.go and records.go.
 //
-// A flow made of steps (cleaning, deployment; servicing next) is a
+// A flow made of steps (cleaning, deployment, servicing) is a
 // stepPhase: its running state, where its plan and current step are kept
 // and what a failed step does to the node; phaseOf names the phase of a
 // node's state.
@@ -31,7 +31,7 @@ type stepRunner struct {
 
 // stepPhase describes a flow made of steps for the shared step runner.
 type stepPhase struct {
-	kind      string      // clean | deploy
+	kind      string      // clean | deploy | service
 	running   state.State // where its steps run
 	wait      state.State // where it waits for a step left running
 	plan      func(op *store.Operation) **store.StepPlan
@@ -147,9 +147,17 @@ func (c *stepRunner) failSteps(ctx context.Context, nodeUUID string, ph stepPhas
 	return err
 }
 
-// stepPhases are the flows made of steps: a new one (servicing) is added
-// here.
-func stepPhases() []stepPhase { return []stepPhase{cleanPhase, deployPhase} }
+// stepPhases are the flows made of steps (servicePhase: service.go).
+func stepPhases() []stepPhase { return []stepPhase{cleanPhase, deployPhase, servicePhase} }
+
+// currentStepKey names the step the node runs (interface.step), of
+// whichever flow; "" when none.
+func currentStepKey(n *store.Node) string {
+	if s := n.ServiceStep; len(s) > 0 {
+		return fmt.Sprintf("%v.%v", s["interface"], s["step"])
+	}
+	return protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+}
 
 // phaseOf returns the step phase of a wait or running state.
 func phaseOf(n *store.Node) (stepPhase, bool) {
@@ -298,10 +306,11 @@ func withNodeArgs(n *store.Node, requested []protocol.Step) []protocol.Step {
 	return out
 }
 
-// resolveSteps matches requested steps against the available ones. For
-// manual cleaning the requested order is kept and priority/abortable are
-// copied from the driver's step; arguments are checked against argsinfo.
-func (c *stepRunner) resolveSteps(available, requested []protocol.Step, manual bool) ([]protocol.Step, error) {
+// resolveSteps matches requested steps (of a manual clean, or a service:
+// kind names it) against the available ones. The requested order is kept
+// and priority/abortable are copied from the driver's step; arguments are
+// checked against argsinfo.
+func (c *stepRunner) resolveSteps(kind string, available, requested []protocol.Step) ([]protocol.Step, error) {
 	byKey := map[string]protocol.Step{}
 	for _, s := range available {
 		byKey[s.Key()] = s
@@ -314,15 +323,12 @@ func (c *stepRunner) resolveSteps(available, requested []protocol.Step, manual b
 		}
 		s, ok := byKey[r.Key()]
 		if !ok {
-			return nil, fmt.Errorf("node does not support clean step %s", r.Key())
+			return nil, fmt.Errorf("node does not support %s step %s", kind, r.Key())
 		}
 		if err := s.CheckArgs(r.Args); err != nil {
 			return nil, err
 		}
 		s.Args = r.Args
-		if !manual {
-			s.Priority = r.Priority
-		}
 		out = append(out, s)
 	}
 	return out, nil

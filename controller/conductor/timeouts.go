@@ -12,7 +12,6 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 // stops ends operations: timeouts, aborts and security stops.
@@ -44,6 +43,9 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 		{state.DeployWait, c.cfg.DeployWaitTimeout, func(n *store.Node) string {
 			return fmt.Sprintf("Timeout reached while waiting for callback for node %s", n.UUID)
 		}},
+		{state.ServiceWait, c.cfg.ServiceWaitTimeout, func(n *store.Node) string {
+			return fmt.Sprintf("Timeout reached while servicing the node. Please check if the ramdisk responsible for the servicing is running on the node. Failed on step %v.", n.ServiceStep)
+		}},
 		{state.InspectWait, c.cfg.InspectWaitTimeout, func(n *store.Node) string {
 			return fmt.Sprintf("Timeout reached while inspecting the node %s", n.UUID)
 		}},
@@ -72,11 +74,11 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 				continue // its holder times it out
 			}
 			msg := w.msg(n)
-			stepRunning := len(n.CleanStep) > 0
+			ph, stepRunning := runningPhase(n)
 			_, err := c.transition(c.leases.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
-				if w.st == state.CleanWait && stepRunning {
-					cleanPhase.onFailure(m, msg)
+				if stepRunning {
+					ph.onFailure(m, msg)
 				}
 				return nil
 			})
@@ -99,7 +101,7 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 func (c *stops) checkAgentTimers(ctx context.Context) {
 	no := false
 	now := c.now()
-	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.InspectWait} {
+	for _, st := range []state.State{state.CleanWait, state.DeployWait, state.InspectWait, state.ServiceWait} {
 		s := string(st)
 		nodes, err := c.st.ListNodes(ctx, store.NodeFilter{ProvisionState: &s, Maintenance: &no}, store.Page{})
 		if err != nil {
@@ -125,12 +127,12 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
 			}
-			stepRunning := len(n.CleanStep) > 0
+			ph, stepRunning := runningPhase(n)
 			_, err := c.transition(c.leases.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				c.agents.tearDownAgent(m)
-				if st == state.CleanWait && stepRunning {
-					cleanPhase.onFailure(m, msg)
+				if stepRunning {
+					ph.onFailure(m, msg)
 				}
 				return nil
 			}, c.newEvent(n.UUID, "ERROR", "agent", msg))
@@ -145,8 +147,16 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 	}
 }
 
+// runningPhase is the step phase of a waiting node that has a step
+// running, whose failure policy then applies (maintenance after a clean
+// or service step).
+func runningPhase(n *store.Node) (stepPhase, bool) {
+	ph, ok := phaseOf(n)
+	return ph, ok && len(*ph.current(n)) > 0
+}
+
 func (c *stops) agentTimerExpired(n *store.Node, now time.Time) string {
-	step := protocol.NodeStepKey(n.CleanStep, n.DeployStep)
+	step := currentStepKey(n)
 	a := &n.Operation.Agent
 	if p := a.Command; p != nil && p.Step != nil {
 		limit := c.cfg.Agent.StepTimeout

@@ -1,7 +1,9 @@
 // Package state is the node provision state machine of Ironic 21.4: the 24
 // states, the 63 transitions between them and the API verbs that drive them;
-// the hold states Ironic added at API 1.85 (see holdTransitions); plus
-// anvil's documented extensions (see extensions).
+// the hold states Ironic added at API 1.85 (see holdTransitions), the
+// servicing states of API 1.87 (serviceTransitions) and the abort in wait
+// call-back of API 1.110 (laterTransitions); plus anvil's documented
+// extensions (see extensions).
 // It is pure (no I/O) so it can be tested exhaustively and shared by the API
 // layer (is this verb allowed now?) and the conductor (where does this go?).
 package state
@@ -41,7 +43,13 @@ const (
 	// flow until an operator sends unhold (or abort).
 	CleanHold  State = "clean hold"
 	DeployHold State = "deploy hold"
-	NoState    State = "" // shown as null in target fields
+	// The servicing states (Ironic 23.0, API 1.87): steps run on an
+	// active node, which returns to active (servicing.rst).
+	Servicing     State = "servicing"
+	ServiceWait   State = "service wait"
+	ServiceFailed State = "service failed"
+	ServiceHold   State = "service hold"
+	NoState       State = "" // shown as null in target fields
 )
 
 // Event drives a transition. Verbs sent by clients map to events (see Verbs);
@@ -65,8 +73,9 @@ const (
 	EvFail     Event = "fail"
 	EvWait     Event = "wait"
 	EvResume   Event = "resume"
-	EvHold     Event = "hold"   // internal: a hold step was reached (1.85)
-	EvUnhold   Event = "unhold" // the unhold verb (1.85)
+	EvHold     Event = "hold"    // internal: a hold step was reached (1.85)
+	EvUnhold   Event = "unhold"  // the unhold verb (1.85)
+	EvService  Event = "service" // the service verb (1.87)
 )
 
 type edge struct {
@@ -158,18 +167,48 @@ var holdTransitions = map[edge]State{
 	{CleanHold, EvUnhold}:  CleanWait,
 }
 
-// Extensions are anvil's transitions beyond Ironic 21.4's table, each
-// documented in docs/reference/api.md. They are kept apart from transitions so the
-// reference table stays exactly Ironic's (TestEveryReferenceTransition).
-//
-// abort in wait call-back: Ironic has none (an operator must wait for the
-// deploy to fail or time out). anvil aborts the running deploy step as it
-// aborts a clean step: the agent stops at its next safe point (an image
-// write between chunks) and reports a partial result, and the node lands
-// in deploy failed; power-off is the fallback when the agent does not stop.
-var extensions = map[edge]State{
+// serviceTransitions are Ironic's transitions of the servicing states
+// (23.0, API 1.87; ironic/common/state_machine.py);
+// testdata/statemachine/service.tsv holds the same table. An abort in
+// service wait or service hold fails the operation and then aborts it
+// out of service failed to active (Ironic's _do_abort makes both events).
+var serviceTransitions = map[edge]State{
+	{Servicing, EvDone}:        Active,
+	{Active, EvService}:        Servicing,
+	{Servicing, EvFail}:        ServiceFailed,
+	{Servicing, EvWait}:        ServiceWait,
+	{Servicing, EvHold}:        ServiceHold,
+	{ServiceWait, EvHold}:      ServiceHold,
+	{ServiceHold, EvService}:   Servicing,
+	{ServiceHold, EvUnhold}:    ServiceWait,
+	{ServiceWait, EvResume}:    Servicing,
+	{ServiceWait, EvFail}:      ServiceFailed,
+	{ServiceHold, EvFail}:      ServiceFailed,
+	{ServiceWait, EvAbort}:     ServiceFailed,
+	{ServiceHold, EvAbort}:     ServiceFailed,
+	{ServiceFailed, EvService}: Servicing,
+	{ServiceFailed, EvRescue}:  Rescuing,
+	{ServiceFailed, EvWait}:    ServiceWait,
+	{ServiceFailed, EvHold}:    ServiceHold,
+	{ServiceFailed, EvDelete}:  Deleting,
+	{ServiceFailed, EvAbort}:   Active,
+	{ServiceWait, EvDelete}:    Deleting,
+}
+
+// laterTransitions are Ironic's transitions added after servicing:
+// abort in wait call-back (API 1.110, deploy failed without automated
+// cleaning); testdata/statemachine/later.tsv holds the same table. anvil
+// had it before as an extension, which the API keeps below 1.110 (see
+// docs/reference/agent-steps.md).
+var laterTransitions = map[edge]State{
 	{DeployWait, EvAbort}: DeployFailed,
 }
+
+// Extensions are anvil's transitions beyond Ironic's table, each
+// documented in docs/reference/api.md. They are kept apart from transitions so the
+// reference table stays exactly Ironic's (TestEveryReferenceTransition).
+// There are none since Ironic 1.110 made abort in wait call-back its own.
+var extensions = map[edge]State{}
 
 // Extension reports whether from --ev--> is an anvil extension rather
 // than one of Ironic's transitions.
@@ -188,18 +227,19 @@ var defaultTarget = map[State]State{
 	Rescuing: Rescue, RescueWait: Rescue, RescueFailed: Rescue,
 	Unrescuing: Active, UnrescueFailed: Active,
 	CleanHold: Available, DeployHold: Active,
+	Servicing: Active, ServiceWait: Active, ServiceFailed: Active, ServiceHold: Active,
 }
 
 // All lists every state, in the order of the reference table, then the
-// hold states.
+// hold states, then the servicing states.
 func All() []State {
 	return []State{Enroll, Verifying, Manageable, Inspecting, InspectWait, InspectFailed, Available,
 		Deploying, DeployWait, DeployFailed, Active, Deleting, Cleaning, CleanWait, CleanFailed, Error,
 		Adopting, AdoptFailed, Rescuing, RescueWait, RescueFailed, Rescue, Unrescuing, UnrescueFailed,
-		CleanHold, DeployHold}
+		CleanHold, DeployHold, Servicing, ServiceWait, ServiceFailed, ServiceHold}
 }
 
-// Valid reports whether s is one of the 26 states.
+// Valid reports whether s is one of the 30 states.
 func Valid(s State) bool {
 	for _, x := range All() {
 		if x == s {
@@ -224,8 +264,10 @@ func Next(from State, ev Event) (State, error) {
 	if to, ok := transitions[edge{from, ev}]; ok {
 		return to, nil
 	}
-	if to, ok := holdTransitions[edge{from, ev}]; ok {
-		return to, nil
+	for _, t := range []map[edge]State{holdTransitions, serviceTransitions, laterTransitions} {
+		if to, ok := t[edge{from, ev}]; ok {
+			return to, nil
+		}
 	}
 	if to, ok := extensions[edge{from, ev}]; ok {
 		return to, nil
@@ -255,13 +297,13 @@ func Stable(s State) bool {
 // Waiting states wait for the agent (or an out-of-band poll); the node lock
 // is released there.
 func Waiting(s State) bool {
-	return s == CleanWait || s == DeployWait || s == InspectWait || s == RescueWait
+	return s == CleanWait || s == DeployWait || s == InspectWait || s == RescueWait || s == ServiceWait
 }
 
 // Failed states end in " failed".
 func Failed(s State) bool {
 	switch s {
-	case DeployFailed, CleanFailed, InspectFailed, RescueFailed, UnrescueFailed, AdoptFailed:
+	case DeployFailed, CleanFailed, InspectFailed, RescueFailed, UnrescueFailed, AdoptFailed, ServiceFailed:
 		return true
 	}
 	return false
@@ -271,7 +313,7 @@ func Failed(s State) bool {
 // lock is held, and no timeout applies (Ironic's hold states have none).
 // The agent stays up and heartbeats; the heartbeats are recorded only.
 func Held(s State) bool {
-	return s == CleanHold || s == DeployHold
+	return s == CleanHold || s == DeployHold || s == ServiceHold
 }
 
 // Working states are transient states in which the conductor is doing work
@@ -284,7 +326,7 @@ func Working(s State) bool {
 func UpdateAllowed(s State) bool {
 	switch s {
 	case DeployFailed, Inspecting, InspectFailed, InspectWait, CleanFailed, Error, Verifying,
-		AdoptFailed, RescueFailed, UnrescueFailed:
+		AdoptFailed, RescueFailed, UnrescueFailed, ServiceHold, ServiceFailed:
 		return true
 	}
 	return false
@@ -298,7 +340,8 @@ func DeleteAllowed(s State) bool {
 // LookupAllowed lists states in which an agent is expected to look itself up.
 func LookupAllowed(s State) bool {
 	switch s {
-	case Deploying, DeployWait, Cleaning, CleanWait, Inspecting, InspectWait, Rescuing, RescueWait:
+	case Deploying, DeployWait, Cleaning, CleanWait, Inspecting, InspectWait, Rescuing, RescueWait,
+		Servicing, ServiceWait: // Ironic's lists: service wait, and servicing with fast track
 		return true
 	}
 	return false

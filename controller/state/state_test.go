@@ -45,7 +45,7 @@ func loadTSV(t *testing.T, name string) map[edge]State {
 
 func allEvents() []Event {
 	return []Event{EvManage, EvProvide, EvClean, EvInspect, EvAdopt, EvDeploy, EvRebuild, EvDelete,
-		EvAbort, EvRescue, EvUnrescue, EvDone, EvFail, EvWait, EvResume, EvHold, EvUnhold}
+		EvAbort, EvRescue, EvUnrescue, EvDone, EvFail, EvWait, EvResume, EvHold, EvUnhold, EvService}
 }
 
 func TestEveryReferenceTransition(t *testing.T) {
@@ -98,8 +98,10 @@ func TestHoldTransitions(t *testing.T) {
 
 func TestEveryOtherPairIsRefused(t *testing.T) {
 	table := loadTable(t)
-	for e, to := range loadHoldTable(t) {
-		table[e] = to
+	for _, name := range []string{"hold.tsv", "service.tsv", "later.tsv"} {
+		for e, to := range loadTSV(t, name) {
+			table[e] = to
+		}
 	}
 	refused := 0
 	for _, s := range All() {
@@ -117,30 +119,54 @@ func TestEveryOtherPairIsRefused(t *testing.T) {
 			refused++
 		}
 	}
-	assert.Equal(t, 26*17-63-8-len(extensions), refused)
+	assert.Equal(t, 30*18-63-8-20-1-len(extensions), refused)
 }
 
-// TestExtensions pins anvil's transitions beyond Ironic's: each is new
-// (not a reference pair, so it cannot change Ironic's behaviour), allowed,
-// and leads where docs/reference/api.md says.
-func TestExtensions(t *testing.T) {
-	table := loadTable(t)
-	want := map[edge]State{{DeployWait, EvAbort}: DeployFailed}
-	assert.Equal(t, want, extensions)
-	for e, to := range want {
-		_, inRef := table[e]
-		assert.False(t, inRef, "%s --%s--> is Ironic's, not an extension", e.from, e.ev)
-		assert.True(t, Extension(e.from, e.ev))
-		assert.True(t, Allowed(e.from, e.ev))
-		got, err := Next(e.from, e.ev)
-		require.NoError(t, err)
-		assert.Equal(t, to, got)
+// TestServiceTransitions pins Ironic's servicing transitions (1.87) and
+// the abort in wait call-back of 1.110: each is in Ironic's later table,
+// none changes an earlier pair, and none is an anvil extension.
+func TestServiceTransitions(t *testing.T) {
+	ref, hold := loadTable(t), loadHoldTable(t)
+	svc, later := loadTSV(t, "service.tsv"), loadTSV(t, "later.tsv")
+	require.Len(t, svc, 20)
+	require.Len(t, later, 1)
+	assert.Equal(t, svc, serviceTransitions)
+	assert.Equal(t, later, laterTransitions)
+	for _, tbl := range []map[edge]State{svc, later} {
+		for e, want := range tbl {
+			_, inRef := ref[e]
+			_, inHold := hold[e]
+			assert.False(t, inRef || inHold, "%s --%s--> is in an earlier table", e.from, e.ev)
+			assert.False(t, Extension(e.from, e.ev))
+			got, err := Next(e.from, e.ev)
+			require.NoError(t, err)
+			assert.Equal(t, want, got, "%s --%s-->", e.from, e.ev)
+		}
 	}
+	for _, s := range []State{Servicing, ServiceWait, ServiceFailed, ServiceHold} {
+		assert.Equal(t, Active, DefaultTarget(s), s)
+	}
+	assert.True(t, Working(Servicing))
+	assert.True(t, Waiting(ServiceWait))
+	assert.True(t, Failed(ServiceFailed))
+	assert.True(t, Held(ServiceHold))
+	assert.True(t, UpdateAllowed(ServiceFailed) && UpdateAllowed(ServiceHold), "Ironic's UPDATE_ALLOWED_STATES")
+	assert.True(t, LookupAllowed(ServiceWait))
+	assert.False(t, Allowed(Active, EvClean))
+	assert.False(t, Allowed(ServiceWait, EvService), "a running service is not restarted")
+	assert.False(t, Allowed(Servicing, EvAbort), "abort only while waiting, held or failed")
+}
+
+// TestExtensions: anvil has no transition of its own since Ironic 1.110
+// made abort in wait call-back its own.
+func TestExtensions(t *testing.T) {
+	assert.Empty(t, extensions)
+	assert.False(t, Extension(DeployWait, EvAbort))
 	assert.False(t, Extension(CleanWait, EvAbort), "clean wait abort is Ironic's own")
 }
 
 func TestStatesAndClasses(t *testing.T) {
-	require.Len(t, All(), 26)
+	require.Len(t, All(), 30)
 	for _, s := range All() {
 		assert.True(t, Valid(s))
 		classes := 0
@@ -168,7 +194,7 @@ func TestVerbs(t *testing.T) {
 		"abort": {EvAbort, 13}, "clean": {EvClean, 15}, "adopt": {EvAdopt, 17},
 		"rescue": {EvRescue, 38}, "unrescue": {EvUnrescue, 38}, "active": {EvDeploy, 1},
 		"deploy": {EvDeploy, 73}, "rebuild": {EvRebuild, 1}, "deleted": {EvDelete, 1}, "undeploy": {EvDelete, 73},
-		"unhold": {EvUnhold, 85},
+		"unhold": {EvUnhold, 85}, "service": {EvService, 87},
 	}
 	assert.Len(t, Verbs(), len(tests))
 	for name, tc := range tests {

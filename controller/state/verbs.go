@@ -26,6 +26,8 @@ var verbs = map[string]Verb{
 	// unhold resumes a held flow, which then ends where it was going
 	// (available or manageable after cleaning, active after deploying).
 	"unhold": {"unhold", EvUnhold, 85, NoState},
+	// service runs steps on an active node, which returns to active.
+	"service": {"service", EvService, 87, Active},
 }
 
 // LookupVerb returns the verb for a target string.

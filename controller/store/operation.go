@@ -20,6 +20,12 @@ type Operation struct {
 	// running (or next); nil until the plan is made.
 	Clean  *StepPlan `json:"clean,omitempty"`
 	Deploy *StepPlan `json:"deploy,omitempty"`
+	// Service is the servicing plan (1.87); UserServiceSteps what the
+	// service request asked for; ServiceDisableRamdisk its disable_ramdisk
+	// (1.108: out-of-band steps only, no agent boot).
+	Service               *StepPlan       `json:"service,omitempty"`
+	UserServiceSteps      []protocol.Step `json:"user_service_steps,omitempty"`
+	ServiceDisableRamdisk bool            `json:"service_disable_ramdisk,omitempty"`
 	// ManualClean: the cleaning was requested with steps (manageable
 	// after it), not the automated cleaning of provide/undeploy.
 	ManualClean bool `json:"manual_clean,omitempty"`
@@ -201,6 +207,10 @@ const (
 	keyBootStarted     = "agent_boot_started_at"
 	keyPreviousBoot    = "agent_previous_boot_id"
 	keyFirmware        = "firmware_updates" // Ironic's redfish firmware interface keeps its updates there
+	keyServiceSteps    = "service_steps"
+	keyServiceIndex    = "service_step_index"
+	keyUserService     = "user_service_steps"
+	keyNoRamdisk       = "service_disable_ramdisk"
 )
 
 // SecretInternalKey reports whether a driver_internal_info key holds a
@@ -212,7 +222,8 @@ func SecretInternalKey(k string) bool { return k == keyToken || k == keyBootNonc
 var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, keyRequestedBy, keyDeploySteps, keyDeployStepIndex,
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
-	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware, keyLeftRamdisk}
+	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware, keyLeftRamdisk,
+	keyServiceSteps, keyServiceIndex, keyUserService, keyNoRamdisk}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -236,6 +247,16 @@ func (n *Node) InternalInfo() map[string]any {
 	if p := op.Deploy; p != nil {
 		set(keyDeploySteps, p.Steps)
 		out[keyDeployStepIndex] = float64(p.Index)
+	}
+	if p := op.Service; p != nil {
+		set(keyServiceSteps, p.Steps)
+		out[keyServiceIndex] = float64(p.Index)
+	}
+	if op.UserServiceSteps != nil {
+		set(keyUserService, op.UserServiceSteps)
+	}
+	if op.ServiceDisableRamdisk {
+		out[keyNoRamdisk] = true
 	}
 	if op.ManualClean {
 		out[keyManualClean] = true
@@ -314,7 +335,7 @@ func (n *Node) InternalInfo() map[string]any {
 
 func (op *Operation) empty() bool {
 	a := &op.Agent
-	return op.Clean == nil && op.Deploy == nil && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
+	return op.Clean == nil && op.Deploy == nil && op.Service == nil && op.UserServiceSteps == nil && !op.ServiceDisableRamdisk && !op.ManualClean && op.CleaningRequestedBy == "" && op.UserCleanSteps == nil && op.UserDeploySteps == nil &&
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && !a.LeftRamdisk && a.BootNonce == "" &&
 		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
@@ -368,6 +389,9 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	}
 	op.Clean = plan(keyCleanSteps, keyCleanStepIndex)
 	op.Deploy = plan(keyDeploySteps, keyDeployStepIndex)
+	op.Service = plan(keyServiceSteps, keyServiceIndex)
+	take(keyUserService, &op.UserServiceSteps)
+	take(keyNoRamdisk, &op.ServiceDisableRamdisk)
 	take(keyManualClean, &op.ManualClean)
 	take(keyRequestedBy, &op.CleaningRequestedBy)
 	take(keyUserCleanSteps, &op.UserCleanSteps)

@@ -78,6 +78,9 @@ type Node struct {
 	// ParentNode is the UUID of the node this one sits in (1.83: a DPU
 	// or SmartNIC with its own BMC inside a host); nil for most nodes.
 	ParentNode *string `json:"parent_node,omitempty"`
+	// ServiceStep (1.87) is the service step running; empty maps are
+	// left out of the document, which stays as before servicing existed.
+	ServiceStep map[string]any `json:"service_step,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
@@ -116,7 +119,7 @@ type Interfaces struct {
 // always emits {} and [] for them, never null.
 func (n *Node) Normalize() {
 	for _, m := range []*map[string]any{&n.DriverInfo, &n.DriverInternalInfo, &n.Properties, &n.InstanceInfo,
-		&n.Extra, &n.CleanStep, &n.DeployStep, &n.RAIDConfig, &n.TargetRAIDConfig, &n.NetworkData} {
+		&n.Extra, &n.CleanStep, &n.DeployStep, &n.ServiceStep, &n.RAIDConfig, &n.TargetRAIDConfig, &n.NetworkData} {
 		if *m == nil {
 			*m = map[string]any{}
 		}

@@ -17,7 +17,7 @@ var fleetParams = []string{"limit", "marker", "sort_key", "sort_dir", "provision
 // running step's progress; it is read here and cut down to that, so a page
 // of 50 rows stays a few kilobytes however large the nodes' step caches.
 const fleetFields = "uuid,name,provision_state,target_provision_state,power_state,maintenance,maintenance_reason," +
-	"retired,last_error,owner,resource_class,clean_step,deploy_step,driver_internal_info"
+	"retired,last_error,owner,resource_class,clean_step,deploy_step,service_step,driver_internal_info"
 
 // fleetRow is one row of the fleet table.
 type fleetRow struct {
@@ -53,11 +53,14 @@ type apiNode struct {
 	fleetRow
 	CleanStep          map[string]any `json:"clean_step"`
 	DeployStep         map[string]any `json:"deploy_step"`
+	ServiceStep        map[string]any `json:"service_step"`
 	DriverInternalInfo struct {
 		CleanSteps    []json.RawMessage `json:"clean_steps"`
 		CleanIndex    *int              `json:"clean_step_index"`
 		DeploySteps   []json.RawMessage `json:"deploy_steps"`
 		DeployIndex   *int              `json:"deploy_step_index"`
+		ServiceSteps  []json.RawMessage `json:"service_steps"`
+		ServiceIndex  *int              `json:"service_step_index"`
 		CommandStatus *struct {
 			State     string `json:"state"`
 			StartedAt string `json:"started_at"`
@@ -78,6 +81,9 @@ func (n *apiNode) row() fleetRow {
 	step, list, idx := n.CleanStep, n.DriverInternalInfo.CleanSteps, n.DriverInternalInfo.CleanIndex
 	if len(step) == 0 {
 		step, list, idx = n.DeployStep, n.DriverInternalInfo.DeploySteps, n.DriverInternalInfo.DeployIndex
+	}
+	if len(step) == 0 {
+		step, list, idx = n.ServiceStep, n.DriverInternalInfo.ServiceSteps, n.DriverInternalInfo.ServiceIndex
 	}
 	if len(step) == 0 {
 		return r

@@ -21,6 +21,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // env is the dashboard in front of a real API over an SQLite store,
@@ -335,4 +336,23 @@ func TestWatchable(t *testing.T) {
 	} {
 		assert.Equal(t, want, watchable(path), path)
 	}
+}
+
+// TestRunningServiceStep: a node in service wait shows its service step
+// (1.87) with its place in the service plan, like a clean step.
+func TestRunningServiceStep(t *testing.T) {
+	e := newEnv(t, ":memory:", nil)
+	n := e.addNode(t, "svc", "service wait", func(n *store.Node) {
+		n.ServiceStep = map[string]any{"interface": "firmware", "step": "update"}
+		n.Operation.Service = &store.StepPlan{Steps: []protocol.Step{{Interface: "bios", Step: "apply_configuration"},
+			{Interface: "firmware", Step: "update"}}, Index: 1}
+	})
+	code, m := e.get(t, "/ui/api/fleet?provision_state=service+wait")
+	require.Equal(t, 200, code)
+	rows := m["nodes"].([]any)
+	require.Len(t, rows, 1)
+	assert.Equal(t, map[string]any{"name": "firmware.update", "index": 2.0, "total": 2.0, "percent": 0.0}, rows[0].(map[string]any)["step"])
+	code, m = e.get(t, "/ui/api/nodes/"+n.UUID)
+	require.Equal(t, 200, code)
+	assert.Equal(t, "firmware.update", m["step"].(map[string]any)["name"])
 }

@@ -6,7 +6,7 @@ import { el, put, api, watch, stateText, stateClass, progressBlock, faultString 
 const STATES = ['enroll', 'verifying', 'manageable', 'inspecting', 'inspect wait', 'inspect failed', 'cleaning',
   'clean wait', 'clean hold', 'clean failed', 'available', 'deploying', 'wait call-back', 'deploy hold', 'deploy failed', 'active', 'deleting',
   'error', 'adopting', 'adopt failed', 'rescuing', 'rescue wait', 'rescue failed', 'rescue', 'unrescuing',
-  'unrescue failed'];
+  'unrescue failed', 'servicing', 'service wait', 'service hold', 'service failed'];
 
 const COLUMNS = [
   { key: 'name', label: 'Name', sort: 'name' },

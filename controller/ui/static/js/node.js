@@ -15,8 +15,9 @@ const VERBS = {
   clean: ['manageable'],
   deploy: ['available'],
   undeploy: ['active', 'deploy failed', 'error', 'wait call-back'],
-  abort: ['clean wait', 'inspect wait', 'wait call-back', 'rescue wait', 'clean hold', 'deploy hold'],
-  unhold: ['clean hold', 'deploy hold'],
+  abort: ['clean wait', 'inspect wait', 'wait call-back', 'rescue wait', 'clean hold', 'deploy hold',
+    'service wait', 'service hold', 'service failed'],
+  unhold: ['clean hold', 'deploy hold', 'service hold'],
 };
 
 function dl(pairs) {
