@@ -215,6 +215,8 @@ var nodeFields = []nodeField{
 	viewOpt("shard", 82, func(n *store.Node) *string { return n.Shard }),
 	viewOpt("parent_node", parentNodeVersion, func(n *store.Node) *string { return n.ParentNode }),
 	viewStr("firmware_interface", firmwareVersion, firmwareInterface),
+	viewBool("disable_power_off", disablePowerOffVersion, func(n *store.Node) bool { return n.DisablePowerOff }),
+	viewOpt("health", healthVersion, func(n *store.Node) *string { return n.Health }),
 }
 
 var nodeFieldMin = func() map[string]int {

@@ -14,7 +14,7 @@ import (
 // (bios.go), as Ironic 23.0.
 const (
 	minMinor = 1
-	maxMinor = 86
+	maxMinor = 109
 )
 
 const versionHeader = "X-OpenStack-Ironic-API-Version"

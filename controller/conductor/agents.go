@@ -78,7 +78,7 @@ func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reaso
 func (c *agents) tearDownAgent(n *store.Node) {
 	wipeAgent(n)
 	if UsesAgent(n) || usesAgentInspect(n) {
-		n.TargetPowerState = strp(PowerOff)
+		n.TargetPowerState = strp(offTarget(n))
 		n.Reservation = strp(c.cfg.Host)
 	}
 }

@@ -92,12 +92,16 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 
 func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
-	if resultingPower(target) == PowerOff && c.agents.mediaActive(n) && !state.LookupAllowed(state.State(n.ProvisionState)) {
+	if (resultingPower(target) == PowerOff || target == offTarget(n)) && c.agents.mediaActive(n) && !state.LookupAllowed(state.State(n.ProvisionState)) {
 		// A failed or aborted agent operation (tearDownAgent) ends with
-		// this power-off: the node leaves the ramdisk here.
+		// this power-off (reboot with disable_power_off): the node leaves
+		// the ramdisk here.
 		c.agents.ejectMedia(ctx, n, d, "the agent operation ended", true)
 	}
-	err := d.SetPower(ctx, n, target)
+	err := refusePowerOff(n, target)
+	if err == nil {
+		err = d.SetPower(ctx, n, target)
+	}
 	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
 	if err != nil {
 		ev = c.newEvent(n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))

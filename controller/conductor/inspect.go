@@ -66,7 +66,7 @@ func (c *inspecting) startAgentInspection(ctx context.Context, n *store.Node, d 
 func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
 	fail := func(msg string) error {
 		c.agents.ejectMedia(ctx, n, d, "inspection failed, leaving the ramdisk", true)
-		_ = d.SetPower(ctx, n, PowerOff)
+		_, _ = powerOff(ctx, d, n, offReboot)
 		_, err := c.transition(ctx, n.UUID, state.InspectWait, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(msg)
 			wipeAgent(m)
@@ -93,7 +93,8 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		return err
 	}
 	c.agents.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
-	if err := d.SetPower(ctx, n, PowerOff); err != nil {
+	ps, err := powerOff(ctx, d, n, offReboot)
+	if err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
 	}
 	_, err = c.transition(ctx, n.UUID, state.InspectWait, state.EvDone, func(m *store.Node) error {
@@ -102,7 +103,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		}
 		now := c.now()
 		m.InspectionFinishedAt = &now
-		m.PowerState = strp(PowerOff)
+		m.PowerState = strp(ps)
 		wipeAgent(m)
 		return nil
 	}, c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",

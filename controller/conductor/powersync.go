@@ -168,7 +168,9 @@ func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyn
 	if actual == recorded || actual == "" {
 		return
 	}
-	enforce := cfg.Enforce && !n.Maintenance && state.Stable(st) && recorded != ""
+	// A node with disable_power_off is never forced (Ironic's
+	// force_power_state_during_sync): its recorded state follows the BMC.
+	enforce := cfg.Enforce && !n.Maintenance && !n.DisablePowerOff && state.Stable(st) && recorded != ""
 	if enforce {
 		if err := d.SetPower(ctx, n, recorded); err == nil {
 			c.event(ctx, n.UUID, "WARNING", "power", fmt.Sprintf("power state was %q, expected %q: restored %q", actual, recorded, recorded))

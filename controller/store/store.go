@@ -78,6 +78,12 @@ type Node struct {
 	// ParentNode is the UUID of the node this one sits in (1.83: a DPU
 	// or SmartNIC with its own BMC inside a host); nil for most nodes.
 	ParentNode *string `json:"parent_node,omitempty"`
+	// DisablePowerOff (1.95): the node is never powered off; flows that
+	// would power it off reboot it or leave it on (conductor powerOff).
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
+	// Health (1.109) is what the BMC last reported in power sync: "OK",
+	// "Warning", "Critical", or nil when unknown or not reported.
+	Health *string `json:"health,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
