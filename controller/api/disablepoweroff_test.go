@@ -113,3 +113,23 @@ func TestDisablePowerOffVersions(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, true, r.json(t)["disable_power_off"])
 }
+
+// TestDisablePowerOffCleanFailure: a failed cleaning tears the agent down
+// with a reboot out of the ramdisk instead of the power-off (the worker's
+// scheduled power action), and the node stays powered.
+func TestDisablePowerOffCleanFailure(t *testing.T) {
+	e, f := newBMCAgentEnv(t)
+	id := e.agentNode("dpf", nil)
+	r := e.do("PATCH", "/v1/nodes/dpf", v95, []map[string]any{{"op": "replace", "path": "/disable_power_off", "value": true}})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	a := simagent.New(e.srv.URL, mac1)
+	a.Outcomes["deploy.erase_devices"] = simagent.Outcome{Fail: "Failed to erase /dev/nvme0n1"}
+	require.Equal(t, 202, e.provision("dpf", "provide", nil).status)
+	n := e.drive(a, "dpf", "clean failed", nil)
+	assert.Contains(t, n["last_error"], "Failed to erase /dev/nvme0n1")
+	assert.Equal(t, "power on", n["power_state"], "rebooted out of the ramdisk, not powered off")
+	cmds := powerCommands(f.Calls(id))
+	assert.NotContains(t, cmds, "off", "%v", cmds)
+	assert.Equal(t, "reset", cmds[len(cmds)-1], "the tear-down's reboot: %v", cmds)
+	assert.Contains(t, historyText(e, "dpf"), "power action succeeded: rebooting")
+}
