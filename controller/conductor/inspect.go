@@ -1,8 +1,9 @@
 package conductor
 
-// The inspection flow: out of band by the driver, or in band by the agent
-// (inspect interface agent), whose inventory fills the node's properties
-// and creates its ports.
+// The inspection flow: out of band by the driver (inspect interface
+// redfish: oobinspect.go), or in band by the agent (inspect interface
+// agent), whose inventory fills the node's properties and creates its
+// ports.
 
 import (
 	"context"
@@ -27,6 +28,9 @@ type inspecting struct {
 func (c *inspecting) inspect(ctx context.Context, n *store.Node, d Driver) error {
 	if usesAgentInspect(n) {
 		return c.startAgentInspection(ctx, n, d)
+	}
+	if oi, ok := d.(outOfBandInspector); ok && n.Interfaces.Inspect == InspectRedfish {
+		return c.inspectOutOfBand(ctx, n, oi)
 	}
 	if err := d.Inspect(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
@@ -88,7 +92,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 	if err := c.st.PutInventory(ctx, n.UUID, st.Result); err != nil {
 		return err
 	}
-	created, err := c.createPorts(ctx, n.UUID, inv.Interfaces)
+	created, err := c.createPorts(ctx, n.UUID, inv.Interfaces, true)
 	if err != nil {
 		return err
 	}
@@ -136,8 +140,9 @@ func inventoryProperties(inv protocol.Inventory) map[string]any {
 	return props
 }
 
-// createPorts adds a port for every NIC whose MAC has none yet.
-func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC) (int, error) {
+// createPorts adds a port for every NIC whose MAC has none yet, with
+// pxe_enabled pxe.
+func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC, pxe bool) (int, error) {
 	created := 0
 	for _, nic := range nics {
 		hw, err := net.ParseMAC(nic.MACAddress)
@@ -152,7 +157,7 @@ func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []pr
 		if len(existing) > 0 {
 			continue
 		}
-		p := &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: nodeUUID, PXEEnabled: true, CreatedAt: c.now(),
+		p := &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: nodeUUID, PXEEnabled: pxe, CreatedAt: c.now(),
 			Extra: map[string]any{"interface": nic.Name}}
 		if err := c.st.CreatePort(ctx, p); err != nil {
 			return created, fmt.Errorf("create port %s for node %s: %w", mac, nodeUUID, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
@@ -79,4 +80,21 @@ func TestPowerSyncDisablePowerOff(t *testing.T) {
 	n, err := st.GetNode(ctx, kept)
 	require.NoError(t, err)
 	assert.Equal(t, PowerOff, *n.PowerState, "the flagged node's state follows the BMC")
+}
+
+// TestBIOSApplyDisablePowerOff: a bios step on a node found off powers it
+// on to apply the settings and, with disable_power_off, leaves it on
+// instead of powering it off again.
+func TestBIOSApplyDisablePowerOff(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake)
+	id := e.node(t)
+	_, err := store.MutateNode(context.Background(), e.st, id, func(n *store.Node) error { n.DisablePowerOff = true; return nil })
+	require.NoError(t, err)
+	require.NoError(t, e.clean(t, id, applyStep([2]any{"ProcVirtualization", "Disabled"})))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	assert.Equal(t, "Disabled", e.f.BIOS(id).Current["ProcVirtualization"])
+	assert.Equal(t, bmc.PowerOn, e.f.State(id).Power, "left on")
+	assert.NotContains(t, commands(e.f, id), "set_power off")
+	assert.Contains(t, commands(e.f, id), "set_power on")
 }
