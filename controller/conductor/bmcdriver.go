@@ -192,7 +192,7 @@ func (d *BMCDriver) ExecuteStep(ctx context.Context, n *store.Node, _ string, s 
 
 // Inspect is the inspection of the inspect interfaces that have no flow
 // of their own (no-inspect): refused. The agent's is in band; redfish's
-// is InspectOutOfBand.
+// is inspectOutOfBand's.
 func (d *BMCDriver) Inspect(_ context.Context, n *store.Node) error {
 	if d.hw == bmc.HardwareRedfish {
 		return fmt.Errorf("inspect interface %q does not inspect: set inspect_interface to agent or redfish", n.Interfaces.Inspect)

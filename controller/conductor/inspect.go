@@ -29,8 +29,8 @@ func (c *inspecting) inspect(ctx context.Context, n *store.Node, d Driver) error
 	if usesAgentInspect(n) {
 		return c.startAgentInspection(ctx, n, d)
 	}
-	if oi, ok := d.(outOfBandInspector); ok && n.Interfaces.Inspect == InspectRedfish {
-		return c.inspectOutOfBand(ctx, n, oi)
+	if bd, ok := d.(*BMCDriver); ok && n.Interfaces.Inspect == InspectRedfish {
+		return c.inspectOutOfBand(ctx, n, bd)
 	}
 	if err := d.Inspect(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
