@@ -5,6 +5,7 @@ package bmc
 // without a request of its own.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -83,14 +84,25 @@ func isSystemPath(p string) bool {
 const maxSystemDoc = 4 << 20
 
 // noteHealth records the Status.Health of a ComputerSystem answer and
-// gives the caller the body back untouched. Called with tr.mu held.
+// gives the caller the body back untouched (a document larger than
+// maxSystemDoc is passed on whole, its health unknown). Called with tr.mu
+// held.
 func (tr *redfishTransport) noteHealth(resp *http.Response) (*http.Response, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSystemDoc))
-	resp.Body.Close()
 	if err != nil {
+		resp.Body.Close()
 		tr.netErr = err
 		return nil, err
 	}
+	if len(body) == maxSystemDoc {
+		tr.health = HealthUnknown
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
 	tr.health = decodeSystemHealth(body)
 	return replaceBody(resp, body), nil
 }

@@ -98,3 +98,21 @@ func TestBIOSApplyDisablePowerOff(t *testing.T) {
 	assert.NotContains(t, commands(e.f, id), "set_power off")
 	assert.Contains(t, commands(e.f, id), "set_power on")
 }
+
+// TestFirmwareUpdateDisablePowerOff: a BIOS image on a node found off is
+// activated by a power-on; with disable_power_off the node is left on
+// instead of being powered off again.
+func TestFirmwareUpdateDisablePowerOff(t *testing.T) {
+	e := startBIOS(t, bmc.HardwareFake, fwConfig())
+	id := e.node(t)
+	_, err := store.MutateNode(context.Background(), e.st, id, func(n *store.Node) error { n.DisablePowerOff = true; return nil })
+	require.NoError(t, err)
+	e.f.SetFirmwareImage("http://images.test/bios-2.bin", bmc.FakeFirmwareImage{Component: "bios", Version: "2.0.0"})
+	require.NoError(t, e.clean(t, id, updateStep(fwSetting("bios", "http://images.test/bios-2.bin"))))
+	n := e.wait(t, id, state.Manageable)
+	require.Nil(t, n.LastError)
+	active, _ := e.f.FirmwareVersions(id)
+	assert.Equal(t, "2.0.0", active["bios"])
+	assert.Equal(t, bmc.PowerOn, e.f.State(id).Power, "left on")
+	assert.NotContains(t, commands(e.f, id), "set_power off")
+}
