@@ -49,6 +49,8 @@ type FakeNodeState struct {
 	Opts  BootOptions
 	// Media is the URL of the inserted virtual CD ("": none).
 	Media string
+	// Health is what the BMC reports of the hardware ("": nothing).
+	Health Health
 }
 
 // FakeCall records one command the Manager sent to a fake node.
@@ -58,12 +60,13 @@ type FakeCall struct {
 }
 
 type fakeNode struct {
-	state   FakeNodeState
-	knobs   FakeKnobs
-	calls   []FakeCall
-	bios    fakeBIOS
-	fw      fakeFirmware
-	fwKnobs FakeFirmwareKnobs
+	state     FakeNodeState
+	knobs     FakeKnobs
+	calls     []FakeCall
+	bios      fakeBIOS
+	fw        fakeFirmware
+	fwKnobs   FakeFirmwareKnobs
+	inventory *Inventory // what an inspection reports (inspect.go)
 }
 
 // NewFake returns an empty Fake.

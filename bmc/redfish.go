@@ -225,6 +225,7 @@ type redfishTransport struct {
 	resetOK bool            // a ComputerSystem.Reset POST got 2xx
 	missing map[string]bool // paths that answered 404
 	token   string          // X-Auth-Token of the session bmclib opened
+	health  Health          // Status.Health of the last ComputerSystem read (health.go)
 }
 
 func newRedfishTransport(t Target, timeout time.Duration) (*redfishTransport, error) {
@@ -255,7 +256,7 @@ func newRedfishTransport(t Target, timeout time.Duration) (*redfishTransport, er
 func (tr *redfishTransport) reset() {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.status, tr.netErr, tr.resetOK = 0, nil, false
+	tr.status, tr.netErr, tr.resetOK, tr.health = 0, nil, false, HealthUnknown
 }
 
 func (tr *redfishTransport) failure() (int, error, error) {
@@ -351,6 +352,8 @@ func (tr *redfishTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		tr.token = resp.Header.Get("X-Auth-Token")
 	case req.Method == http.MethodGet && path == systemsPath:
 		return tr.narrowSystems(resp)
+	case req.Method == http.MethodGet && isSystemPath(path):
+		return tr.noteHealth(resp)
 	}
 	return resp, nil
 }

@@ -53,6 +53,7 @@ type Node struct {
 	lastAction map[string]time.Time // for de-duplicating ipmi_sim re-runs
 
 	bios biosState // BIOS settings and quirks (bios.go), under their own lock
+	hw   hwState   // health and hardware inventory (inventory.go), under their own lock
 }
 
 // NewNode returns a node named name backed by b, with no boot override.

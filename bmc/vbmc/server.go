@@ -123,6 +123,7 @@ func (s *Server) Handler() http.Handler {
 	s.biosRoutes(mux)
 	s.firmwareRoutes(mux)
 	s.eventRoutes(mux)
+	s.inventoryRoutes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requestsN++
@@ -389,7 +390,9 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	sys["SystemType"] = "Virtual"
 	sys["PowerState"] = power
 	sys["BiosVersion"] = s.fw.version(n.Name, FirmwareBIOS)
-	sys["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
+	health := n.Health()
+	sys["Status"] = map[string]any{"State": "Enabled", "Health": health, "HealthRollup": health}
+	s.systemInventory(sys, id, n)
 	sys["Links"] = map[string]any{"ManagedBy": []any{link("/redfish/v1/Managers/" + n.Name)}}
 	sys["Boot"] = map[string]any{
 		"BootSourceOverrideTarget":                         b.Target,
@@ -534,6 +537,8 @@ func (s *Server) controlGet(w http.ResponseWriter, r *http.Request, n *Node) {
 			v = 1
 		}
 		fmt.Fprintf(w, "power:%d\n", v)
+	case "health":
+		fmt.Fprintf(w, "health:%s\n", n.Health())
 	case "boot":
 		b := n.Boot()
 		dev := "default"
@@ -588,6 +593,11 @@ func (s *Server) controlSet(w http.ResponseWriter, r *http.Request, n *Node) {
 		}
 		err = n.SetBoot(BootOverride{Target: target, Enabled: enabled, Mode: ModeLegacy})
 	case "identify":
+	case "health":
+		if err := n.SetHealth(val); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 	default:
 		http.Error(w, "unknown parameter "+p, http.StatusNotFound)
 		return

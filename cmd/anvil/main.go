@@ -270,6 +270,9 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	if err := claimWarnings(raw, out); err != nil {
 		return err
 	}
+	if err := powerHealthLines(ctx, c, node, out); err != nil {
+		return err
+	}
 	var inv struct {
 		Inventory struct {
 			Disks []protocol.Disk `json:"disks"`
@@ -298,6 +301,31 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 		}
 	}
 	return showEvidence(ctx, c, node, out)
+}
+
+// healthVersion is the microversion of node health (1.109), which also
+// shows disable_power_off (1.95).
+const healthVersion = "1.109"
+
+// powerHealthLines adds the node's health and disable_power_off, newer
+// than the client's version, after the node: nothing from a controller
+// that does not know them.
+func powerHealthLines(ctx context.Context, c *client.Client, node string, out io.Writer) error {
+	var n struct {
+		DisablePowerOff bool    `json:"disable_power_off"`
+		Health          *string `json:"health"`
+	}
+	if c.DoVersion(ctx, healthVersion, "GET", "/v1/nodes/"+node+"?fields=disable_power_off,health", nil, &n) != nil {
+		return nil
+	}
+	if _, err := fmt.Fprintln(out, "HEALTH:", deref(n.Health, "unknown (the BMC reports none)")); err != nil {
+		return err
+	}
+	if n.DisablePowerOff {
+		_, err := fmt.Fprintln(out, "DISABLE POWER OFF: the node is never powered off; reboots replace power-offs")
+		return err
+	}
+	return nil
 }
 
 // claimWarnings repeats, after the node, the second agent claimants that

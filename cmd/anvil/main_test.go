@@ -73,6 +73,15 @@ func TestCLIAgainstRealAPI(t *testing.T) {
 	assert.ErrorContains(t, err, "unknown command")
 	_, err = cli("", "node", "show", "missing")
 	assert.ErrorContains(t, err, "Node missing could not be found.")
+
+	out, err = cli("", "node", "show", "cli-node")
+	require.NoError(t, err)
+	assert.Contains(t, out, "HEALTH: unknown (the BMC reports none)\n")
+	assert.NotContains(t, out, "DISABLE POWER OFF")
+	require.NoError(t, c.DoVersion(ctx, "1.95", "PATCH", "/v1/nodes/cli-node", []map[string]any{{"op": "replace", "path": "/disable_power_off", "value": true}}, nil))
+	out, err = cli("", "node", "show", "cli-node")
+	require.NoError(t, err)
+	assert.Contains(t, out, "DISABLE POWER OFF: the node is never powered off; reboots replace power-offs\n")
 }
 
 // TestHelpAndUsageErrors: every level answers -h, --help and help on

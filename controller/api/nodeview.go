@@ -216,6 +216,8 @@ var nodeFields = []nodeField{
 	viewOpt("parent_node", parentNodeVersion, func(n *store.Node) *string { return n.ParentNode }),
 	viewStr("firmware_interface", firmwareVersion, firmwareInterface),
 	viewMap("service_step", serviceVersion, func(n *store.Node) map[string]any { return n.ServiceStep }, nil),
+	viewBool("disable_power_off", disablePowerOffVersion, func(n *store.Node) bool { return n.DisablePowerOff }),
+	viewOpt("health", healthVersion, func(n *store.Node) *string { return n.Health }),
 }
 
 var nodeFieldMin = func() map[string]int {

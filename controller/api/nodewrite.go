@@ -237,6 +237,7 @@ var writable = map[string]writableField{
 	"rescue_interface":     ifaceField(38, "rescue_interface", func(n *store.Node) *string { return &n.Interfaces.Rescue }),
 	"bios_interface":       ifaceField(biosVersion, "bios_interface", func(n *store.Node) *string { return &n.Interfaces.BIOS }),
 	"firmware_interface":   ifaceField(firmwareVersion, "firmware_interface", func(n *store.Node) *string { return &n.Interfaces.Firmware }),
+	"disable_power_off":    boolField(disablePowerOffVersion, "disable_power_off", func(n *store.Node) *bool { return &n.DisablePowerOff }),
 }
 
 // createOnly are accepted on POST but not PATCH.

@@ -14,7 +14,8 @@ import (
 // (bios.go), as Ironic 23.0; 1.87 servicing, 1.108 disable_ramdisk with
 // service, 1.110 abort in wait call-back (nodestates.go); 1.89 and 1.93
 // the vmedia API (vmediaapi.go); 1.96 inspection rules
-// (inspectionrules.go).
+// (inspectionrules.go); 1.95 disable_power_off and 1.109 health
+// (nodeview.go, conductor poweroff.go and powersync.go).
 const (
 	minMinor = 1
 	maxMinor = 110

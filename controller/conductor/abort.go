@@ -183,7 +183,7 @@ func (c *stops) securityStop(ctx context.Context, n *store.Node) error {
 		c.agents.tearDownAgent(m)
 		// Whatever answered as its agent, the node was booted for this
 		// operation: it is powered off in any case.
-		m.TargetPowerState, m.Reservation = strp(PowerOff), strp(c.cfg.Host)
+		m.TargetPowerState, m.Reservation = strp(offTarget(m)), strp(c.cfg.Host)
 		if stepRunning {
 			ph.onFailure(m, msg)
 		}

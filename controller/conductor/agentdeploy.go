@@ -62,17 +62,18 @@ func (c *agents) directDeployStep(ctx context.Context, n *store.Node, d Driver, 
 		return StepDone, d.SetBootDevice(ctx, n, "disk", true)
 	case "tear_down_agent":
 		c.ejectMedia(ctx, n, d, "deploy: leaving the ramdisk", true)
-		if err := d.SetPower(ctx, n, PowerOff); err != nil {
+		ps, err := powerOff(ctx, d, n, offLeaveOn) // boot_instance reboots then
+		if err != nil {
 			return StepDone, err
 		}
-		_, err := store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
+		_, err = store.MutateNode(ctx, c.st, n.UUID, func(m *store.Node) error {
 			wipeAgent(m)
-			m.PowerState = strp(PowerOff)
+			m.PowerState = strp(ps)
 			return nil
 		})
 		return StepDone, err
 	case "boot_instance":
-		return StepDone, d.SetPower(ctx, n, PowerOn)
+		return StepDone, d.SetPower(ctx, n, bootTarget(n))
 	}
 	return StepDone, fmt.Errorf("unknown deploy step %s", step.Key())
 }

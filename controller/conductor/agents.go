@@ -83,7 +83,7 @@ func (c *agents) tearDownAgent(n *store.Node) {
 		return
 	}
 	if UsesAgent(n) || usesAgentInspect(n) {
-		n.TargetPowerState = strp(PowerOff)
+		n.TargetPowerState = strp(offTarget(n))
 		n.Reservation = strp(c.cfg.Host)
 	}
 }

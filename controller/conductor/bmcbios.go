@@ -379,7 +379,7 @@ func (d *BMCDriver) rebootToApply(ctx context.Context, n *store.Node, t bmc.Targ
 	}
 	verr := d.pollBIOS(ctx, t, check)
 	if !wasOn {
-		if err := d.SetPower(ctx, n, PowerOff); err != nil && verr == nil {
+		if _, err := powerOff(ctx, d, n, offLeaveOn); err != nil && verr == nil {
 			verr = fmt.Errorf("powering off again after applying the BIOS settings: %w", err)
 		}
 	}

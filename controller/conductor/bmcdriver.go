@@ -190,7 +190,12 @@ func (d *BMCDriver) ExecuteStep(ctx context.Context, n *store.Node, _ string, s 
 	return StepDone, fmt.Errorf("%s has no out-of-band step %s", d.hw, s.Key())
 }
 
-// Inspect out of band is not supported: nodes inspect through the agent.
-func (d *BMCDriver) Inspect(context.Context, *store.Node) error {
+// Inspect is the inspection of the inspect interfaces that have no flow
+// of their own (no-inspect): refused. The agent's is in band; redfish's
+// is inspectOutOfBand's.
+func (d *BMCDriver) Inspect(_ context.Context, n *store.Node) error {
+	if d.hw == bmc.HardwareRedfish {
+		return fmt.Errorf("inspect interface %q does not inspect: set inspect_interface to agent or redfish", n.Interfaces.Inspect)
+	}
 	return fmt.Errorf("%s inspects in band: set inspect_interface to agent", d.hw)
 }

@@ -76,10 +76,13 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 		ev = state.EvManage
 	}
 	agent := UsesAgent(n) && n.Operation.Agent.Booted
+	ps := PowerOff
 	if agent {
 		c.agents.ejectMedia(ctx, n, d, "cleaning done, leaving the ramdisk", true)
-		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered off.
-		if err := d.SetPower(ctx, n, PowerOff); err != nil {
+		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered
+		// off (rebooted with disable_power_off).
+		var err error
+		if ps, err = powerOff(ctx, d, n, offReboot); err != nil {
 			return c.steps.failSteps(ctx, n.UUID, cleanPhase, fmt.Sprintf("Cleaning of node %s finished but powering it off failed: %v", n.UUID, err), false)
 		}
 	}
@@ -91,7 +94,7 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 		m.Operation.CleaningRequestedBy = ""
 		if agent {
 			wipeAgent(m)
-			m.PowerState = strp(PowerOff)
+			m.PowerState = strp(ps)
 		}
 		return nil
 	}, events...)

@@ -46,9 +46,11 @@ func (c *deploying) deploy(ctx context.Context, n *store.Node, d Driver) error {
 	return err
 }
 
-// tearDown powers the instance off and forgets it, then starts cleaning.
+// tearDown powers the instance off (reboots a node with
+// disable_power_off out of it) and forgets it, then starts cleaning.
 func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error {
-	if err := d.SetPower(ctx, n, PowerOff); err != nil {
+	ps, err := powerOff(ctx, d, n, offReboot)
+	if err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Deleting, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(fmt.Sprintf("Failed to tear down node %s: could not power it off: %v", n.UUID, err))
 			return nil
@@ -56,8 +58,8 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		return terr
 	}
 	var alloc *string
-	_, err := c.transition(ctx, n.UUID, state.Deleting, state.EvClean, func(m *store.Node) error {
-		m.PowerState = strp(PowerOff)
+	_, err = c.transition(ctx, n.UUID, state.Deleting, state.EvClean, func(m *store.Node) error {
+		m.PowerState = strp(ps)
 		m.InstanceInfo = map[string]any{}
 		m.InstanceUUID = nil
 		// The instance's allocation goes with it, as in Ironic.

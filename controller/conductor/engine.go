@@ -96,13 +96,17 @@ func (c *engine) advance(ctx context.Context, n *store.Node, d Driver) (again bo
 func (c *engine) power(ctx context.Context, n *store.Node, d Driver) error {
 	target := *n.TargetPowerState
 	cur := state.State(n.ProvisionState)
-	if (resultingPower(target) == PowerOff || cur == state.Active) && c.agents.mediaActive(n) && !state.LookupAllowed(cur) {
+	if (resultingPower(target) == PowerOff || target == offTarget(n) || cur == state.Active) && c.agents.mediaActive(n) && !state.LookupAllowed(cur) {
 		// A failed or aborted agent operation (tearDownAgent) ends with
-		// this power-off, an aborted service with a reboot into its
-		// instance (abortService): the node leaves the ramdisk here.
+		// this power-off (a reboot with disable_power_off), an aborted
+		// service with a reboot into its instance (abortService): the node
+		// leaves the ramdisk here.
 		c.agents.ejectMedia(ctx, n, d, "the agent operation ended", true)
 	}
-	err := d.SetPower(ctx, n, target)
+	err := refusePowerOff(n, target)
+	if err == nil {
+		err = d.SetPower(ctx, n, target)
+	}
 	ev := c.newEvent(n.UUID, "INFO", "power", "power action succeeded: "+target)
 	if err != nil {
 		ev = c.newEvent(n.UUID, "ERROR", "power", fmt.Sprintf("power action %q failed: %v", target, err))

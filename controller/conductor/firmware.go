@@ -510,7 +510,7 @@ func (c *firmwareFlow) finish(ctx context.Context, n *store.Node, d Driver) erro
 		return nil
 	}
 	if rebooted && !fu.PowerWasOn {
-		if err := d.SetPower(ctx, n, PowerOff); err != nil {
+		if _, err := powerOff(ctx, d, n, offLeaveOn); err != nil {
 			return c.fail(ctx, n, d, fmt.Errorf("powering the node off again after the update: %w", err))
 		}
 	}

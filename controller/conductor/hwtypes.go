@@ -57,6 +57,7 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 			oob = "ipmitool"
 		}
 		boot, bios, firmware := one("ipxe"), one("no-bios"), one("no-firmware")
+		inspect := InterfaceChoice{Default: "agent", Enabled: []string{"agent", "no-inspect"}}
 		if hw == bmc.HardwareRedfish {
 			boot.Enabled = []string{"ipxe", BootVirtualMedia}
 			// BIOS settings through the BMC (bmcbios.go), as Ironic's redfish bios
@@ -67,13 +68,16 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 			// BMC event subscriptions through vendor_passthru, as
 			// Ironic's redfish vendor interface (vendorpassthru.go)
 			out["vendor"] = InterfaceChoice{Default: VendorRedfish, Enabled: []string{"no-vendor", VendorRedfish}}
+			// out-of-band inspection from the BMC (oobinspect.go), as
+			// Ironic's redfish inspect interface; the agent stays the default
+			inspect.Enabled = []string{"agent", "no-inspect", InspectRedfish}
 		}
 		maps.Copy(out, map[string]InterfaceChoice{
 			"bios":       bios,
 			"boot":       boot,
 			"deploy":     one("direct"),
 			"firmware":   firmware,
-			"inspect":    {Default: "agent", Enabled: []string{"agent", "no-inspect"}},
+			"inspect":    inspect,
 			"management": one(oob),
 			"power":      one(oob),
 			"raid":       {Default: "agent", Enabled: []string{"agent", "no-raid"}},

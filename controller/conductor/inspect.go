@@ -1,8 +1,9 @@
 package conductor
 
-// The inspection flow: out of band by the driver, or in band by the agent
-// (inspect interface agent), whose inventory fills the node's properties
-// and creates its ports.
+// The inspection flow: out of band by the driver (inspect interface
+// redfish: oobinspect.go), or in band by the agent (inspect interface
+// agent), whose inventory fills the node's properties and creates its
+// ports.
 
 import (
 	"context"
@@ -28,6 +29,9 @@ type inspecting struct {
 func (c *inspecting) inspect(ctx context.Context, n *store.Node, d Driver) error {
 	if usesAgentInspect(n) {
 		return c.startAgentInspection(ctx, n, d)
+	}
+	if bd, ok := d.(*BMCDriver); ok && n.Interfaces.Inspect == InspectRedfish {
+		return c.inspectOutOfBand(ctx, n, bd)
 	}
 	if err := d.Inspect(ctx, n); err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
@@ -68,7 +72,7 @@ func (c *inspecting) startAgentInspection(ctx context.Context, n *store.Node, d 
 func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driver, st protocol.CommandStatus) error {
 	fail := func(msg string) error {
 		c.agents.ejectMedia(ctx, n, d, "inspection failed, leaving the ramdisk", true)
-		_ = d.SetPower(ctx, n, PowerOff)
+		_, _ = powerOff(ctx, d, n, offReboot)
 		_, err := c.transition(ctx, n.UUID, state.InspectWait, state.EvFail, func(m *store.Node) error {
 			m.LastError = strp(msg)
 			wipeAgent(m)
@@ -90,7 +94,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 	if err := c.st.PutInventory(ctx, n.UUID, st.Result); err != nil {
 		return err
 	}
-	created, err := c.createPorts(ctx, n.UUID, inv.Interfaces)
+	created, err := c.createPorts(ctx, n.UUID, inv.Interfaces, true)
 	if err != nil {
 		return err
 	}
@@ -102,7 +106,8 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		return err
 	}
 	c.agents.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
-	if err := d.SetPower(ctx, n, PowerOff); err != nil {
+	ps, err := powerOff(ctx, d, n, offReboot)
+	if err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
 	}
 	_, err = c.transition(ctx, n.UUID, state.InspectWait, state.EvDone, func(m *store.Node) error {
@@ -111,7 +116,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		}
 		now := c.now()
 		m.InspectionFinishedAt = &now
-		m.PowerState = strp(PowerOff)
+		m.PowerState = strp(ps)
 		wipeAgent(m)
 		return rules.apply(m)
 	}, append([]*store.Event{c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
@@ -164,8 +169,9 @@ func inventoryProperties(inv protocol.Inventory) map[string]any {
 	return props
 }
 
-// createPorts adds a port for every NIC whose MAC has none yet.
-func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC) (int, error) {
+// createPorts adds a port for every NIC whose MAC has none yet, with
+// pxe_enabled pxe.
+func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []protocol.NIC, pxe bool) (int, error) {
 	created := 0
 	for _, nic := range nics {
 		hw, err := net.ParseMAC(nic.MACAddress)
@@ -180,7 +186,7 @@ func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []pr
 		if len(existing) > 0 {
 			continue
 		}
-		p := &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: nodeUUID, PXEEnabled: true, CreatedAt: c.now(),
+		p := &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: nodeUUID, PXEEnabled: pxe, CreatedAt: c.now(),
 			Extra: map[string]any{"interface": nic.Name}}
 		if err := c.st.CreatePort(ctx, p); err != nil {
 			return created, fmt.Errorf("create port %s for node %s: %w", mac, nodeUUID, err)

@@ -141,7 +141,7 @@ func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyn
 	if c.now().Before(notBefore) {
 		return
 	}
-	actual, err := d.PowerState(ctx, n)
+	actual, health, healthKnown, err := readPowerHealth(ctx, d, n)
 	if err != nil {
 		ps.mu.Lock()
 		ps.failures[n.UUID]++
@@ -165,25 +165,42 @@ func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyn
 	delete(ps.next, n.UUID)
 	ps.mu.Unlock()
 	recorded := deref(n.PowerState)
-	if actual == recorded || actual == "" {
-		return
+	healthChanged := healthKnown && health != deref(n.Health)
+	drift := actual != recorded && actual != ""
+	if !drift && !healthChanged {
+		return // the common case: nothing is written
 	}
-	enforce := cfg.Enforce && !n.Maintenance && state.Stable(st) && recorded != ""
+	// A node with disable_power_off is never forced (Ironic's
+	// force_power_state_during_sync): its recorded state follows the BMC.
+	enforce := drift && cfg.Enforce && !n.Maintenance && !n.DisablePowerOff && state.Stable(st) && recorded != ""
 	if enforce {
 		if err := d.SetPower(ctx, n, recorded); err == nil {
 			c.event(ctx, n.UUID, "WARNING", "power", fmt.Sprintf("power state was %q, expected %q: restored %q", actual, recorded, recorded))
-			return
+			drift = false
 		} else {
 			c.log.Warn("power sync: restoring power state failed", "node", n.UUID, "err", err)
 		}
 	}
+	if !drift && !healthChanged {
+		return
+	}
 	_, err = store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
-		if m.Reservation != nil || m.TargetPowerState != nil || deref(m.PowerState) != recorded {
-			return nil, errStale // someone acted meanwhile; next round decides
+		var events []*store.Event
+		if drift {
+			if m.Reservation != nil || m.TargetPowerState != nil || deref(m.PowerState) != recorded {
+				return nil, errStale // someone acted meanwhile; next round decides
+			}
+			m.PowerState = &actual
+			events = append(events, c.newEvent(n.UUID, "WARNING", "power",
+				fmt.Sprintf("power state changed outside the controller: recorded %q, BMC reports %q", recorded, actual)))
 		}
-		m.PowerState = &actual
-		return []*store.Event{c.newEvent(n.UUID, "WARNING", "power",
-			fmt.Sprintf("power state changed outside the controller: recorded %q, BMC reports %q", recorded, actual))}, nil
+		if healthChanged && health != deref(m.Health) {
+			events = append(events, healthEvent(c.newEvent, m, health))
+		}
+		if len(events) == 0 {
+			return nil, errStale
+		}
+		return events, nil
 	})
 	if err != nil && err != errStale {
 		c.log.Warn("power sync: recording power state failed", "node", n.UUID, "err", err)

@@ -301,6 +301,9 @@ func (c *requests) SetPower(ctx context.Context, ident, target string) error {
 		if cur == state.Cleaning || cur == state.CleanWait {
 			return nil, Invalid("Can not change power state of node %s while it is in state %q.", n.UUID, n.ProvisionState)
 		}
+		if err := refusePowerOff(n, target); err != nil {
+			return nil, err
+		}
 		if err := CheckUnlocked(n); err != nil {
 			return nil, err
 		}

@@ -140,12 +140,13 @@ func (c *servicing) finishService(ctx context.Context, n *store.Node, d Driver, 
 	agent := UsesAgent(n) && (n.Operation.Agent.Booted || n.Operation.Agent.Token != "")
 	if agent {
 		c.agents.ejectMedia(ctx, n, d, "servicing done, leaving the ramdisk", true)
-		err := d.SetPower(ctx, n, PowerOff)
+		// disable_power_off: no power-off, the power-on is a reboot
+		_, err := powerOff(ctx, d, n, offLeaveOn)
 		if err == nil {
 			err = d.SetBootDevice(ctx, n, "disk", true)
 		}
 		if err == nil {
-			err = d.SetPower(ctx, n, PowerOn)
+			err = d.SetPower(ctx, n, bootTarget(n))
 		}
 		if err != nil {
 			return c.steps.failSteps(ctx, n.UUID, servicePhase, fmt.Sprintf("Failed to tear down from service for node %s, reason: %v", n.UUID, err), false)

@@ -81,6 +81,12 @@ type Node struct {
 	// ServiceStep (1.87) is the service step running; empty maps are
 	// left out of the document, which stays as before servicing existed.
 	ServiceStep map[string]any `json:"service_step,omitempty"`
+	// DisablePowerOff (1.95): the node is never powered off; flows that
+	// would power it off reboot it or leave it on (conductor powerOff).
+	DisablePowerOff bool `json:"disable_power_off,omitempty"`
+	// Health (1.109) is what the BMC last reported in power sync: "OK",
+	// "Warning", "Critical", or nil when unknown or not reported.
+	Health *string `json:"health,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).

@@ -131,7 +131,7 @@ export function nodePage(main, ident) {
         (reason) => api('PATCH', `/v1/nodes/${n.uuid}`, [{ op: 'replace', path: '/retired', value: true },
           { op: 'replace', path: '/retired_reason', value: reason || null }]))));
     if (n.power_state !== 'power on') b.push(button('power on', () => act('power on', () => power('power on'))));
-    if (n.power_state !== 'power off') b.push(button('power off', () => act('power off', () => power('power off'),
+    if (n.power_state !== 'power off' && !n.disable_power_off) b.push(button('power off', () => act('power off', () => power('power off'),
       { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
     b.push(button('reboot', () => act('reboot', () => power('rebooting'),
       { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
@@ -254,13 +254,15 @@ export function nodePage(main, ident) {
     put(status,
       el('span', { class: 'state ' + stateClass(n.provision_state), id: 'provision-state', text: stateText(n) }),
       el('span', { class: 'tag', id: 'power-state', text: 'power: ' + (n.power_state || 'unknown') }),
+      n.disable_power_off ? el('span', { class: 'tag', id: 'disable-power-off', title: 'disable_power_off: reboots replace power-offs', text: 'never powered off' }) : null,
+      n.health ? el('span', { class: 'tag' + (n.health === 'OK' ? '' : ' warn'), id: 'health', title: 'as the BMC reported it at the last power sync', text: 'health: ' + n.health }) : null,
       n.maintenance ? el('span', { class: 'tag warn', text: 'maintenance' + (n.maintenance_reason ? ': ' + n.maintenance_reason : '') }) : null,
       n.retired ? el('span', { class: 'tag', text: 'retired' + (n.retired_reason ? ': ' + n.retired_reason : '') }) : null,
       n.reservation ? el('span', { class: 'tag dim', text: 'locked by ' + n.reservation }) : null);
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
     put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
-    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state].join('|');
+    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state, n.disable_power_off].join('|');
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
       renderActions(n);
