@@ -41,7 +41,7 @@ func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.st.GetNode(r.Context(), ident)
+	n, err := withJSONSuffix(r.Context(), ident, func(id string) (*store.Node, error) { return s.st.GetNode(r.Context(), id) })
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("Node", ident)
 	}
@@ -482,6 +482,13 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 			return err
 		}
 	}
+	if changed["instance_info"] && deref(n.InstanceName) == "" {
+		// Ironic's forward compatibility with Nova, at any version: an
+		// instance_info display_name names an unnamed instance
+		if dn, ok := n.InstanceInfo["display_name"].(string); ok && dn != "" {
+			n.InstanceName = &dn
+		}
+	}
 	if changed["chassis_uuid"] {
 		if err := s.nodeChassis(r.Context(), &old, n); err != nil {
 			return err
@@ -558,6 +565,11 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The checks hold at the revision deleted: a verb racing this DELETE
 	// either lands first and is refused here, or finds the node gone.
+	if r.Context().Value(ctxJSONSuffix) == true {
+		if n, err := withJSONSuffix(r.Context(), ident, func(id string) (*store.Node, error) { return s.st.GetNode(r.Context(), id) }); err == nil {
+			ident = n.UUID // the node a stripped ".json" suffix names
+		}
+	}
 	err = store.DeleteNodeIf(r.Context(), s.st, ident, conductor.CheckDeletable)
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound("Node", ident)

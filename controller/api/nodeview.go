@@ -215,6 +215,7 @@ var nodeFields = []nodeField{
 	viewOpt("shard", 82, func(n *store.Node) *string { return n.Shard }),
 	viewOpt("parent_node", parentNodeVersion, func(n *store.Node) *string { return n.ParentNode }),
 	viewStr("firmware_interface", firmwareVersion, firmwareInterface),
+	viewOpt("instance_name", instanceNameVersion, func(n *store.Node) *string { return n.InstanceName }),
 }
 
 var nodeFieldMin = func() map[string]int {
