@@ -21,7 +21,7 @@ import (
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
 	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
-	"name_contains", "text_contains", "include_children", "parent_node"}
+	"name_contains", "text_contains", "include_children", "parent_node", "instance_name"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -66,6 +66,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 			}
 		}
 	}
+	if q.has("instance_name") && version(ctx) < instanceNameVersion {
+		return errf(http.StatusNotAcceptable, "instance_name is not acceptable in this API version")
+	}
 	detail := detailPath
 	if q.has("detail") {
 		if err := atLeast(ctx, 43); err != nil {
@@ -99,7 +102,7 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 		Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 		ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
 		DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
-		TextContains: q.str("text_contains")}
+		TextContains: q.str("text_contains"), InstanceName: q.str("instance_name")}
 	if c := f.ChassisUUID; c != nil && !isUUIDLike(*c) {
 		return badRequest("Expected UUID for chassis_uuid: %s", *c)
 	}

@@ -143,7 +143,8 @@ var portWrites = &writes[store.Port]{
 			p.Address, _ = normalizeMAC(str(doc, "address"))
 		}
 		if changed("node_ident") {
-			doc["node_uuid"], changed = doc["node_ident"], func(k string) bool { return k == "node_uuid" || changed(k) }
+			given := changed
+			doc["node_uuid"], changed = doc["node_ident"], func(k string) bool { return k == "node_uuid" || given(k) }
 		}
 		node, err := s.changedNode(r, doc, changed, p.NodeUUID)
 		if err != nil {

@@ -152,6 +152,8 @@ type NodeFilter struct {
 	Shard        *string
 	// ParentNode selects the children of a node (its UUID).
 	ParentNode *string
+	// InstanceName selects the nodes whose instance_name is this (1.104).
+	InstanceName *string
 	// IsChild selects nodes with (true) or without (false) a parent
 	// node: Ironic's lists leave children out unless asked.
 	IsChild  *bool
