@@ -184,10 +184,18 @@ func testPortListFilters(t *testing.T, e *testEnv) {
 	assert.Equal(t, []string{b}, nodesOf("/v1/ports/detail?conductor_groups=G2"))
 	assert.Equal(t, []string{b}, nodesOf("/v1/ports/detail?description_contains=second"))
 	assert.Equal(t, []string{a, b}, nodesOf("/v1/ports/detail?shard="), "an empty list filters nothing")
+	pga := e.do("GET", "/v1/portgroups/pga", latest, nil).json(t)["uuid"].(string)
+	r := e.do("POST", "/v1/ports", latest, map[string]any{"node_uuid": a, "address": "52:54:00:00:04:03", "portgroup_uuid": pga})
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	assert.Equal(t, []string{a}, nodesOf("/v1/ports/detail?portgroup=pga"), "the group's one port")
+	assert.Equal(t, []string{a}, nodesOf("/v1/ports/detail?portgroup="+pga))
+	assert.Equal(t, http.StatusNotFound, e.do("GET", "/v1/ports?portgroup=nope", latest, nil).status)
+	assert.Equal(t, http.StatusNotAcceptable, e.do("GET", "/v1/ports?portgroup=pga", "1.23", nil).status)
 	assert.Equal(t, []string{b}, nodesOf("/v1/portgroups/detail?shard=s2"))
 	assert.Equal(t, []string{a}, nodesOf("/v1/portgroups/detail?conductor_groups=g1,g3"))
 	e.runWriteCases(t, map[string]writeCase{
 		"ports by node and shard": {"GET", "/v1/ports?node=fa&shard=s1", latest, nil, 403, "Operation not permitted."},
+		"ports by node and group": {"GET", "/v1/ports?node=fa&portgroup=pga", latest, nil, 403, "Operation not permitted."},
 		"ports by groups and address": {"GET", "/v1/ports?address=52:54:00:00:04:01&conductor_groups=g1", latest, nil, 400,
 			"Filtering by conductor_groups cannot be combined with node_ident, portgroup_ident, or node address filters."},
 		"node's ports by groups": {"GET", "/v1/nodes/fa/ports?conductor_groups=g1", latest, nil, 400,

@@ -162,7 +162,7 @@ func (s *Server) setPortsPhysnet(ctx context.Context, pg *store.Portgroup) error
 // portgroupFilters reads a port group list's shard (1.106) and
 // conductor_groups (1.99) filters; node, address, shard and conductor
 // groups filter one at a time, as Ironic's do.
-func portgroupFilters(ctx context.Context, q query, f *store.ResourceFilter) error {
+func portgroupFilters(ctx context.Context, _ store.Store, q query, f *store.ResourceFilter) error {
 	f.Shards, f.ConductorGroups = q.stringList("shard"), q.stringList("conductor_groups")
 	if err := minVersionFilter(ctx, f.Shards != nil, portgroupShardVersion); err != nil {
 		return err

@@ -250,11 +250,11 @@ func minVersionFilter(ctx context.Context, given bool, minor int) error {
 	return nil
 }
 
-// portFilters reads a port list's shard (1.82) and conductor_groups
-// (1.99) filters: by shard, node or port group only one at a time
+// portFilters reads a port list's portgroup (1.24), shard (1.82) and
+// conductor_groups (1.99) filters: by shard, node or port group only one at a time
 // (Ironic's OperationNotPermitted), and conductor groups with none of
 // node, port group or address.
-func portFilters(ctx context.Context, q query, f *store.ResourceFilter) error {
+func portFilters(ctx context.Context, st store.Store, q query, f *store.ResourceFilter) error {
 	f.Shards, f.ConductorGroups = q.stringList("shard"), q.stringList("conductor_groups")
 	if err := minVersionFilter(ctx, f.Shards != nil, 82); err != nil {
 		return err
@@ -266,6 +266,23 @@ func portFilters(ctx context.Context, q query, f *store.ResourceFilter) error {
 		return err
 	}
 	pg := q.str("portgroup") != nil && *q.str("portgroup") != ""
+	if pg {
+		// 1.24, by the group's UUID or name, as Ironic's get_rpc_portgroup
+		if err := atLeast(ctx, 24); err != nil {
+			return err
+		}
+		ident := *q.str("portgroup")
+		if !isUUIDLike(ident) && !isLogicalName(ident) {
+			return badRequest("Expected UUID or name for portgroup: %s", ident)
+		}
+		g, err := portgroupResource.get(ctx, st, ident)
+		if isNotFound(err) {
+			return notFound("Portgroup", ident)
+		} else if err != nil {
+			return err
+		}
+		f.PortgroupUUID = &g.UUID
+	}
 	n := 0
 	for _, given := range []bool{f.NodeUUID != nil, pg, len(f.Shards) > 0} {
 		if given {

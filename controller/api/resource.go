@@ -49,7 +49,7 @@ type resource[T any] struct {
 	writes *writes[T]
 	// filters, if set, reads the kind's own filter parameters into f
 	// (after the node's), with their versions and exclusions.
-	filters func(ctx context.Context, q query, f *store.ResourceFilter) error
+	filters func(ctx context.Context, st store.Store, q query, f *store.ResourceFilter) error
 	// keep filters the page in memory by parameters the store does not
 	// index; nil keeps everything.
 	keep func(q query, v *T) bool
@@ -118,7 +118,7 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 		f.Address = &mac
 	}
 	if res.filters != nil {
-		if err := res.filters(ctx, q, &f); err != nil {
+		if err := res.filters(ctx, s.st, q, &f); err != nil {
 			return err
 		}
 	}

@@ -312,6 +312,8 @@ type ResourceFilter struct {
 	// filter.
 	ConductorGroups []string
 	Shards          []string
+	// PortgroupUUID selects the ports of a port group.
+	PortgroupUUID *string
 }
 
 // Nodes is the node part of the store.

@@ -164,6 +164,9 @@ func (k *resourceKind[T]) list(ctx context.Context, s *Store, f store.ResourceFi
 			where = append(where, c.col+" = "+args.add(*c.v))
 		}
 	}
+	if f.PortgroupUUID != nil {
+		where = append(where, s.d.docText("portgroup_uuid")+" = "+args.add(*f.PortgroupUUID))
+	}
 	for _, c := range []struct {
 		col  string
 		vals []string
