@@ -147,7 +147,10 @@ func stripJSONSuffix(r *http.Request) *http.Request {
 		return r
 	}
 	r2, u := *r, *r.URL
-	u.Path, u.RawPath = strings.TrimSuffix(path, ".json"), ""
+	u.Path = strings.TrimSuffix(path, ".json")
+	if u.RawPath != "" {
+		u.RawPath = strings.TrimSuffix(strings.TrimRight(u.RawPath, "/"), ".json")
+	}
 	r2.URL = &u
 	return r2.WithContext(context.WithValue(r.Context(), ctxJSONSuffix, true))
 }
