@@ -122,7 +122,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = &r2
 	}
-	s.router.ServeHTTP(w, r)
+	s.router.ServeHTTP(w, stripJSONSuffix(r))
 }
 
 // handler adapts handlers that return errors.
@@ -323,7 +323,7 @@ func (s *Server) requestMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := "req-" + uuid.NewString()
-		w.Header().Set("Openstack-Request-Id", id)
+		setRequestID(w.Header(), id)
 		ctx := context.WithValue(r.Context(), ctxRequestID, id)
 		r = r.WithContext(context.WithValue(ctx, ctxBase, s.baseURL(r)))
 		r.Body = http.MaxBytesReader(w, r.Body, bodyLimit(r.URL.Path))
@@ -345,7 +345,8 @@ func (s *Server) requestMiddleware(next http.Handler) http.Handler {
 		} else if r.Method != http.MethodGet {
 			level = slog.LevelInfo
 		}
-		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "route", route,
+		s.log.Log(r.Context(), level, "request", "request_id", id, "global_request_id", globalRequestID(r),
+			"method", r.Method, "route", route,
 			"node", mux.Vars(r)["node"], "status", rec.status, "duration_ms", float64(elapsed.Microseconds())/1000)
 	})
 }

@@ -134,7 +134,7 @@ func (e *testEnv) do(method, path, ver string, body any) resp {
 	return resp{status: res.StatusCode, header: res.Header, body: data}
 }
 
-const latest = "1.86"
+const latest = "1.110"
 
 func (e *testEnv) createNode(name string, extra map[string]any) map[string]any {
 	e.t.Helper()

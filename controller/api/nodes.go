@@ -21,7 +21,7 @@ import (
 var nodeListParams = []string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir", "provision_state",
 	"maintenance", "retired", "driver", "associated", "fault", "resource_class", "owner", "lessee",
 	"conductor_group", "conductor", "chassis_uuid", "instance_uuid", "description_contains", "shard", "project",
-	"name_contains", "text_contains", "include_children", "parent_node"}
+	"name_contains", "text_contains", "include_children", "parent_node", "instance_name"}
 
 // filterGates are the microversions that introduced each list filter.
 var filterGates = map[string]int{"provision_state": 9, "driver": 16, "resource_class": 21, "fault": 42,
@@ -41,7 +41,7 @@ func (s *Server) loadNode(r *http.Request) (*store.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.st.GetNode(r.Context(), ident)
+	n, err := withJSONSuffix(r.Context(), ident, func(id string) (*store.Node, error) { return s.st.GetNode(r.Context(), id) })
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound("Node", ident)
 	}
@@ -65,6 +65,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 				return err
 			}
 		}
+	}
+	if q.has("instance_name") && version(ctx) < instanceNameVersion {
+		return errf(http.StatusNotAcceptable, "instance_name is not acceptable in this API version")
 	}
 	detail := detailPath
 	if q.has("detail") {
@@ -99,7 +102,7 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 		Owner: q.str("owner"), Lessee: q.str("lessee"), ConductorGroup: q.str("conductor_group"),
 		ChassisUUID: q.str("chassis_uuid"), InstanceUUID: q.str("instance_uuid"),
 		DescriptionContains: q.str("description_contains"), Shard: q.str("shard"), NameContains: q.str("name_contains"),
-		TextContains: q.str("text_contains")}
+		TextContains: q.str("text_contains"), InstanceName: q.str("instance_name")}
 	if c := f.ChassisUUID; c != nil && !isUUIDLike(*c) {
 		return badRequest("Expected UUID for chassis_uuid: %s", *c)
 	}
@@ -482,6 +485,13 @@ func (s *Server) applyNodePatch(r *http.Request, n *store.Node, ops []patchOp) e
 			return err
 		}
 	}
+	if changed["instance_info"] && deref(n.InstanceName) == "" {
+		// Ironic's forward compatibility with Nova, at any version: an
+		// instance_info display_name names an unnamed instance
+		if dn, ok := n.InstanceInfo["display_name"].(string); ok && dn != "" {
+			n.InstanceName = &dn
+		}
+	}
 	if changed["chassis_uuid"] {
 		if err := s.nodeChassis(r.Context(), &old, n); err != nil {
 			return err
@@ -558,6 +568,11 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The checks hold at the revision deleted: a verb racing this DELETE
 	// either lands first and is refused here, or finds the node gone.
+	if r.Context().Value(ctxJSONSuffix) == true {
+		if n, err := withJSONSuffix(r.Context(), ident, func(id string) (*store.Node, error) { return s.st.GetNode(r.Context(), id) }); err == nil {
+			ident = n.UUID // the node a stripped ".json" suffix names
+		}
+	}
 	err = store.DeleteNodeIf(r.Context(), s.st, ident, conductor.CheckDeletable)
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound("Node", ident)

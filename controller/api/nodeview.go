@@ -218,6 +218,7 @@ var nodeFields = []nodeField{
 	viewMap("service_step", serviceVersion, func(n *store.Node) map[string]any { return n.ServiceStep }, nil),
 	viewBool("disable_power_off", disablePowerOffVersion, func(n *store.Node) bool { return n.DisablePowerOff }),
 	viewOpt("health", healthVersion, func(n *store.Node) *string { return n.Health }),
+	viewOpt("instance_name", instanceNameVersion, func(n *store.Node) *string { return n.InstanceName }),
 }
 
 var nodeFieldMin = func() map[string]int {

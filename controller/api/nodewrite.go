@@ -238,6 +238,14 @@ var writable = map[string]writableField{
 	"bios_interface":       ifaceField(biosVersion, "bios_interface", func(n *store.Node) *string { return &n.Interfaces.BIOS }),
 	"firmware_interface":   ifaceField(firmwareVersion, "firmware_interface", func(n *store.Node) *string { return &n.Interfaces.Firmware }),
 	"disable_power_off":    boolField(disablePowerOffVersion, "disable_power_off", func(n *store.Node) *bool { return &n.DisablePowerOff }),
+	"instance_name": {min: instanceNameVersion, get: func(n *store.Node) any { return sp(n.InstanceName) }, set: func(n *store.Node, v any) error {
+		s, err := asOptString("instance_name", v, 255)
+		if err == nil && s != nil && *s == "" {
+			err = badRequest("Invalid value for instance_name: an empty string (use null to unset it)")
+		}
+		n.InstanceName = s
+		return err
+	}},
 }
 
 // createOnly are accepted on POST but not PATCH.

@@ -27,17 +27,41 @@ const ironicPatchPath = `^(/[\w-]+)+$`
 
 var patchPathRE = regexp.MustCompile(`^(/[\p{L}\p{N}_-]+)+\n?$`)
 
+// From 1.98 a key may hold '~' and '/', escaped in the path as RFC 6901
+// has it: "~0" and "~1" (the version history's "patching object
+// attributes with keys containing ~ or /"). Ironic master decodes them
+// (decode_json_pointer) but its args.patch pattern still refuses any '~'
+// before that code is reached; anvil takes them, as the version says
+// (the pattern ^(/([\w-]|~[01])+)+$ as Python reads it).
+var escapedPatchPathRE = regexp.MustCompile(`^(/([\p{L}\p{N}_-]|~[01])+)+\n?$`)
+
 // readPatch reads and checks a request's JSON patch body.
 func readPatch(r *http.Request) ([]patchOp, error) {
 	body, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	return decodePatch(body)
+	return decodePatchAt(body, version(r.Context()) >= patchEscapeVersion)
 }
 
-// decodePatch parses and checks a JSON patch document.
-func decodePatch(body []byte) ([]patchOp, error) {
+// decodePatch parses and checks a JSON patch document as below 1.98.
+func decodePatch(body []byte) ([]patchOp, error) { return decodePatchAt(body, false) }
+
+// patchTokens are the keys of a checked path, unescaped (~1 is '/', ~0
+// is '~', in that order, as RFC 6901 says).
+func patchTokens(path string) []string {
+	parts := strings.Split(path[1:], "/")
+	for i, p := range parts {
+		if strings.Contains(p, "~") {
+			parts[i] = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+		}
+	}
+	return parts
+}
+
+// decodePatchAt parses and checks a JSON patch document; escapes: its
+// paths may hold ~0 and ~1 (1.98).
+func decodePatchAt(body []byte, escapes bool) ([]patchOp, error) {
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, badRequest("Schema error for patch: the body must be a JSON list of operations: %v", err)
@@ -70,7 +94,12 @@ func decodePatch(body []byte) ([]patchOp, error) {
 		default:
 			return nil, badRequest("Schema error for patch: operation %d: op %q is not one of add, replace, remove", i, op.Op)
 		}
-		if !patchPathRE.MatchString(op.Path) {
+		re := patchPathRE
+		if escapes {
+			re = escapedPatchPathRE
+		}
+		if !re.MatchString(op.Path) {
+			// Ironic's words, whose pattern does not show the escapes
 			return nil, badRequest("Schema error for patch: %s does not match %s", pyRepr(op.Path), pyRepr(ironicPatchPath))
 		}
 		ops = append(ops, op)
@@ -83,7 +112,7 @@ func decodePatch(body []byte) ([]patchOp, error) {
 // remove of a root key sets it to null (the field's default).
 func applyPatch(doc map[string]any, ops []patchOp) error {
 	for _, op := range ops {
-		parts := strings.Split(op.Path[1:], "/")
+		parts := patchTokens(op.Path)
 		if _, ok := doc[parts[0]]; !ok {
 			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(sortedKeys(doc), ", "))
 		}

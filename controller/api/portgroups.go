@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -23,35 +24,47 @@ func jsonCopy(in any, out any) error {
 
 var portgroupFieldMin = map[string]int{"uuid": 23, "name": 23, "address": 23, "node_uuid": 23, "extra": 23,
 	"mode": 26, "properties": 26, "standalone_ports_supported": 23, "created_at": 23, "updated_at": 23,
-	"internal_info": 23}
+	"internal_info": 23, "physical_network": portgroupPhysnetVersion, "category": portgroupCategoryVersion}
 
 func (s *Server) portgroupView(r *http.Request, p *store.Portgroup, fields []string) map[string]any {
 	all := map[string]any{"uuid": p.UUID, "name": sp(p.Name), "address": sp(p.Address), "node_uuid": p.NodeUUID,
 		"extra": orEmpty(p.Extra), "mode": sp(p.Mode), "properties": orEmpty(p.Properties),
 		"standalone_ports_supported": p.StandalonePortsSupported, "created_at": fmtTime(p.CreatedAt), "updated_at": ts(p.UpdatedAt),
-		"internal_info": orEmpty(p.InternalInfo)}
+		"internal_info": orEmpty(p.InternalInfo), "physical_network": sp(p.PhysicalNetwork), "category": sp(p.Category)}
 	return s.view(r, all, portgroupFieldMin, fields, "portgroups/"+p.UUID)
 }
 
-// portgroupWrites are Ironic 21.4's PORTGROUP_SCHEMA, its validators and
-// PATCH_ALLOWED_FIELDS; a name must be a logical name.
+// portgroupWrites are Ironic's PORTGROUP_SCHEMA (to 1.110), its
+// validators and PATCH_ALLOWED_FIELDS; a name must be a logical name.
 var portgroupWrites = &writes[store.Portgroup]{
 	body: "portgroup",
 	schema: schema{props: []prop{
 		{name: "address", types: []string{"string", "null"}, mac: true},
+		{name: "category", types: []string{"string", "null"}, maxLen: 80},
 		{name: "extra", types: []string{"object", "null"}},
 		{name: "mode", types: []string{"string", "null"}},
 		{name: "name", types: []string{"string", "null"}},
 		{name: "node_uuid", types: []string{"string"}}, // or a node name, as for ports
+		{name: "physical_network", types: []string{"string", "null"}, maxLen: 64},
 		{name: "properties", types: []string{"object", "null"}},
 		{name: "standalone_ports_supported", types: []string{"string", "boolean", "null"}, boolean: true},
 		{name: "uuid", types: []string{"string", "null"}, uuid: true},
 	}, required: []string{"node_uuid"}},
-	patchable: []string{"address", "extra", "mode", "name", "node_uuid", "properties", "standalone_ports_supported"},
+	patchable: []string{"address", "extra", "mode", "name", "node_uuid", "properties", "standalone_ports_supported",
+		"physical_network", "category"},
 	doc: func(pg *store.Portgroup) map[string]any {
 		return map[string]any{"uuid": pg.UUID, "name": sp(pg.Name), "address": sp(pg.Address), "node_uuid": pg.NodeUUID,
 			"mode": sp(pg.Mode), "properties": orEmpty(pg.Properties), "extra": orEmpty(pg.Extra),
-			"standalone_ports_supported": pg.StandalonePortsSupported}
+			"standalone_ports_supported": pg.StandalonePortsSupported, "physical_network": sp(pg.PhysicalNetwork),
+			"category": sp(pg.Category)}
+	},
+	// a group's new physical network is its ports' too, as Ironic's
+	// update_portgroup_physical_network makes it
+	afterPatch: func(s *Server, r *http.Request, pg *store.Portgroup, changed func(string) bool) error {
+		if !changed("physical_network") {
+			return nil
+		}
+		return s.setPortsPhysnet(r.Context(), pg)
 	},
 	fresh: func(id string) *store.Portgroup {
 		return &store.Portgroup{UUID: id, StandalonePortsSupported: true, CreatedAt: time.Now().UTC()}
@@ -90,6 +103,12 @@ var portgroupWrites = &writes[store.Portgroup]{
 		if changed("standalone_ports_supported") {
 			pg.StandalonePortsSupported = boolOr(doc, "standalone_ports_supported", true)
 		}
+		if changed("physical_network") {
+			pg.PhysicalNetwork = optStr(doc, "physical_network")
+		}
+		if changed("category") {
+			pg.Category = optStr(doc, "category")
+		}
 		return nil
 	},
 	create: func(ctx context.Context, st store.Store, pg *store.Portgroup) error {
@@ -112,6 +131,55 @@ var portgroupWrites = &writes[store.Portgroup]{
 		}
 		return err
 	},
+}
+
+// setPortsPhysnet gives the ports of pg its physical network, each
+// written at the revision read (re-read if a write raced it).
+func (s *Server) setPortsPhysnet(ctx context.Context, pg *store.Portgroup) error {
+	ports, err := s.st.ListPorts(ctx, store.ResourceFilter{NodeUUID: &pg.NodeUUID}, store.Page{})
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		for attempt := 1; p.PortgroupUUID != nil && *p.PortgroupUUID == pg.UUID && deref(p.PhysicalNetwork) != deref(pg.PhysicalNetwork); attempt++ {
+			p.PhysicalNetwork = pg.PhysicalNetwork
+			p.UpdatedAt = nowp()
+			err := s.st.UpdatePort(ctx, p)
+			if !errors.Is(err, store.ErrConflict) || attempt == patchAttempts {
+				if err != nil {
+					return fmt.Errorf("port %s of port group %s: %w", p.UUID, pg.UUID, err)
+				}
+				break
+			}
+			if p, err = s.st.GetPort(ctx, p.UUID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// portgroupFilters reads a port group list's shard (1.106) and
+// conductor_groups (1.99) filters; node, address, shard and conductor
+// groups filter one at a time, as Ironic's do.
+func portgroupFilters(ctx context.Context, _ store.Store, q query, f *store.ResourceFilter) error {
+	f.Shards, f.ConductorGroups = q.stringList("shard"), q.stringList("conductor_groups")
+	if err := minVersionFilter(ctx, f.Shards != nil, portgroupShardVersion); err != nil {
+		return err
+	}
+	if err := minVersionFilter(ctx, f.ConductorGroups != nil, conductorGroupsFilterVersion); err != nil {
+		return err
+	}
+	n := 0
+	for _, given := range []bool{f.NodeUUID != nil, f.Address != nil, len(f.Shards) > 0, len(f.ConductorGroups) > 0} {
+		if given {
+			n++
+		}
+	}
+	if n > 1 {
+		return badRequest("Filtering by node, address, or shard simultaneously is not supported.")
+	}
+	return nil
 }
 
 // portgroups is the port group collection; a delete is refused while

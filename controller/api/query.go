@@ -144,6 +144,22 @@ func nextURL(base, path string, q url.Values, marker string, p pageArgs) string 
 }
 
 // fieldsArg reads ?fields=a,b (1.8+).
+// stringList is Ironic's args.string_list: the comma-separated values of
+// k, trimmed, lower-cased, without empty ones or repeats; nil when k is
+// absent, empty (not nil) when it lists nothing.
+func (q query) stringList(k string) []string {
+	if !q.v.Has(k) {
+		return nil
+	}
+	out := []string{}
+	for _, x := range strings.Split(q.v.Get(k), ",") {
+		if x = strings.ToLower(strings.TrimSpace(x)); x != "" && !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func fieldsArg(q query) []string {
 	f := q.v.Get("fields")
 	if f == "" {

@@ -39,8 +39,17 @@ type resource[T any] struct {
 	// noSort are Ironic's invalid_sort_key_list: refused before the
 	// database is asked, in the controller's words (no quotes).
 	noSort []string
+	// checkIdent, if set, refuses the route's identifier for the method
+	// before any lookup, as Ironic's argument validators do.
+	checkIdent func(method, ident string) error
+	// jsonSuffix: a GET below 1.91 whose ".json" suffix was stripped
+	// also finds the one named with it (Ironic's get_rpc_*_with_suffix).
+	jsonSuffix bool
 	// writes says how clients create and patch one (nil: they cannot).
 	writes *writes[T]
+	// filters, if set, reads the kind's own filter parameters into f
+	// (after the node's), with their versions and exclusions.
+	filters func(ctx context.Context, st store.Store, q query, f *store.ResourceFilter) error
 	// keep filters the page in memory by parameters the store does not
 	// index; nil keeps everything.
 	keep func(q query, v *T) bool
@@ -57,7 +66,19 @@ func loadResource[T any](s *Server, r *http.Request, res *resource[T]) (*T, erro
 		return nil, err
 	}
 	id := mux.Vars(r)[res.muxVar]
-	v, err := res.get(r.Context(), s.st, id)
+	if res.checkIdent != nil {
+		if err := res.checkIdent(r.Method, id); err != nil {
+			return nil, err
+		}
+	}
+	get := func(ident string) (*T, error) { return res.get(r.Context(), s.st, ident) }
+	var v *T
+	var err error
+	if res.jsonSuffix && r.Method == http.MethodGet {
+		v, err = withJSONSuffix(r.Context(), id, get)
+	} else {
+		v, err = get(id)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, notFound(res.title, id)
 	}
@@ -95,6 +116,11 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 			return err
 		}
 		f.Address = &mac
+	}
+	if res.filters != nil {
+		if err := res.filters(ctx, s.st, q, &f); err != nil {
+			return err
+		}
 	}
 	if res.detailParam {
 		if d, err := q.boolean("detail"); err != nil {
@@ -251,11 +277,14 @@ func markerError(err error, p pageArgs) error {
 
 var portResource = &resource[store.Port]{
 	plural: "ports", path: "ports", title: "Port", muxVar: "port", writes: portWrites,
-	params:     []string{"node", "node_uuid", "address", "portgroup", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
+	params: []string{"node", "node_uuid", "address", "portgroup", "fields", "detail", "limit", "marker", "sort_key", "sort_dir",
+		"shard", "conductor_groups", "description_contains"},
+	filters: portFilters, keep: keepPort,
 	nodeParams: []string{"node", "node_uuid"}, byAddress: true, detailParam: true,
 	fieldMin: portFieldMin, summary: []string{"uuid", "address"},
-	noSort: []string{"extra", "internal_info", "local_link_connection"},
-	get:    func(ctx context.Context, st store.Store, id string) (*store.Port, error) { return st.GetPort(ctx, id) },
+	noSort:     []string{"extra", "internal_info", "local_link_connection"},
+	checkIdent: checkPortIdent,
+	get:        func(ctx context.Context, st store.Store, id string) (*store.Port, error) { return st.GetPort(ctx, id) },
 	list: func(ctx context.Context, st store.Store, f store.ResourceFilter, p store.Page) ([]*store.Port, error) {
 		return st.ListPorts(ctx, f, p)
 	},
@@ -265,9 +294,10 @@ var portResource = &resource[store.Port]{
 
 var portgroupResource = &resource[store.Portgroup]{
 	plural: "portgroups", path: "portgroups", title: "Portgroup", minVersion: 23, muxVar: "pg", writes: portgroupWrites,
-	params:     []string{"node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir"},
-	nodeParams: []string{"node"}, byAddress: true, detailParam: true,
-	fieldMin: portgroupFieldMin, summary: []string{"uuid", "address", "name"},
+	params: []string{"node", "address", "fields", "detail", "limit", "marker", "sort_key", "sort_dir",
+		"shard", "conductor_groups"},
+	nodeParams: []string{"node"}, byAddress: true, detailParam: true, filters: portgroupFilters,
+	fieldMin: portgroupFieldMin, summary: []string{"uuid", "address", "name"}, jsonSuffix: true,
 	noSort: []string{"extra", "internal_info", "properties"},
 	get: func(ctx context.Context, st store.Store, id string) (*store.Portgroup, error) {
 		return st.GetPortgroup(ctx, id)

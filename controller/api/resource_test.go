@@ -67,7 +67,7 @@ func testPortWritesAsIronic(t *testing.T, e *testEnv) {
 		"duplicate MAC": {"POST", "/v1/ports", latest, map[string]any{"address": "52:54:00:00:00:01", "node_uuid": nodeUUID}, 409,
 			"A port with MAC address 52:54:00:00:00:01 already exists."},
 		"patch read-only uuid": {"PATCH", port, latest, []any{map[string]any{"op": "replace", "path": "/uuid", "value": missing}}, 400,
-			"Cannot patch /uuid. Only the following can be updated: address, extra, is_smartnic, local_link_connection, node_uuid, physical_network, portgroup_uuid, pxe_enabled"},
+			"Cannot patch /uuid. Only the following can be updated: address, extra, is_smartnic, local_link_connection, node_ident, node_uuid, physical_network, portgroup_uuid, pxe_enabled, name, description, vendor, category"},
 		"patch remove required": {"PATCH", port, latest, []any{map[string]any{"op": "remove", "path": "/address"}}, 400,
 			"Schema error for patch: None is not of type 'string'"},
 		"patch wrong type": {"PATCH", port, latest, []any{map[string]any{"op": "replace", "path": "/extra", "value": "x"}}, 400,
@@ -103,7 +103,7 @@ func testPortgroupWritesAsIronic(t *testing.T, e *testEnv) {
 		"patch invalid name": {"PATCH", pg, latest, []any{map[string]any{"op": "replace", "path": "/name", "value": "a b"}}, 400,
 			"Portgroup " + pgUUID + ": Cannot change name to invalid name 'a b'"},
 		"patch created_at": {"PATCH", pg, latest, []any{map[string]any{"op": "replace", "path": "/created_at", "value": "x"}}, 400,
-			"Cannot patch /created_at. Only the following can be updated: address, extra, mode, name, node_uuid, properties, standalone_ports_supported"},
+			"Cannot patch /created_at. Only the following can be updated: address, extra, mode, name, node_uuid, properties, standalone_ports_supported, physical_network, category"},
 		"patch mode": {"PATCH", pg, latest, []any{map[string]any{"op": "replace", "path": "/mode", "value": "balance-rr"}}, 200, ""},
 	})
 	p := e.do("POST", "/v1/ports", latest, map[string]any{"address": "52:54:00:00:00:21", "node_uuid": nodeUUID, "portgroup_uuid": pgUUID})

@@ -26,6 +26,9 @@ type writes[T any] struct {
 	patchable []string // PATCH_ALLOWED_FIELDS, in Ironic's order
 	// patchCheck, if set, refuses operations before the resource is read.
 	patchCheck func(ops []patchOp) error
+	// createCheck, if set, refuses a created body the version forbids
+	// beyond its fields' own versions (a value only some versions know).
+	createCheck func(ctx context.Context, doc map[string]any) error
 	// doc is the resource as a PATCH sees it: every schema field.
 	doc func(v *T) map[string]any
 	// fresh is a new resource with its defaults and the UUID createResource
@@ -37,6 +40,10 @@ type writes[T any] struct {
 	// check, if set, refuses a write the resource's node forbids (a
 	// volume target of a powered-on node), after apply.
 	check func(s *Server, r *http.Request, v *T, create bool) error
+
+	// afterPatch, if set, follows a stored PATCH (a change other records
+	// must follow), with the fields it changed.
+	afterPatch func(s *Server, r *http.Request, v *T, changed func(string) bool) error
 
 	create, update func(ctx context.Context, st store.Store, v *T) error
 	touch          func(v *T) // sets updated_at
@@ -80,6 +87,11 @@ func createResource[T any](s *Server, w http.ResponseWriter, r *http.Request, re
 	}
 	if err := checkVersions(ctx, res, sortedKeys(doc)); err != nil {
 		return err
+	}
+	if wr.createCheck != nil {
+		if err := wr.createCheck(ctx, doc); err != nil {
+			return err
+		}
 	}
 	v := wr.fresh(createUUID(doc))
 	has := func(k string) bool { _, ok := doc[k]; return ok }
@@ -149,7 +161,7 @@ func createUUID(doc map[string]any) string {
 // Ironic's patch_validate_allowed_fields does (before the resource is read).
 func checkPatchable(ops []patchOp, allowed []string) error {
 	for _, op := range ops {
-		root, _, _ := strings.Cut(strings.TrimPrefix(op.Path, "/"), "/")
+		root := patchTokens(op.Path)[0]
 		if !slices.Contains(allowed, root) {
 			return badRequest("Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(allowed, ", "))
 		}
@@ -201,6 +213,11 @@ func patchOnce[T any](s *Server, r *http.Request, res *resource[T], ops []patchO
 	wr.touch(v)
 	if err := wr.update(ctx, s.st, v); err != nil {
 		return v, err
+	}
+	if wr.afterPatch != nil {
+		if err := wr.afterPatch(s, r, v, func(k string) bool { return changed[k] }); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
 }

@@ -17,6 +17,9 @@ import (
 type schema struct {
 	props    []prop // sorted by name, as jsonschema reports siblings
 	required []string
+	// oneOf: exactly one of these lists of required properties is met
+	// (PORT_SCHEMA's node_ident or node_uuid).
+	oneOf [][]string
 }
 
 // prop is one property: its JSON types ("string", "integer", "boolean",
@@ -48,6 +51,9 @@ func (sc *schema) validate(name string, doc map[string]any) error {
 		if _, ok := doc[k]; !ok {
 			return badRequest("Schema error for %s: %s is a required property", name, pyRepr(k))
 		}
+	}
+	if err := sc.checkOneOf(name, doc); err != nil {
+		return err
 	}
 	var extra []string
 	for k := range doc {
@@ -102,6 +108,36 @@ func (sc *schema) validate(name string, doc map[string]any) error {
 				return badRequest("Invalid %s: Unrecognized value '%s', acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'", p.name, v)
 			}
 		}
+	}
+	return nil
+}
+
+// checkOneOf refuses a document that meets none, or more than one, of
+// the oneOf alternatives, in jsonschema's words.
+func (sc *schema) checkOneOf(name string, doc map[string]any) error {
+	if len(sc.oneOf) == 0 {
+		return nil
+	}
+	var met []string
+	for _, req := range sc.oneOf {
+		quoted := make([]string, len(req))
+		ok := true
+		for i, k := range req {
+			quoted[i] = pyRepr(k)
+			if _, has := doc[k]; !has {
+				ok = false
+			}
+		}
+		alt := "{'required': [" + strings.Join(quoted, ", ") + "]}"
+		if ok {
+			met = append(met, alt)
+		}
+	}
+	switch {
+	case len(met) == 0:
+		return badRequest("Schema error for %s: %s is not valid under any of the given schemas", name, pyValue(doc))
+	case len(met) > 1:
+		return badRequest("Schema error for %s: %s is valid under each of %s", name, pyValue(doc), strings.Join(met, ", "))
 	}
 	return nil
 }

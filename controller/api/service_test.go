@@ -25,7 +25,6 @@ func (e *testEnv) makeActive(node string) {
 	require.NoError(e.t, err)
 }
 
-
 // TestServiceThroughTheAPI: the service verb and its fields per
 // microversion, with Ironic's errors, and a service of out-of-band steps
 // on fake-hardware that returns the node to active.

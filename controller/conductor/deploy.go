@@ -61,7 +61,7 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 	_, err = c.transition(ctx, n.UUID, state.Deleting, state.EvClean, func(m *store.Node) error {
 		m.PowerState = strp(ps)
 		m.InstanceInfo = map[string]any{}
-		m.InstanceUUID = nil
+		m.InstanceUUID, m.InstanceName = nil, nil
 		// The instance's allocation goes with it, as in Ironic.
 		alloc, m.AllocationUUID = m.AllocationUUID, nil
 		m.DeployStep, m.ServiceStep = map[string]any{}, map[string]any{}

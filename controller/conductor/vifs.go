@@ -193,10 +193,14 @@ func (v *vifs) AttachVIF(ctx context.Context, n *store.Node, vif string, to VIFT
 		return err
 	}
 	var target portLike
+	noop := false
 	err := retryVIFWrite(func() (bool, error) {
 		ports, pgs, err := v.portsOf(ctx, n.UUID)
 		if err != nil {
 			return false, err
+		}
+		if noop = noopVIFs(n, ports, pgs); noop {
+			return false, nil
 		}
 		if target, err = freePortLike(vif, ports, pgs, to); err != nil {
 			return false, err
@@ -206,7 +210,7 @@ func (v *vifs) AttachVIF(ctx context.Context, n *store.Node, vif string, to VIFT
 		}
 		return true, nil
 	})
-	if err != nil {
+	if err != nil || noop {
 		return err
 	}
 	if err := v.undoDuplicate(ctx, n.UUID, vif, target.uuid()); err != nil {
@@ -258,6 +262,14 @@ func (v *vifs) undoDuplicate(ctx context.Context, nodeUUID, vif, mine string) er
 	return Conflict("Unable to attach VIF because VIF %s is already attached to Ironic %s %s", vif, other.kind(), other.uuid())
 }
 
+// noopVIFs: n has the noop network interface and neither ports nor port
+// groups, so a VIF is attached and detached as Ironic's noop interface
+// does it: accepted, recorded nowhere (and so never listed). With ports,
+// anvil records VIFs on them, as Ironic's port-based interfaces do.
+func noopVIFs(n *store.Node, ports []*store.Port, pgs []*store.Portgroup) bool {
+	return n.Interfaces.Network == "noop" && len(ports) == 0 && len(pgs) == 0
+}
+
 func portLikes(ports []*store.Port, pgs []*store.Portgroup) []portLike {
 	out := make([]portLike, 0, len(ports)+len(pgs))
 	for _, p := range ports {
@@ -278,6 +290,9 @@ func (v *vifs) DetachVIF(ctx context.Context, n *store.Node, vif string) error {
 		ports, pgs, err := v.portsOf(ctx, n.UUID)
 		if err != nil {
 			return false, err
+		}
+		if noopVIFs(n, ports, pgs) {
+			return false, nil
 		}
 		// Port groups first, as Ironic looks.
 		for _, pl := range append(portLikes(nil, pgs), portLikes(ports, nil)...) {

@@ -87,6 +87,10 @@ type Node struct {
 	// Health (1.109) is what the BMC last reported in power sync: "OK",
 	// "Warning", "Critical", or nil when unknown or not reported.
 	Health *string `json:"health,omitempty"`
+	// InstanceName is the deployed instance's name (1.104): set by
+	// clients, else from instance_info's display_name (as Nova sets
+	// it); gone with the instance.
+	InstanceName *string `json:"instance_name,omitempty"`
 
 	// Operation is the conductor's working state, stored beside the
 	// node's document (see Operation).
@@ -157,6 +161,8 @@ type NodeFilter struct {
 	Shard        *string
 	// ParentNode selects the children of a node (its UUID).
 	ParentNode *string
+	// InstanceName selects the nodes whose instance_name is this (1.104).
+	InstanceName *string
 	// IsChild selects nodes with (true) or without (false) a parent
 	// node: Ironic's lists leave children out unless asked.
 	IsChild  *bool
@@ -199,6 +205,11 @@ type Port struct {
 	PhysicalNetwork     *string        `json:"physical_network"`
 	Extra               map[string]any `json:"extra"`
 	IsSmartNIC          bool           `json:"is_smartnic"`
+	// Description (API 1.97), Vendor (1.100) and Category (1.101) are
+	// the client's words about the port, stored and shown, never acted on.
+	Description *string `json:"description,omitempty"`
+	Vendor      *string `json:"vendor,omitempty"`
+	Category    *string `json:"category,omitempty"`
 	// InternalInfo is Ironic's internal_info: read-only to clients; the
 	// attached VIF is its tenant_vif_port_id.
 	InternalInfo map[string]any `json:"internal_info,omitempty"`
@@ -219,8 +230,12 @@ type Portgroup struct {
 	StandalonePortsSupported bool           `json:"standalone_ports_supported"`
 	Extra                    map[string]any `json:"extra"`
 	InternalInfo             map[string]any `json:"internal_info,omitempty"` // as Port's
-	CreatedAt                time.Time      `json:"created_at"`
-	UpdatedAt                *time.Time     `json:"updated_at"`
+	// PhysicalNetwork (API 1.102) and Category (1.103) are stored and
+	// shown; anvil wires no networks by them.
+	PhysicalNetwork *string    `json:"physical_network,omitempty"`
+	Category        *string    `json:"category,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       *time.Time `json:"updated_at"`
 }
 
 // Allocation claims an available node for an instance (standalone scheduler).
@@ -300,6 +315,14 @@ type ResourceFilter struct {
 	NodeUUID *string
 	Address  *string
 	Name     *string
+	// ConductorGroups and Shards select the ports or port groups of the
+	// nodes in any of these conductor groups (API 1.99) or shards (ports
+	// 1.82, port groups 1.106), compared case-blind; empty does not
+	// filter.
+	ConductorGroups []string
+	Shards          []string
+	// PortgroupUUID selects the ports of a port group.
+	PortgroupUUID *string
 }
 
 // Nodes is the node part of the store.
@@ -327,7 +350,8 @@ type Nodes interface {
 // Ports is the port part of the store.
 type Ports interface {
 	CreatePort(ctx context.Context, p *Port) error
-	GetPort(ctx context.Context, uuid string) (*Port, error)
+	// GetPort finds a port by UUID, then by name (API 1.88).
+	GetPort(ctx context.Context, ident string) (*Port, error)
 	ListPorts(ctx context.Context, f ResourceFilter, p Page) ([]*Port, error)
 	// UpdatePort writes p; if p.Revision is set (p was read from the
 	// store), only if it is still current (else ErrConflict), and then

@@ -38,6 +38,10 @@ type Dialect interface {
 	minTime() string
 	// contains is SQL for "needle is a substring of hay" (no wildcards).
 	contains(hay, needle string) string
+	// docText is SQL for the string member key of a row's JSON document
+	// (the data column), NULL when absent: for the rare filter on a
+	// field no column holds. key is a constant, never a client's.
+	docText(key string) string
 	// duplicate reports whether err is a unique violation, and the store
 	// sentinel for it (nil when the constraint has none).
 	duplicate(err error) (sentinel error, unique bool)
@@ -131,6 +135,10 @@ func (sqliteDialect) scanInstant(v any) (time.Time, error) {
 
 func (sqliteDialect) minTime() string { return "''" }
 
+func (sqliteDialect) docText(key string) string {
+	return "json_extract(CAST(data AS TEXT), '$." + key + "')"
+}
+
 func (sqliteDialect) contains(hay, needle string) string {
 	return "instr(" + hay + ", " + needle + ") > 0"
 }
@@ -215,6 +223,10 @@ func (pgDialect) minTime() string { return "'-infinity'" }
 
 // contains uses strpos, not LIKE: the text is a plain substring, % and _
 // included.
+func (pgDialect) docText(key string) string {
+	return "(convert_from(data, 'UTF8')::jsonb ->> '" + key + "')"
+}
+
 func (pgDialect) contains(hay, needle string) string {
 	return "strpos(" + hay + ", " + needle + ") > 0"
 }

@@ -362,6 +362,9 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 	if f.DescriptionContains != nil {
 		where = append(where, s.d.contains("COALESCE(description, '')", args.add(*f.DescriptionContains)))
 	}
+	if f.InstanceName != nil {
+		where = append(where, s.d.docText("instance_name")+" = "+args.add(*f.InstanceName))
+	}
 	if f.NameContains != nil {
 		where = append(where, s.d.contains("lower(COALESCE(name, ''))", "lower("+args.add(*f.NameContains)+")"))
 	}

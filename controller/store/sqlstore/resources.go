@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -163,6 +164,23 @@ func (k *resourceKind[T]) list(ctx context.Context, s *Store, f store.ResourceFi
 			where = append(where, c.col+" = "+args.add(*c.v))
 		}
 	}
+	if f.PortgroupUUID != nil {
+		where = append(where, s.d.docText("portgroup_uuid")+" = "+args.add(*f.PortgroupUUID))
+	}
+	for _, c := range []struct {
+		col  string
+		vals []string
+	}{{"conductor_group", f.ConductorGroups}, {"shard", f.Shards}} {
+		if len(c.vals) == 0 {
+			continue
+		}
+		in := make([]string, len(c.vals))
+		for i, v := range c.vals {
+			in[i] = args.add(strings.ToLower(v))
+		}
+		// case-blind, as Ironic's MySQL compares them
+		where = append(where, "node_uuid IN (SELECT uuid FROM nodes WHERE lower("+c.col+") IN ("+strings.Join(in, ", ")+"))")
+	}
 	return listPage(ctx, s, "resources", "id, revision, data", where, args, p, scanResource(k.set))
 }
 
@@ -190,7 +208,7 @@ func (k *resourceKind[T]) delete(ctx context.Context, s *Store, uuid string) err
 }
 
 var portKind = &resourceKind[store.Port]{
-	kind: "port",
+	kind: "port", byName: true, // port names came with API 1.88
 	keys: func(p *store.Port) resourceKeys {
 		return resourceKeys{uuid: p.UUID, node: p.NodeUUID, name: p.Name, addr: &p.Address}
 	},
@@ -245,7 +263,7 @@ func (s *Store) CreatePort(ctx context.Context, p *store.Port) error {
 	return portKind.create(ctx, s, p)
 }
 
-// GetPort finds a port by uuid.
+// GetPort finds a port by uuid, then by name.
 func (s *Store) GetPort(ctx context.Context, uuid string) (*store.Port, error) {
 	return portKind.get(ctx, s, uuid)
 }
