@@ -482,6 +482,7 @@ type Store interface {
 	ChassisStore
 	VolumeStore
 	DeployTemplates
+	Runbooks
 	Controllers
 	History
 	Inventories

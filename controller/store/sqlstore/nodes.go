@@ -240,7 +240,8 @@ func (s *Store) whyNotUpdated(ctx context.Context, db execer, uuid, holder, what
 // (the empty string and the dialect's minimum time are below every value).
 func (s *Store) sortExpr(key string) (string, bool) {
 	switch key {
-	case "id", "uuid", "created_at", "provision_state", "driver", "maintenance", "conductor_group", "retired":
+	case "id", "uuid", "created_at", "provision_state", "driver", "maintenance", "conductor_group", "retired",
+		"public", "disable_ramdisk":
 		return key, true // NOT NULL columns
 	case "name", "power_state", "resource_class", "instance_uuid", "owner":
 		return "COALESCE(" + key + ", '')", true
@@ -260,6 +261,8 @@ func sortable(table, key string) bool {
 		return key == "created_at"
 	case table == "deploy_templates":
 		return slices.Contains(store.DeployTemplateSortKeys(), key)
+	case table == "runbooks":
+		return slices.Contains(store.RunbookSortKeys(), key)
 	}
 	return false
 }

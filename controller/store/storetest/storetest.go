@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"StepResultsBound":  testStepResultsBound,
 		"EraseRecords":      testEraseRecords,
 		"DeployTemplates":   testDeployTemplates,
+		"Runbooks":          testRunbooks,
 		"ControllerRecords": testControllerRecords,
 		"BIOSSettings":      testBIOSSettings,
 		"Firmware":          testFirmwareComponents,
