@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {
@@ -41,6 +42,7 @@ type provisionBody struct {
 	DeploySteps    []map[string]any `json:"deploy_steps"`
 	RescuePassword *string          `json:"rescue_password"`
 	DisableRamdisk *bool            `json:"disable_ramdisk"`
+	Runbook        *string          `json:"runbook"`
 }
 
 func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
@@ -74,6 +76,16 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	isDeploy := known && (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild)
 	if b.ConfigDrive != nil && !isDeploy {
 		return badRequest("Adding a config drive is only supported when setting provision state to active or rebuild")
+	}
+	var runbookSteps []protocol.Step
+	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
+		// the runbook's steps and disable_ramdisk are the request's
+		stepsField := map[string]string{"clean": "clean_steps"}[target]
+		var noRamdisk bool
+		if runbookSteps, noRamdisk, err = s.runbookSteps(ctx, n, *b.Runbook, stepsField, len(b.CleanSteps) > 0); err != nil {
+			return err
+		}
+		b.DisableRamdisk = &noRamdisk
 	}
 	if b.CleanSteps != nil && target != "clean" {
 		return badRequest("\"clean_steps\" is only valid when setting target provision state to clean")
@@ -109,6 +121,9 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.DeploySteps, err = parseSteps(b.DeploySteps, true); err != nil {
 		return err
+	}
+	if runbookSteps != nil && target == "clean" {
+		req.CleanSteps = runbookSteps
 	}
 	if target == "clean" && len(req.CleanSteps) == 0 {
 		return badRequest("\"clean_steps\" is required when setting target provision state to clean")

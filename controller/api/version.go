@@ -11,10 +11,10 @@ import (
 // Microversions served: 1.1 .. 1.86. To 1.82 as Ironic 21.4; then 1.83
 // parent and child nodes (nodechildren.go), 1.84 continue_inspection,
 // 1.85 hold and unhold, 1.86 the firmware interface and /firmware
-// (bios.go), as Ironic 23.0.
+// (bios.go), as Ironic 23.0; 1.92 runbooks (runbooks.go).
 const (
 	minMinor = 1
-	maxMinor = 86
+	maxMinor = 92
 )
 
 const versionHeader = "X-OpenStack-Ironic-API-Version"

@@ -1,0 +1,587 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
+)
+
+// Runbooks (API 1.92): Ironic's runbook.py. A runbook is a named list of
+// steps a manual clean (or a service) runs instead of the steps its
+// request would name; a node may run it only if one of its traits is the
+// runbook's name. The CRUD is deploy templates' (stepsResource); the
+// document and its checks are Ironic's RUNBOOK_SCHEMA.
+
+// runbooksVersion is the microversion runbooks appeared in.
+const runbooksVersion = 92
+
+var runbookFieldMin = map[string]int{"uuid": runbooksVersion, "name": runbooksVersion, "steps": runbooksVersion,
+	"disable_ramdisk": runbooksVersion, "public": runbooksVersion, "owner": runbooksVersion, "extra": runbooksVersion,
+	"created_at": runbooksVersion, "updated_at": runbooksVersion, "links": runbooksVersion}
+
+// runbookStepInterfaces is the enum of Ironic's RUNBOOK_STEP_SCHEMA
+// (conductor_steps.CLEANING_INTERFACE_PRIORITY, in its order). A step of
+// an interface anvil does not run is refused when a clean plans it.
+var runbookStepInterfaces = []string{"vendor", "power", "management", "firmware", "deploy", "bios", "raid"}
+
+// runbookNameRE is Ironic's RUNBOOK_NAME_SCHEMA pattern, which a PATCH
+// checks a name against (a POST, before 1.112, against TRAITS_SCHEMA).
+var runbookNameRE = regexp.MustCompile(`^[A-Za-z0-9\-._~]+$`)
+
+var runbooks = &stepsResource[store.Runbook]{
+	version: runbooksVersion, plural: "runbooks", gateMsg: "runbooks", title: "Runbook", noun: "runbook",
+	muxVar: "runbook", fieldMin: runbookFieldMin, defaults: []string{"uuid", "name"},
+	sortKeys: store.RunbookSortKeys(), noSort: []string{"extra", "steps", "traits"},
+	listParams: []string{"project"},
+	patchable:  []string{"disable_ramdisk", "extra", "name", "owner", "public", "steps"},
+	create:     (*Server).createRunbook,
+	patch:      (*Server).patchRunbook,
+	view:       (*Server).runbookView,
+	uuid:       func(rb *store.Runbook) string { return rb.UUID },
+	name:       func(rb *store.Runbook) string { return rb.Name },
+	touch:      func(rb *store.Runbook, at time.Time) { rb.UpdatedAt = &at },
+	get: func(ctx context.Context, st store.Store, ident string) (*store.Runbook, error) {
+		return st.GetRunbook(ctx, ident)
+	},
+	list:   listRunbooks,
+	insert: func(ctx context.Context, st store.Store, rb *store.Runbook) error { return st.CreateRunbook(ctx, rb) },
+	update: func(ctx context.Context, st store.Store, rb *store.Runbook) error { return st.UpdateRunbook(ctx, rb) },
+	remove: func(ctx context.Context, st store.Store, id string) error { return st.DeleteRunbook(ctx, id) },
+}
+
+// callerProject is the project of the caller, "" for none. anvil's
+// accounts have none (Ironic's http_basic and noauth callers have neither
+// a project nor system scope either); roles and projects are #39's.
+func callerProject(*http.Request) string { return "" }
+
+// listRunbooks lists, with ?project=true, the caller's project's runbooks
+// and the public ones, as Ironic's project filter does.
+func listRunbooks(ctx context.Context, st store.Store, q query, p store.Page) ([]*store.Runbook, error) {
+	var f store.RunbookFilter
+	project, err := q.boolean("project")
+	if err != nil {
+		return nil, err
+	}
+	if project != nil && *project {
+		own := callerProject(nil)
+		f.Project = &own
+	}
+	return st.ListRunbooks(ctx, f, p)
+}
+
+// runbookView renders a runbook as Ironic's convert_with_links does:
+// step arguments that look like secrets are masked.
+func (s *Server) runbookView(r *http.Request, rb *store.Runbook, fields []string) map[string]any {
+	steps := make([]any, 0, len(rb.Steps))
+	for _, st := range rb.Steps {
+		steps = append(steps, map[string]any{"interface": st.Interface, "step": st.Step,
+			"args": maskSecrets(orEmpty(st.Args)), "order": st.Order})
+	}
+	all := map[string]any{"uuid": rb.UUID, "name": rb.Name, "steps": steps, "disable_ramdisk": rb.DisableRamdisk,
+		"public": rb.Public, "owner": sp(rb.Owner), "extra": orEmpty(rb.Extra),
+		"created_at": fmtTime(rb.CreatedAt), "updated_at": ts(rb.UpdatedAt)}
+	return s.view(r, all, runbookFieldMin, fields, "runbooks/"+rb.UUID)
+}
+
+// createRunbook checks a POST body as Ironic does (RUNBOOK_SCHEMA, then
+// duplicate_steps, then the UUID), then the owner rules for a caller
+// without system scope: it may own a runbook only for its own project.
+func (s *Server) createRunbook(r *http.Request, doc map[string]any) (*store.Runbook, error) {
+	if err := s.checkRunbook("runbook", doc, false); err != nil {
+		return nil, err
+	}
+	rb := &store.Runbook{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
+	if u, _ := doc["uuid"].(string); u != "" {
+		rb.UUID = uuid.MustParse(u).String()
+	}
+	project := callerProject(r)
+	if owner, _ := doc["owner"].(string); owner != "" && owner != project {
+		return nil, badRequest("Cannot create a runbook as a project scoped admin with an owner other than your own project.")
+	}
+	if public, _ := doc["public"].(bool); public && project != "" {
+		return nil, badRequest("Cannot create a public runbook as a project scoped admin.")
+	}
+	if project != "" {
+		rb.Owner = &project
+	}
+	fillRunbook(rb, doc)
+	return rb, nil
+}
+
+// fillRunbook copies a checked document into rb (owner aside).
+func fillRunbook(rb *store.Runbook, doc map[string]any) {
+	rb.Name = doc["name"].(string)
+	raw := doc["steps"].([]any)
+	rb.Steps = make([]store.RunbookStep, len(raw))
+	for i, x := range raw {
+		m := x.(map[string]any)
+		args, _ := m["args"].(map[string]any)
+		order, _ := stepOrder(m["order"])
+		rb.Steps[i] = store.RunbookStep{Interface: m["interface"].(string), Step: m["step"].(string), Args: orEmpty(args), Order: order}
+	}
+	rb.DisableRamdisk, _ = doc["disable_ramdisk"].(bool)
+	rb.Public, _ = doc["public"].(bool)
+	rb.Extra, _ = doc["extra"].(map[string]any)
+}
+
+// patchRunbook applies a JSON patch as Ironic does: a public runbook has
+// no owner (making one public drops its owner), each step is pruned to
+// the step schema's keys and checked, then the whole document
+// (RUNBOOK_MUTATION_SCHEMA_V112, whose name is any URL-safe one).
+func (s *Server) patchRunbook(ops []patchOp, rb *store.Runbook) (*store.Runbook, error) {
+	owners, publics := patchValues(ops, "/owner"), patchValues(ops, "/public")
+	if len(owners) > 0 {
+		publicValue := len(publics) > 0 && pyTruthy(publics[0])
+		if rb.Public && len(publics) == 0 || publicValue {
+			return nil, badRequest("Couldn't apply patch '%s'. Reason: There cannot be an owner for a public runbook", pyPatch(ops))
+		}
+	}
+	next := *rb
+	if len(publics) > 0 {
+		next.Owner = nil
+	}
+	steps := make([]any, len(rb.Steps))
+	for i, st := range rb.Steps {
+		steps[i] = map[string]any{"interface": st.Interface, "step": st.Step, "args": orEmpty(st.Args), "order": st.Order}
+	}
+	doc, err := patchedDoc(map[string]any{"uuid": rb.UUID, "name": rb.Name, "steps": steps, "disable_ramdisk": rb.DisableRamdisk,
+		"public": rb.Public, "owner": sp(next.Owner), "extra": orEmpty(rb.Extra)}, ops)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"name", "steps"} {
+		if removed(ops, k) {
+			delete(doc, k) // jsonpatch's remove drops the key: then it is missing
+		}
+	}
+	if list, ok := doc["steps"].([]any); ok {
+		for _, x := range list {
+			var errs schemaErrs
+			if m, ok := x.(map[string]any); ok {
+				for k := range m {
+					if !slices.Contains([]string{"args", "interface", "step", "order"}, k) {
+						delete(m, k)
+					}
+				}
+			}
+			checkRunbookStep(nil, x, &errs)
+			if err := errs.refusal("patch"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := s.checkRunbook("patch", doc, true); err != nil {
+		return nil, err
+	}
+	fillRunbook(&next, doc)
+	next.Owner = nil
+	if o, ok := doc["owner"].(string); ok {
+		next.Owner = &o
+	}
+	return &next, nil
+}
+
+// patchValues are the values ops add or replace at path (Ironic's
+// get_patch_values).
+func patchValues(ops []patchOp, path string) []any {
+	var out []any
+	for _, op := range ops {
+		if op.Path == path && op.Op != "remove" {
+			var v any
+			_ = json.Unmarshal(op.Value, &v)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// removed says whether the last operation on the root field k removes it.
+func removed(ops []patchOp, k string) bool {
+	last := ""
+	for _, op := range ops {
+		if op.Path == "/"+k {
+			last = op.Op
+		} else if strings.HasPrefix(op.Path, "/"+k+"/") {
+			last = ""
+		}
+	}
+	return last == "remove"
+}
+
+// pyTruthy is Python's truth of a decoded JSON value.
+func pyTruthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case float64:
+		return x != 0
+	case string:
+		return x != ""
+	case []any:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	}
+	return true
+}
+
+// pyPatch is Python's repr of a patch document, as Ironic's PatchError
+// quotes it (keys in the order clients send them: op, path, value).
+func pyPatch(ops []patchOp) string {
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		p := "{'op': " + pyRepr(op.Op) + ", 'path': " + pyRepr(op.Path)
+		if op.Value != nil {
+			var v any
+			_ = json.Unmarshal(op.Value, &v)
+			p += ", 'value': " + pyValue(v)
+		}
+		parts[i] = p + "}"
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// checkRunbook validates a runbook document as jsonschema does Ironic's
+// RUNBOOK_SCHEMA (patch: the mutation schema), reporting the error
+// best_match picks, then duplicate steps and the UUID as Ironic's
+// validators after the schema do.
+func (s *Server) checkRunbook(what string, doc map[string]any, patch bool) error {
+	var errs schemaErrs
+	props := []string{"disable_ramdisk", "extra", "name", "owner", "public", "steps", "uuid"}
+	for _, k := range []string{"uuid", "name", "steps", "disable_ramdisk", "extra", "public", "owner"} {
+		v, ok := doc[k]
+		if !ok {
+			continue
+		}
+		path := []any{k}
+		switch k {
+		case "uuid":
+			errs.typed(path, v, "string", "null")
+		case "disable_ramdisk", "public":
+			errs.typed(path, v, "boolean", "null")
+		case "extra":
+			errs.typed(path, v, "object", "null")
+		case "owner":
+			if errs.typed(path, v, "string", "null") {
+				errs.maxLength(path, v, 255)
+			}
+		case "name":
+			s.checkRunbookName(path, v, patch, &errs)
+		case "steps":
+			list, ok := v.([]any)
+			if !ok {
+				errs.add(path, false, "%s is not of type 'array'", pyValue(v))
+				break
+			}
+			if len(list) == 0 {
+				errs.add(path, false, "[] should be non-empty")
+			}
+			for i, x := range list {
+				checkRunbookStep([]any{"steps", i}, x, &errs)
+			}
+		}
+	}
+	for _, k := range []string{"steps", "name"} {
+		if _, ok := doc[k]; !ok {
+			errs.add(nil, false, "%s is a required property", pyRepr(k))
+		}
+	}
+	var extra []string
+	for k := range doc {
+		if !slices.Contains(props, k) {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		errs.additional(nil, extra)
+	}
+	if err := errs.refusal(what); err != nil {
+		return err
+	}
+	for _, k := range []string{"extra", "steps"} {
+		if err := boundField(what, k, doc[k], maxFieldJSON); err != nil {
+			return err
+		}
+	}
+	if err := duplicateRunbookSteps(doc["steps"].([]any)); err != nil {
+		return err
+	}
+	if u, ok := doc["uuid"].(string); ok && !isUUIDLike(u) {
+		return badRequest("Expected UUID for uuid: %s", u)
+	}
+	return nil
+}
+
+// checkRunbookName: a POST's name is a trait (TRAITS_SCHEMA), a PATCH's
+// any URL-safe name (RUNBOOK_NAME_SCHEMA), 1 to 255 characters.
+func (s *Server) checkRunbookName(path []any, v any, patch bool, errs *schemaErrs) {
+	name, ok := v.(string)
+	if !ok {
+		errs.add(path, false, "%s is not of type 'string'", pyValue(v))
+		return
+	}
+	if name == "" {
+		errs.add(path, false, "'' should be non-empty")
+	}
+	errs.maxLength(path, v, 255)
+	switch {
+	case patch:
+		if !runbookNameRE.MatchString(name) {
+			errs.add(path, false, "%s does not match %s", pyRepr(name), pyRepr(runbookNameRE.String()))
+		}
+	default:
+		if _, std := s.traitNames[name]; !std && !customTraitRE.MatchString(name) {
+			errs.add(path, true, "%s is not valid under any of the given schemas. Possible root cause: %s does not match '%s'",
+				pyRepr(name), pyRepr(name), customTraitRE.String())
+		}
+	}
+}
+
+// checkRunbookStep checks one step against RUNBOOK_STEP_SCHEMA.
+func checkRunbookStep(path []any, v any, errs *schemaErrs) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		errs.add(path, false, "%s is not of type 'object'", pyValue(v))
+		return
+	}
+	at := func(k string) []any { return append(slices.Clone(path), k) }
+	if a, ok := m["args"]; ok {
+		errs.typed(at("args"), a, "object")
+	}
+	if i, ok := m["interface"]; ok {
+		if errs.typed(at("interface"), i, "string") && !slices.Contains(runbookStepInterfaces, i.(string)) {
+			quoted := make([]string, len(runbookStepInterfaces))
+			for n, x := range runbookStepInterfaces {
+				quoted[n] = pyRepr(x)
+			}
+			errs.add(at("interface"), false, "%s is not one of [%s]", pyValue(i), strings.Join(quoted, ", "))
+		}
+	}
+	if st, ok := m["step"]; ok && errs.typed(at("step"), st, "string") && st == "" {
+		errs.add(at("step"), false, "'' should be non-empty")
+	}
+	if o, ok := m["order"]; ok {
+		if _, msg := stepOrder(o); msg != "" {
+			errs.add(at("order"), true, "%s", msg)
+		}
+	}
+	for _, k := range []string{"interface", "step", "order"} {
+		if _, ok := m[k]; !ok {
+			errs.add(path, false, "%s is a required property", pyRepr(k))
+		}
+	}
+	var extra []string
+	for k := range m {
+		if !slices.Contains([]string{"args", "interface", "step", "order"}, k) {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		errs.additional(path, extra)
+	}
+}
+
+// maxOrder bounds an order (Ironic's column is a 32-bit integer).
+const maxOrder = math.MaxInt32
+
+// stepOrder reads a step's order (a non-negative integer or a string of
+// digits), or says why not as jsonschema's best_match does for the
+// schema's anyOf.
+func stepOrder(v any) (int, string) {
+	notAny := func() string {
+		return pyValue(v) + " is not valid under any of the given schemas. Possible root cause: " + pyValue(v) + " is not of type 'integer'"
+	}
+	switch x := v.(type) {
+	case float64:
+		if x != math.Trunc(x) || math.IsInf(x, 0) {
+			return 0, notAny()
+		}
+		if x < 0 {
+			return 0, pyValue(v) + " is less than the minimum of 0"
+		}
+		if x > maxOrder {
+			return 0, pyValue(v) + " is greater than the maximum of " + strconv.Itoa(maxOrder)
+		}
+		return int(x), ""
+	case string:
+		if x == "" {
+			return 0, notAny()
+		}
+		for _, c := range x {
+			if c < '0' || c > '9' {
+				return 0, pyRepr(x) + " does not match '^[0-9]+$'"
+			}
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n > maxOrder {
+			return 0, pyRepr(x) + " is greater than the maximum of " + strconv.Itoa(maxOrder)
+		}
+		return n, ""
+	}
+	return 0, notAny()
+}
+
+// duplicateRunbookSteps is Ironic's duplicate_steps (shared with deploy
+// templates there, hence the wording).
+func duplicateRunbookSteps(steps []any) error {
+	seen := map[[2]string]int{}
+	var dups []string
+	for _, x := range steps {
+		m := x.(map[string]any)
+		k := [2]string{m["interface"].(string), m["step"].(string)}
+		if seen[k]++; seen[k] == 2 {
+			dups = append(dups, "interface: "+k[0]+", step: "+k[1])
+		}
+	}
+	if dups == nil {
+		return nil
+	}
+	sort.Strings(dups)
+	return badRequest("Deploy template invalid: Duplicate deploy steps. A template cannot have multiple deploy steps "+
+		"with the same interface and step. Duplicates: %s.", strings.Join(dups, "; "))
+}
+
+// schemaErr is one error jsonschema would report: where and what; weak
+// errors are anyOf's.
+type schemaErr struct {
+	path []any // property names and list indexes
+	msg  string
+	weak bool
+}
+
+type schemaErrs []schemaErr
+
+func (e *schemaErrs) add(path []any, weak bool, format string, a ...any) {
+	*e = append(*e, schemaErr{path: slices.Clone(path), msg: fmt.Sprintf(format, a...), weak: weak})
+}
+
+// typed checks v's JSON type, reporting as jsonschema does; it says
+// whether v is of one of the types.
+func (e *schemaErrs) typed(path []any, v any, types ...string) bool {
+	t := schemaType(v)
+	if slices.Contains(types, t) || t == "integer" && slices.Contains(types, "number") {
+		return true
+	}
+	quoted := make([]string, len(types))
+	for i, x := range types {
+		quoted[i] = pyRepr(x)
+	}
+	e.add(path, false, "%s is not of type %s", pyValue(v), strings.Join(quoted, ", "))
+	return false
+}
+
+func (e *schemaErrs) maxLength(path []any, v any, n int) {
+	if s, ok := v.(string); ok && utf8.RuneCountInString(s) > n {
+		e.add(path, false, "%s is too long", pyRepr(s))
+	}
+}
+
+func (e *schemaErrs) additional(path []any, extra []string) {
+	sort.Strings(extra)
+	quoted := make([]string, len(extra))
+	for i, k := range extra {
+		quoted[i] = pyRepr(k)
+	}
+	verb := "was"
+	if len(extra) > 1 {
+		verb = "were"
+	}
+	e.add(path, false, "Additional properties are not allowed (%s %s unexpected)", strings.Join(quoted, ", "), verb)
+}
+
+// refusal is Ironic's 400 for the error jsonschema's best_match picks:
+// the shallowest, then the greatest path, then a strong one over anyOf's,
+// then the first found.
+func (e schemaErrs) refusal(what string) error {
+	var best *schemaErr
+	for i := range e {
+		if c := &e[i]; best == nil || moreRelevant(c, best) {
+			best = c
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return badRequest("Schema error for %s: %s", what, best.msg)
+}
+
+func moreRelevant(a, b *schemaErr) bool {
+	if len(a.path) != len(b.path) {
+		return len(a.path) < len(b.path)
+	}
+	for i := range a.path {
+		if c := comparePathPart(a.path[i], b.path[i]); c != 0 {
+			return c > 0
+		}
+	}
+	return !a.weak && b.weak
+}
+
+func comparePathPart(a, b any) int {
+	ai, aInt := a.(int)
+	bi, bInt := b.(int)
+	switch {
+	case aInt && bInt:
+		return ai - bi
+	case !aInt && !bInt:
+		return strings.Compare(a.(string), b.(string))
+	case aInt:
+		return -1
+	}
+	return 1
+}
+
+// runbookSteps resolves the runbook a provision request names (clean, and
+// service: stepsField names the request's own steps, "clean_steps" or
+// "service_steps") as Ironic's _handle_runbook does: 406 below 1.92, the
+// runbook by UUID or name, the node must have a trait of its name, and
+// the request may not name steps of its own as well. The steps come in
+// their order (lowest first; equal orders as written), and with them
+// whether the runbook runs them without the agent (disable_ramdisk).
+//
+// Ironic's owner and public rules for using a runbook are policy checks
+// (baremetal:runbook:use, the steps' own rules for a runbook that is
+// neither public nor unowned): with anvil's accounts, which have no roles
+// yet, every caller passes them, as in Ironic's http_basic mode.
+func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsField string, stepsGiven bool) ([]protocol.Step, bool, error) {
+	if err := atLeast(ctx, runbooksVersion); err != nil {
+		return nil, false, err
+	}
+	rb, err := s.st.GetRunbook(ctx, ident)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, false, notFound("Runbook", ident)
+		}
+		return nil, false, err
+	}
+	if !slices.Contains(n.Traits, rb.Name) {
+		return nil, false, badRequest("This runbook has not been approved for use on this node %s. "+
+			"Please ask an administrator to add it to your node traits.", n.UUID)
+	}
+	if stepsField != "" && stepsGiven {
+		return nil, false, badRequest("Please provide either %q or a runbook, but not both.", stepsField)
+	}
+	ordered := slices.Clone(rb.Steps)
+	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].Order < ordered[j].Order })
+	steps := make([]protocol.Step, len(ordered))
+	for i, st := range ordered {
+		steps[i] = protocol.Step{Interface: st.Interface, Step: st.Step, Args: orEmpty(st.Args)}
+	}
+	return steps, rb.DisableRamdisk, nil
+}
