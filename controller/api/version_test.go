@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -8,13 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// maxVersion is the highest microversion served, as headers spell it.
+var maxVersion = fmt.Sprintf("1.%d", maxMinor)
+
 func TestRootDocuments(t *testing.T) {
 	e := newEnv(t)
 	r := e.do("GET", "/", "", nil)
 	require.Equal(t, http.StatusOK, r.status)
 	root := r.json(t)
 	dv := root["default_version"].(map[string]any)
-	assert.Equal(t, "1.86", dv["version"])
+	assert.Equal(t, maxVersion, dv["version"])
 	assert.Equal(t, "1.1", dv["min_version"])
 	assert.Empty(t, r.header.Get("X-OpenStack-Ironic-API-Maximum-Version"), "GET / carries no version headers")
 
@@ -23,7 +27,7 @@ func TestRootDocuments(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, p)
 		v1 := r.json(t)
 		ver := v1["version"].(map[string]any) // gophercloud reads this
-		assert.Equal(t, "1.86", ver["version"])
+		assert.Equal(t, maxVersion, ver["version"])
 		assert.Contains(t, v1, "lookup")
 		assert.NotContains(t, v1, "portgroups", "portgroups link needs 1.23")
 		assert.Equal(t, "1.22", r.header.Get(versionHeader))
@@ -39,12 +43,12 @@ func TestMicroversionNegotiation(t *testing.T) {
 		headers    bool
 	}{
 		"absent is 1.1":      {"", 200, "1.1", true},
-		"latest":             {"latest", 200, "1.86", true},
+		"latest":             {"latest", 200, maxVersion, true},
 		"explicit":           {"1.50", 200, "1.50", true},
 		"1.83":               {"1.83", 200, "1.83", true},
 		"1.84":               {"1.84", 200, "1.84", true},
 		"1.85":               {"1.85", 200, "1.85", true},
-		"above max":          {"1.87", 406, "", true},
+		"above max":          {fmt.Sprintf("1.%d", maxMinor+1), 406, "", true},
 		"below min":          {"1.0", 406, "", true},
 		"wrong major":        {"2.1", 406, "", true},
 		"unparseable":        {"one.two", 406, "", false},
@@ -56,7 +60,7 @@ func TestMicroversionNegotiation(t *testing.T) {
 			require.Equal(t, tc.status, r.status, string(r.body))
 			assert.Equal(t, tc.negotiated, r.header.Get(versionHeader))
 			if tc.headers {
-				assert.Equal(t, "1.86", r.header.Get("X-OpenStack-Ironic-API-Maximum-Version"))
+				assert.Equal(t, maxVersion, r.header.Get("X-OpenStack-Ironic-API-Maximum-Version"))
 				assert.Equal(t, "1.1", r.header.Get("X-OpenStack-Ironic-API-Minimum-Version"))
 			} else {
 				assert.Empty(t, r.header.Get("X-OpenStack-Ironic-API-Maximum-Version"))
