@@ -15,7 +15,6 @@ import (
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
-	"github.com/anvil-metal/anvil/protocol"
 )
 
 func (s *Server) getStates(w http.ResponseWriter, r *http.Request) error {
@@ -77,15 +76,14 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if b.ConfigDrive != nil && !isDeploy {
 		return badRequest("Adding a config drive is only supported when setting provision state to active or rebuild")
 	}
-	var runbookSteps []protocol.Step
+	var rb *runbookRun
 	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
 		// the runbook's steps and disable_ramdisk are the request's
 		stepsField := map[string]string{"clean": "clean_steps"}[target]
-		var noRamdisk bool
-		if runbookSteps, noRamdisk, err = s.runbookSteps(ctx, n, *b.Runbook, stepsField, len(b.CleanSteps) > 0); err != nil {
+		if rb, err = s.runbookSteps(ctx, n, *b.Runbook, stepsField, len(b.CleanSteps) > 0); err != nil {
 			return err
 		}
-		b.DisableRamdisk = &noRamdisk
+		b.DisableRamdisk = &rb.disableRamdisk
 	}
 	if b.CleanSteps != nil && target != "clean" {
 		return badRequest("\"clean_steps\" is only valid when setting target provision state to clean")
@@ -122,8 +120,8 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if req.DeploySteps, err = parseSteps(b.DeploySteps, true); err != nil {
 		return err
 	}
-	if runbookSteps != nil && target == "clean" {
-		req.CleanSteps = runbookSteps
+	if rb != nil && target == "clean" {
+		req.CleanSteps, req.Runbook = rb.steps, rb.label
 	}
 	if target == "clean" && len(req.CleanSteps) == 0 {
 		return badRequest("\"clean_steps\" is required when setting target provision state to clean")

@@ -547,6 +547,13 @@ func comparePathPart(a, b any) int {
 	return 1
 }
 
+// runbookRun is what a runbook gives the provision request naming it.
+type runbookRun struct {
+	steps          []protocol.Step // in their order
+	disableRamdisk bool
+	label          string // "CUSTOM_X (uuid)", for the node's history
+}
+
 // runbookSteps resolves the runbook a provision request names (clean, and
 // service: stepsField names the request's own steps, "clean_steps" or
 // "service_steps") as Ironic's _handle_runbook does: 406 below 1.92, the
@@ -559,23 +566,23 @@ func comparePathPart(a, b any) int {
 // (baremetal:runbook:use, the steps' own rules for a runbook that is
 // neither public nor unowned): with anvil's accounts, which have no roles
 // yet, every caller passes them, as in Ironic's http_basic mode.
-func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsField string, stepsGiven bool) ([]protocol.Step, bool, error) {
+func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsField string, stepsGiven bool) (*runbookRun, error) {
 	if err := atLeast(ctx, runbooksVersion); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	rb, err := s.st.GetRunbook(ctx, ident)
 	if err != nil {
 		if isNotFound(err) {
-			return nil, false, notFound("Runbook", ident)
+			return nil, notFound("Runbook", ident)
 		}
-		return nil, false, err
+		return nil, err
 	}
 	if !slices.Contains(n.Traits, rb.Name) {
-		return nil, false, badRequest("This runbook has not been approved for use on this node %s. "+
+		return nil, badRequest("This runbook has not been approved for use on this node %s. "+
 			"Please ask an administrator to add it to your node traits.", n.UUID)
 	}
 	if stepsField != "" && stepsGiven {
-		return nil, false, badRequest("Please provide either %q or a runbook, but not both.", stepsField)
+		return nil, badRequest("Please provide either %q or a runbook, but not both.", stepsField)
 	}
 	ordered := slices.Clone(rb.Steps)
 	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].Order < ordered[j].Order })
@@ -583,5 +590,5 @@ func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsFi
 	for i, st := range ordered {
 		steps[i] = protocol.Step{Interface: st.Interface, Step: st.Step, Args: orEmpty(st.Args)}
 	}
-	return steps, rb.DisableRamdisk, nil
+	return &runbookRun{steps: steps, disableRamdisk: rb.DisableRamdisk, label: rb.Name + " (" + rb.UUID + ")"}, nil
 }

@@ -309,6 +309,7 @@ func TestCleanWithRunbook(t *testing.T) {
 	n := e.waitState("rb", "manageable")
 	assert.Nil(t, n["last_error"])
 	hist := historyText(e, "rb")
+	assert.Contains(t, hist, "manageable -> cleaning (clean requested with runbook CUSTOM_BIOS_TUNE ("+rbID+"))")
 	var at []int
 	for i, s := range []string{"bios.factory_reset started (1/2)", "bios.apply_configuration started (2/2)"} {
 		k := strings.Index(hist, "clean step "+s)
