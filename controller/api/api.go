@@ -269,9 +269,8 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 		r.Handle(p, authed(s.listConductors)).Methods(http.MethodGet)
 	}
 	r.Handle("/conductors/{hostname}", authed(s.getConductor)).Methods(http.MethodGet)
-	collection{list: s.listDeployTemplates, create: s.createDeployTemplate, get: s.getDeployTemplate,
-		patch: s.patchDeployTemplate, del: s.deleteDeployTemplate}.
-		route(r, func(h handler) http.Handler { return authed(s.gated(h)) }, "/deploy_templates", "template")
+	deployTemplates.collection(s).route(r, authed, "/deploy_templates", "template")
+	runbooks.collection(s).route(r, authed, "/runbooks", "runbook")
 	collection{list: s.listInspectionRules, create: s.createInspectionRule, get: s.getInspectionRule,
 		patch: s.patchInspectionRule, del: s.deleteInspectionRule}.
 		route(r, func(h handler) http.Handler { return authed(rulesGate(h)) }, "/inspection_rules", "rule")
@@ -423,6 +422,9 @@ func (s *Server) getV1(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ver >= 55 {
 		doc["deploy_templates"] = s.links(r, "deploy_templates/")
+	}
+	if ver >= runbooksVersion {
+		doc["runbooks"] = s.links(r, "runbooks/")
 	}
 	if ver >= inspectionRulesVersion {
 		doc["inspection_rules"] = s.links(r, "inspection_rules/")

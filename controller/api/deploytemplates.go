@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 
-	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -21,29 +19,35 @@ import (
 var templateFieldMin = map[string]int{"uuid": 55, "name": 55, "steps": 55, "extra": 55,
 	"created_at": 55, "updated_at": 55, "links": 55}
 
-// templateGate answers a request below 1.55 as Ironic's controller does:
-// GET 404, anything else 405, with its message.
-func templateGate(w http.ResponseWriter, r *http.Request) bool {
-	if version(r.Context()) >= 55 {
-		return true
-	}
-	status, title := http.StatusMethodNotAllowed, "Method Not Allowed"
-	if r.Method == http.MethodGet {
-		status, title = http.StatusNotFound, "Not Found"
-	}
-	writeJSON(w, status, map[string]any{"error_message": mustJSON(map[string]any{
-		"code": status, "title": title, "description": "The API version does not allow deploy templates"})})
-	return false
-}
-
-// gated wraps a deploy template handler with templateGate.
-func (s *Server) gated(h handler) handler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		if !templateGate(w, r) {
-			return nil
-		}
-		return h(w, r)
-	}
+// deployTemplates is the deploy template kind of stepsResource.
+var deployTemplates = &stepsResource[store.DeployTemplate]{
+	version: 55, plural: "deploy_templates", gateMsg: "deploy templates", title: "Deploy template",
+	noun: "deploy template", muxVar: "template",
+	fieldMin: templateFieldMin, defaults: []string{"uuid", "name"},
+	sortKeys: store.DeployTemplateSortKeys(), noSort: []string{"extra", "steps"},
+	patchable: []string{"extra", "name", "steps", "description"},
+	create: func(s *Server, _ *http.Request, doc map[string]any) (*store.DeployTemplate, error) {
+		t := &store.DeployTemplate{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
+		return t, s.parseTemplate(doc, t)
+	},
+	patch: (*Server).patchTemplate,
+	view:  (*Server).templateView,
+	uuid:  func(t *store.DeployTemplate) string { return t.UUID },
+	name:  func(t *store.DeployTemplate) string { return t.Name },
+	touch: func(t *store.DeployTemplate, at time.Time) { t.UpdatedAt = &at },
+	get: func(ctx context.Context, st store.Store, ident string) (*store.DeployTemplate, error) {
+		return st.GetDeployTemplate(ctx, ident)
+	},
+	list: func(ctx context.Context, st store.Store, _ query, p store.Page) ([]*store.DeployTemplate, error) {
+		return st.ListDeployTemplates(ctx, p)
+	},
+	insert: func(ctx context.Context, st store.Store, t *store.DeployTemplate) error {
+		return st.CreateDeployTemplate(ctx, t)
+	},
+	update: func(ctx context.Context, st store.Store, t *store.DeployTemplate) error {
+		return st.UpdateDeployTemplate(ctx, t)
+	},
+	remove: func(ctx context.Context, st store.Store, id string) error { return st.DeleteDeployTemplate(ctx, id) },
 }
 
 // templateView renders a template; fields keeps those (and links), and
@@ -57,62 +61,6 @@ func (s *Server) templateView(r *http.Request, t *store.DeployTemplate, fields [
 	all := map[string]any{"uuid": t.UUID, "name": t.Name, "steps": steps, "extra": orEmpty(t.Extra),
 		"created_at": fmtTime(t.CreatedAt), "updated_at": ts(t.UpdatedAt)}
 	return s.view(r, all, templateFieldMin, fields, "deploy_templates/"+t.UUID)
-}
-
-func templateFields(ctx context.Context, q query) ([]string, error) {
-	fields := fieldsArg(q)
-	return fields, checkFields(ctx, fields, templateFieldMin)
-}
-
-func (s *Server) listDeployTemplates(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	fields, p, err := collectionArgs(r, templateFieldMin, []string{"uuid", "name"}, store.DeployTemplateSortKeys(), []string{"extra", "steps"})
-	if err != nil {
-		return err
-	}
-	items, err := s.st.ListDeployTemplates(ctx, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc})
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) && p.marker != "" {
-			return notFound("Deploy template", p.marker)
-		}
-		return err
-	}
-	out := make([]map[string]any, 0, len(items))
-	for _, t := range items {
-		out = append(out, s.templateView(r, t, fields))
-	}
-	body := map[string]any{"deploy_templates": out}
-	if len(items) == p.limit {
-		body["next"] = nextURL(s.baseURL(r), r.URL.Path, r.URL.Query(), items[len(items)-1].UUID, p)
-	}
-	writeJSON(w, http.StatusOK, body)
-	return nil
-}
-
-func (s *Server) loadTemplate(r *http.Request) (*store.DeployTemplate, error) {
-	id := mux.Vars(r)["template"]
-	t, err := s.st.GetDeployTemplate(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound("Deploy template", id)
-	}
-	return t, err
-}
-
-func (s *Server) getDeployTemplate(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "fields")
-	if err != nil {
-		return err
-	}
-	fields, err := templateFields(r.Context(), q)
-	if err != nil {
-		return err
-	}
-	t, err := s.loadTemplate(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.templateView(r, t, fields))
-	return nil
 }
 
 // parseTemplate checks a template document against Ironic's
@@ -200,60 +148,12 @@ func (s *Server) parseTemplate(doc map[string]any, t *store.DeployTemplate) erro
 	return nil
 }
 
-func templateWriteError(t *store.DeployTemplate, err error) error {
-	switch {
-	case errors.Is(err, store.ErrDuplicateName):
-		return conductor.Wrap(conductor.CodeConflict, err, "A deploy template with name %s already exists.", t.Name)
-	case errors.Is(err, store.ErrDuplicateUUID):
-		return conductor.Wrap(conductor.CodeConflict, err, "A deploy template with UUID %s already exists.", t.UUID)
-	}
-	return err
-}
-
-func (s *Server) createDeployTemplate(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r); err != nil {
-		return err
-	}
-	doc, err := readObject(r)
-	if err != nil {
-		return err
-	}
-	t := &store.DeployTemplate{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
-	if err := s.parseTemplate(doc, t); err != nil {
-		return err
-	}
-	if err := s.st.CreateDeployTemplate(r.Context(), t); err != nil {
-		return templateWriteError(t, err)
-	}
-	w.Header().Set("Location", s.baseURL(r)+"/v1/deploy_templates/"+t.UUID)
-	writeJSON(w, http.StatusCreated, s.templateView(r, t, nil))
-	return nil
-}
-
-// patchDeployTemplate applies a JSON patch to name, steps, extra (and the
+// patchTemplate applies a JSON patch to name, steps, extra (and the
 // dropped description), then checks the result as a new template.
-func (s *Server) patchDeployTemplate(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r); err != nil {
-		return err
-	}
-	ops, err := readPatch(r)
+func (s *Server) patchTemplate(ops []patchOp, t *store.DeployTemplate) (*store.DeployTemplate, error) {
+	doc, err := patchedDoc(map[string]any{"name": t.Name, "extra": orEmpty(t.Extra), "steps": t.Steps, "description": nil}, ops)
 	if err != nil {
-		return err
-	}
-	if err := checkPatchable(ops, []string{"extra", "name", "steps", "description"}); err != nil {
-		return err
-	}
-	t, err := s.loadTemplate(r)
-	if err != nil {
-		return err
-	}
-	cur := map[string]any{"name": t.Name, "extra": orEmpty(t.Extra), "steps": t.Steps, "description": nil}
-	var doc map[string]any
-	if err := jsonCopy(cur, &doc); err != nil {
-		return err
-	}
-	if err := applyPatch(doc, ops); err != nil {
-		return err
+		return nil, err
 	}
 	for _, k := range []string{"description", "extra"} {
 		if doc[k] == nil {
@@ -262,28 +162,7 @@ func (s *Server) patchDeployTemplate(w http.ResponseWriter, r *http.Request) err
 	}
 	next := *t
 	if err := s.parseTemplate(doc, &next); err != nil {
-		return err
+		return nil, err
 	}
-	now := time.Now().UTC()
-	next.UpdatedAt = &now
-	if err := s.st.UpdateDeployTemplate(r.Context(), &next); err != nil {
-		return templateWriteError(&next, err)
-	}
-	writeJSON(w, http.StatusOK, s.templateView(r, &next, nil))
-	return nil
-}
-
-func (s *Server) deleteDeployTemplate(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r); err != nil {
-		return err
-	}
-	t, err := s.loadTemplate(r)
-	if err != nil {
-		return err
-	}
-	if err := s.st.DeleteDeployTemplate(r.Context(), t.UUID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return &next, nil
 }

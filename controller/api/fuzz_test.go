@@ -82,6 +82,62 @@ func FuzzDeployTemplateBody(f *testing.F) {
 	})
 }
 
+// FuzzRunbookBody feeds arbitrary bodies to the runbook parser: a client
+// error or a runbook whose every step is valid; and arbitrary patches to
+// a runbook: a client error or a runbook that is still valid.
+func FuzzRunbookBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"name":"CUSTOM_A","steps":[{"interface":"bios","step":"apply_configuration","args":{"settings":[]},"order":1}]}`,
+		`{"name":"CUSTOM_A","steps":[{"interface":"deploy","step":"x","order":"7"}],"uuid":null,"extra":null,"public":true,"disable_ramdisk":false}`,
+		`{"name":"x","steps":[]}`, `{"name":5}`, `{"steps":[1]}`, `[]`, `null`, `{"name":"CUSTOM_A","steps":[{}]}`,
+		`{"name":"CUSTOM_A","steps":[{"interface":"raid","step":"s","order":-1},{"interface":"raid","step":"s","order":1.5}],"owner":"p"}`,
+	} {
+		f.Add([]byte(seed), []byte(`[{"op":"replace","path":"/steps/0/order","value":3}]`))
+	}
+	f.Add([]byte(`{}`), []byte(`[{"op":"add","path":"/owner","value":"p"},{"op":"remove","path":"/name"}]`))
+	f.Add([]byte(`{}`), []byte(`[{"op":"add","path":"/steps/-","value":{"interface":"bios","step":"x","order":0,"y":1}}]`))
+	f.Add([]byte(`{}`), []byte(`[{"op":"replace","path":"/steps","value":[5]},{"op":"replace","path":"/public","value":true}]`))
+	s := &Server{traitNames: newTraitNames()}
+	r := httptest.NewRequest("POST", "/v1/runbooks", nil)
+	valid := func(t *testing.T, rb *store.Runbook) {
+		require.NotEmpty(t, rb.Steps)
+		require.NotEmpty(t, rb.Name)
+		for _, st := range rb.Steps {
+			require.GreaterOrEqual(t, st.Order, 0)
+			require.Contains(t, runbookStepInterfaces, st.Interface)
+			require.NotEmpty(t, st.Step)
+		}
+		require.False(t, rb.Public && rb.Owner != nil, "a public runbook has no owner")
+	}
+	base := &store.Runbook{UUID: "5f1e5c2e-2f0e-4c55-9e33-1df0d1a1c001", Name: "CUSTOM_BASE",
+		Steps: []store.RunbookStep{{Interface: "bios", Step: "factory_reset", Order: 1}}}
+	f.Fuzz(func(t *testing.T, body, patch []byte) {
+		if doc, err := decodeObject(body); err != nil {
+			assertClientError(t, err)
+		} else if rb, err := s.createRunbook(r, doc); err != nil {
+			assertClientError(t, err)
+		} else {
+			valid(t, rb)
+		}
+		ops, err := decodePatch(patch)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		if err := checkPatchable(ops, runbooks.patchable); err != nil {
+			assertClientError(t, err)
+			return
+		}
+		next, err := s.patchRunbook(ops, base)
+		if err != nil {
+			assertClientError(t, err)
+			return
+		}
+		valid(t, next)
+		require.Equal(t, "CUSTOM_BASE", base.Name, "the runbook read is not changed")
+	})
+}
+
 // FuzzNodeListQuery drives the list parser with arbitrary query strings.
 func FuzzNodeListQuery(f *testing.F) {
 	for _, seed := range []string{"limit=2&marker=x", "maintenance=True&retired=0", "fields=uuid,name",

@@ -50,6 +50,7 @@ type provisionBody struct {
 	ServiceSteps   []map[string]any `json:"service_steps"`
 	RescuePassword *string          `json:"rescue_password"`
 	DisableRamdisk *bool            `json:"disable_ramdisk"`
+	Runbook        *string          `json:"runbook"`
 }
 
 func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
@@ -83,6 +84,16 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	isDeploy := known && (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild)
 	if b.ConfigDrive != nil && !isDeploy {
 		return badRequest("Adding a config drive is only supported when setting provision state to active or rebuild")
+	}
+	var rb *runbookRun
+	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
+		// the runbook's steps and disable_ramdisk are the request's
+		stepsField := map[string]string{"clean": "clean_steps", "service": "service_steps"}[target]
+		given := map[string]bool{"clean": len(b.CleanSteps) > 0, "service": len(b.ServiceSteps) > 0}[target]
+		if rb, err = s.runbookSteps(ctx, n, *b.Runbook, stepsField, given); err != nil {
+			return err
+		}
+		b.DisableRamdisk = &rb.disableRamdisk
 	}
 	if b.CleanSteps != nil && target != "clean" {
 		return badRequest("\"clean_steps\" is only valid when setting target provision state to clean")
@@ -131,6 +142,14 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.ServiceSteps, err = parseStepsOf("service", b.ServiceSteps); err != nil {
 		return err
+	}
+	if rb != nil {
+		switch target {
+		case "clean":
+			req.CleanSteps, req.Runbook = rb.steps, rb.label
+		case "service":
+			req.ServiceSteps, req.Runbook = rb.steps, rb.label
+		}
 	}
 	if target == "service" && len(req.ServiceSteps) == 0 {
 		return badRequest("\"service_steps\" is required when setting target provision state to service")

@@ -236,10 +236,22 @@ func unhex(c byte) byte {
 // when neither is given, and a page sorted by one of sortKeys; noSort are
 // fields Ironic refuses to sort by. view is nil for every field.
 func collectionArgs(r *http.Request, fieldMin map[string]int, defaults, sortKeys, noSort []string) (view []string, p pageArgs, err error) {
-	q, err := parseQuery(r, "fields", "detail", "limit", "marker", "sort_key", "sort_dir")
+	view, p, _, err = collectionQuery(r, fieldMin, defaults, sortKeys, noSort)
+	return view, p, err
+}
+
+// collectionQuery is collectionArgs for a collection that takes more
+// parameters (extra), which the query it returns holds.
+func collectionQuery(r *http.Request, fieldMin map[string]int, defaults, sortKeys, noSort []string, extra ...string) (view []string, p pageArgs, q query, err error) {
+	q, err = parseQuery(r, append([]string{"fields", "detail", "limit", "marker", "sort_key", "sort_dir"}, extra...)...)
 	if err != nil {
-		return nil, p, err
+		return nil, p, q, err
 	}
+	view, p, err = collectionView(r, q, fieldMin, defaults, sortKeys, noSort)
+	return view, p, q, err
+}
+
+func collectionView(r *http.Request, q query, fieldMin map[string]int, defaults, sortKeys, noSort []string) (view []string, p pageArgs, err error) {
 	detail, err := q.boolean("detail")
 	if err != nil {
 		return nil, p, err

@@ -34,6 +34,9 @@ type ProvisionRequest struct {
 	// RequestedBy names who sent the request (the API's account of its
 	// user); kept for the sanitization records of the cleaning it starts.
 	RequestedBy string
+	// Runbook names the runbook the steps came from ("NAME (UUID)"), for
+	// the node's history; "" for none.
+	Runbook string
 }
 
 // Provision validates and commits a provision verb, then schedules the work.
@@ -61,8 +64,12 @@ func (c *requests) Provision(ctx context.Context, ident string, req ProvisionReq
 		if err := c.acceptVerb(n, verb, req); err != nil {
 			return nil, err
 		}
+		what := req.Target + " requested"
+		if req.Runbook != "" {
+			what += " with runbook " + req.Runbook
+		}
 		return []*store.Event{c.newEvent(n.UUID, "INFO", "provisioning",
-			fmt.Sprintf("%s -> %s (%s requested)", cur, n.ProvisionState, req.Target))}, nil
+			fmt.Sprintf("%s -> %s (%s)", cur, n.ProvisionState, what))}, nil
 	})
 	if err != nil {
 		return err

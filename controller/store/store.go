@@ -516,6 +516,7 @@ type Store interface {
 	VolumeStore
 	DeployTemplates
 	InspectionRules
+	Runbooks
 	Controllers
 	History
 	Inventories

@@ -169,6 +169,11 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 		func(t *store.DeployTemplate) string { return t.UUID }); err != nil {
 		return sum, err
 	}
+	if sum.Runbooks, err = exportResources(ctx, d, "runbooks",
+		func(p store.Page) ([]*store.Runbook, error) { return src.ListRunbooks(ctx, store.RunbookFilter{}, p) },
+		func(rb *store.Runbook) string { return rb.UUID }); err != nil {
+		return sum, err
+	}
 	if err := exportNodeSets(ctx, d, src, uuids, &sum); err != nil {
 		return sum, err
 	}

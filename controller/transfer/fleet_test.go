@@ -37,6 +37,7 @@ const (
 	kindChassis
 	kindVolume
 	kindTemplate
+	kindRunbook
 )
 
 // fillFleet writes a varied fleet through store calls, with everything an
@@ -157,6 +158,12 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 		Steps: []store.TemplateStep{{Interface: "raid", Step: "apply_configuration", Priority: 90,
 			Args: map[string]any{"raid_config": map[string]any{"logical_disks": []any{map[string]any{"raid_level": "1", "size_gb": "MAX"}}}}}},
 		Extra: map[string]any{"owner": "ops"}, CreatedAt: at(51), UpdatedAt: atp(52)}))
+	require.NoError(t, st.CreateRunbook(ctx, &store.Runbook{UUID: fleetUUID(kindRunbook, 1), Name: "CUSTOM_BIOS_TUNE",
+		Steps: []store.RunbookStep{
+			{Interface: "bios", Step: "apply_configuration", Order: 2,
+				Args: map[string]any{"settings": []any{map[string]any{"name": "LogicalProc", "value": "Disabled"}}}},
+			{Interface: "bios", Step: "factory_reset", Order: 1, Args: map[string]any{}}},
+		DisableRamdisk: true, Owner: strp("team-a"), Extra: map[string]any{"ticket": "OPS-1"}, CreatedAt: at(57), UpdatedAt: atp(58)}))
 	hi := 64
 	require.NoError(t, st.ReplaceBIOSSettings(ctx, available.UUID, []store.BIOSSetting{
 		{Name: "BootMode", Value: "Uefi", AttributeType: "Enumeration", AllowableValues: []string{"Bios", "Uefi"},

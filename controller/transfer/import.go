@@ -69,6 +69,10 @@ func refuseNonEmpty(ctx context.Context, dst Target) error {
 			templates, err := dst.ListDeployTemplates(ctx, one)
 			return holdsNone("deploy templates", templates, err, func(t *store.DeployTemplate) string { return t.Name })
 		},
+		func() error {
+			runbooks, err := dst.ListRunbooks(ctx, store.RunbookFilter{}, one)
+			return holdsNone("runbooks", runbooks, err, func(rb *store.Runbook) string { return rb.Name })
+		},
 	} {
 		if err := check(); err != nil {
 			return err
@@ -116,6 +120,10 @@ func (discard) ListDeployTemplates(context.Context, store.Page) ([]*store.Deploy
 	return nil, nil
 }
 func (discard) CreateDeployTemplate(context.Context, *store.DeployTemplate) error { return nil }
+func (discard) ListRunbooks(context.Context, store.RunbookFilter, store.Page) ([]*store.Runbook, error) {
+	return nil, nil
+}
+func (discard) CreateRunbook(context.Context, *store.Runbook) error { return nil }
 func (discard) PutEraseRecords(context.Context, []*store.EraseRecord) error {
 	return nil
 }
@@ -142,6 +150,7 @@ type decoder struct {
 	chassis, connectorIDs, bootIndexes map[string]bool
 	now                                func() time.Time
 	templateUUIDs, templateNames       map[string]bool
+	runbookUUIDs, runbookNames         map[string]bool
 }
 
 func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
@@ -150,7 +159,8 @@ func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
 		pgNames: map[string]bool{}, pgAddrs: map[string]bool{}, portNames: map[string]bool{}, portAddrs: map[string]bool{},
 		allocNames: map[string]bool{}, inventories: map[string]bool{},
 		chassis: map[string]bool{}, connectorIDs: map[string]bool{}, bootIndexes: map[string]bool{}, now: time.Now,
-		templateUUIDs: map[string]bool{}, templateNames: map[string]bool{}}
+		templateUUIDs: map[string]bool{}, templateNames: map[string]bool{},
+		runbookUUIDs: map[string]bool{}, runbookNames: map[string]bool{}}
 	// The document is ours: a field this controller does not know is a typo
 	// or a newer exporter's, and dropping it silently would lose data.
 	d.dec.DisallowUnknownFields()
@@ -306,6 +316,8 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		}, &d.sum.Records))
 	case "deploy_templates":
 		return section(ctx, d, key, where, d.template, counted(d.dst.CreateDeployTemplate, &d.sum.Templates))
+	case "runbooks":
+		return section(ctx, d, key, where, d.runbook, counted(d.dst.CreateRunbook, &d.sum.Runbooks))
 	case "bios_settings":
 		return d.biosSection(ctx, where)
 	case "firmware_components":
@@ -552,6 +564,24 @@ func (d *decoder) template(t *store.DeployTemplate) error {
 		if s.Interface == "" || s.Step == "" || s.Priority < 0 {
 			err = errors.Join(err, fmt.Errorf("steps[%d] needs an interface, a step and a priority of 0 or more", i))
 		}
+	}
+	return err
+}
+
+// runbook checks a runbook: unique UUID and name, steps, and no owner
+// for a public one.
+func (d *decoder) runbook(rb *store.Runbook) error {
+	err := errors.Join(unique(d.runbookUUIDs, "uuid", rb.UUID), unique(d.runbookNames, "name", rb.Name))
+	if len(rb.Steps) == 0 {
+		err = errors.Join(err, errors.New("steps is missing or empty"))
+	}
+	for i, s := range rb.Steps {
+		if s.Interface == "" || s.Step == "" || s.Order < 0 {
+			err = errors.Join(err, fmt.Errorf("steps[%d] needs an interface, a step and an order of 0 or more", i))
+		}
+	}
+	if rb.Public && rb.Owner != nil {
+		err = errors.Join(err, errors.New("a public runbook has no owner"))
 	}
 	return err
 }

@@ -45,7 +45,7 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
 	return Summary{Chassis: 2, Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, VolumeConnectors: 1, VolumeTargets: 1,
-		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1, BIOSSettings: 2, Firmware: 1}
+		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1, Runbooks: 1, BIOSSettings: 2, Firmware: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -61,7 +61,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+1+1+14*2+1, bytes.Count(doc, []byte("\n")), "BIOS settings and firmware: a line per node")
+	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+1+1+1+15*2+1, bytes.Count(doc, []byte("\n")), "BIOS settings and firmware: a line per node")
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -110,6 +110,13 @@ func TestGoldenRoundTrip(t *testing.T) {
 	assert.Equal(t, 90, tpl.Steps[0].Priority)
 	assert.Equal(t, at(51), tpl.CreatedAt)
 	assert.Equal(t, at(52), *tpl.UpdatedAt)
+	rb, err := st.GetRunbook(ctx, "CUSTOM_BIOS_TUNE")
+	require.NoError(t, err)
+	assert.Equal(t, fleetUUID(kindRunbook, 1), rb.UUID)
+	assert.Equal(t, []int{2, 1}, []int{rb.Steps[0].Order, rb.Steps[1].Order}, "steps as written")
+	assert.True(t, rb.DisableRamdisk)
+	assert.Equal(t, "team-a", *rb.Owner)
+	assert.Equal(t, at(58), *rb.UpdatedAt)
 	bios, err := st.GetBIOSSetting(ctx, fleetUUID(kindNode, 2), "BootMode")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"Bios", "Uefi"}, bios.AllowableValues)
@@ -153,7 +160,7 @@ func TestImportDocumentWithoutResults(t *testing.T) {
 	sum, err := Import(context.Background(), openSQLite(t), bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.StepResults, want.Records, want.Templates, want.BIOSSettings, want.Firmware = 0, 0, 0, 0, 0
+	want.StepResults, want.Records, want.Templates, want.Runbooks, want.BIOSSettings, want.Firmware = 0, 0, 0, 0, 0, 0
 	// nor chassis and volumes: its node's chassis is created
 	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
 	assert.Equal(t, want, sum)
@@ -169,7 +176,7 @@ func TestImportDocumentWithoutChassis(t *testing.T) {
 	sum, err := Import(context.Background(), st, bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates, want.BIOSSettings, want.Firmware = 1, 0, 0, 0, 0, 0
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates, want.Runbooks, want.BIOSSettings, want.Firmware = 1, 0, 0, 0, 0, 0, 0
 	assert.Equal(t, want, sum)
 	n, err := st.GetNode(context.Background(), "web-01")
 	require.NoError(t, err)
@@ -245,6 +252,13 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 		"template without steps": {doc("deploy_templates", `[{"uuid":"t1","name":"CUSTOM_A","steps":[]}]`), `deploy_templates[0] at byte 188: steps is missing or empty`},
 		"template step without interface": {doc("deploy_templates", `[{"uuid":"t1","name":"CUSTOM_A","steps":[{"step":"s","args":{},"priority":1}]}]`),
 			`steps[0] needs an interface, a step and a priority of 0 or more`},
+		"duplicate runbook name": {doc("runbooks", `[{"uuid":"r1","name":"CUSTOM_A","steps":[{"interface":"deploy","step":"s","args":{},"order":1}]},`+
+			`{"uuid":"r2","name":"CUSTOM_A","steps":[{"interface":"deploy","step":"s","args":{},"order":1}]}]`), `name "CUSTOM_A" appears twice`},
+		"runbook without steps": {doc("runbooks", `[{"uuid":"r1","name":"CUSTOM_A","steps":null}]`), `runbooks[0] at byte 180: steps is missing or empty`},
+		"runbook step with a negative order": {doc("runbooks", `[{"uuid":"r1","name":"CUSTOM_A","steps":[{"interface":"deploy","step":"s","order":-1}]}]`),
+			`steps[0] needs an interface, a step and an order of 0 or more`},
+		"public runbook with an owner": {doc("runbooks", `[{"uuid":"r1","name":"CUSTOM_A","public":true,"owner":"p","steps":[{"interface":"deploy","step":"s","order":1}]}]`),
+			`a public runbook has no owner`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

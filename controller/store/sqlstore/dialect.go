@@ -240,9 +240,9 @@ func (pgDialect) duplicate(err error) (error, bool) {
 	}
 	switch pgErr.ConstraintName {
 	case "nodes_uuid_key", "resources_uuid_key", "events_uuid_key", "chassis_uuid_key", "deploy_templates_uuid_key",
-		"inspection_rules_uuid_key":
+		"inspection_rules_uuid_key", "runbooks_uuid_key":
 		return store.ErrDuplicateUUID, true
-	case "nodes_name_key", "resources_name", "deploy_templates_name_key":
+	case "nodes_name_key", "resources_name", "deploy_templates_name_key", "runbooks_name_key":
 		return store.ErrDuplicateName, true
 	case "resources_address":
 		return store.ErrDuplicateAddr, true

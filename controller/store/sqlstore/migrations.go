@@ -446,4 +446,31 @@ var migrations = []migration{
 	);
 	CREATE INDEX inspection_rules_phase ON inspection_rules (phase, priority);`,
 	},
+	{
+		// 16: runbooks (Ironic's runbooks, API 1.92): unique names and
+		// UUIDs, the steps in the document; the columns are what a list
+		// sorts by or filters on (owner or public).
+		sqlite: `CREATE TABLE runbooks (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		uuid TEXT NOT NULL UNIQUE,
+		name TEXT NOT NULL UNIQUE,
+		owner TEXT,
+		public INTEGER NOT NULL,
+		disable_ramdisk INTEGER NOT NULL,
+		created_at TEXT NOT NULL,
+		updated_at TEXT,
+		data BLOB NOT NULL
+	);`,
+		postgres: `CREATE TABLE runbooks (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid text COLLATE "C" NOT NULL CONSTRAINT runbooks_uuid_key UNIQUE,
+		name text COLLATE "C" NOT NULL CONSTRAINT runbooks_name_key UNIQUE,
+		owner text COLLATE "C",
+		public boolean NOT NULL,
+		disable_ramdisk boolean NOT NULL,
+		created_at timestamptz NOT NULL,
+		updated_at timestamptz,
+		data bytea NOT NULL
+	);`,
+	},
 }

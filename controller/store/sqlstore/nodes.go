@@ -241,7 +241,8 @@ func (s *Store) whyNotUpdated(ctx context.Context, db execer, uuid, holder, what
 func (s *Store) sortExpr(key string) (string, bool) {
 	switch key {
 	case "id", "uuid", "created_at", "provision_state", "driver", "maintenance", "conductor_group", "retired",
-		"priority", "phase": // the last two: inspection rules'
+		"priority", "phase", // inspection rules'
+		"public", "disable_ramdisk": // runbooks'
 		return key, true // NOT NULL columns
 	case "name", "power_state", "resource_class", "instance_uuid", "owner":
 		return "COALESCE(" + key + ", '')", true
@@ -263,6 +264,8 @@ func sortable(table, key string) bool {
 		return slices.Contains(store.DeployTemplateSortKeys(), key)
 	case table == "inspection_rules":
 		return slices.Contains(store.InspectionRuleSortKeys(), key)
+	case table == "runbooks":
+		return slices.Contains(store.RunbookSortKeys(), key)
 	}
 	return false
 }

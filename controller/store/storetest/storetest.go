@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"EraseRecords":      testEraseRecords,
 		"DeployTemplates":   testDeployTemplates,
 		"InspectionRules":   testInspectionRules,
+		"Runbooks":          testRunbooks,
 		"ControllerRecords": testControllerRecords,
 		"BIOSSettings":      testBIOSSettings,
 		"Firmware":          testFirmwareComponents,
