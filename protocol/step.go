@@ -52,6 +52,12 @@ type Step struct {
 	// MaxSeconds, when set, is how long one run of the step may take before
 	// the controller gives up on it (0: the controller's default).
 	MaxSeconds int `json:"max_seconds,omitempty"`
+	// ExecuteOnChildNodes runs a requested step on the node's child nodes
+	// (Ironic 22.1, with parent_node at API 1.83) instead of on the node,
+	// on those LimitChildNodeExecution names when it names any. Only the
+	// controller reads them; agents never see such a step.
+	ExecuteOnChildNodes     bool     `json:"execute_on_child_nodes,omitempty"`
+	LimitChildNodeExecution []string `json:"limit_child_node_execution,omitempty"`
 }
 
 // Key is "interface.step", the identity of a step.

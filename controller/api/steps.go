@@ -49,6 +49,25 @@ func parseStepsOf(kind string, raw []map[string]any) ([]protocol.Step, error) {
 					return nil, badRequest("Invalid %s step %d: args must be an object", kind, i)
 				}
 				st.Args = a
+			case "execute_on_child_nodes":
+				b, ok := v.(bool)
+				if !ok {
+					return nil, badRequest("Invalid %s step %d: execute_on_child_nodes must be a boolean", kind, i)
+				}
+				st.ExecuteOnChildNodes = b
+			case "limit_child_node_execution":
+				list, ok := v.([]any)
+				if !ok {
+					return nil, badRequest("Invalid %s step %d: limit_child_node_execution must be a list", kind, i)
+				}
+				for _, e := range list {
+					id, _ := e.(string)
+					if !isUUIDLike(id) {
+						// Ironic's text, which names the step
+						return nil, badRequest("Invalid entry detected for execute_on_child_node parameter in step %v.", m["step"])
+					}
+					st.LimitChildNodeExecution = append(st.LimitChildNodeExecution, id)
+				}
 			case "priority":
 				if !deploy {
 					return nil, badRequest("Invalid %s step %d: unexpected key %q", kind, i, k)

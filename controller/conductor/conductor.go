@@ -72,8 +72,10 @@ func New(st store.Store, cfg Config, drivers ...Driver) *Conductor {
 	}
 	al := newAllocator(co, rt.holder)
 	rt.background = append(rt.background, al.run)
+	calls := &nodeCalls{core: co, rt: rt}
+	eng.steps.children = &childSteps{core: co, hold: calls.hold}
 	return &Conductor{runtime: rt, requests: req, stepRunner: eng.steps, sessions: newSessionService(co, rt.Kick), allocator: al,
-		vifs: &vifs{core: co}, nodeCalls: &nodeCalls{core: co, rt: rt}, core: co, engine: eng}
+		vifs: &vifs{core: co}, nodeCalls: calls, core: co, engine: eng}
 }
 
 // Host is the name this conductor writes into reservations.

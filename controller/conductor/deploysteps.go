@@ -51,8 +51,8 @@ func (c *deploying) mergeDeploySteps(n *store.Node, d Driver, templates []string
 	cached := n.Operation.Agent.Steps != nil
 	apply := func(u protocol.Step) error {
 		s, known := byKey[u.Key()]
-		if !known && isHoldStep(u) {
-			s, known = holdStep(u), true // run by the conductor (hold.go)
+		if !known && conductorStep(u) {
+			s, known = plannedConductorStep(u), true // run by the conductor (hold.go, reservedsteps.go)
 		}
 		if !known && UsesAgent(n) && !cached && (u.Interface == protocol.InterfaceDeploy || u.Interface == protocol.InterfaceRAID) {
 			// in-band step of an agent that has not reported yet: the agent

@@ -69,7 +69,7 @@ func inbandServiceSteps(n *store.Node, d Driver, requested []protocol.Step) []pr
 	oob := d.CleanSteps(n)
 	var out []protocol.Step
 	for _, r := range requested {
-		if !isHoldStep(r) && !isDriverStep(oob, r.Key()) {
+		if !conductorStep(r) && !isDriverStep(oob, r.Key()) {
 			out = append(out, r)
 		}
 	}
@@ -94,7 +94,7 @@ func (c *requests) checkServiceSteps(n *store.Node, d Driver, requested []protoc
 	}
 	var oob []protocol.Step
 	for _, r := range requested {
-		if !UsesAgent(n) || isDriverStep(d.CleanSteps(n), r.Key()) || isHoldStep(r) {
+		if !UsesAgent(n) || isDriverStep(d.CleanSteps(n), r.Key()) || conductorStep(r) {
 			oob = append(oob, r)
 		}
 	}

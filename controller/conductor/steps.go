@@ -27,6 +27,7 @@ type stepRunner struct {
 	*machine
 	agents   *agents       // in-band steps and the direct deploy interface
 	firmware *firmwareFlow // the firmware steps
+	children *childSteps   // steps for the child nodes (reservedsteps.go)
 }
 
 // stepPhase describes a flow made of steps for the shared step runner.
@@ -173,6 +174,16 @@ func phaseOf(n *store.Node) (stepPhase, bool) {
 // executeStep runs one step where it belongs: the driver (out of band), the
 // direct deploy interface, or the agent (in band).
 func (c *stepRunner) executeStep(ctx context.Context, n *store.Node, d Driver, kind string, step protocol.Step) (StepStatus, error) {
+	if step.ExecuteOnChildNodes {
+		summary, err := c.children.run(ctx, n, kind, step)
+		if err == nil {
+			err = c.st.AppendEvent(ctx, c.newEvent(n.UUID, "INFO", kind+"ing", fmt.Sprintf("%s step %s %s", kind, step.Key(), summary)))
+		}
+		return StepDone, err
+	}
+	if isPowerStep(step) {
+		return c.powerStep(ctx, n, d, kind, step)
+	}
 	if !UsesAgent(n) {
 		return c.driverStep(ctx, n, d, kind, step)
 	}
@@ -227,6 +238,12 @@ func agentNeededAfter(n *store.Node, d Driver, kind string, step protocol.Step) 
 	if !ok || !UsesAgent(n) || !n.Operation.Agent.Booted || !r.RebootsNode(step) {
 		return false
 	}
+	return laterStepsNeedAgent(n, d, kind)
+}
+
+// laterStepsNeedAgent reports whether a step after the running one of the
+// node's plan runs on the agent.
+func laterStepsNeedAgent(n *store.Node, d Driver, kind string) bool {
 	ph, ok := phaseOf(n)
 	if !ok || *ph.plan(&n.Operation) == nil {
 		return false
@@ -237,7 +254,7 @@ func agentNeededAfter(n *store.Node, d Driver, kind string, step protocol.Step) 
 		oob = d.DeploySteps(n)
 	}
 	for _, s := range plan.Steps[min(plan.Index+1, len(plan.Steps)):] {
-		if s.Key() == "deploy.write_image" || (!isDriverStep(oob, s.Key()) && !isAgentDeployStep(s.Key()) && !isHoldStep(s)) {
+		if s.Key() == "deploy.write_image" || (!isDriverStep(oob, s.Key()) && !isAgentDeployStep(s.Key()) && !conductorStep(s)) {
 			return true
 		}
 	}
@@ -317,8 +334,8 @@ func (c *stepRunner) resolveSteps(kind string, available, requested []protocol.S
 	}
 	out := make([]protocol.Step, 0, len(requested))
 	for _, r := range requested {
-		if isHoldStep(r) {
-			out = append(out, holdStep(r)) // run by the conductor (hold.go)
+		if conductorStep(r) {
+			out = append(out, plannedConductorStep(r)) // run by the conductor (hold.go, reservedsteps.go)
 			continue
 		}
 		s, ok := byKey[r.Key()]
