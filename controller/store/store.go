@@ -487,6 +487,7 @@ type Store interface {
 	Inventories
 	StepResults
 	BIOSSettings
+	BootTimelines
 	Leases
 	Close() error
 }
