@@ -476,7 +476,7 @@ func (h *hostBook) stage(node string, tr tftp.Transfer) {
 	to := tr.File + " to " + tr.Remote.Addr().String()
 	switch {
 	case tftp.IsNotFound(tr.Err):
-		h.timeline.Record(node, store.StageTFTP, to+": file not found", store.OutcomeNotFound)
+		h.timeline.Record(node, store.StageTFTP, to, store.OutcomeNotFound)
 	case tr.Err != nil:
 		h.timeline.Record(node, store.StageTFTP, fmt.Sprintf("%s (%d bytes sent, %v)", to, tr.Bytes, tr.Duration.Round(time.Millisecond)),
 			store.OutcomeFailed+": "+tr.Err.Error())

@@ -14,11 +14,33 @@ import (
 // says anything (a boot the timeline did not see).
 func Explain(b store.Boot) string {
 	for i := len(b.Stages) - 1; i >= 0; i-- {
-		if s := b.Stages[i]; s.Stage != store.StageTimeout {
-			return describe(s)
+		s := b.Stages[i]
+		if s.Stage == store.StageTimeout {
+			continue
 		}
+		if f := earlierFailure(b.Stages[:i], s); f != nil {
+			// A firmware retrying: DHCP offered the file again after its
+			// download failed; the failure is the news.
+			return describe(*f) + "; DHCP offered it again at " + Clock(s.At)
+		}
+		return describe(s)
 	}
 	return ""
+}
+
+// earlierFailure is, for a DHCP offer, the last failed download before it
+// (nil: none, or s is not an offer).
+func earlierFailure(before []store.BootStage, s store.BootStage) *store.BootStage {
+	if s.Stage != store.StageDHCP || !strings.Contains(s.Detail, "offered ") {
+		return nil
+	}
+	for i := len(before) - 1; i >= 0; i-- {
+		f := before[i]
+		if (f.Stage == store.StageTFTP || f.Stage == store.StageHTTP) && f.Outcome != "" && f.Outcome != store.OutcomeOK {
+			return &f
+		}
+	}
+	return nil
 }
 
 // Clock is how the timeline writes a stage's time in messages.
@@ -55,7 +77,7 @@ func describe(s store.BootStage) string {
 		return fmt.Sprintf("DHCP %s at %s; nothing was fetched after that", d, at)
 	case store.StageTFTP:
 		if !ok {
-			return fmt.Sprintf("TFTP of %s failed at %s (%s)", d, at, s.Outcome)
+			return fmt.Sprintf("TFTP of %s failed at %s%s", d, at, failure(s.Outcome))
 		}
 		for _, b := range ipxeBinaries {
 			if strings.HasPrefix(d, b) {
@@ -71,7 +93,7 @@ func describe(s store.BootStage) string {
 	case store.StageHTTP:
 		switch {
 		case !ok:
-			return fmt.Sprintf("the download of %s failed at %s (%s)", d, at, s.Outcome)
+			return fmt.Sprintf("the download of %s failed at %s%s", d, at, failure(s.Outcome))
 		case strings.HasPrefix(d, "vmlinuz"):
 			return fmt.Sprintf("the kernel was downloaded at %s (%s); the ramdisk was never fetched", at, d)
 		case strings.HasPrefix(d, "initramfs"):
@@ -99,4 +121,12 @@ func describe(s store.BootStage) string {
 		return fmt.Sprintf("%s %s at %s (%s)", s.Stage, d, at, s.Outcome)
 	}
 	return fmt.Sprintf("%s %s at %s", s.Stage, d, at)
+}
+
+// failure says why a download failed; a missing file is the usual one.
+func failure(outcome string) string {
+	if outcome == store.OutcomeNotFound {
+		return ": file not found (missing from the controller's --boot-dir?)"
+	}
+	return " (" + outcome + ")"
 }

@@ -55,7 +55,7 @@ func TestRecorderWritesFoldsAndBounds(t *testing.T) {
 		r.Record(n.UUID, store.StageDHCP, "offered snponly.efi to 52:54:00:00:00:01", store.OutcomeOK)
 	}
 	c.t = c.t.Add(2 * time.Second)
-	r.Record(n.UUID, store.StageTFTP, "snponly.efi to 10.0.0.5: file not found", store.OutcomeNotFound)
+	r.Record(n.UUID, store.StageTFTP, "snponly.efi to 10.0.0.5", store.OutcomeNotFound)
 	r.Record("", store.StageDHCP, "a stranger", "") // no node: nowhere
 	flush(t, r)
 
@@ -69,7 +69,7 @@ func TestRecorderWritesFoldsAndBounds(t *testing.T) {
 
 	// the same stage after the fold window is recorded again
 	c.t = c.t.Add(foldWindow + time.Second)
-	r.Record(n.UUID, store.StageTFTP, "snponly.efi to 10.0.0.5: file not found", store.OutcomeNotFound)
+	r.Record(n.UUID, store.StageTFTP, "snponly.efi to 10.0.0.5", store.OutcomeNotFound)
 	// a node flooding its timeline is cut at its rate: its bucket is full
 	// again (6) after the minute, so 6 of these 51 stages get in
 	for i := range 50 {
@@ -132,15 +132,19 @@ func TestExplain(t *testing.T) {
 		{"offered, never fetched", boot(stage(store.StageDHCP, "offered snponly.efi to 52:54:00:12:34:56 (UEFI PXE)", store.OutcomeOK)),
 			"DHCP offered snponly.efi to 52:54:00:12:34:56 (UEFI PXE) at 12:01:03 UTC; the file was never fetched"},
 		{"tftp missing", boot(stage(store.StageDHCP, "offered snponly.efi to 52:54:00:12:34:56", store.OutcomeOK),
-			stage(store.StageTFTP, "snponly.efi to 10.0.0.5: file not found", store.OutcomeNotFound), stage(store.StageTimeout, "x", "")),
-			"TFTP of snponly.efi to 10.0.0.5: file not found failed at 12:01:03 UTC (not found)"},
+			stage(store.StageTFTP, "snponly.efi to 10.0.0.5", store.OutcomeNotFound), stage(store.StageTimeout, "x", "")),
+			"TFTP of snponly.efi to 10.0.0.5 failed at 12:01:03 UTC: file not found (missing from the controller's --boot-dir?)"},
+		{"firmware retrying after a failed download", boot(stage(store.StageDHCP, "offered snponly.efi to 52:54:00:12:34:56", store.OutcomeOK),
+			stage(store.StageTFTP, "snponly.efi to 10.0.0.5", store.OutcomeNotFound),
+			stage(store.StageDHCP, "offered snponly.efi to 52:54:00:12:34:56", store.OutcomeOK)),
+			"TFTP of snponly.efi to 10.0.0.5 failed at 12:01:03 UTC: file not found (missing from the controller's --boot-dir?); DHCP offered it again at 12:01:03 UTC"},
 		{"ipxe sent", boot(stage(store.StageTFTP, "snponly.efi to 10.0.0.5 (1000 bytes, 1s)", store.OutcomeOK)),
 			"TFTP sent snponly.efi to 10.0.0.5 (1000 bytes, 1s) at 12:01:03 UTC; the iPXE script was never fetched"},
 		{"script", boot(stage(store.StageBootScript, "iPXE", store.OutcomeOK)), "the kernel was never fetched"},
 		{"kernel", boot(stage(store.StageHTTP, "vmlinuz (10 bytes, 1s)", store.OutcomeOK)),
 			"the kernel was downloaded at 12:01:03 UTC (vmlinuz (10 bytes, 1s)); the ramdisk was never fetched"},
 		{"ramdisk", boot(stage(store.StageHTTP, "initramfs.cpio.zst (10 bytes, 1s)", store.OutcomeOK)), "the agent never looked up"},
-		{"http missing", boot(stage(store.StageHTTP, "vmlinuz", store.OutcomeNotFound)), "the download of vmlinuz failed at 12:01:03 UTC (not found)"},
+		{"http missing", boot(stage(store.StageHTTP, "vmlinuz", store.OutcomeNotFound)), "the download of vmlinuz failed at 12:01:03 UTC: file not found"},
 		{"lookup", boot(stage(store.StageLookup, "boot b1 from 10.0.0.5", store.OutcomeOK)), "the agent looked up at 12:01:03 UTC; it never heartbeated"},
 		{"bmc failed", boot(stage(store.StagePower, "reboot", "failed: no route")), "the BMC's power action (reboot) failed at 12:01:03 UTC: failed: no route"},
 	} {
