@@ -65,12 +65,13 @@ func (c *core) whereBootStopped(ctx context.Context, n *store.Node, since time.T
 // bootDetail says why the controller boots n into the ramdisk.
 func bootDetail(n *store.Node, reason, step string) string {
 	d := "into the agent ramdisk for " + n.ProvisionState
-	if reason != "" {
-		d += " (" + reason
-		if step != "" {
-			d += ", step " + step
-		}
-		d += ")"
+	switch {
+	case reason == "reboot" && step != "":
+		d += " (a reboot requested by step " + step + ")"
+	case step != "":
+		d += " (for step " + step + ")"
+	case reason != "" && reason != "boot":
+		d += " (" + reason + ")"
 	}
 	return d
 }
