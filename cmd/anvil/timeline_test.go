@@ -47,14 +47,14 @@ func TestTimelineCLI(t *testing.T) {
 	assert.Contains(t, out, "tl-node: no boot recorded yet")
 
 	t0 := time.Date(2026, 11, 29, 12, 1, 0, 0, time.UTC)
-	require.NoError(t, st.AddBootStages(ctx, n.UUID, []store.BootStage{
+	require.NoError(t, st.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: []store.BootStage{
 		{At: t0, Stage: store.StageBoot, Detail: "first"},
 		{At: t0, Stage: store.StageBoot, Detail: "into the agent ramdisk for cleaning"},
 		{At: t0.Add(1500 * time.Millisecond), Stage: store.StagePower, Detail: "rebooting", Outcome: "ok"},
 		{At: t0.Add(3 * time.Second), Stage: store.StageDHCP, Detail: "offered snponly.efi to 52:54:00:12:34:56 (UEFI PXE)", Outcome: "ok"},
 		{At: t0.Add(2*time.Minute + 3*time.Second), Stage: store.StageTFTP, Detail: "snponly.efi to 10.0.0.5", Outcome: "not found"},
 		{At: t0.Add(3 * time.Minute), Stage: store.StageLookup, Detail: "boot b-1 from 10.0.0.5", Outcome: "ok", BootID: "b-1"},
-	}))
+	}}}))
 	out, err = cli("node", "timeline", "tl-node")
 	require.NoError(t, err)
 	assert.Contains(t, out, "boot 2 (agent boot b-1), began 2026-11-29T12:01:00Z\n")

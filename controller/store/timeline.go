@@ -64,12 +64,21 @@ type Boot struct {
 	Stages []BootStage `json:"stages"`
 }
 
+// NodeBootStages are stages of one node's boot timeline, in order.
+type NodeBootStages struct {
+	NodeUUID string
+	Stages   []BootStage
+}
+
 // BootTimelines keeps each node's boot timeline; a node's goes with it.
 type BootTimelines interface {
-	// AddBootStages appends stages, in order, to the node's current boot;
-	// a StageBoot stage starts a new one. Older boots beyond
-	// MaxBootsPerNode are dropped. An unknown node is ErrNotFound.
-	AddBootStages(ctx context.Context, nodeUUID string, stages []BootStage) error
+	// AddBootStages appends each node's stages, in order, to the node's
+	// current boot; a StageBoot stage starts a new one. Older boots
+	// beyond MaxBootsPerNode are dropped. The batch is one write (many
+	// nodes booting at once cost one transaction, not one each); if a
+	// node does not exist, nothing is written and the error is
+	// ErrNotFound.
+	AddBootStages(ctx context.Context, batch []NodeBootStages) error
 	// ListBoots returns the node's newest boots first (at most limit,
 	// 0: all kept), each boot's stages in the order they were added.
 	ListBoots(ctx context.Context, nodeUUID string, limit int) ([]Boot, error)

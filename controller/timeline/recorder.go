@@ -29,7 +29,7 @@ import (
 
 // Store is where the recorder writes.
 type Store interface {
-	AddBootStages(ctx context.Context, nodeUUID string, stages []store.BootStage) error
+	AddBootStages(ctx context.Context, batch []store.NodeBootStages) error
 }
 
 // Config configures a Recorder; zero fields take the defaults.
@@ -87,8 +87,11 @@ const (
 	maxNodes = 16384
 	// addrTTL: an address learnt longer ago is not taken for its node.
 	addrTTL = time.Hour
-	// batch is how many queued stages one write takes at most.
-	batch = 256
+	// batch is how many queued stages one write takes at most, and
+	// linger how long the writer waits for more after the first: stages
+	// show a little later, and a rack booting at once costs one write.
+	batch  = 512
+	linger = 20 * time.Millisecond
 )
 
 // New returns a recorder over cfg.Store; Run writes what it records.
@@ -201,41 +204,58 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-r.queue:
-			order, by := r.gather(e)
-			r.write(ctx, order, by)
+			r.write(ctx, r.gather(ctx, e))
 		}
 	}
 }
 
-// gather takes first and whatever else is queued (up to batch), by node
-// in the order they came.
-func (r *Recorder) gather(first entry) (order []string, by map[string][]store.BootStage) {
-	by = map[string][]store.BootStage{first.node: {first.stage}}
-	order = []string{first.node}
-	for range batch - 1 {
+// gather takes first and what else is queued within linger (up to
+// batch), by node in the order they came: a rack booting at once is one
+// write.
+func (r *Recorder) gather(ctx context.Context, first entry) []store.NodeBootStages {
+	out := []store.NodeBootStages{{NodeUUID: first.node, Stages: []store.BootStage{first.stage}}}
+	at := map[string]int{first.node: 0}
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	for n := 1; n < batch; n++ {
 		select {
 		case e := <-r.queue:
-			if _, ok := by[e.node]; !ok {
-				order = append(order, e.node)
+			i, ok := at[e.node]
+			if !ok {
+				i = len(out)
+				at[e.node] = i
+				out = append(out, store.NodeBootStages{NodeUUID: e.node})
 			}
-			by[e.node] = append(by[e.node], e.stage)
-		default:
-			return order, by
+			out[i].Stages = append(out[i].Stages, e.stage)
+		case <-t.C:
+			return out
+		case <-ctx.Done():
+			return out
 		}
 	}
-	return order, by
+	return out
 }
 
-func (r *Recorder) write(ctx context.Context, order []string, by map[string][]store.BootStage) {
-	for _, node := range order {
-		stages := by[node]
-		err := r.st.AddBootStages(ctx, node, stages)
-		switch {
-		case errors.Is(err, store.ErrNotFound): // deleted meanwhile
-		case err != nil && ctx.Err() == nil:
-			r.log.Warn("boot timeline: write failed", "node", node, "stages", len(stages), "err", err)
+// write stores a batch; when a node in it was deleted meanwhile (the
+// whole batch is refused), the others are written one by one.
+func (r *Recorder) write(ctx context.Context, b []store.NodeBootStages) {
+	n := 0
+	for _, nb := range b {
+		n += len(nb.Stages)
+	}
+	defer r.pending.Add(-int64(n))
+	err := r.st.AddBootStages(ctx, b)
+	if errors.Is(err, store.ErrNotFound) && len(b) > 1 {
+		for _, nb := range b {
+			err := r.st.AddBootStages(ctx, []store.NodeBootStages{nb})
+			if err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+				r.log.Warn("boot timeline: write failed", "node", nb.NodeUUID, "stages", len(nb.Stages), "err", err)
+			}
 		}
-		r.pending.Add(-int64(len(stages)))
+		return
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) && ctx.Err() == nil {
+		r.log.Warn("boot timeline: write failed", "nodes", len(b), "stages", n, "err", err)
 	}
 }
 

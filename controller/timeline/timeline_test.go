@@ -81,11 +81,19 @@ func TestRecorderWritesFoldsAndBounds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, boots[0].Stages, 3+6, "a node's stages are bounded by its rate")
 
-	// a deleted node's stages are dropped quietly
+	// a deleted node's stages are dropped quietly; another node's in the
+	// same write are kept
+	m := storetest.NewNode("m")
+	require.NoError(t, st.CreateNode(ctx, m))
 	require.NoError(t, st.DeleteNode(ctx, n))
 	r.Record(n.UUID, store.StageBoot, "gone", "")
+	r.Record(m.UUID, store.StageBoot, "kept", "")
 	flush(t, r)
 	assert.Zero(t, r.Dropped())
+	kept, err := st.ListBoots(ctx, m.UUID, 0)
+	require.NoError(t, err)
+	require.Len(t, kept, 1)
+	assert.Equal(t, "kept", kept[0].Stages[0].Detail)
 }
 
 func TestRecorderQueueFullDrops(t *testing.T) {
@@ -164,7 +172,7 @@ func TestExplain(t *testing.T) {
 // caller's side (what a first heartbeat or a DHCP answer pays).
 type discard struct{}
 
-func (discard) AddBootStages(context.Context, string, []store.BootStage) error { return nil }
+func (discard) AddBootStages(context.Context, []store.NodeBootStages) error { return nil }
 
 // BenchmarkRecordStage: the cost of recording a stage on the path that
 // records it (fold check, rate, queue), over 1000 nodes.

@@ -22,12 +22,12 @@ func TestNodePageBootTimelineInBrowser(t *testing.T) {
 	n := e.addNode(t, "stuck", "clean wait", nil)
 	bg := context.Background()
 	t0 := time.Date(2026, 11, 29, 12, 1, 0, 0, time.UTC)
-	require.NoError(t, e.st.AddBootStages(bg, n.UUID, []store.BootStage{
+	require.NoError(t, e.st.AddBootStages(bg, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: []store.BootStage{
 		{At: t0.Add(-time.Hour), Stage: store.StageBoot, Detail: "an older boot"},
 		{At: t0, Stage: store.StageBoot, Detail: "into the agent ramdisk for cleaning"},
 		{At: t0.Add(2 * time.Second), Stage: store.StagePower, Detail: "rebooting", Outcome: "ok"},
 		{At: t0.Add(9500 * time.Millisecond), Stage: store.StageDHCP, Detail: "offered snponly.efi to 52:54:00:12:34:56 (UEFI PXE)", Outcome: "ok"},
-	}))
+	}}}))
 
 	waitFor(t, ctx, "open the node page", 20*time.Second, chromedp.Navigate(e.srv.URL+"/ui/#/node/"+n.UUID),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
@@ -40,9 +40,9 @@ func TestNodePageBootTimelineInBrowser(t *testing.T) {
 	}, js[[][]string](t, ctx, rows), "the latest boot only")
 
 	// a failed TFTP request arrives: the card follows without a reload
-	require.NoError(t, e.st.AddBootStages(bg, n.UUID, []store.BootStage{
+	require.NoError(t, e.st.AddBootStages(bg, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: []store.BootStage{
 		{At: t0.Add(2*time.Minute + 3*time.Second), Stage: store.StageTFTP, Detail: "snponly.efi to 10.0.0.5", Outcome: "not found"},
-	}))
+	}}}))
 	waitFor(t, ctx, "the new stage shows", 10*time.Second, jsTrue(`document.querySelectorAll('#timeline tbody tr').length === 4`))
 	last := `document.querySelector('#timeline tbody tr:last-child')`
 	assert.Equal(t, []string{"+2m03s", "tftp", "not found", "snponly.efi to 10.0.0.5"},

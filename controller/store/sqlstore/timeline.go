@@ -12,59 +12,70 @@ import (
 // Boot timelines: one row per stage (node_uuid, boot, at, data), data the
 // stage's JSON document; a node's current boot is its highest number.
 
-// AddBootStages implements store.BootTimelines. The whole batch is one
-// transaction: the recorder (controller/timeline) hands over what it
-// gathered since its last write, so a burst of DHCP retries costs one.
-func (s *Store) AddBootStages(ctx context.Context, nodeUUID string, stages []store.BootStage) error {
+// AddBootStages implements store.BootTimelines: the whole batch in one
+// transaction, so the recorder (controller/timeline), which hands over
+// what it gathered since its last write, takes the database's one writer
+// once for a rack booting at once.
+func (s *Store) AddBootStages(ctx context.Context, batch []store.NodeBootStages) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, b := range batch {
+			if err := s.addBootStages(ctx, tx, b.NodeUUID, b.Stages); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && s.d.missingParent(err) {
+		return fmt.Errorf("add boot stages: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("add boot stages: %w", err)
+	}
+	return nil
+}
+
+// addBootStages adds one node's stages in tx.
+func (s *Store) addBootStages(ctx context.Context, tx *sql.Tx, nodeUUID string, stages []store.BootStage) error {
 	if len(stages) == 0 {
 		return nil
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var boot int64
-		if err := s.queryRow(ctx, tx, `SELECT COALESCE(MAX(boot), 0) FROM boot_stages WHERE node_uuid = $1`, nodeUUID).Scan(&boot); err != nil {
+	var boot int64
+	if err := s.queryRow(ctx, tx, `SELECT COALESCE(MAX(boot), 0) FROM boot_stages WHERE node_uuid = $1`, nodeUUID).Scan(&boot); err != nil {
+		return err
+	}
+	count := -1 // stages of boot, read when first needed
+	for i := range stages {
+		st := stages[i]
+		st.Bound()
+		if st.Stage == store.StageBoot || boot == 0 {
+			boot, count = boot+1, 0
+		}
+		if count < 0 {
+			if err := s.queryRow(ctx, tx, `SELECT COUNT(*) FROM boot_stages WHERE node_uuid = $1 AND boot = $2`, nodeUUID, boot).Scan(&count); err != nil {
+				return err
+			}
+		}
+		if count >= store.MaxStagesPerBoot {
+			// The boot's first stage says how it began; the latest say
+			// where it stopped: the second oldest makes room.
+			if _, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE id = (
+				SELECT id FROM boot_stages WHERE node_uuid = $1 AND boot = $2 ORDER BY id LIMIT 1 OFFSET 1)`, nodeUUID, boot); err != nil {
+				return err
+			}
+			count--
+		}
+		data, err := json.Marshal(st)
+		if err != nil {
 			return err
 		}
-		count := -1 // stages of boot, read when first needed
-		for i := range stages {
-			st := stages[i]
-			st.Bound()
-			if st.Stage == store.StageBoot || boot == 0 {
-				boot, count = boot+1, 0
-			}
-			if count < 0 {
-				if err := s.queryRow(ctx, tx, `SELECT COUNT(*) FROM boot_stages WHERE node_uuid = $1 AND boot = $2`, nodeUUID, boot).Scan(&count); err != nil {
-					return err
-				}
-			}
-			if count >= store.MaxStagesPerBoot {
-				// The boot's first stage says how it began; the latest
-				// say where it stopped: the second oldest makes room.
-				if _, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE id = (
-					SELECT id FROM boot_stages WHERE node_uuid = $1 AND boot = $2 ORDER BY id LIMIT 1 OFFSET 1)`, nodeUUID, boot); err != nil {
-					return err
-				}
-				count--
-			}
-			data, err := json.Marshal(st)
-			if err != nil {
-				return err
-			}
-			if _, err := s.exec(ctx, tx, `INSERT INTO boot_stages (node_uuid, boot, at, data) VALUES ($1, $2, $3, $4)`,
-				nodeUUID, boot, s.d.stamp(&st.At), data); err != nil {
-				return err
-			}
-			count++
+		if _, err := s.exec(ctx, tx, `INSERT INTO boot_stages (node_uuid, boot, at, data) VALUES ($1, $2, $3, $4)`,
+			nodeUUID, boot, s.d.stamp(&st.At), data); err != nil {
+			return err
 		}
-		_, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE node_uuid = $1 AND boot <= $2`, nodeUUID, boot-store.MaxBootsPerNode)
-		return err
-	})
-	if err != nil && s.d.missingParent(err) {
-		return fmt.Errorf("add boot stages of node %s: %w", nodeUUID, store.ErrNotFound)
+		count++
 	}
-	if err != nil {
-		return fmt.Errorf("add boot stages of node %s: %w", nodeUUID, err)
-	}
-	return nil
+	_, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE node_uuid = $1 AND boot <= $2`, nodeUUID, boot-store.MaxBootsPerNode)
+	return err
 }
 
 // ListBoots implements store.BootTimelines.

@@ -33,22 +33,25 @@ func testBootTimelines(t *testing.T, s store.Store) {
 	require.NoError(t, s.CreateNode(ctx, b))
 	t0 := time.Date(2026, 11, 29, 12, 1, 3, 0, time.UTC)
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	add := func(node string, stages []store.BootStage) error {
+		return s.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: node, Stages: stages}})
+	}
 
 	empty, err := s.ListBoots(ctx, a.UUID, 0)
 	require.NoError(t, err)
 	assert.Empty(t, empty)
 
 	// a stage before any boot of the controller's opens boot 1
-	require.NoError(t, s.AddBootStages(ctx, a.UUID, []store.BootStage{{At: at(0), Stage: store.StageDHCP, Detail: "early"}}))
-	require.NoError(t, s.AddBootStages(ctx, a.UUID, []store.BootStage{
+	require.NoError(t, add(a.UUID, []store.BootStage{{At: at(0), Stage: store.StageDHCP, Detail: "early"}}))
+	require.NoError(t, add(a.UUID, []store.BootStage{
 		{At: at(1), Stage: store.StageBoot, Detail: "cleaning"},
 		{At: at(2), Stage: store.StageDHCP, Detail: "offer snponly.efi", Outcome: store.OutcomeOK},
 	}))
-	require.NoError(t, s.AddBootStages(ctx, a.UUID, []store.BootStage{
+	require.NoError(t, add(a.UUID, []store.BootStage{
 		{At: at(3), Stage: store.StageTFTP, Detail: "snponly.efi", Outcome: store.OutcomeNotFound},
 		{At: at(4), Stage: store.StageLookup, BootID: "boot-42", Outcome: store.OutcomeOK},
 	}))
-	require.NoError(t, s.AddBootStages(ctx, b.UUID, []store.BootStage{{At: at(5), Stage: store.StageBoot, Detail: "b"}}))
+	require.NoError(t, add(b.UUID, []store.BootStage{{At: at(5), Stage: store.StageBoot, Detail: "b"}}))
 
 	boots, err := s.ListBoots(ctx, a.UUID, 0)
 	require.NoError(t, err)
@@ -71,7 +74,7 @@ func testBootTimelines(t *testing.T, s store.Store) {
 	for i := range store.MaxStagesPerBoot + 10 {
 		many = append(many, store.BootStage{At: at(10 + i), Stage: store.StageDHCP, Detail: fmt.Sprint(i)})
 	}
-	require.NoError(t, s.AddBootStages(ctx, a.UUID, many))
+	require.NoError(t, add(a.UUID, many))
 	boots, err = s.ListBoots(ctx, a.UUID, 1)
 	require.NoError(t, err)
 	require.Len(t, boots[0].Stages, store.MaxStagesPerBoot)
@@ -81,7 +84,7 @@ func testBootTimelines(t *testing.T, s store.Store) {
 
 	// the node keeps its newest boots; details are bounded
 	for i := range store.MaxBootsPerNode + 3 {
-		require.NoError(t, s.AddBootStages(ctx, a.UUID, []store.BootStage{{At: at(100 + i), Stage: store.StageBoot, Detail: fmt.Sprint("boot ", i)},
+		require.NoError(t, add(a.UUID, []store.BootStage{{At: at(100 + i), Stage: store.StageBoot, Detail: fmt.Sprint("boot ", i)},
 			{At: at(100 + i), Stage: store.StageHTTP, Detail: strings.Repeat("x", 2*store.MaxStageDetail)}}))
 	}
 	boots, err = s.ListBoots(ctx, a.UUID, 0)
@@ -96,8 +99,24 @@ func testBootTimelines(t *testing.T, s store.Store) {
 	require.Len(t, other, 1)
 	assert.Equal(t, []string{"boot:b"}, stageNames(other[0]))
 
-	err = s.AddBootStages(ctx, "no-such-node", []store.BootStage{{At: t0, Stage: store.StageDHCP}})
+	// one batch for several nodes; with an unknown node in it, nothing
+	err = add("no-such-node", []store.BootStage{{At: t0, Stage: store.StageDHCP}})
 	assert.ErrorIs(t, err, store.ErrNotFound)
+	err = s.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: b.UUID, Stages: []store.BootStage{{At: t0, Stage: store.StageBoot, Detail: "lost"}}},
+		{NodeUUID: "no-such-node", Stages: []store.BootStage{{At: t0, Stage: store.StageDHCP}}}})
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	require.NoError(t, s.AddBootStages(ctx, []store.NodeBootStages{
+		{NodeUUID: b.UUID, Stages: []store.BootStage{{At: t0, Stage: store.StageBoot, Detail: "b2"}}},
+		{NodeUUID: a.UUID, Stages: []store.BootStage{{At: t0, Stage: store.StageDHCP, Detail: "together"}}},
+		{NodeUUID: b.UUID, Stages: []store.BootStage{{At: t0, Stage: store.StageLookup, Detail: "b2 lookup"}}},
+	}))
+	other, err = s.ListBoots(ctx, b.UUID, 0)
+	require.NoError(t, err)
+	require.Len(t, other, 2, "the failed batch wrote nothing")
+	assert.Equal(t, []string{"boot:b2", "lookup:b2 lookup"}, stageNames(other[0]))
+	boots, err = s.ListBoots(ctx, a.UUID, 1)
+	require.NoError(t, err)
+	assert.Equal(t, "dhcp:together", stageNames(boots[0])[len(boots[0].Stages)-1])
 
 	require.NoError(t, s.DeleteNode(ctx, a))
 	gone, err := s.ListBoots(ctx, a.UUID, 0)
