@@ -40,8 +40,8 @@ type Config struct {
 	// Queue is how many stages may wait to be written, over all nodes
 	// (default 4096); beyond it stages are dropped (Dropped counts them).
 	Queue int
-	// PerNode bounds the stages a node records (default 5 a second, bursts
-	// of 40): a boot has a few dozen stages.
+	// PerNode bounds the stages of each kind a node records (default 5 a
+	// second, bursts of 40): a boot has a few dozen stages.
 	PerNode limits.Rate
 }
 
@@ -109,7 +109,7 @@ func New(cfg Config) *Recorder {
 		cfg.PerNode = limits.Rate{PerSecond: 5, Burst: 40}
 	}
 	return &Recorder{st: cfg.Store, log: cfg.Logger, now: cfg.Now, queue: make(chan entry, cfg.Queue),
-		rate: limits.NewKeyed(cfg.PerNode, maxNodes, cfg.Now), last: map[string]folded{}, addrs: map[netip.Addr]addrNode{}}
+		rate: limits.NewKeyed(cfg.PerNode, 4*maxNodes, cfg.Now), last: map[string]folded{}, addrs: map[netip.Addr]addrNode{}}
 }
 
 // Record queues a stage of the node's current boot (store.StageBoot: a
@@ -126,7 +126,9 @@ func (r *Recorder) RecordStage(nodeUUID string, s store.BootStage) {
 	if s.At.IsZero() {
 		s.At = r.now()
 	}
-	if r.repeat(nodeUUID, s) || !r.rate.Allow(nodeUUID) {
+	// Each kind of stage has its own budget per node: a flood of one
+	// (a stranger's lookups with the node's MAC) cannot starve the others.
+	if r.repeat(nodeUUID, s) || !r.rate.Allow(nodeUUID+"\x00"+s.Stage) {
 		return
 	}
 	r.pending.Add(1)
