@@ -32,6 +32,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
 	"github.com/anvil-metal/anvil/controller/store/sqlite"
+	"github.com/anvil-metal/anvil/controller/timeline"
 	"github.com/anvil-metal/anvil/controller/ui"
 	"github.com/anvil-metal/anvil/controller/vmedia"
 	"github.com/anvil-metal/anvil/internal/tempdir"
@@ -283,12 +284,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		cc.Leases = leaseBook{st: ls, now: time.Now, term: dhcp.DefaultLeaseTime}
 	}
+	// Boot timelines are written by one goroutine of their own, off the
+	// paths that record them (heartbeats, DHCP, downloads).
+	tl := timeline.New(timeline.Config{Store: st, Logger: log.With("component", "timeline")})
+	tlCtx, stopTL := context.WithCancel(context.WithoutCancel(ctx))
+	tlDone := make(chan struct{})
+	go func() { tl.Run(tlCtx); close(tlDone) }()
+	defer func() { stopTL(); <-tlDone }()
+	cc.Timeline = tl
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
-		RecordsKey: signer.PublicKey()})
+		RecordsKey: signer.PublicKey(), Timeline: tl})
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -309,6 +318,7 @@ func Run(ctx context.Context, cfg Config) error {
 		bc.Logger = log.With("component", "boot")
 		bc.Record = bootRecorder(recorder(st, log, cc.Host, "boot"), func(n int) { metrics.Suppressed("boot", n) })
 		bc.Dropped = metrics.Dropped
+		bc.Timeline = tl
 		bs, ok := st.(boot.Store)
 		if !ok {
 			ln.Close()

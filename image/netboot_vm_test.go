@@ -42,6 +42,16 @@ var bridgeIP = net.IPv4(10, 88, 0, 1)
 // again in a child with its own network namespace and reports whether
 // this is the child.
 func inNetbootNamespace(t *testing.T, name string) bool {
+	return inNamespace(t, name, func() string {
+		kernel, _ := vmImage(t)
+		return filepath.Dir(kernel)
+	})
+}
+
+// inNamespace is inNetbootNamespace where image builds what the child
+// is given as netbootBootDir (a test that boots no image of ours skips
+// the build).
+func inNamespace(t *testing.T, name string, image func() string) bool {
 	if os.Getenv(netbootChild) == "1" {
 		return true
 	}
@@ -51,9 +61,9 @@ func inNetbootNamespace(t *testing.T, name string) bool {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("no /dev/net/tun: %v", err)
 	}
-	kernel, _ := vmImage(t)
+	dir := image()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=15m")
-	cmd.Env = append(os.Environ(), netbootChild+"=1", netbootImage+"="+filepath.Dir(kernel))
+	cmd.Env = append(os.Environ(), netbootChild+"=1", netbootImage+"="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	out, err := cmd.CombinedOutput()
 	if errors.Is(err, syscall.EPERM) {

@@ -5,6 +5,7 @@
 //	anvil node steps NODE                the cached clean steps, their age and fingerprint
 //	anvil node events NODE               the node's history
 //	anvil node step-results NODE         each step run's outcome and per-device result, newest first
+//	anvil node timeline NODE             the node's latest boot, stage by stage: where did it stop?
 //	anvil node bios NODE                 the cached BIOS settings, pending values too
 //	anvil node firmware NODE             the firmware versions per component
 //	anvil node vmedia attach|detach|show NODE     virtual media through the BMC (API 1.89, 1.93)
@@ -67,6 +68,8 @@ commands:
   events NODE                     the node's history
   step-results NODE [--limit N] [--json]
                                   each step run's outcome and per-device result, newest first
+  timeline NODE [--all] [--json]  the node's latest boot stage by stage (DHCP, TFTP, HTTP,
+                                  lookup, heartbeat, steps): where did it stop?
   bios NODE [--json]              the BIOS settings cached from the BMC, pending values too
   firmware NODE [--json]          the firmware versions per component (API 1.86)
   vmedia attach|detach|show NODE ...
@@ -147,6 +150,8 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 		return stepResults(ctx, dial, rest, out)
 	case "bios":
 		return biosCmd(ctx, dial, rest, out)
+	case "timeline":
+		return timelineCmd(ctx, dial, rest, out)
 	case "firmware":
 		return firmwareCmd(ctx, dial, rest, out)
 	case "vmedia":

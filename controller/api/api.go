@@ -53,6 +53,7 @@ type Server struct {
 	bufs sync.Pool
 	// recordsKey verifies the sanitization records (nil: none signed).
 	recordsKey ed25519.PublicKey
+	timeline   BootTimeline // nil: boots are not recorded
 }
 
 // Config wires the server.
@@ -87,6 +88,8 @@ type Config struct {
 	// Discovery enrols unknown machines that boot the ramdisk (off unless
 	// Enabled).
 	Discovery DiscoveryConfig
+	// Timeline records the boot downloads the API serves (nil: none).
+	Timeline BootTimeline
 }
 
 // New builds the API handler.
@@ -94,7 +97,7 @@ func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, dataImages: cfg.DataImages, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
-		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey}
+		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey, timeline: cfg.Timeline}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -227,6 +230,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/firmware", authed(s.listFirmware)).Methods(http.MethodGet)
 	r.Handle(n+"/children", authed(s.listChildren)).Methods(http.MethodGet)
 	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
+	r.Handle(n+"/boot-timeline", authed(s.bootTimeline)).Methods(http.MethodGet)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)

@@ -67,15 +67,17 @@ func (s *Server) bootISO(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	extendWrite(w, bootFileWriteTimeout)
-	http.ServeContent(w, r, n.UUID+".iso", st.ModTime(), f)
-	return nil
+	return s.download(w, r, n.UUID, store.StageISO, "ISO", func(w http.ResponseWriter) error {
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		extendWrite(w, bootFileWriteTimeout)
+		http.ServeContent(w, r, n.UUID+".iso", st.ModTime(), f)
+		return nil
+	})
 }
 
 // bootFiles are the files a node fetches over HTTP, by name: the first of
@@ -110,6 +112,7 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	base, args, err := s.agentBoot(r.Context(), n, s.publicBase(r, n), conductor.BootFetch{Via: "ipxe", Address: sourceAddr(r)})
+	s.scriptStage(n.UUID, "iPXE script", sourceAddr(r), err)
 	if err != nil {
 		s.countClaim(err, "boot_script")
 		return err
@@ -174,6 +177,7 @@ func (s *Server) grubConfig(ctx context.Context, n *store.Node, base, client str
 		return []byte(b.String()), nil
 	}
 	_, args, err := s.agentBoot(ctx, n, base, conductor.BootFetch{Via: "grub", Address: client})
+	s.scriptStage(n.UUID, "GRUB configuration", client, err)
 	if err != nil {
 		return nil, err
 	}
@@ -309,19 +313,27 @@ func (s *Server) publicBase(r *http.Request, n *store.Node) string {
 
 // bootFile serves the files of bootFiles from --boot-dir.
 func (s *Server) bootFile(w http.ResponseWriter, r *http.Request) error {
-	f, name := s.openBootFile(muxVar(r, "file"))
-	if f == nil {
-		return notFound("Boot file", muxVar(r, "file"))
+	what := muxVar(r, "file")
+	f, name := s.openBootFile(what)
+	if f != nil {
+		defer f.Close()
+		what = name
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	extendWrite(w, bootFileWriteTimeout)
-	http.ServeContent(w, r, name, st.ModTime(), f)
-	return nil
+	// A download names no node: the address it comes from does, once
+	// DHCP or the boot script told whose it is.
+	return s.download(w, r, s.nodeAt(r), store.StageHTTP, what, func(w http.ResponseWriter) error {
+		if f == nil {
+			return notFound("Boot file", muxVar(r, "file"))
+		}
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		extendWrite(w, bootFileWriteTimeout)
+		http.ServeContent(w, r, name, st.ModTime(), f)
+		return nil
+	})
 }
 
 // openBootFile opens the first existing candidate of bootFiles[key] in

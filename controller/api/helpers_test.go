@@ -15,6 +15,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/conductor"
 	"github.com/anvil-metal/anvil/controller/store/sqlstore"
+	"github.com/anvil-metal/anvil/controller/timeline"
 )
 
 type testEnv struct {
@@ -23,6 +24,7 @@ type testEnv struct {
 	cond *conductor.Conductor
 	st   *sqlstore.Store // the store's SQL side, for tests that write directly
 	stop func()          // stops server, conductor and store (idempotent)
+	tl   *timeline.Recorder
 	// user and pass, if set, are sent as HTTP basic credentials by do
 	// (the agent endpoints never need them).
 	user, pass string
@@ -56,10 +58,13 @@ func newEnvStore(t testing.TB, kind storeKind, cc conductor.Config, path string,
 	metrics := NewMetrics(st)
 	cc.BootScripts = cc.BootScripts || probe.BootDir != ""
 	cc.Suppressed = metrics.Suppressed
+	tl := timeline.New(timeline.Config{Store: st})
+	cc.Timeline = tl
 	cond := conductor.New(st, cc, conductor.FakeDriver{})
-	done := make(chan struct{})
+	done, tlDone := make(chan struct{}), make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()
-	cfg := Config{Store: st, Conductor: cond, Metrics: metrics}
+	go func() { tl.Run(ctx); close(tlDone) }()
+	cfg := Config{Store: st, Conductor: cond, Metrics: metrics, Timeline: tl}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -70,11 +75,12 @@ func newEnvStore(t testing.TB, kind storeKind, cc conductor.Config, path string,
 			srv.Close()
 			cancel()
 			<-done
+			<-tlDone
 			closeStore()
 		})
 	}
 	t.Cleanup(stop)
-	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop}
+	return &testEnv{t: t, srv: srv, cond: cond, st: sqlSt, stop: stop, tl: tl}
 }
 
 type resp struct {

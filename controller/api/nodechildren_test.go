@@ -218,28 +218,23 @@ func TestFirmwareInterface(t *testing.T) {
 	})
 }
 
-// TestChildNodeStepsRefused: anvil runs no step on child nodes; the
-// 1.83 step key execute_on_child_nodes and the power pseudo-steps are
-// refused with a 400 before anything runs (docs/reference/api.md).
-func TestChildNodeStepsRefused(t *testing.T) {
+// TestChildNodeInBandStepFails: a step for the child nodes runs out of
+// band on each child; one no child's driver offers (an agent step: a child
+// has no agent of the parent's operation) fails the parent's clean,
+// naming the child, and the child is left as it was.
+func TestChildNodeInBandStepFails(t *testing.T) {
 	e := newEnv(t)
 	e.createNode("host", nil)
-	e.createNode("dpu", map[string]any{"parent_node": "host"})
+	dpu := e.createNode("dpu", map[string]any{"parent_node": "host"})["uuid"].(string)
 	require.Equal(t, http.StatusAccepted, e.provision("host", "manage", nil).status)
 	e.waitState("host", "manageable")
-	for _, tc := range []struct {
-		step map[string]any
-		want string
-	}{
-		{map[string]any{"interface": "deploy", "step": "erase_devices_metadata", "execute_on_child_nodes": true},
-			`Invalid clean step 0: unexpected key "execute_on_child_nodes"`},
-		{map[string]any{"interface": "power", "step": "power_on"}, "does not support clean step power.power_on"},
-		{map[string]any{"interface": "power", "step": "power_off"}, "does not support clean step power.power_off"},
-		{map[string]any{"interface": "power", "step": "reboot"}, "does not support clean step power.reboot"},
-	} {
-		r := e.provision("host", "clean", map[string]any{"clean_steps": []any{tc.step}})
-		assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.want, r.body)
-		assert.Contains(t, r.fault(t), tc.want)
-	}
-	assert.Equal(t, "manageable", e.do("GET", "/v1/nodes/host", latest, nil).json(t)["provision_state"])
+	r := e.provision("host", "clean", map[string]any{"clean_steps": []any{
+		map[string]any{"interface": "deploy", "step": "erase_devices_metadata", "execute_on_child_nodes": true}}})
+	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
+	n := e.waitState("host", "clean failed")
+	assert.Contains(t, n["last_error"], "While executing step deploy.erase_devices_metadata on child node "+dpu+
+		", the step is not an out-of-band step of its driver fake-hardware")
+	child := e.do("GET", "/v1/nodes/dpu", latest, nil).json(t)
+	assert.Equal(t, "enroll", child["provision_state"])
+	assert.Nil(t, child["reservation"])
 }

@@ -56,12 +56,23 @@ type Config struct {
 	Logger          *slog.Logger
 	// Record writes a line into a node's history.
 	Record func(ctx context.Context, nodeUUID, severity, msg string)
+	// Timeline, if set, records the DHCP exchanges and TFTP transfers of
+	// enrolled nodes in their boot timelines (controller/timeline); it
+	// also learns which node boots from which address, for the HTTP
+	// downloads that follow.
+	Timeline Timeline
 	// Dropped, if set, counts requests the service refused or ignored:
 	// service "dhcp" or "tftp", reason a short label (dhcp's reasons, or
 	// one of tftp's Drop* constants: "rate", "busy", "per_source",
 	// "unknown_share", "silent", "stalled", "lifetime", "not_regular").
 	// Meant for a counter with both as labels.
 	Dropped func(service, reason string)
+}
+
+// Timeline is what the service records boot stages into.
+type Timeline interface {
+	Record(nodeUUID, stage, detail, outcome string)
+	Learn(addr netip.Addr, nodeUUID string)
 }
 
 // Store is what the service reads: ports and nodes to decide whom to
@@ -126,7 +137,7 @@ func New(cfg Config, st Store) (*Service, error) {
 	if base == "" && ifAddr.IsValid() {
 		base = "http://" + net.JoinHostPort(ifAddr.Addr().String(), strconv.Itoa(cfg.APIPort))
 	}
-	hosts := &hostBook{record: cfg.Record, nodes: map[netip.Addr]string{}}
+	hosts := &hostBook{record: cfg.Record, timeline: cfg.Timeline, nodes: map[netip.Addr]string{}}
 	if mode != 0 {
 		r, err := newResponder(cfg, mode, ifAddr, base, hosts.learn, st, log)
 		if err != nil {
@@ -240,6 +251,9 @@ func newResponder(cfg Config, mode dhcp.Mode, ifAddr netip.Prefix, base string, 
 	dc := dhcp.Config{Mode: mode, ServerIP: ifAddr.Addr(), Netmask: net.CIDRMask(ifAddr.Bits(), 32), HTTPBase: base,
 		Nodes: storeNodes{st: st, discovery: cfg.Discovery}, Leases: st, Record: cfg.Record, Addressed: addressed, Logger: log.With("component", "dhcp"),
 		DiscoveryShare: cfg.DiscoveryDHCPShare, DiscoveryLease: cfg.DiscoveryDHCPLease}
+	if tl := cfg.Timeline; tl != nil {
+		dc.Stage = func(nodeUUID, detail, outcome string) { tl.Record(nodeUUID, store.StageDHCP, detail, outcome) }
+	}
 	if cfg.Dropped != nil {
 		dc.Dropped = func(reason string) { cfg.Dropped("dhcp", reason) }
 	}
@@ -322,9 +336,10 @@ func (s *Service) Close() {
 // TFTP transfer to that address goes into the node's history: what it
 // fetched, or why it failed (e.g. a file missing from --boot-dir).
 type hostBook struct {
-	record func(ctx context.Context, nodeUUID, severity, msg string)
-	mu     sync.Mutex
-	nodes  map[netip.Addr]string
+	record   func(ctx context.Context, nodeUUID, severity, msg string)
+	timeline Timeline // nil: none
+	mu       sync.Mutex
+	nodes    map[netip.Addr]string
 }
 
 // maxHosts bounds the book; it is refilled by the next DHCP answers.
@@ -337,6 +352,9 @@ func (h *hostBook) learn(addr netip.Addr, nodeUUID string) {
 		clear(h.nodes)
 	}
 	h.nodes[addr] = nodeUUID
+	if h.timeline != nil {
+		h.timeline.Learn(addr, nodeUUID)
+	}
 }
 
 // known reports whether DHCP gave out or saw addr for a node.
@@ -350,7 +368,11 @@ func (h *hostBook) transfer(tr tftp.Transfer) {
 	h.mu.Lock()
 	node := h.nodes[tr.Remote.Addr()]
 	h.mu.Unlock()
-	if node == "" || h.record == nil || errors.Is(tr.Err, tftp.ErrSizeProbe) {
+	if node == "" || errors.Is(tr.Err, tftp.ErrSizeProbe) {
+		return
+	}
+	h.stage(node, tr)
+	if h.record == nil {
 		return
 	}
 	if tr.Err != nil {
@@ -442,4 +464,23 @@ func truthy(v any) bool {
 		return ok
 	}
 	return false
+}
+
+// stage records a transfer in the node's boot timeline: the file, to
+// whom, bytes and duration, or why it failed ("not found": a file
+// missing from --boot-dir).
+func (h *hostBook) stage(node string, tr tftp.Transfer) {
+	if h.timeline == nil {
+		return
+	}
+	to := tr.File + " to " + tr.Remote.Addr().String()
+	switch {
+	case tftp.IsNotFound(tr.Err):
+		h.timeline.Record(node, store.StageTFTP, to, store.OutcomeNotFound)
+	case tr.Err != nil:
+		h.timeline.Record(node, store.StageTFTP, fmt.Sprintf("%s (%d bytes sent, %v)", to, tr.Bytes, tr.Duration.Round(time.Millisecond)),
+			store.OutcomeFailed+": "+tr.Err.Error())
+	default:
+		h.timeline.Record(node, store.StageTFTP, fmt.Sprintf("%s (%d bytes, %v)", to, tr.Bytes, tr.Duration.Round(time.Millisecond)), store.OutcomeOK)
+	}
 }

@@ -56,6 +56,7 @@ func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reaso
 	}); err != nil {
 		return nil, fmt.Errorf("start the agent session of the new boot: %w", err)
 	}
+	c.stage(n.UUID, store.BootStage{Stage: store.StageBoot, Detail: bootDetail(n, reason, step)})
 	dev := "pxe"
 	if usesVirtualMedia(n) {
 		if err := c.insertMedia(ctx, n, d); err != nil {
@@ -63,10 +64,14 @@ func (c *agents) bootRamdisk(ctx context.Context, n *store.Node, d Driver, reaso
 		}
 		dev = "cdrom"
 	}
-	if err := d.SetBootDevice(ctx, n, dev, false); err != nil {
+	err := d.SetBootDevice(ctx, n, dev, false)
+	c.stage(n.UUID, store.BootStage{Stage: store.StageBootDevice, Detail: dev + ", next boot only", Outcome: outcomeOf(err)})
+	if err != nil {
 		return nil, fmt.Errorf("set boot device %s: %w", dev, err)
 	}
-	if err := d.SetPower(ctx, n, Rebooting); err != nil {
+	err = d.SetPower(ctx, n, Rebooting)
+	c.stage(n.UUID, store.BootStage{Stage: store.StagePower, Detail: Rebooting, Outcome: outcomeOf(err)})
+	if err != nil {
 		return nil, fmt.Errorf("reboot into the agent ramdisk: %w", err)
 	}
 	return &store.Await{Reason: reason, Since: c.now(), OldBootID: oldBoot, Step: step}, nil
@@ -122,6 +127,7 @@ func (c *agents) inbandStep(ctx context.Context, n *store.Node, kind string, ste
 	if err != nil {
 		return StepDone, err
 	}
+	c.stage(n.UUID, store.BootStage{Stage: store.StageStepStart, Detail: kind + " " + step.Key()})
 	return StepWait, nil
 }
 

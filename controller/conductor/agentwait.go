@@ -57,6 +57,7 @@ func (c *engine) agentWait(ctx context.Context, n *store.Node, d Driver) error {
 		if err := c.st.PutStepResult(ctx, res); err != nil {
 			return fmt.Errorf("store the result of step %s: %w", key, err)
 		}
+		c.stage(n.UUID, store.BootStage{Stage: store.StageStepEnd, Detail: res.Kind + " " + key, Outcome: res.Outcome})
 		ev, err := c.steps.signRecords(ctx, n, res)
 		if err != nil {
 			return err

@@ -74,6 +74,10 @@ type Config struct {
 	// Suppressed, if set, counts history events left out by a node's
 	// budget for requests from strangers (what: "agent").
 	Suppressed func(what string, n int)
+	// Timeline, if set, records the stages of boots the conductor sees,
+	// and timeouts of nodes waiting for their agent say where the boot
+	// stopped (controller/timeline).
+	Timeline Timeline
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the

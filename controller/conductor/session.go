@@ -149,7 +149,12 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		return nil, NotFound(msgNoAgentExpected)
 	case refused != "":
 		c.refusedEvent(ctx, nodeID, fmt.Sprintf("lookup from %s (boot %s) refused: %s", orUnknown(req.Address), orUnknown(req.BootID), refused))
+		c.stage(nodeID, store.BootStage{Stage: store.StageLookup, Detail: "from " + orUnknown(req.Address), Outcome: "refused: " + refused, BootID: req.BootID})
 		return nil, Wrap(CodeForbidden, ErrNotTrusted, msgNotAllowed)
+	}
+	if token != "" {
+		c.stage(n.UUID, store.BootStage{Stage: store.StageLookup, Detail: fmt.Sprintf("boot %s from %s", orUnknown(req.BootID), orUnknown(req.Address)),
+			Outcome: store.OutcomeOK, BootID: req.BootID})
 	}
 	name := ""
 	if n.Name != nil {
@@ -238,7 +243,7 @@ func (c *sessions) nodeByMACs(ctx context.Context, macs []string) (string, error
 func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protocol.Heartbeat) (*protocol.HeartbeatResponse, error) {
 	addr = canonicalAddr(addr)
 	resp := &protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
-	kick := false
+	kick, first := false, false
 	var claim *store.Claim
 	n, err := store.MutateNodeWith(ctx, c.st, ident, func(n *store.Node) (context.Context, []*store.Event, error) {
 		*resp = protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
@@ -246,6 +251,7 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 		if claim = c.heartbeatClaim(n, addr, hb); claim != nil {
 			return ctx, c.raiseAlarm(n, claim), nil
 		}
+		first = n.Operation.Agent.LastHeartbeat.IsZero()
 		events, material, err := c.heartbeat(n, addr, hb, resp, &kick)
 		if err != nil || material {
 			return ctx, events, err
@@ -266,6 +272,11 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 	}
 	if kick {
 		c.kick(n.UUID)
+	}
+	if first {
+		// Only a boot's first heartbeat goes into its timeline: the
+		// rest are the hot path.
+		c.stage(n.UUID, store.BootStage{Stage: store.StageHeartbeat, Detail: "agent " + hb.AgentVersion + " from " + orUnknown(addr), Outcome: store.OutcomeOK, BootID: hb.BootID})
 	}
 	return resp, nil
 }

@@ -73,7 +73,7 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
 			}
-			msg := w.msg(n)
+			msg := w.msg(n) + c.whereBootStopped(ctx, n, *n.ProvisionUpdatedAt)
 			ph, stepRunning := runningPhase(n)
 			_, err := c.transition(c.leases.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
@@ -88,6 +88,7 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 			}
 			if err == nil {
 				c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
+				c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: st, Outcome: store.OutcomeTimedOut})
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
 			c.kick(n.UUID) // at rest now: its lease is released
@@ -127,6 +128,9 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 			if !c.leases.lease(ctx, n) {
 				continue // its holder times it out
 			}
+			if aw := n.Operation.Agent.Await; aw != nil && !agentBack(n, *aw) {
+				msg += c.whereBootStopped(ctx, n, aw.Since)
+			}
 			ph, stepRunning := runningPhase(n)
 			_, err := c.transition(c.leases.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
@@ -141,6 +145,7 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 				continue
 			}
 			c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
+			c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: s, Outcome: store.OutcomeTimedOut})
 			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
 			c.kick(n.UUID)
 		}

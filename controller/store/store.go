@@ -522,6 +522,7 @@ type Store interface {
 	Inventories
 	StepResults
 	BIOSSettings
+	BootTimelines
 	Leases
 	Close() error
 }

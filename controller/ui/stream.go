@@ -38,7 +38,7 @@ func watchable(path string) bool {
 	case len(seg) == 3 && seg[0] == "v1" && seg[1] == "nodes":
 		return true // a node, or /v1/nodes/detail
 	case len(seg) == 4 && seg[0] == "v1" && seg[1] == "nodes":
-		return seg[3] == "history" || seg[3] == "inventory"
+		return seg[3] == "history" || seg[3] == "inventory" || seg[3] == "boot-timeline"
 	case len(seg) == 5 && seg[0] == "v1" && seg[1] == "nodes":
 		return seg[3] == "cleaning" && seg[4] == "steps"
 	case len(seg) == 3 && seg[0] == "ui" && seg[1] == "api":

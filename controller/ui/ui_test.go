@@ -329,7 +329,7 @@ func TestDashboardNeedsTheAPIsCredentials(t *testing.T) {
 func TestWatchable(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/v1/nodes": true, "/v1/nodes?limit=5": true, "/v1/nodes/detail": true, "/v1/nodes/n1": true,
-		"/v1/nodes/n1/history": true, "/v1/nodes/n1/inventory": true, "/v1/nodes/n1/cleaning/steps": true,
+		"/v1/nodes/n1/history": true, "/v1/nodes/n1/inventory": true, "/v1/nodes/n1/cleaning/steps": true, "/v1/nodes/n1/boot-timeline?limit=1": true,
 		"/ui/api/counts": true, "/ui/api/fleet?limit=50": true, "/ui/api/nodes/n1": true,
 		"/v1/nodes/n1/validate": false, "/v1/nodes/n1/states": false, "/v1/ports": false, "/ui/api/watch": false,
 		"/v1/nodes/../ports": false, "/v1/nodes/./n1": false, "//v1/nodes": false, "v1/nodes": false, "/": false, "": false,

@@ -70,8 +70,13 @@ type Config struct {
 	// in full mode, a PXE client's request on port 4011 in proxy mode), so
 	// the TFTP transfers that follow can be put into the node's history.
 	Addressed func(addr netip.Addr, nodeUUID string)
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Stage, if set, records an exchange with an enrolled node's port in
+	// the node's boot timeline (never one with an unknown MAC): what was
+	// offered ("offered snponly.efi to <mac> (UEFI PXE, arch ...)") and
+	// the outcome ("ok", or why it was not answered).
+	Stage  func(nodeUUID, detail, outcome string)
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Responder decides what (if anything) to answer to a DHCP request.
@@ -202,6 +207,7 @@ func (r *Responder) Respond(ctx context.Context, req *dhcpv4.DHCPv4, pxePort boo
 	}
 	if !t.Booting {
 		if kind != KindOther {
+			r.stage(t, fmt.Sprintf("%s from %s firmware of %s", mt, kind, mac), "not answered: the node is "+t.State)
 			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: %s firmware of port %s asked to network-boot (DHCP %s); not answered: the node is %s, which the controller is not booting",
 				kind, mac, mt, t.State))
 		}
@@ -239,6 +245,7 @@ func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kin
 	if ip, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && pxePort && r.cfg.Addressed != nil && !ip.IsUnspecified() {
 		r.cfg.Addressed(ip, t.NodeUUID)
 	}
+	r.stage(t, offered(req, kind, boot, "proxyDHCP "+mt.String()), "ok")
 	r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: proxyDHCP %s to %s firmware of port %s: %s", mt, kind, macOf(req), describe(kind, boot, r.cfg.ServerIP)))
 	return resp, nil
 }
@@ -265,6 +272,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		}
 		if errors.Is(err, errPoolFull) {
 			r.drop("pool_full")
+			r.stage(t, fmt.Sprintf("DISCOVER from %s of %s", kind, m), "not answered: no free address in the range")
 			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP DISCOVER from %s firmware of port %s not answered: no free address in %s-%s", kind, m, r.cfg.Range.First, r.cfg.Range.Last))
 			return nil, nil
 		}
@@ -276,6 +284,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 			return nil, err
 		}
 		r.withAddress(resp, addr, lease)
+		r.stage(t, offered(req, kind, boot, "OFFER of "+addr.String()), "ok")
 		return resp, nil
 	case dhcpv4.MessageTypeRequest:
 		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(net.IP(r.cfg.ServerIP.AsSlice())) {
@@ -293,6 +302,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		if !ok {
 			resp, err := dhcpv4.NewReplyFromRequest(req, dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(r.cfg.ServerIP.AsSlice()))))
+			r.stage(t, fmt.Sprintf("REQUEST of %s from %s", addr, m), "NAK: not its address here")
 			r.record(ctx, t.NodeUUID, "WARNING", fmt.Sprintf("boot service: DHCP NAK to port %s: it asked for %s, which is not its address here", m, addr))
 			return resp, err
 		}
@@ -304,6 +314,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		if r.cfg.Addressed != nil {
 			r.cfg.Addressed(addr, t.NodeUUID)
 		}
+		r.stage(t, offered(req, kind, boot, "ACK of "+addr.String()), "ok")
 		what := describe(kind, boot, r.cfg.ServerIP)
 		r.record(ctx, t.NodeUUID, "INFO", fmt.Sprintf("boot service: DHCP ACK to %s of port %s: address %s; %s", kind, m, addr, what))
 		return resp, nil
@@ -431,3 +442,24 @@ func (r *Responder) record(ctx context.Context, nodeUUID, severity, msg string) 
 // recently reports whether key was noted within recordInterval, and
 // notes it if not.
 func (r *Responder) recently(key string) bool { return !r.recorded.Allow(key) }
+
+// stage records an exchange in the node's boot timeline.
+func (r *Responder) stage(t Target, detail, outcome string) {
+	if r.cfg.Stage != nil && t.NodeUUID != "" {
+		r.cfg.Stage(t.NodeUUID, detail, outcome)
+	}
+}
+
+// offered describes an answer for the boot timeline: the boot file offered
+// and to whom, with the client's architecture (option 93), and what (an
+// OFFER or ACK of an address, a proxyDHCP answer).
+func offered(req *dhcpv4.DHCPv4, kind Kind, boot bootInfo, what string) string {
+	arch := ""
+	if archs := req.ClientArch(); len(archs) > 0 {
+		arch = ", arch " + archs[0].String()
+	}
+	if kind == KindOther || boot.file == "" {
+		return fmt.Sprintf("%s to %s (%s%s)", what, macOf(req), kind, arch)
+	}
+	return fmt.Sprintf("offered %s to %s (%s%s; %s)", boot.file, macOf(req), kind, arch, what)
+}

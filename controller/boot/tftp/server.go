@@ -356,6 +356,13 @@ type tftpError struct {
 
 func (e *tftpError) Error() string { return fmt.Sprintf("tftp error %d: %s", e.code, e.msg) }
 
+// IsNotFound reports whether a Transfer's Err is the client being told
+// "file not found" (a missing file, a name outside the root).
+func IsNotFound(err error) bool {
+	var te *tftpError
+	return errors.As(err, &te) && te.code == errNotFound
+}
+
 // cleanName maps a requested name to one inside the root, or refuses it.
 // PXE firmware sends names like "/undionly.kpxe" or "pxelinux\boot.0";
 // any ".." component is refused outright, and os.Root refuses symlinks that

@@ -325,3 +325,11 @@ func TestManyParallel(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestIsNotFound(t *testing.T) {
+	assert.True(t, IsNotFound(&tftpError{errNotFound, "file not found"}))
+	assert.True(t, IsNotFound(fmt.Errorf("open: %w", &tftpError{errNotFound, "file not found"})))
+	assert.False(t, IsNotFound(&tftpError{errUndefined, "transfer took too long"}))
+	assert.False(t, IsNotFound(ErrSizeProbe))
+	assert.False(t, IsNotFound(nil))
+}

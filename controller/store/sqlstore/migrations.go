@@ -473,4 +473,24 @@ var migrations = []migration{
 		data bytea NOT NULL
 	);`,
 	},
+	{
+		// 17: each node's boot timeline (store.BootTimelines), one row per
+		// stage, its JSON document in data; gone with the node.
+		sqlite: `CREATE TABLE boot_stages (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		node_uuid TEXT NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		boot INTEGER NOT NULL,
+		at TEXT NOT NULL,
+		data BLOB NOT NULL
+	);
+	CREATE INDEX boot_stages_node_boot ON boot_stages (node_uuid, boot, id);`,
+		postgres: `CREATE TABLE boot_stages (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		node_uuid text COLLATE "C" NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+		boot bigint NOT NULL,
+		at timestamptz NOT NULL,
+		data bytea NOT NULL
+	);
+	CREATE INDEX boot_stages_node_boot ON boot_stages (node_uuid, boot, id);`,
+	},
 }

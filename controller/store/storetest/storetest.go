@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"BIOSSettings":      testBIOSSettings,
 		"Firmware":          testFirmwareComponents,
 		"ParentNode":        testParentNode,
+		"BootTimelines":     testBootTimelines,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,10 +1,11 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps, firmware), the last cleaning's
 // results per device, the last hardware verification and burn-in, the BIOS
-// settings, and the event history.
+// settings, the latest boot's timeline, and the event history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 import { biosSection, firmwareSection } from './bios.js';
 import { evidenceSection } from './evidence.js';
+import { renderTimeline } from './timeline.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -59,6 +60,7 @@ export function nodePage(main, ident) {
   const steps = el('div', { id: 'steps' });
   const lastClean = el('div', { id: 'last-clean' });
   const history = el('div', { id: 'history' });
+  const bootTimeline = el('div', { id: 'boot-timeline' }, el('p', { class: 'dim' }, 'loading…'));
   const bios = biosSection();
   const firmware = firmwareSection();
   const evidence = evidenceSection();
@@ -79,6 +81,7 @@ export function nodePage(main, ident) {
       section('evid-h', 'Verification and burn-in', evidence.element),
       firmware.element),
     bios.element,
+    section('timeline-h', 'Boot timeline', bootTimeline),
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -388,14 +391,17 @@ export function nodePage(main, ident) {
 
   function follow(uuid) {
     stop();
-    stop = watch([`/ui/api/nodes/${encodeURIComponent(uuid)}`, `/v1/nodes/${encodeURIComponent(uuid)}/history`], 250, (i, st, body) => {
+    const id = encodeURIComponent(uuid);
+    stop = watch([`/ui/api/nodes/${id}`, `/v1/nodes/${id}/history`, `/v1/nodes/${id}/boot-timeline?limit=1`], 250, (i, st, body) => {
       if (st !== 200) {
         const msg = faultString(st, typeof body === 'string' ? body : JSON.stringify(body));
-        (i === 0 ? lastError : history).replaceChildren(msg);
+        [lastError, history, bootTimeline][i].replaceChildren(msg);
         if (i === 0) lastError.hidden = false;
         return;
       }
-      if (i === 0) renderNode(body.node, body.step); else renderHistory(body.history || []);
+      if (i === 0) renderNode(body.node, body.step);
+      else if (i === 1) renderHistory(body.history || []);
+      else renderTimeline(bootTimeline, body);
     });
   }
   follow(ident);
