@@ -22,7 +22,7 @@ check-tidy: ## fail if `go mod tidy` would change go.mod or go.sum (changes noth
 test-quick: ## unit and integration tests without VMs (< 5 min)
 	$(GO) test -count=1 ./...
 
-test-compat: build ## drive a real controller with the python-ironicclient `baremetal` CLI
+test-compat: build ## drive a real controller with the python-ironicclient `baremetal` CLI and openstacksdk
 	ANVIL_CONTROLLER_BIN=$(CURDIR)/$(BIN)/anvil-controller $(GO) test -count=1 -tags compat -run Compat -v ./cmd/anvil-controller/
 
 test-ironic: ## the agent driven by Debian's stock Ironic 21.4 on loopback (no VM; about 5 min)
