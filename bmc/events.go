@@ -218,9 +218,32 @@ func (s *redfishSession) withEvents(ctx context.Context, fn func(c *gofish.APICl
 }
 
 // memberURI is the subscription id under the collection at subs (some
-// BMCs leave the collection's trailing slash off, as Ironic notes).
-func memberURI(subs, id string) string {
-	return strings.TrimSuffix(subs, "/") + "/" + id
+// BMCs leave the collection's trailing slash off, as Ironic notes). The id
+// comes from an API user: one that is not a plain path segment ("/",
+// "..", a query, an escape) could name another resource of the BMC, which
+// anvil would then read or delete with the BMC's admin credentials, so it
+// is no subscription of this BMC.
+func memberURI(subs, id string) (string, error) {
+	if !validSubscriptionID(id) {
+		return "", fmt.Errorf("%w: %q is not a subscription id", ErrNoSubscription, id)
+	}
+	return strings.TrimSuffix(subs, "/") + "/" + id, nil
+}
+
+// validSubscriptionID accepts what BMCs use as member ids: letters,
+// digits, '-', '_' and '.', but not "." or "..".
+func validSubscriptionID(id string) bool {
+	if id == "" || id == "." || id == ".." || len(id) > 256 {
+		return false
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // eventsError names a gofish failure; a 404 is ErrNoSubscription.
@@ -298,7 +321,10 @@ func (s *redfishSession) subscriptions(ctx context.Context) (map[string]any, err
 func (s *redfishSession) subscription(ctx context.Context, id string) (Subscription, error) {
 	var sub Subscription
 	err := s.withEvents(ctx, func(c *gofish.APIClient, subs string, _ []string) error {
-		uri := memberURI(subs, id)
+		uri, err := memberURI(subs, id)
+		if err != nil {
+			return err
+		}
 		resp, err := c.Get(uri)
 		if err != nil {
 			return eventsError("GET "+uri, err)
@@ -316,7 +342,10 @@ func (s *redfishSession) subscription(ctx context.Context, id string) (Subscript
 
 func (s *redfishSession) deleteSubscription(ctx context.Context, id string) error {
 	return s.withEvents(ctx, func(c *gofish.APIClient, subs string, _ []string) error {
-		uri := memberURI(subs, id)
+		uri, err := memberURI(subs, id)
+		if err != nil {
+			return err
+		}
 		resp, err := c.Delete(uri)
 		if err != nil {
 			return eventsError("DELETE "+uri, err)

@@ -142,3 +142,22 @@ func TestFakeSubscriptions(t *testing.T) {
 	_, err = m.DeleteSubscription(ctx, tg, sub.ID)
 	assert.ErrorIs(t, err, bmc.ErrNoSubscription)
 }
+
+// A subscription id is a path segment of the BMC's collection: one that
+// would name another resource (the traversal a stranger's id could make
+// anvil delete with the BMC's admin credentials) is refused before any
+// request, and the BMC's accounts are untouched.
+func TestRedfishSubscriptionIDCannotLeaveTheCollection(t *testing.T) {
+	env := startVBMC(t, "node-1")
+	m := bmc.New(fastConfig(nil))
+	ctx := context.Background()
+	tg := env.target(t, "node-1", testPass)
+	for _, id := range []string{"../../AccountService/Accounts/1", "..", "1/../2", "1?x=y", "%2e%2e", "", "a b"} {
+		_, err := m.DeleteSubscription(ctx, tg, id)
+		require.ErrorIs(t, err, bmc.ErrNoSubscription, "delete %q", id)
+		_, _, err = m.GetSubscription(ctx, tg, id)
+		require.ErrorIs(t, err, bmc.ErrNoSubscription, "get %q", id)
+	}
+	_, _, err := m.PowerState(ctx, tg)
+	require.NoError(t, err, "the BMC still answers with the same credentials")
+}
