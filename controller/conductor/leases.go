@@ -254,6 +254,13 @@ func (c *runtime) takeOver(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if !needsWork(n) {
+			// only a reservation brought it here: an API action that
+			// never gave it back (the controller died during it)
+			c.clearStaleReservation(ctx, n)
+			c.release(ctx, id)
+			continue
+		}
 		ok, fresh := c.acquire(ctx, n)
 		if !ok {
 			continue
@@ -308,3 +315,58 @@ func (c *runtime) releaseAll() {
 
 // isLeaseLost reports work stopped because the lease went elsewhere.
 func isLeaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }
+
+// holdStarted and holdEnded count the API actions that hold a node
+// reserved in this process (nodeCalls.hold), so that the reservation of
+// one in progress is never taken for a stale one.
+func (c *runtime) holdStarted(nodeUUID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds[nodeUUID]++
+}
+
+func (c *runtime) holdEnded(nodeUUID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds[nodeUUID]--; c.holds[nodeUUID] <= 0 {
+		delete(c.holds, nodeUUID)
+	}
+}
+
+func (c *runtime) holding(nodeUUID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holds[nodeUUID] > 0
+}
+
+// clearStaleReservation gives back the reservation of a node that needs
+// no work and that no API action of this process holds: one left by an
+// action (the vmedia API, vendor passthru, a step on a child node) whose
+// controller died before giving it back. Such a node would otherwise
+// refuse every request as locked, for ever. The lease decides: an action
+// in progress on another controller holds the node's lease, so this one
+// cannot take it.
+func (c *runtime) clearStaleReservation(ctx context.Context, n *store.Node) {
+	if n.Reservation == nil || c.holding(n.UUID) {
+		return
+	}
+	if ok, _ := c.acquire(ctx, n); !ok {
+		return
+	}
+	var was string
+	_, err := store.MutateNodeEvents(ctx, c.st, n.UUID, func(m *store.Node) ([]*store.Event, error) {
+		if m.Reservation == nil || needsWork(m) || c.holding(m.UUID) {
+			return nil, nil
+		}
+		was, m.Reservation = *m.Reservation, nil
+		return []*store.Event{c.newEvent(m.UUID, "WARNING", "provisioning",
+			fmt.Sprintf("Controller %s cleared a reservation by %s that no operation or action held (an action interrupted by a restart)", c.cfg.Host, was))}, nil
+	})
+	if err != nil {
+		c.log.Error("clearing a stale reservation failed", "node", n.UUID, "err", err)
+		return
+	}
+	if was != "" {
+		c.log.Warn("cleared a stale reservation", "node", n.UUID, "holder", was)
+	}
+}

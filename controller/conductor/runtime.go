@@ -34,6 +34,7 @@ type runtime struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
+	holds   map[string]int // nodes an API action holds reserved here (nodeCalls.hold)
 	queue   []string
 	queued  map[string]bool
 	running map[string]bool
@@ -44,7 +45,7 @@ type runtime struct {
 
 func newRuntime(co *core) *runtime {
 	c := &runtime{core: co, holder: newHolder(co.cfg.Host), started: co.now(), leases: leaseTable{held: map[string]time.Time{}},
-		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{}}
+		queued: map[string]bool{}, running: map[string]bool{}, dirty: map[string]bool{}, holds: map[string]int{}}
 	c.notifier, _ = co.st.(store.Notifier)
 	c.cond = sync.NewCond(&c.mu)
 	return c
@@ -161,6 +162,7 @@ func (c *runtime) process(ctx context.Context, nodeUUID string) {
 			return
 		}
 		if !needsWork(n) {
+			c.clearStaleReservation(ctx, n)
 			c.release(ctx, nodeUUID)
 			return // resting: nothing to do
 		}

@@ -103,7 +103,19 @@ func (v *nodeCalls) bmcFor(n *store.Node, extension string) (*BMCDriver, bmc.Tar
 // both back. A node reserved already, or leased by another controller, is
 // NodeLocked.
 func (v *nodeCalls) hold(ctx context.Context, ident string, check func(n *store.Node) error) (*store.Node, func(), error) {
+	// counted before the reservation is written, so the runtime never
+	// takes this action's reservation for a stale one
+	var counted string
+	defer func() {
+		if counted != "" {
+			v.rt.holdEnded(counted)
+		}
+	}()
 	n, err := store.MutateNode(ctx, v.st, ident, func(n *store.Node) error {
+		if counted == "" {
+			counted = n.UUID
+			v.rt.holdStarted(counted)
+		}
 		if err := CheckUnlocked(n); err != nil {
 			return err
 		}
@@ -134,7 +146,9 @@ func (v *nodeCalls) hold(ctx context.Context, ident string, check func(n *store.
 		unreserve()
 		return nil, nil, Locked(n.UUID, "another controller")
 	}
+	v.rt.holdStarted(n.UUID) // the release's: the deferred holdEnded above ends the write's
 	return n, func() {
+		defer v.rt.holdEnded(n.UUID)
 		unreserve()
 		if cur, err := v.st.GetNode(context.WithoutCancel(ctx), n.UUID); fresh && err == nil && !needsWork(cur) {
 			v.rt.release(context.WithoutCancel(ctx), n.UUID)
