@@ -170,3 +170,33 @@ func TestVirtualMediaBootWithoutISO(t *testing.T) {
 	assert.Contains(t, n["last_error"], "no agent ISO")
 	assert.Equal(t, 404, e.do("GET", "/v1/boot/vm/vmedia/"+strings.Repeat("a", 48)+".iso", "", nil).status)
 }
+
+// TestVirtualMediaServiceTimeoutEjects: an active node serviced with an
+// in-band step boots the agent from its ISO; an agent that never calls
+// back fails the service, which keeps the node's power (it holds an
+// instance) but ejects the media and removes the per-node ISO.
+func TestVirtualMediaServiceTimeoutEjects(t *testing.T) {
+	dir := t.TempDir()
+	placeholder, err := protocol.BootConfig{Placeholder: true}.Slot()
+	require.NoError(t, err)
+	iso := append(make([]byte, 4096), placeholder...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, vmedia.ISOName), iso, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"),
+		[]byte(fmt.Sprintf(`{"iso":{"node_slot":{"offset":4096,"bytes":%d}}}`, len(placeholder))), 0o644))
+	b, err := vmedia.New(vmedia.Config{BootDir: dir, CacheDir: t.TempDir(), PublicURL: func() string { return "http://192.0.2.1:6385" }})
+	require.NoError(t, err)
+	cc := agentConfig()
+	cc.Media, cc.Agent.BootTimeout = b, 300*time.Millisecond
+	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.BootDir = dir; c.Media = b })
+	id := e.agentNode("svm", map[string]any{"boot_interface": "redfish-virtual-media"})
+	e.makeActive(id)
+	r := e.do("PUT", "/v1/nodes/svm/states/provision", "1.87", map[string]any{"target": "service",
+		"service_steps": []map[string]any{{"interface": "deploy", "step": "burnin_cpu", "args": map[string]any{}}}})
+	require.Equal(t, 202, r.status, string(r.body))
+	n := e.waitState("svm", "service failed")
+	assert.Contains(t, n["last_error"], "Timeout in service wait")
+	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond, "the agent's ISO is out")
+	assert.Contains(t, historyText(e, "svm"), "virtual media ejected (servicing failed, leaving the ramdisk's media)")
+	dii := e.do("GET", "/v1/nodes/svm", latest, nil).json(t)["driver_internal_info"].(map[string]any)
+	assert.NotContains(t, dii, "agent_secret_token", "the agent's token died with the service")
+}

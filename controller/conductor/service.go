@@ -257,3 +257,18 @@ func (c *stepRunner) abortServiceAfter(ctx context.Context, n *store.Node, stepK
 	}, c.newEvent(n.UUID, "INFO", "servicing", msg))
 	return err
 }
+
+// ejectAfterFailedService takes the agent's ISO out of a node whose
+// service failed while it ran the ramdisk: the failure keeps the node's
+// power (it holds an instance), but the media goes, as Ironic's
+// tear_down_inband_service cleans the ramdisk up; left in, it would also
+// refuse every cdrom request of the vmedia API.
+func (c *stepRunner) ejectAfterFailedService(ctx context.Context, nodeUUID string) {
+	n, err := c.st.GetNode(ctx, nodeUUID)
+	if err != nil || !c.agents.mediaActive(n) {
+		return
+	}
+	if d, ok := c.drivers[n.Driver]; ok {
+		c.agents.ejectMedia(ctx, n, d, "servicing failed, leaving the ramdisk's media", true)
+	}
+}

@@ -145,6 +145,9 @@ func (c *stepRunner) failSteps(ctx context.Context, nodeUUID string, ph stepPhas
 		}
 		return nil
 	}, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))
+	if err == nil && ph.kind == servicePhase.kind {
+		c.ejectAfterFailedService(ctx, nodeUUID)
+	}
 	return err
 }
 

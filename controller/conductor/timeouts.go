@@ -80,8 +80,14 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 				if stepRunning {
 					ph.onFailure(m, msg)
 				}
+				if w.st == state.ServiceWait {
+					c.agents.tearDownAgent(m) // the token dies; a failed service keeps its power
+				}
 				return nil
 			})
+			if err == nil && w.st == state.ServiceWait {
+				c.steps.ejectAfterFailedService(c.leases.fenced(ctx), n.UUID)
+			}
 			if err != nil && !errors.Is(err, errStale) {
 				c.log.Error("failing timed-out node failed", "node", n.UUID, "err", err)
 				continue
@@ -143,6 +149,9 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 			if err != nil && !errors.Is(err, errStale) {
 				c.log.Error("failing node after agent timeout failed", "node", n.UUID, "err", err)
 				continue
+			}
+			if err == nil && st == state.ServiceWait {
+				c.steps.ejectAfterFailedService(c.leases.fenced(ctx), n.UUID)
 			}
 			c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 			c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: s, Outcome: store.OutcomeTimedOut})
