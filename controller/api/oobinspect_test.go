@@ -14,6 +14,8 @@ import (
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/bmc/vbmc"
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/simagent"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // newRedfishEnv serves the redfish hardware type against anvil-vbmc on
@@ -55,6 +57,13 @@ func TestInspectRedfish(t *testing.T) {
 	require.Equal(t, 202, e.do("PUT", "/v1/nodes/r1/states/provision", v, map[string]any{"target": "manage"}).status)
 	e.waitState("r1", "manageable")
 	boots, _ := vn.Backend().(*vbmc.Memory).Boots()
+	// the inspection rules run on an out-of-band inspection too, with the
+	// BMC's inventory
+	rule := e.do("POST", "/v1/inspection_rules", v, map[string]any{"description": "xeons",
+		"conditions": []any{map[string]any{"op": "eq", "args": map[string]any{"values": []any{"{inventory[cpu][model_name]}", "Xeon"}}}},
+		"actions": []any{map[string]any{"op": "set-attribute", "args": map[string]any{"path": "/resource_class", "value": "xeon-{inventory[cpu][count]}"}},
+			map[string]any{"op": "add-trait", "args": map[string]any{"name": "CUSTOM_FROM_BMC"}}}})
+	require.Equal(t, 201, rule.status, "%s", rule.body)
 
 	r = e.do("PUT", "/v1/nodes/r1/states/provision", v, map[string]any{"target": "inspect"})
 	require.Equal(t, 202, r.status, "%s", r.body)
@@ -67,6 +76,8 @@ func TestInspectRedfish(t *testing.T) {
 	assert.Equal(t, 99.0, props["local_gb"])
 	assert.Equal(t, "x86_64", props["cpu_arch"])
 	assert.Equal(t, "boot_mode:bios", props["capabilities"])
+	assert.Equal(t, "xeon-8", n["resource_class"], "the rule ran on the BMC's inventory")
+	assert.Equal(t, []any{"CUSTOM_FROM_BMC"}, n["traits"])
 
 	inv := e.do("GET", "/v1/nodes/r1/inventory", v, nil)
 	require.Equal(t, 200, inv.status, "%s", inv.body)
@@ -140,4 +151,44 @@ func TestNodeHealth(t *testing.T) {
 	r = e.do("POST", "/v1/nodes", "1.109", map[string]any{"driver": "redfish", "health": "OK"})
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Equal(t, "Critical", health())
+}
+
+// TestRedfishInspectionDoesNotArmTheDiskGuard: a redfish inspection lists
+// the BMC's physical drives; behind a RAID controller the ramdisk sees a
+// virtual disk instead. Cleaning after it is not failed by the disk guard
+// for drives the agent can never see; an in-band inspection afterwards
+// arms the guard again with what the agent saw.
+func TestRedfishInspectionDoesNotArmTheDiskGuard(t *testing.T) {
+	vn := vbmc.NewNode("raid", vbmc.NewMemory())
+	vn.SetHardware(vbmc.Hardware{CPUs: 4, MemoryMiB: 8192, MACs: []string{mac1},
+		Disks: []vbmc.HardwareDisk{{Name: "Drive 0", Serial: "PHYS0", SizeBytes: 100 << 30}, {Name: "Drive 1", Serial: "PHYS1", SizeBytes: 100 << 30}}})
+	cc := agentConfig()
+	cc.AutomatedClean = true
+	e, _, url := newRedfishEnv(t, cc, vn)
+	r := e.do("POST", "/v1/nodes", latest, map[string]any{"name": "raid", "driver": "redfish", "inspect_interface": "redfish", "deploy_interface": "direct",
+		"driver_info": map[string]any{"redfish_address": url, "redfish_username": "admin", "redfish_password": "pw", "redfish_system_id": "/redfish/v1/Systems/raid"}})
+	require.Equal(t, 201, r.status, "%s", r.body)
+	require.Equal(t, 202, e.provision("raid", "manage", nil).status)
+	e.waitState("raid", "manageable")
+	require.Equal(t, 202, e.provision("raid", "inspect", nil).status)
+	e.waitState("raid", "manageable")
+
+	a := simagent.New(e.srv.URL, mac1)
+	a.Inventory.Disks = []protocol.Disk{{Name: "/dev/sda", Serial: "VIRTUAL-RAID1", Model: "PERC H740P", Size: 100 << 30, Controller: "scsi"}}
+	require.Equal(t, 202, e.provision("raid", "provide", nil).status)
+	n := e.drive(a, "raid", "available", nil)
+	assert.Nil(t, n["last_error"], "the BMC's drives are not expected of the ramdisk")
+
+	// an in-band inspection records what the agent sees: the guard is armed
+	require.Equal(t, 200, e.do("PATCH", "/v1/nodes/raid", latest, []map[string]any{{"op": "replace", "path": "/inspect_interface", "value": "agent"}}).status)
+	require.Equal(t, 202, e.provision("raid", "manage", nil).status)
+	e.waitState("raid", "manageable")
+	a.Boot()
+	require.Equal(t, 202, e.provision("raid", "inspect", nil).status)
+	e.drive(a, "raid", "manageable", nil)
+	a.Boot()
+	a.Inventory.Disks = nil
+	require.Equal(t, 202, e.provision("raid", "provide", nil).status)
+	n = e.drive(a, "raid", "clean failed", nil)
+	assert.Contains(t, n["last_error"], "VIRTUAL-RAID1")
 }

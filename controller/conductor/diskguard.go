@@ -185,7 +185,9 @@ func (c *diskGuard) expectedDisks(ctx context.Context, n *store.Node) (diskcheck
 	var inspected *protocol.Inventory
 	raw, err := c.st.GetInventory(ctx, n.UUID)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), err == nil && n.Operation.Disks.InventoryFromBMC:
+		// never inspected, or out of band: a BMC lists physical drives,
+		// which behind a RAID controller the ramdisk never sees
 	case err != nil:
 		return diskcheck.Expectation{}, fmt.Errorf("read the node's inspection inventory: %w", err)
 	default:

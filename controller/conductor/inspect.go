@@ -117,6 +117,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		now := c.now()
 		m.InspectionFinishedAt = &now
 		m.PowerState = strp(ps)
+		m.Operation.Disks.InventoryFromBMC = false
 		wipeAgent(m)
 		return rules.apply(m)
 	}, append([]*store.Event{c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",

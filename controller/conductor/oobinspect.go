@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/anvil-metal/anvil/bmc"
@@ -71,19 +72,50 @@ func (c *inspecting) inspectOutOfBand(ctx context.Context, n *store.Node, d *BMC
 	if err != nil {
 		return err
 	}
+	// the inspection rules run here too, as Ironic's redfish inspection
+	// applies them (phase main) since 32.0
+	rules, err := c.runOutOfBandRules(ctx, n, props, inv.Boot, raw)
+	if err != nil {
+		if msg, ok := ruleFailure(n.UUID, err); ok {
+			return fail(msg)
+		}
+		return err
+	}
 	_, err = c.transition(ctx, n.UUID, state.Inspecting, state.EvDone, func(m *store.Node) error {
-		for k, v := range props {
-			m.Properties[k] = v
-		}
-		if inv.Boot != nil {
-			m.Properties["capabilities"] = addBootMode(m.Properties["capabilities"], inv.Boot.CurrentBootMode)
-		}
+		oobApply(m, props, inv.Boot)
+		m.Operation.Disks.InventoryFromBMC = true // the disk guard's expectation (diskguard.go)
 		now := c.now()
 		m.InspectionFinishedAt = &now
-		return nil
-	}, c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored (out of band, from the BMC): %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
-		inv.CPU.Count, props["memory_mb"], len(inv.Disks), len(inv.Interfaces), created)))
+		return rules.apply(m)
+	}, append([]*store.Event{c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored (out of band, from the BMC): %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
+		inv.CPU.Count, props["memory_mb"], len(inv.Disks), len(inv.Interfaces), created))}, rules.events...)...)
 	return err
+}
+
+// oobApply writes a redfish inspection's properties into m.
+func oobApply(m *store.Node, props map[string]any, boot *bmc.InventoryBoot) {
+	if m.Properties == nil {
+		m.Properties = map[string]any{}
+	}
+	for k, v := range props {
+		m.Properties[k] = v
+	}
+	if boot != nil {
+		m.Properties["capabilities"] = addBootMode(m.Properties["capabilities"], boot.CurrentBootMode)
+	}
+}
+
+// runOutOfBandRules runs the inspection rules on the node as the redfish
+// inspection leaves it, with the BMC's inventory.
+func (c *inspecting) runOutOfBandRules(ctx context.Context, n *store.Node, props map[string]any, boot *bmc.InventoryBoot, raw json.RawMessage) (*ruleOutcome, error) {
+	var inventory map[string]any
+	if err := json.Unmarshal(raw, &inventory); err != nil {
+		return nil, fmt.Errorf("inspection rules: decode the inventory of node %s: %w", n.UUID, err)
+	}
+	seen := *n
+	seen.Properties = maps.Clone(n.Properties)
+	oobApply(&seen, props, boot)
+	return applyInspectionRules(ctx, c.core, &seen, inventory, map[string]any{})
 }
 
 // oobProperties are the scheduling properties of a redfish inspection:

@@ -20,6 +20,10 @@ type DiskRecords struct {
 	// AtDeploy are the disks seen when the node was last deployed
 	// (driver_internal_info disks_at_deploy).
 	AtDeploy []protocol.Disk `json:"at_deploy,omitempty"`
+	// InventoryFromBMC: the stored inventory is a redfish inspection's,
+	// whose disks are the BMC's drives (behind a RAID controller, not what
+	// the ramdisk sees), so the guard does not expect them.
+	InventoryFromBMC bool `json:"inventory_from_bmc,omitempty"`
 }
 
 // DiskCheck is one comparison: the step it guarded, when (RFC 3339) and
@@ -37,7 +41,7 @@ const (
 	keyDisksAtDeploy = "disks_at_deploy"
 )
 
-func (d *DiskRecords) empty() bool { return d.Check == nil && d.AtDeploy == nil }
+func (d *DiskRecords) empty() bool { return d.Check == nil && d.AtDeploy == nil && !d.InventoryFromBMC }
 
 // show writes the records into a driver_internal_info view.
 func (d *DiskRecords) show(out map[string]any) {
