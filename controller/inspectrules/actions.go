@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/anvil-metal/anvil/bmc"
 )
 
 // SettableNodeFields are the node fields rules may write: those of
@@ -387,6 +389,11 @@ func (r *run) apiCall(a map[string]any) error {
 	if client == nil {
 		client = http.DefaultClient
 	}
+	// a redirect never turns an https call into a plain-http one, which
+	// would send the rule's headers and query in the clear
+	nc := *client
+	nc.CheckRedirect = bmc.NoDowngrade
+	client = &nc
 	if px, ok := a["proxies"].(map[string]any); ok && len(px) > 0 {
 		proxy, err := url.Parse(pyStr(px[pu.Scheme], nil))
 		if px[pu.Scheme] != nil && err == nil {

@@ -436,3 +436,28 @@ func TestAPICall(t *testing.T) {
 	_, err = runOne(t, `{"actions": [{"op": "api-call", "args": {"url": "http://x", "timeout": 0}}]}`, Options{})
 	assert.ErrorContains(t, err, "timeout must be greater than zero")
 }
+
+// An https api-call is never redirected to plain http, which would send
+// the rule's headers in the clear; https to https is followed.
+func TestAPICallRefusesADowngradeRedirect(t *testing.T) {
+	var plainHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { plainHits.Add(1) }))
+	defer plain.Close()
+	var tlsSrv *httptest.Server
+	tlsSrv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/down":
+			http.Redirect(w, r, plain.URL+"/x", http.StatusFound)
+		case "/up":
+			http.Redirect(w, r, tlsSrv.URL+"/ok", http.StatusFound)
+		}
+	}))
+	defer tlsSrv.Close()
+	opts := Options{HTTPClient: tlsSrv.Client()}
+	_, err := runOne(t, `{"actions": [{"op": "api-call", "args": {"url": "`+tlsSrv.URL+`/down", "retries": 0}}]}`, opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "plain http")
+	assert.Zero(t, plainHits.Load(), "the plain-http server was never called")
+	_, err = runOne(t, `{"actions": [{"op": "api-call", "args": {"url": "`+tlsSrv.URL+`/up"}}]}`, opts)
+	require.NoError(t, err)
+}
