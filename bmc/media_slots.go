@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -154,7 +155,7 @@ func (m *Manager) AttachMedia(ctx context.Context, t Target, mt, url string, tim
 					return false, fmt.Sprintf("slot %s is gone", slot.ID), nil
 				}
 				got := cur[j]
-				return got.Inserted && got.Image == url, fmt.Sprintf("slot %s: expected Inserted with Image %s, observed Inserted=%t Image=%q", slot.ID, url, got.Inserted, got.Image), nil
+				return got.Inserted && sameImage(got.Image, url), fmt.Sprintf("slot %s: expected Inserted with Image %s, observed Inserted=%t Image=%q", slot.ID, redactURL(url), got.Inserted, redactURL(got.Image)), nil
 			})
 		}
 		if err != nil {
@@ -233,4 +234,39 @@ func (s fakeSession) ejectSlot(context.Context, MediaSlot) error {
 		st.Media = ""
 		return nil
 	})
+}
+
+// sameImage reports whether the Image a slot reports is the URL asked
+// for. BMCs rewrite what they store: the scheme and host case, a default
+// port, credentials or a query (a signed URL's) left out. Scheme, host,
+// port and path must match; userinfo and query are not compared, as some
+// BMCs never show them back.
+func sameImage(reported, asked string) bool {
+	if reported == asked {
+		return true
+	}
+	r, err1 := url.Parse(reported)
+	a, err2 := url.Parse(asked)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		return map[string]string{"http": "80", "https": "443", "nfs": "2049"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.EqualFold(r.Scheme, a.Scheme) && strings.EqualFold(r.Hostname(), a.Hostname()) && port(r) == port(a) &&
+		strings.TrimSuffix(r.EscapedPath(), "/") == strings.TrimSuffix(a.EscapedPath(), "/")
+}
+
+// redactURL drops a URL's credentials and query for messages: a data
+// image's URL may be signed or carry a password.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	p.User, p.RawQuery, p.Fragment = nil, "", ""
+	return p.String()
 }
