@@ -254,9 +254,11 @@ func TestVmediaRefusedWhileLockedOrBootingTheAgentFromIt(t *testing.T) {
 	assert.Contains(t, r.fault(t), "boots the agent from its virtual CD")
 	r = e.do("DELETE", "/v1/nodes/rf-1/vmedia", "1.89", nil)
 	require.Equal(t, http.StatusConflict, r.status, "detaching everything would take the agent's CD: %s", r.body)
-	// other device types are the agent's no concern (the BMC has no such slot here)
-	r = e.do("DELETE", "/v1/nodes/rf-1/vmedia?device_types=floppy", "1.89", nil)
-	require.Equal(t, http.StatusNoContent, r.status, string(r.body))
+	// other device types too: a BMC's slot may take several (CD and USB),
+	// and an eject of "disk" would take the agent's ISO out
+	r = e.do("DELETE", "/v1/nodes/rf-1/vmedia?device_types=disk", "1.89", nil)
+	require.Equal(t, http.StatusConflict, r.status, string(r.body))
+	assert.Contains(t, r.fault(t), "its virtual media slots (which may take several device types) are in use")
 
 	_, err = store.MutateNode(ctx, e.st, id, func(n *store.Node) error {
 		n.Maintenance, n.Fault, n.ProvisionState = true, strp("power failure"), "active"

@@ -165,14 +165,21 @@ func powerFailure(n *store.Node, what string) error {
 	return nil
 }
 
-// agentCD refuses the CD slot of a node that boots the agent from it.
+// agentCD refuses the virtual media of a node that boots the agent from
+// its CD: every device type, since BMCs offer slots that take several
+// (a CD/USB slot), and an insert or eject for "disk" would then take the
+// agent's ISO out.
 func (v *nodeCalls) agentCD(n *store.Node, devices []string) error {
-	if !usesVirtualMedia(n) || (len(devices) > 0 && !slices.Contains(devices, "cdrom")) {
+	if !usesVirtualMedia(n) {
 		return nil
 	}
 	if state.LookupAllowed(state.State(n.ProvisionState)) || (v.cfg.Media != nil && v.cfg.Media.Active(n.UUID)) {
-		return Conflict("Node %s boots the agent from its virtual CD (boot_interface %s, provision state %q): the cdrom slot is in use until the agent's boot ends.",
-			n.UUID, BootVirtualMedia, n.ProvisionState)
+		what := "the cdrom slot is"
+		if len(devices) > 0 && !slices.Contains(devices, "cdrom") {
+			what = "its virtual media slots (which may take several device types) are"
+		}
+		return Conflict("Node %s boots the agent from its virtual CD (boot_interface %s, provision state %q): %s in use until the agent's boot ends.",
+			n.UUID, BootVirtualMedia, n.ProvisionState, what)
 	}
 	return nil
 }
