@@ -232,7 +232,7 @@ func TestChildNodeInBandStepFails(t *testing.T) {
 		map[string]any{"interface": "deploy", "step": "erase_devices_metadata", "execute_on_child_nodes": true}}})
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
 	n := e.waitState("host", "clean failed")
-	assert.Contains(t, n["last_error"], "While executing step deploy.erase_devices_metadata on child node "+dpu+
+	assert.Contains(t, n["last_error"], "while executing step deploy.erase_devices_metadata on child node "+dpu+
 		", the step is not an out-of-band step of its driver fake-hardware")
 	child := e.do("GET", "/v1/nodes/dpu", latest, nil).json(t)
 	assert.Equal(t, "enroll", child["provision_state"])

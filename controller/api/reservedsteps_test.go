@@ -120,5 +120,5 @@ func TestStepsOnChildNodes(t *testing.T) {
 		map[string]any{"interface": "power", "step": "reboot", "execute_on_child_nodes": true}}})
 	require.Equal(t, 202, r.status, "%s", r.body)
 	n = e.waitState("dpu-host", "clean failed")
-	assert.Contains(t, n["last_error"], "While executing step power.reboot on child node "+kids[0])
+	assert.Contains(t, n["last_error"], "while executing step power.reboot on child node "+kids[0])
 }

@@ -119,7 +119,7 @@ func (c *childSteps) run(ctx context.Context, parent *store.Node, kind string, s
 	var done []string
 	for _, ch := range children {
 		if err := c.runOn(ctx, ch.UUID, kind, step); err != nil {
-			return "", fmt.Errorf("While executing step %s on child node %s, %w", step.Key(), ch.UUID, err)
+			return "", fmt.Errorf("while executing step %s on child node %s, %w", step.Key(), ch.UUID, err)
 		}
 		done = append(done, ch.UUID)
 	}
