@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/anvil-metal/anvil/controller/inspectrules"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -141,7 +142,7 @@ func fillRunbook(rb *store.Runbook, doc map[string]any) {
 func (s *Server) patchRunbook(ops []patchOp, rb *store.Runbook) (*store.Runbook, error) {
 	owners, publics := patchValues(ops, "/owner"), patchValues(ops, "/public")
 	if len(owners) > 0 {
-		publicValue := len(publics) > 0 && pyTruthy(publics[0])
+		publicValue := len(publics) > 0 && inspectrules.Truthy(publics[0])
 		if rb.Public && len(publics) == 0 || publicValue {
 			return nil, badRequest("Couldn't apply patch '%s'. Reason: There cannot be an owner for a public runbook", pyPatch(ops))
 		}
@@ -216,25 +217,6 @@ func removed(ops []patchOp, k string) bool {
 		}
 	}
 	return last == "remove"
-}
-
-// pyTruthy is Python's truth of a decoded JSON value.
-func pyTruthy(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return x
-	case float64:
-		return x != 0
-	case string:
-		return x != ""
-	case []any:
-		return len(x) > 0
-	case map[string]any:
-		return len(x) > 0
-	}
-	return true
 }
 
 // pyPatch is Python's repr of a patch document, as Ironic's PatchError

@@ -190,7 +190,7 @@ func editPath(op string, doc map[string]any, parts []string, a map[string]any) e
 		if !ok {
 			return errorf("Cannot extend non-list attribute %s", strings.Join(parts, "/"))
 		}
-		if !truthy(a["unique"]) || !containsEq(l, a["value"]) {
+		if !Truthy(a["unique"]) || !containsEq(l, a["value"]) {
 			l = append(l, a["value"])
 		}
 		cur[last] = l
@@ -320,7 +320,7 @@ func (r *run) pluginData(op string, a map[string]any) error {
 		if !ok && cur[last] != nil {
 			return actionFailure("Failed to extend plugin data at %s: 'list' object expected, got %s", path, quotePy(pyType(cur[last])))
 		}
-		if !truthy(a["unique"]) || !containsEq(l, a["value"]) {
+		if !Truthy(a["unique"]) || !containsEq(l, a["value"]) {
 			l = append(l, a["value"])
 		}
 		cur[last] = l

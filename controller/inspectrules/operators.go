@@ -35,7 +35,7 @@ func execFailure(format string, a ...any) error {
 func check(op string, args map[string]any) (bool, error) {
 	switch op {
 	case "eq", "lt", "gt":
-		return simple(op, args["values"], truthy(args["force_strings"]))
+		return simple(op, args["values"], Truthy(args["force_strings"]))
 	case "is-empty":
 		switch pyStr(args["value"], nil) {
 		case "", "None", "[]", "{}":
@@ -96,8 +96,9 @@ func check(op string, args map[string]any) (bool, error) {
 	return false, errorf("Unsupported operator '%s'.", op)
 }
 
-// truthy is Python's bool() of a JSON value.
-func truthy(v any) bool {
+// Truthy is Python's bool() of a decoded JSON value (Ironic's checks of
+// flags such as a rule's sensitive, or a patch's values, are Python's).
+func Truthy(v any) bool {
 	switch x := v.(type) {
 	case nil:
 		return false
