@@ -39,7 +39,7 @@ func explain(b store.Boot, unauthenticated bool) string {
 		}
 		if !unauthenticated && i+1 < len(b.Stages) {
 			if next := b.Stages[i+1]; next.Stage == store.StageHTTP && next.Unauthenticated() {
-				return describe(next) + " (after: " + describe(s) + ")"
+				return describe(next)
 			}
 		}
 		return describe(s)

@@ -208,6 +208,9 @@ func TestExplain(t *testing.T) {
 			stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected"), stage(store.StageBootScript, "iPXE to 10.6.6.6", "failed: no"),
 			stage(store.StageLookup, "from 10.6.6.7", "refused: no agent expected")),
 			"TFTP sent snponly.efi to 10.0.0.5 (1000 bytes, 1s) at 12:01:03 UTC; the iPXE script was never fetched"},
+		{"the kernel missing, then a stranger", boot(stage(store.StageBootScript, "iPXE", store.OutcomeOK),
+			stage(store.StageHTTP, "vmlinuz", store.OutcomeNotFound), stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected")),
+			"the download of vmlinuz failed at 12:01:03 UTC: file not found"},
 		{"only a stranger's stages", store.Boot{Stages: []store.BootStage{stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected")}},
 			"the agent's lookup was refused at 12:01:03 UTC (refused: no agent expected)"},
 	} {
