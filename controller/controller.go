@@ -87,6 +87,10 @@ type Config struct {
 	// database's directory, and with a database that has none (:memory:,
 	// PostgreSQL) a throwaway key and a temporary directory.
 	DataDir string
+	// VmediaDataMaxBytes bounds the images the vmedia API downloads for
+	// image_download_source "local", all nodes together (0: the default,
+	// vmedia.DefaultDataMaxTotal); an attach past it is refused.
+	VmediaDataMaxBytes int64
 	// TLS makes the controller serve HTTPS (the zero value: plain HTTP).
 	TLS    TLSConfig
 	Logger *slog.Logger
@@ -273,6 +277,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer closeData()
 	cc.DataImages = data
+	// Images kept from the last run whose node was deleted meanwhile go.
+	data.Sweep(ctx, func(ctx context.Context, uuid string) (bool, error) {
+		_, err := st.GetNode(ctx, uuid)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	metrics := api.NewMetrics(apiStore)
 	cc.BootScripts, cc.Suppressed = cfg.BootDir != "", metrics.Suppressed
 	if cfg.Boot.DHCP == "full" {
@@ -511,7 +523,8 @@ func openDataImages(cfg Config, log *slog.Logger, plainHTTP bool, publicURL func
 		}
 		dir, remove = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
-	d, err := vmedia.NewDataImages(vmedia.DataConfig{Dir: dir, PublicURL: publicURL, PlainHTTP: plainHTTP, Logger: log.With("component", "vmedia-data")})
+	d, err := vmedia.NewDataImages(vmedia.DataConfig{Dir: dir, PublicURL: publicURL, PlainHTTP: plainHTTP, MaxTotalBytes: cfg.VmediaDataMaxBytes,
+		Logger: log.With("component", "vmedia-data")})
 	if err != nil {
 		remove()
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/vmedia"
 )
 
 // options are anvil-controller's settings. controllerFlags is their one
@@ -24,6 +25,7 @@ type options struct {
 	rulesFile                                        string
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
+	vmediaDataMax                                    int64
 
 	cc conductor.Config     // the conductor's settings
 	bc boot.Config          // the network-boot service (DHCP, TFTP)
@@ -58,6 +60,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.config, "config", "", "config file of 'flag-name: value' lines")
 	fs.StringVar(&o.dataDir, "data-dir", "", "directory of the key that signs sanitization records, created on first start, and of virtual-media boots under way (default: the SQLite database's directory; none: a throwaway key)")
+	fs.Int64Var(&o.vmediaDataMax, "vmedia-data-max-bytes", vmedia.DefaultDataMaxTotal, "total size of the images the virtual media API downloads for image_download_source=local, all nodes together, kept in vmedia-data/ of the data directory; an attach past it is refused")
 	// The conductor's settings, their defaults from the conductor's one place.
 	fs.StringVar(&o.cc.Host, "host", o.cc.Host, "name written into node reservations")
 	fs.IntVar(&o.cc.Workers, "workers", o.cc.Workers, "concurrent node operations")

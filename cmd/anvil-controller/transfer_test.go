@@ -92,7 +92,7 @@ func TestExportImportCommands(t *testing.T) {
 	res := runCLI(t, nil, nil, "export", "--database", srcDB, "-o", file)
 	require.Equal(t, 0, res.code, res.stderr)
 	assert.Equal(t, "exported 0 chassis, 3 nodes, 0 portgroups, 1 ports, 0 allocations, 0 volume connectors, 0 volume targets, "+historyCount(t, file)+
-		" history events, 0 inventories, 0 step results, 0 erase records, 0 deploy templates, 0 runbooks, 5 BIOS settings, 0 firmware components to "+file+" (mode 0600: it contains BMC credentials)\n", res.stderr)
+		" history events, 0 inventories, 0 step results, 0 erase records, 0 deploy templates, 0 runbooks, 0 inspection rules, 5 BIOS settings, 0 firmware components to "+file+" (mode 0600: it contains BMC credentials)\n", res.stderr)
 	fi, err := os.Stat(file)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())

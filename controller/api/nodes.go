@@ -573,12 +573,19 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) error {
 			ident = n.UUID // the node a stripped ".json" suffix names
 		}
 	}
-	err = store.DeleteNodeIf(r.Context(), s.st, ident, conductor.CheckDeletable)
+	var deleted string
+	err = store.DeleteNodeIf(r.Context(), s.st, ident, func(n *store.Node) error {
+		deleted = n.UUID
+		return conductor.CheckDeletable(n)
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return notFound("Node", ident)
 	}
 	if err != nil {
 		return err
+	}
+	if s.dataImages != nil { // the vmedia API's downloads are served no more
+		s.dataImages.RemoveNode(deleted)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

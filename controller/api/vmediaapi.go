@@ -34,6 +34,8 @@ const (
 // image_download_source "local" (controller/vmedia.DataImages).
 type DataImages interface {
 	Open(nodeUUID, secret, file string) (*os.File, error)
+	// RemoveNode removes a deleted node's images.
+	RemoveNode(nodeUUID string)
 }
 
 func (s *Server) vmediaRoutes(r *mux.Router, authed func(handler) http.Handler, public func(string, handler) http.Handler) {

@@ -72,6 +72,13 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		m.CleanStep = map[string]any{}
 		return nil
 	})
+	if err == nil && c.cfg.DataImages != nil {
+		// The images the vmedia API downloaded for the instance are not
+		// served to whoever has the node next.
+		for _, dev := range VmediaDevices() {
+			c.cfg.DataImages.Remove(n.UUID, dev)
+		}
+	}
 	if err == nil {
 		// The instance's VIFs go too (Ironic's remove_vifs_from_node).
 		if verr := (&vifs{core: c.core}).removeVIFs(ctx, n.UUID); verr != nil {

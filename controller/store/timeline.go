@@ -27,13 +27,29 @@ const (
 
 // Bounds of the boot timeline: the newest MaxBootsPerNode boots of a node,
 // at most MaxStagesPerBoot stages each (beyond it the oldest but the first
-// make room: the latest stages say where a boot stopped), details of at
-// most MaxStageDetail bytes.
+// make room: the latest stages say where a boot stopped), of which at most
+// MaxUnauthenticatedPerBoot unauthenticated ones (they make room among
+// themselves and never evict another stage), details of at most
+// MaxStageDetail bytes.
 const (
-	MaxBootsPerNode  = 10
-	MaxStagesPerBoot = 64
-	MaxStageDetail   = 512
+	MaxBootsPerNode           = 10
+	MaxStagesPerBoot          = 64
+	MaxUnauthenticatedPerBoot = 12
+	MaxStageDetail            = 512
 )
+
+// Unauthenticated reports whether anyone on the provisioning LAN could
+// have caused s without the node's credentials: a refused lookup, a boot
+// script refused, an HTTP download that failed (a name the boot chain did
+// not serve). A stranger can repeat them at will, so they are bounded
+// apart from the boot's chain and a timeout does not quote them first.
+func (s BootStage) Unauthenticated() bool {
+	switch s.Stage {
+	case StageLookup, StageBootScript, StageHTTP:
+		return s.Outcome != "" && s.Outcome != OutcomeOK
+	}
+	return false
+}
 
 // BootStage is one thing the controller saw of a node's boot.
 type BootStage struct {

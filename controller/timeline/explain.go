@@ -10,18 +10,37 @@ import (
 
 // Explain says where boot b stopped: its last stage, when, and what was
 // expected next ("DHCP offered snponly.efi to 52:54:00:12:34:56 at
-// 12:01:03 UTC; the file was never fetched"). "" when b has no stage that
-// says anything (a boot the timeline did not see).
+// 12:01:03 UTC; the file was never fetched"). The last stage of the
+// boot's chain is the one: what anyone on the LAN can cause (a refused
+// lookup, a failed download: store.BootStage's Unauthenticated) is quoted
+// only when the boot has nothing else, or, for a failed download, as what
+// came right after the chain's last stage (a kernel missing from
+// --boot-dir: the download the chain expected next). "" when b has no
+// stage that says anything (a boot the timeline did not see).
 func Explain(b store.Boot) string {
+	if why := explain(b, false); why != "" {
+		return why
+	}
+	return explain(b, true)
+}
+
+// explain is Explain over b's stages, the unauthenticated ones among them
+// or not.
+func explain(b store.Boot, unauthenticated bool) string {
 	for i := len(b.Stages) - 1; i >= 0; i-- {
 		s := b.Stages[i]
-		if s.Stage == store.StageTimeout {
+		if s.Stage == store.StageTimeout || (!unauthenticated && s.Unauthenticated()) {
 			continue
 		}
 		if f := earlierFailure(b.Stages[:i], s); f != nil {
 			// A firmware retrying: DHCP offered the file again after its
 			// download failed; the failure is the news.
 			return describe(*f) + "; DHCP offered it again at " + Clock(s.At)
+		}
+		if !unauthenticated && i+1 < len(b.Stages) {
+			if next := b.Stages[i+1]; next.Stage == store.StageHTTP && next.Unauthenticated() {
+				return describe(next)
+			}
 		}
 		return describe(s)
 	}

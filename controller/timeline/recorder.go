@@ -8,10 +8,13 @@
 // goroutine writes what was queued, a node's stages in one transaction.
 // Only enrolled nodes are recorded (the callers map MACs and addresses to
 // nodes first); what the store keeps is bounded per node
-// (store.MaxBootsPerNode, store.MaxStagesPerBoot), repeats of the stage
-// just recorded are folded, and each node has a rate, so neither a
-// stranger on the provisioning LAN nor a node's firmware retrying fills
-// it.
+// (store.MaxBootsPerNode, store.MaxStagesPerBoot), repeats of any of the
+// node's last few stages are folded, and each node has a rate per kind of
+// stage, so neither a stranger on the provisioning LAN nor a node's
+// firmware retrying fills it. What a stranger can cause at will (refused
+// lookups and boot scripts, failed downloads: store.BootStage's
+// Unauthenticated) has its own smaller rate here and its own share of a
+// boot in the store, so a flood never evicts the boot's chain.
 package timeline
 
 import (
@@ -19,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +47,9 @@ type Config struct {
 	// PerNode bounds the stages of each kind a node records (default 5 a
 	// second, bursts of 40): a boot has a few dozen stages.
 	PerNode limits.Rate
+	// Unauthenticated bounds, per node, the stages anyone on the LAN can
+	// cause (default one every 5 seconds, bursts of 12).
+	Unauthenticated limits.Rate
 }
 
 // Recorder queues stages and writes them. A nil *Recorder records nothing.
@@ -52,11 +59,12 @@ type Recorder struct {
 	now     func() time.Time
 	queue   chan entry
 	rate    *limits.Keyed
+	unauth  *limits.Keyed
 	dropped atomic.Int64
 	pending atomic.Int64
 
 	mu    sync.Mutex
-	last  map[string]folded // node -> the stage recorded last
+	last  map[string]*recent // node -> the stages recorded last
 	addrs map[netip.Addr]addrNode
 }
 
@@ -65,10 +73,17 @@ type entry struct {
 	stage store.BootStage
 }
 
-// folded is the last stage a node recorded, to fold its repeats.
-type folded struct {
-	key string
-	at  time.Time
+// recent are the last stages a node recorded, to fold their repeats
+// (against the last one only, a stranger alternating two requests
+// defeated the fold): a ring of foldDepth for the boot's chain and one
+// for the unauthenticated stages, so a stranger's varied requests do not
+// push the chain's out.
+type recent [2]ring
+
+type ring struct {
+	keys [foldDepth]string
+	at   [foldDepth]time.Time
+	next int
 }
 
 type addrNode struct {
@@ -81,6 +96,9 @@ const (
 	// foldWindow: the same stage again within it (a firmware's DHCP
 	// retries, a BMC re-reading the ISO's ranges) is not recorded again.
 	foldWindow = time.Minute
+	// foldDepth: how many of a node's last stages a new one is folded
+	// against.
+	foldDepth = 8
 	// maxNodes bounds the fold table and the address book: only enrolled
 	// nodes' addresses get in, and the book is refilled by their next
 	// DHCP exchange or boot script when cleared.
@@ -108,8 +126,12 @@ func New(cfg Config) *Recorder {
 	if cfg.PerNode.PerSecond <= 0 {
 		cfg.PerNode = limits.Rate{PerSecond: 5, Burst: 40}
 	}
+	if cfg.Unauthenticated.PerSecond <= 0 {
+		cfg.Unauthenticated = limits.Rate{PerSecond: 0.2, Burst: store.MaxUnauthenticatedPerBoot}
+	}
 	return &Recorder{st: cfg.Store, log: cfg.Logger, now: cfg.Now, queue: make(chan entry, cfg.Queue),
-		rate: limits.NewKeyed(cfg.PerNode, 4*maxNodes, cfg.Now), last: map[string]folded{}, addrs: map[netip.Addr]addrNode{}}
+		rate: limits.NewKeyed(cfg.PerNode, 4*maxNodes, cfg.Now), unauth: limits.NewKeyed(cfg.Unauthenticated, maxNodes, cfg.Now),
+		last: map[string]*recent{}, addrs: map[netip.Addr]addrNode{}}
 }
 
 // Record queues a stage of the node's current boot (store.StageBoot: a
@@ -131,6 +153,9 @@ func (r *Recorder) RecordStage(nodeUUID string, s store.BootStage) {
 	if r.repeat(nodeUUID, s) || !r.rate.Allow(nodeUUID+"\x00"+s.Stage) {
 		return
 	}
+	if s.Unauthenticated() && !r.unauth.Allow(nodeUUID) {
+		return
+	}
 	r.pending.Add(1)
 	select {
 	case r.queue <- entry{node: nodeUUID, stage: s}:
@@ -142,20 +167,53 @@ func (r *Recorder) RecordStage(nodeUUID string, s store.BootStage) {
 	}
 }
 
-// repeat reports whether s repeats the node's last stage within
-// foldWindow (and remembers s otherwise). A new boot is never a repeat.
+// repeat reports whether s repeats one of the node's last foldDepth
+// stages within foldWindow (and remembers s otherwise). A new boot is
+// never a repeat, and clears what the last boot folded.
 func (r *Recorder) repeat(node string, s store.BootStage) bool {
-	key := s.Stage + "\x00" + s.Detail + "\x00" + s.Outcome
+	key := foldKey(s)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l, ok := r.last[node]; ok && l.key == key && s.Stage != store.StageBoot && s.At.Sub(l.at) < foldWindow {
-		return true
+	l := r.last[node]
+	if s.Stage == store.StageBoot {
+		l = nil
 	}
-	if len(r.last) >= maxNodes {
-		clear(r.last)
+	kind := 0
+	if s.Unauthenticated() {
+		kind = 1
 	}
-	r.last[node] = folded{key: key, at: s.At}
+	if l != nil {
+		for i := range foldDepth {
+			if l[kind].keys[i] == key && s.At.Sub(l[kind].at[i]) < foldWindow {
+				return true
+			}
+		}
+	}
+	if l == nil {
+		if _, ok := r.last[node]; !ok && len(r.last) >= maxNodes {
+			clear(r.last)
+		}
+		l = &recent{}
+		r.last[node] = l
+	}
+	g := &l[kind]
+	g.keys[g.next], g.at[g.next] = key, s.At
+	g.next = (g.next + 1) % foldDepth
 	return false
+}
+
+// foldKey is what makes two stages the same: a download's bytes and
+// duration (in parentheses after the file and client) do not, so a file
+// fetched again and again within the window is one stage.
+func foldKey(s store.BootStage) string {
+	d := s.Detail
+	switch s.Stage {
+	case store.StageTFTP, store.StageHTTP, store.StageISO:
+		if i := strings.Index(d, " ("); i >= 0 {
+			d = d[:i]
+		}
+	}
+	return s.Stage + "\x00" + d + "\x00" + s.Outcome
 }
 
 // Learn notes that addr is now the node's (DHCP gave it, or the node

@@ -96,6 +96,54 @@ func TestRecorderWritesFoldsAndBounds(t *testing.T) {
 	assert.Equal(t, "kept", kept[0].Stages[0].Detail)
 }
 
+// TestRecorderFlood: a stranger alternating refused lookups, refused boot
+// scripts and downloads of the node's kernel (so no single-stage fold
+// catches them) for 50 seconds, at 20 requests a second: the downloads fold,
+// the refused requests keep to their small rate, the boot's chain stays
+// whole and is what Explain quotes.
+func TestRecorderFlood(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	n := storetest.NewNode("n")
+	require.NoError(t, st.CreateNode(ctx, n))
+	c := &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	r := New(Config{Store: st, Now: c.now})
+	run(t, r)
+
+	r.Record(n.UUID, store.StageBoot, "cleaning", "")
+	r.Record(n.UUID, store.StagePower, "reboot", store.OutcomeOK)
+	r.Record(n.UUID, store.StageDHCP, "offered snponly.efi to 52:54:00:00:00:01", store.OutcomeOK)
+	r.Record(n.UUID, store.StageTFTP, "snponly.efi to 10.0.0.5 (1000 bytes, 1s)", store.OutcomeOK)
+	for i := range 1000 {
+		c.t = c.t.Add(50 * time.Millisecond)
+		switch i % 3 {
+		case 0:
+			r.Record(n.UUID, store.StageLookup, fmt.Sprintf("from 10.6.%d.%d", i/250, i%250), "refused: no agent expected")
+		case 1:
+			r.Record(n.UUID, store.StageBootScript, "iPXE script to 10.6.6.6", store.OutcomeFailed+": not now")
+		case 2:
+			r.Record(n.UUID, store.StageHTTP, fmt.Sprintf("vmlinuz to 10.0.0.5 (%d bytes, %dms)", 1000, i), store.OutcomeOK)
+		}
+	}
+	flush(t, r)
+	boots, err := st.ListBoots(ctx, n.UUID, 1)
+	require.NoError(t, err)
+	require.Len(t, boots, 1)
+	var chain []string
+	unauth := 0
+	for _, s := range boots[0].Stages {
+		if s.Unauthenticated() {
+			unauth++
+			continue
+		}
+		chain = append(chain, s.Stage)
+	}
+	assert.Equal(t, []string{store.StageBoot, store.StagePower, store.StageDHCP, store.StageTFTP, store.StageHTTP}, chain,
+		"the chain is whole; the repeated kernel download is one stage")
+	assert.Equal(t, store.MaxUnauthenticatedPerBoot, unauth, "a flood of 666 refused requests")
+	assert.Contains(t, Explain(boots[0]), "the kernel was downloaded at 12:00:00 UTC")
+}
+
 func TestRecorderQueueFullDrops(t *testing.T) {
 	r := New(Config{Store: newStore(t), Queue: 2, PerNode: limits.Rate{PerSecond: 100, Burst: 100}})
 	for i := range 5 { // Run not started: the queue fills
@@ -156,6 +204,15 @@ func TestExplain(t *testing.T) {
 		{"http missing", boot(stage(store.StageHTTP, "vmlinuz", store.OutcomeNotFound)), "the download of vmlinuz failed at 12:01:03 UTC: file not found"},
 		{"lookup", boot(stage(store.StageLookup, "boot b1 from 10.0.0.5", store.OutcomeOK)), "the agent looked up at 12:01:03 UTC; it never heartbeated"},
 		{"bmc failed", boot(stage(store.StagePower, "reboot", "failed: no route")), "the BMC's power action (reboot) failed at 12:01:03 UTC: failed: no route"},
+		{"a stranger's refused lookups after the chain", boot(stage(store.StageTFTP, "snponly.efi to 10.0.0.5 (1000 bytes, 1s)", store.OutcomeOK),
+			stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected"), stage(store.StageBootScript, "iPXE to 10.6.6.6", "failed: no"),
+			stage(store.StageLookup, "from 10.6.6.7", "refused: no agent expected")),
+			"TFTP sent snponly.efi to 10.0.0.5 (1000 bytes, 1s) at 12:01:03 UTC; the iPXE script was never fetched"},
+		{"the kernel missing, then a stranger", boot(stage(store.StageBootScript, "iPXE", store.OutcomeOK),
+			stage(store.StageHTTP, "vmlinuz", store.OutcomeNotFound), stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected")),
+			"the download of vmlinuz failed at 12:01:03 UTC: file not found"},
+		{"only a stranger's stages", store.Boot{Stages: []store.BootStage{stage(store.StageLookup, "from 10.6.6.6", "refused: no agent expected")}},
+			"the agent's lookup was refused at 12:01:03 UTC (refused: no agent expected)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Explain(tc.boot)

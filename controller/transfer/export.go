@@ -174,6 +174,13 @@ func exportFleet(ctx context.Context, src Source, w io.Writer, opts ExportOption
 		func(rb *store.Runbook) string { return rb.UUID }); err != nil {
 		return sum, err
 	}
+	// Sensitive rules too: the export holds BMC credentials already, and
+	// a migration that dropped them would lose them for good.
+	if sum.InspectionRules, err = exportResources(ctx, d, "inspection_rules",
+		func(p store.Page) ([]*store.InspectionRule, error) { return src.ListInspectionRules(ctx, "", p) },
+		func(r *store.InspectionRule) string { return r.UUID }); err != nil {
+		return sum, err
+	}
 	if err := exportNodeSets(ctx, d, src, uuids, &sum); err != nil {
 		return sum, err
 	}

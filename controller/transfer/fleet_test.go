@@ -38,6 +38,7 @@ const (
 	kindVolume
 	kindTemplate
 	kindRunbook
+	kindInspectionRule
 )
 
 // fillFleet writes a varied fleet through store calls, with everything an
@@ -164,6 +165,11 @@ func fillFleet(t *testing.T, st store.Store, extra int) {
 				Args: map[string]any{"settings": []any{map[string]any{"name": "LogicalProc", "value": "Disabled"}}}},
 			{Interface: "bios", Step: "factory_reset", Order: 1, Args: map[string]any{}}},
 		DisableRamdisk: true, Owner: strp("team-a"), Extra: map[string]any{"ticket": "OPS-1"}, CreatedAt: at(57), UpdatedAt: atp(58)}))
+	require.NoError(t, st.CreateInspectionRule(ctx, &store.InspectionRule{UUID: fleetUUID(kindInspectionRule, 1),
+		Description: strp("BMC password from the inventory"), Phase: "main", Priority: 40, Sensitive: true,
+		Conditions: []map[string]any{{"op": "eq", "args": []any{"{inventory[system_vendor][manufacturer]}", "Dell Inc."}}},
+		Actions:    []map[string]any{{"op": "set-attribute", "args": []any{"/driver_info/redfish_password", "s3cr<e>t"}}},
+		CreatedAt:  at(59), UpdatedAt: atp(60)}))
 	hi := 64
 	require.NoError(t, st.ReplaceBIOSSettings(ctx, available.UUID, []store.BIOSSetting{
 		{Name: "BootMode", Value: "Uefi", AttributeType: "Enumeration", AllowableValues: []string{"Bios", "Uefi"},

@@ -73,6 +73,10 @@ func refuseNonEmpty(ctx context.Context, dst Target) error {
 			runbooks, err := dst.ListRunbooks(ctx, store.RunbookFilter{}, one)
 			return holdsNone("runbooks", runbooks, err, func(rb *store.Runbook) string { return rb.Name })
 		},
+		func() error {
+			rules, err := dst.ListInspectionRules(ctx, "", one)
+			return holdsNone("inspection rules", rules, err, func(r *store.InspectionRule) string { return r.UUID })
+		},
 	} {
 		if err := check(); err != nil {
 			return err
@@ -124,6 +128,10 @@ func (discard) ListRunbooks(context.Context, store.RunbookFilter, store.Page) ([
 	return nil, nil
 }
 func (discard) CreateRunbook(context.Context, *store.Runbook) error { return nil }
+func (discard) ListInspectionRules(context.Context, string, store.Page) ([]*store.InspectionRule, error) {
+	return nil, nil
+}
+func (discard) CreateInspectionRule(context.Context, *store.InspectionRule) error { return nil }
 func (discard) PutEraseRecords(context.Context, []*store.EraseRecord) error {
 	return nil
 }
@@ -151,6 +159,7 @@ type decoder struct {
 	now                                func() time.Time
 	templateUUIDs, templateNames       map[string]bool
 	runbookUUIDs, runbookNames         map[string]bool
+	ruleUUIDs                          map[string]bool
 }
 
 func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
@@ -160,7 +169,7 @@ func decode(ctx context.Context, r io.Reader, dst Target) (Summary, error) {
 		allocNames: map[string]bool{}, inventories: map[string]bool{},
 		chassis: map[string]bool{}, connectorIDs: map[string]bool{}, bootIndexes: map[string]bool{}, now: time.Now,
 		templateUUIDs: map[string]bool{}, templateNames: map[string]bool{},
-		runbookUUIDs: map[string]bool{}, runbookNames: map[string]bool{}}
+		runbookUUIDs: map[string]bool{}, runbookNames: map[string]bool{}, ruleUUIDs: map[string]bool{}}
 	// The document is ours: a field this controller does not know is a typo
 	// or a newer exporter's, and dropping it silently would lose data.
 	d.dec.DisallowUnknownFields()
@@ -318,6 +327,8 @@ func (d *decoder) member(ctx context.Context, key, where string) error {
 		return section(ctx, d, key, where, d.template, counted(d.dst.CreateDeployTemplate, &d.sum.Templates))
 	case "runbooks":
 		return section(ctx, d, key, where, d.runbook, counted(d.dst.CreateRunbook, &d.sum.Runbooks))
+	case "inspection_rules":
+		return section(ctx, d, key, where, d.inspectionRule, counted(d.dst.CreateInspectionRule, &d.sum.InspectionRules))
 	case "bios_settings":
 		return d.biosSection(ctx, where)
 	case "firmware_components":

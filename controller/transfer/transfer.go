@@ -5,7 +5,7 @@
 //	"chassis":[...],"nodes":[...],"portgroups":[...],"ports":[...],"allocations":[...],
 //	"volume_connectors":[...],"volume_targets":[...],
 //	"history":[...],"inventories":{"NODE-UUID":{...},...},
-//	"step_results":[...],"erase_records":[...],"deploy_templates":[...],"runbooks":[...],
+//	"step_results":[...],"erase_records":[...],"deploy_templates":[...],"runbooks":[...],"inspection_rules":[...],
 //	"bios_settings":{"NODE-UUID":[...],...},"firmware_components":{"NODE-UUID":[...],...}}
 //
 // The objects are the store's model with its JSON field names (the API's),
@@ -22,8 +22,8 @@
 // without them reads as one without; a node naming a chassis the document
 // does not have (earlier releases took any chassis_uuid) gets one created.
 // BIOS settings and firmware components came next (bios.go), runbooks
-// (written after the deploy templates) last: a document without them
-// reads as one without runbooks.
+// (written after the deploy templates) next, inspection rules (after the
+// runbooks) last: a document without them reads as one without.
 package transfer
 
 import (
@@ -70,6 +70,7 @@ type Source interface {
 	ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*store.EraseRecord, error)
 	ListDeployTemplates(ctx context.Context, p store.Page) ([]*store.DeployTemplate, error)
 	ListRunbooks(ctx context.Context, f store.RunbookFilter, p store.Page) ([]*store.Runbook, error)
+	ListInspectionRules(ctx context.Context, phase string, p store.Page) ([]*store.InspectionRule, error)
 	ListBIOSSettings(ctx context.Context, nodeUUID string) ([]store.BIOSSetting, error)
 	ListFirmwareComponents(ctx context.Context, nodeUUID string) ([]store.FirmwareComponent, error)
 }
@@ -97,6 +98,8 @@ type Target interface {
 	CreateDeployTemplate(ctx context.Context, t *store.DeployTemplate) error
 	ListRunbooks(ctx context.Context, f store.RunbookFilter, p store.Page) ([]*store.Runbook, error)
 	CreateRunbook(ctx context.Context, rb *store.Runbook) error
+	ListInspectionRules(ctx context.Context, phase string, p store.Page) ([]*store.InspectionRule, error)
+	CreateInspectionRule(ctx context.Context, r *store.InspectionRule) error
 	ReplaceBIOSSettings(ctx context.Context, nodeUUID string, settings []store.BIOSSetting) error
 	ReplaceFirmwareComponents(ctx context.Context, nodeUUID string, comps []store.FirmwareComponent) error
 }
@@ -116,6 +119,7 @@ type Summary struct {
 	Records          int `json:"erase_records"`
 	Templates        int `json:"deploy_templates"`
 	Runbooks         int `json:"runbooks"`
+	InspectionRules  int `json:"inspection_rules"`
 	BIOSSettings     int `json:"bios_settings"`
 	Firmware         int `json:"firmware_components"`
 }
@@ -123,13 +127,13 @@ type Summary struct {
 // Total is the number of objects of every kind.
 func (s Summary) Total() int {
 	return s.Chassis + s.Nodes + s.Portgroups + s.Ports + s.Allocations + s.VolumeConnectors + s.VolumeTargets +
-		s.Events + s.Inventories + s.StepResults + s.Records + s.Templates + s.Runbooks + s.BIOSSettings + s.Firmware
+		s.Events + s.Inventories + s.StepResults + s.Records + s.Templates + s.Runbooks + s.InspectionRules + s.BIOSSettings + s.Firmware
 }
 
 func (s Summary) String() string {
 	return fmt.Sprintf("%d chassis, %d nodes, %d portgroups, %d ports, %d allocations, %d volume connectors, %d volume targets, "+
-		"%d history events, %d inventories, %d step results, %d erase records, %d deploy templates, %d runbooks, "+
+		"%d history events, %d inventories, %d step results, %d erase records, %d deploy templates, %d runbooks, %d inspection rules, "+
 		"%d BIOS settings, %d firmware components",
 		s.Chassis, s.Nodes, s.Portgroups, s.Ports, s.Allocations, s.VolumeConnectors, s.VolumeTargets,
-		s.Events, s.Inventories, s.StepResults, s.Records, s.Templates, s.Runbooks, s.BIOSSettings, s.Firmware)
+		s.Events, s.Inventories, s.StepResults, s.Records, s.Templates, s.Runbooks, s.InspectionRules, s.BIOSSettings, s.Firmware)
 }

@@ -45,7 +45,7 @@ func export(t testing.TB, src Source, opts ExportOptions) ([]byte, Summary) {
 // smallFleet counts what fillFleet writes with no extra nodes.
 func smallFleet() Summary {
 	return Summary{Chassis: 2, Nodes: 4, Portgroups: 1, Ports: 3, Allocations: 2, VolumeConnectors: 1, VolumeTargets: 1,
-		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1, Runbooks: 1, BIOSSettings: 2, Firmware: 1}
+		Events: 5, Inventories: 2, StepResults: 2, Records: 1, Templates: 1, Runbooks: 1, InspectionRules: 1, BIOSSettings: 2, Firmware: 1}
 }
 
 func TestExportGolden(t *testing.T) {
@@ -61,7 +61,7 @@ func TestExportGolden(t *testing.T) {
 	require.NoError(t, err, "ANVIL_UPDATE_GOLDEN=1 creates it")
 	assert.Equal(t, string(want), string(doc))
 	// One object per line: greppable, and diffable between two exports.
-	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+1+1+1+15*2+1, bytes.Count(doc, []byte("\n")), "BIOS settings and firmware: a line per node")
+	assert.Equal(t, 2+4+1+3+2+1+1+5+2+2+1+1+1+1+1+1+16*2+1, bytes.Count(doc, []byte("\n")), "BIOS settings and firmware: a line per node")
 	assert.Contains(t, string(doc), `"ipmi_password":"p<a&s>s\"wörd\u0000"`, "secrets are exported, unescaped HTML")
 }
 
@@ -117,6 +117,12 @@ func TestGoldenRoundTrip(t *testing.T) {
 	assert.True(t, rb.DisableRamdisk)
 	assert.Equal(t, "team-a", *rb.Owner)
 	assert.Equal(t, at(58), *rb.UpdatedAt)
+	rule, err := st.GetInspectionRule(ctx, fleetUUID(kindInspectionRule, 1))
+	require.NoError(t, err)
+	assert.True(t, rule.Sensitive, "a sensitive rule travels, secret and all")
+	assert.Equal(t, "s3cr<e>t", rule.Actions[0]["args"].([]any)[1])
+	assert.Equal(t, 40, rule.Priority)
+	assert.Equal(t, at(60), *rule.UpdatedAt)
 	bios, err := st.GetBIOSSetting(ctx, fleetUUID(kindNode, 2), "BootMode")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"Bios", "Uefi"}, bios.AllowableValues)
@@ -160,7 +166,7 @@ func TestImportDocumentWithoutResults(t *testing.T) {
 	sum, err := Import(context.Background(), openSQLite(t), bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.StepResults, want.Records, want.Templates, want.Runbooks, want.BIOSSettings, want.Firmware = 0, 0, 0, 0, 0, 0
+	want.StepResults, want.Records, want.Templates, want.Runbooks, want.InspectionRules, want.BIOSSettings, want.Firmware = 0, 0, 0, 0, 0, 0, 0
 	// nor chassis and volumes: its node's chassis is created
 	want.Chassis, want.VolumeConnectors, want.VolumeTargets = 1, 0, 0
 	assert.Equal(t, want, sum)
@@ -176,7 +182,7 @@ func TestImportDocumentWithoutChassis(t *testing.T) {
 	sum, err := Import(context.Background(), st, bytes.NewReader(old), ImportOptions{})
 	require.NoError(t, err)
 	want := smallFleet()
-	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates, want.Runbooks, want.BIOSSettings, want.Firmware = 1, 0, 0, 0, 0, 0, 0
+	want.Chassis, want.VolumeConnectors, want.VolumeTargets, want.Templates, want.Runbooks, want.InspectionRules, want.BIOSSettings, want.Firmware = 1, 0, 0, 0, 0, 0, 0, 0
 	assert.Equal(t, want, sum)
 	n, err := st.GetNode(context.Background(), "web-01")
 	require.NoError(t, err)
@@ -259,6 +265,11 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 			`steps[0] needs an interface, a step and an order of 0 or more`},
 		"public runbook with an owner": {doc("runbooks", `[{"uuid":"r1","name":"CUSTOM_A","public":true,"owner":"p","steps":[{"interface":"deploy","step":"s","order":1}]}]`),
 			`a public runbook has no owner`},
+		"duplicate inspection rule": {doc("inspection_rules", `[{"uuid":"i1","phase":"main","actions":[{"op":"fail","args":["x"]}]},`+
+			`{"uuid":"i1","phase":"main","actions":[{"op":"fail","args":["x"]}]}]`), `uuid "i1" appears twice`},
+		"inspection rule without actions": {doc("inspection_rules", `[{"uuid":"i1","phase":"main","actions":[]}]`), `actions is missing or empty`},
+		"inspection rule of another phase": {doc("inspection_rules", `[{"uuid":"i1","phase":"early","actions":[{"op":"fail","args":["x"]}]}]`),
+			`phase "early" is not main`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -307,6 +318,14 @@ func TestImportRefusesNonEmptyTarget(t *testing.T) {
 		require.NoError(t, st.CreateAllocation(ctx, &store.Allocation{UUID: "a1", State: "allocating"}))
 		_, err := Import(ctx, st, bytes.NewReader(golden), ImportOptions{})
 		require.ErrorIs(t, err, ErrNotEmpty)
+	})
+	t.Run("inspection rules", func(t *testing.T) {
+		st := openSQLite(t)
+		require.NoError(t, st.CreateInspectionRule(ctx, &store.InspectionRule{UUID: "r1", Phase: "main",
+			Actions: []map[string]any{{"op": "fail", "args": []any{"x"}}}}))
+		_, err := Import(ctx, st, bytes.NewReader(golden), ImportOptions{})
+		require.ErrorIs(t, err, ErrNotEmpty)
+		assert.Contains(t, err.Error(), "it holds inspection rules (e.g. r1)")
 	})
 }
 

@@ -43,39 +43,111 @@ func (s *Store) addBootStages(ctx context.Context, tx *sql.Tx, nodeUUID string, 
 	if err := s.queryRow(ctx, tx, `SELECT COALESCE(MAX(boot), 0) FROM boot_stages WHERE node_uuid = $1`, nodeUUID).Scan(&boot); err != nil {
 		return err
 	}
-	count := -1 // stages of boot, read when first needed
+	var rows []stageRow // the stages of boot, read when first needed
+	read := false
 	for i := range stages {
 		st := stages[i]
 		st.Bound()
 		if st.Stage == store.StageBoot || boot == 0 {
-			boot, count = boot+1, 0
+			boot, rows, read = boot+1, nil, true
 		}
-		if count < 0 {
-			if err := s.queryRow(ctx, tx, `SELECT COUNT(*) FROM boot_stages WHERE node_uuid = $1 AND boot = $2`, nodeUUID, boot).Scan(&count); err != nil {
+		if !read {
+			var err error
+			if rows, err = s.bootRows(ctx, tx, nodeUUID, boot); err != nil {
 				return err
 			}
+			read = true
 		}
-		if count >= store.MaxStagesPerBoot {
-			// The boot's first stage says how it began; the latest say
-			// where it stopped: the second oldest makes room.
-			if _, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE id = (
-				SELECT id FROM boot_stages WHERE node_uuid = $1 AND boot = $2 ORDER BY id LIMIT 1 OFFSET 1)`, nodeUUID, boot); err != nil {
+		victim, keep := makeRoom(rows, st.Unauthenticated())
+		if !keep {
+			continue
+		}
+		if victim >= 0 {
+			if _, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE id = $1`, rows[victim].id); err != nil {
 				return err
 			}
-			count--
+			rows = append(rows[:victim], rows[victim+1:]...)
 		}
 		data, err := json.Marshal(st)
 		if err != nil {
 			return err
 		}
-		if _, err := s.exec(ctx, tx, `INSERT INTO boot_stages (node_uuid, boot, at, data) VALUES ($1, $2, $3, $4)`,
-			nodeUUID, boot, s.d.stamp(&st.At), data); err != nil {
+		var id int64
+		if err := s.queryRow(ctx, tx, `INSERT INTO boot_stages (node_uuid, boot, at, data) VALUES ($1, $2, $3, $4) RETURNING id`,
+			nodeUUID, boot, s.d.stamp(&st.At), data).Scan(&id); err != nil {
 			return err
 		}
-		count++
+		rows = append(rows, stageRow{id: id, unauthenticated: st.Unauthenticated()})
 	}
 	_, err := s.exec(ctx, tx, `DELETE FROM boot_stages WHERE node_uuid = $1 AND boot <= $2`, nodeUUID, boot-store.MaxBootsPerNode)
 	return err
+}
+
+// stageRow is a stored stage of a boot, as eviction sees it.
+type stageRow struct {
+	id              int64
+	unauthenticated bool
+}
+
+// bootRows reads the stages of a node's boot, oldest first.
+func (s *Store) bootRows(ctx context.Context, tx *sql.Tx, nodeUUID string, boot int64) ([]stageRow, error) {
+	rs, err := s.query(ctx, tx, `SELECT id, data FROM boot_stages WHERE node_uuid = $1 AND boot = $2 ORDER BY id`, nodeUUID, boot)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []stageRow
+	for rs.Next() {
+		var r stageRow
+		var data []byte
+		if err := rs.Scan(&r.id, &data); err != nil {
+			return nil, err
+		}
+		var st store.BootStage
+		if err := json.Unmarshal(data, &st); err != nil {
+			return nil, err
+		}
+		r.unauthenticated = st.Unauthenticated()
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}
+
+// makeRoom says which stored stage (an index of rows, -1: none) a new
+// stage evicts, and whether the new stage is kept at all. The boot's first
+// stage says how it began and is never evicted. An unauthenticated stage
+// (store.BootStage.Unauthenticated: a stranger can repeat it at will)
+// evicts only its own kind, beyond MaxUnauthenticatedPerBoot or in a full
+// boot, and is dropped when a full boot holds none: a flood never pushes
+// out the boot's chain (power, boot device, DHCP, downloads, steps,
+// timeouts). Another stage in a full boot evicts the oldest
+// unauthenticated one first, else the oldest but the first.
+func makeRoom(rows []stageRow, unauthenticated bool) (victim int, keep bool) {
+	oldestUnauth, nUnauth := -1, 0
+	for i := 1; i < len(rows); i++ {
+		if rows[i].unauthenticated {
+			if oldestUnauth < 0 {
+				oldestUnauth = i
+			}
+			nUnauth++
+		}
+	}
+	full := len(rows) >= store.MaxStagesPerBoot
+	if unauthenticated {
+		if !full && nUnauth < store.MaxUnauthenticatedPerBoot {
+			return -1, true
+		}
+		return oldestUnauth, oldestUnauth >= 0
+	}
+	switch {
+	case !full:
+		return -1, true
+	case oldestUnauth >= 0:
+		return oldestUnauth, true
+	case len(rows) > 1:
+		return 1, true
+	}
+	return -1, true
 }
 
 // ListBoots implements store.BootTimelines.

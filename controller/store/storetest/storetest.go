@@ -56,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Firmware":          testFirmwareComponents,
 		"ParentNode":        testParentNode,
 		"BootTimelines":     testBootTimelines,
+		"BootTimelineFlood": testBootTimelineFlood,
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {

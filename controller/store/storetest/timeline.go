@@ -123,3 +123,72 @@ func testBootTimelines(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.Empty(t, gone)
 }
+
+// testBootTimelineFlood: a stranger's stages (refused lookups and boot
+// scripts, failed downloads, alternating so no fold catches them) keep to
+// their own small share of a boot and never push out its chain; the
+// chain's own stages, once the boot is full, evict the stranger's first.
+func testBootTimelineFlood(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n := NewNode("flooded")
+	require.NoError(t, s.CreateNode(ctx, n))
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
+	chain := []store.BootStage{
+		{At: at(0), Stage: store.StageBoot, Detail: "into the agent ramdisk for cleaning"},
+		{At: at(1), Stage: store.StageBootDevice, Detail: "pxe", Outcome: store.OutcomeOK},
+		{At: at(2), Stage: store.StagePower, Detail: "reboot", Outcome: store.OutcomeOK},
+		{At: at(3), Stage: store.StageDHCP, Detail: "offered snponly.efi", Outcome: store.OutcomeOK},
+	}
+	var flood []store.BootStage
+	for i := range 300 {
+		st := store.BootStage{At: at(10 + i), Stage: store.StageLookup, Detail: fmt.Sprintf("from 10.0.0.%d", i), Outcome: "refused: no agent expected"}
+		switch i % 3 {
+		case 1:
+			st = store.BootStage{At: at(10 + i), Stage: store.StageBootScript, Detail: "iPXE script to 10.0.0.9", Outcome: store.OutcomeFailed + ": no"}
+		case 2:
+			st = store.BootStage{At: at(10 + i), Stage: store.StageHTTP, Detail: fmt.Sprint("x", i), Outcome: store.OutcomeNotFound}
+		}
+		flood = append(flood, st)
+		if i == 150 { // the real chain goes on meanwhile
+			flood = append(flood, store.BootStage{At: at(10 + i), Stage: store.StageTFTP, Detail: "snponly.efi", Outcome: store.OutcomeOK})
+		}
+	}
+	require.NoError(t, s.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: chain}}))
+	for i := 0; i < len(flood); i += 50 { // in batches, as the recorder writes
+		require.NoError(t, s.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: flood[i:min(i+50, len(flood))]}}))
+	}
+	boots, err := s.ListBoots(ctx, n.UUID, 1)
+	require.NoError(t, err)
+	require.Len(t, boots, 1)
+	var real []string
+	unauth := 0
+	for _, st := range boots[0].Stages {
+		if st.Unauthenticated() {
+			unauth++
+		} else {
+			real = append(real, st.Stage)
+		}
+	}
+	assert.Equal(t, store.MaxUnauthenticatedPerBoot, unauth)
+	assert.Equal(t, []string{store.StageBoot, store.StageBootDevice, store.StagePower, store.StageDHCP, store.StageTFTP}, real,
+		"the chain is whole")
+	last := boots[0].Stages[len(boots[0].Stages)-1]
+	assert.True(t, last.At.Equal(at(309)), "the stranger's latest are the ones kept: %v", last.At)
+
+	// the chain's own stages fill the boot: the stranger's go first, then
+	// the oldest but the first
+	var more []store.BootStage
+	for i := range store.MaxStagesPerBoot {
+		more = append(more, store.BootStage{At: at(1000 + i), Stage: store.StageDHCP, Detail: fmt.Sprint("retry ", i), Outcome: store.OutcomeOK})
+	}
+	require.NoError(t, s.AddBootStages(ctx, []store.NodeBootStages{{NodeUUID: n.UUID, Stages: more}}))
+	boots, err = s.ListBoots(ctx, n.UUID, 1)
+	require.NoError(t, err)
+	require.Len(t, boots[0].Stages, store.MaxStagesPerBoot)
+	for _, st := range boots[0].Stages {
+		assert.False(t, st.Unauthenticated(), "evicted before any chain stage: %+v", st)
+	}
+	assert.Equal(t, store.StageBoot, boots[0].Stages[0].Stage)
+	assert.Equal(t, "retry 63", boots[0].Stages[store.MaxStagesPerBoot-1].Detail)
+}
