@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 func TestSameImage(t *testing.T) {
@@ -23,5 +25,5 @@ func TestSameImage(t *testing.T) {
 	} {
 		assert.Equal(t, tc.same, sameImage(tc.reported, tc.asked), "%q vs %q", tc.reported, tc.asked)
 	}
-	assert.Equal(t, "https://10.0.0.1/data.iso", redactURL("https://user:secret@10.0.0.1/data.iso?sig=abc"))
+	assert.Equal(t, "https://10.0.0.1/data.iso", redact.URL("https://user:secret@10.0.0.1/data.iso?sig=abc"))
 }

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // Redfish media types (VirtualMedia.MediaTypes) of Ironic's vmedia
@@ -155,7 +157,7 @@ func (m *Manager) AttachMedia(ctx context.Context, t Target, mt, url string, tim
 					return false, fmt.Sprintf("slot %s is gone", slot.ID), nil
 				}
 				got := cur[j]
-				return got.Inserted && sameImage(got.Image, url), fmt.Sprintf("slot %s: expected Inserted with Image %s, observed Inserted=%t Image=%q", slot.ID, redactURL(url), got.Inserted, redactURL(got.Image)), nil
+				return got.Inserted && sameImage(got.Image, url), fmt.Sprintf("slot %s: expected Inserted with Image %s, observed Inserted=%t Image=%q", slot.ID, redact.URL(url), got.Inserted, redact.URL(got.Image)), nil
 			})
 		}
 		if err != nil {
@@ -258,15 +260,4 @@ func sameImage(reported, asked string) bool {
 	}
 	return strings.EqualFold(r.Scheme, a.Scheme) && strings.EqualFold(r.Hostname(), a.Hostname()) && port(r) == port(a) &&
 		strings.TrimSuffix(r.EscapedPath(), "/") == strings.TrimSuffix(a.EscapedPath(), "/")
-}
-
-// redactURL drops a URL's credentials and query for messages: a data
-// image's URL may be signed or carry a password.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	p.User, p.RawQuery, p.Fragment = nil, "", ""
-	return p.String()
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // DataImages publishes images the controller downloads for the BMC to
@@ -224,7 +226,7 @@ func (v *nodeCalls) AttachVirtualMedia(ctx context.Context, ident string, req Vm
 		return driverFailure(err, "%s", msg)
 	}
 	v.event(ctx, n.UUID, "INFO", "vmedia", fmt.Sprintf("Device %s attached to node %s from %s (checked in its slot; %d BMC command(s), %s)",
-		req.DeviceType, n.UUID, req.ImageURL, o.Attempts, o.Duration.Round(time.Millisecond)))
+		req.DeviceType, n.UUID, redact.URL(req.ImageURL), o.Attempts, o.Duration.Round(time.Millisecond)))
 	return nil
 }
 
@@ -241,7 +243,7 @@ func (v *nodeCalls) publish(ctx context.Context, n *store.Node, req VmediaAttach
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", Invalid("image_download_source is set to 'local' but the image URL %s uses the %s protocol which cannot be downloaded by the conductor. Set image_download_source to 'http' or remove it to use the default.",
-			req.ImageURL, u.Scheme)
+			redact.URL(req.ImageURL), u.Scheme)
 	}
 	if v.cfg.DataImages == nil {
 		return "", Invalid("image_download_source 'local' needs the controller to serve images, and this one does not: use 'http'")

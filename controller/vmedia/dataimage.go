@@ -28,7 +28,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +37,8 @@ import (
 
 	"github.com/anvil-metal/anvil/bmc"
 	"github.com/anvil-metal/anvil/internal/regularfile"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // DataConfig configures DataImages.
@@ -173,18 +174,6 @@ func dataFileName(device string) string {
 	return device + ".img"
 }
 
-// RedactURL is u without what may be a credential: its user:password@
-// and its query (a presigned URL's signature) go, so it can be logged and
-// written into node history.
-func RedactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(an unparsable URL)"
-	}
-	p.User, p.RawQuery, p.ForceQuery, p.Fragment, p.RawFragment = nil, "", false, "", ""
-	return p.String()
-}
-
 // Publish implements conductor.DataImages: src is downloaded (bounded in
 // size, time and the total of the images) and served at a new secret URL.
 func (d *DataImages) Publish(ctx context.Context, nodeUUID, device, src, publicURL string) (string, error) {
@@ -224,7 +213,7 @@ func (d *DataImages) Publish(ctx context.Context, nodeUUID, device, src, publicU
 	if rest, ok := strings.CutPrefix(base, "https://"); ok && d.cfg.PlainHTTP {
 		base = "http://" + rest
 	}
-	d.cfg.Logger.Info("data image published", "node", nodeUUID, "device", device, "source", RedactURL(src), "bytes", st.Size())
+	d.cfg.Logger.Info("data image published", "node", nodeUUID, "device", device, "source", redact.URL(src), "bytes", st.Size())
 	return fmt.Sprintf("%s/v1/boot/%s/data/%s%s/%s", base, nodeUUID, attach, d.mac(nodeUUID, device, attach), dataFileName(device)), nil
 }
 
@@ -275,7 +264,7 @@ func globEscape(s string) string {
 }
 
 func (d *DataImages) download(ctx context.Context, nodeUUID, device, src string) (string, error) {
-	shown := RedactURL(src)
+	shown := redact.URL(src)
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
@@ -295,10 +284,7 @@ func (d *DataImages) download(ctx context.Context, nodeUUID, device, src string)
 	}
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			ue.URL = RedactURL(ue.URL)
-		}
+		redact.Errors(err)
 		return "", fmt.Errorf("cannot download image %s: %w", shown, err)
 	}
 	defer resp.Body.Close()

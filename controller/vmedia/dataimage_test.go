@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 const (
@@ -188,9 +190,9 @@ func TestRedactURL(t *testing.T) {
 		"https://s3.example/b/a.iso?X-Amz-Signature=abc&X-Amz-Credential=AK": "https://s3.example/b/a.iso",
 		"http://images.example/a.iso#frag":                                   "http://images.example/a.iso",
 		"http://images.example/a.iso":                                        "http://images.example/a.iso",
-		"http://[::1/x?token=t":                                              "(an unparsable URL)",
+		"http://[::1/x?token=t":                                              "(unparseable URL)",
 	} {
-		assert.Equal(t, want, RedactURL(in), in)
+		assert.Equal(t, want, redact.URL(in), in)
 	}
 }
 

@@ -2,8 +2,9 @@ package generic
 
 import (
 	"fmt"
-	"github.com/anvil-metal/anvil/hardware/imagewrite"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // Summary says which devices erase_devices_express formatted and which
@@ -27,8 +28,8 @@ func (r WriteImageResult) Summary() string {
 		// Set only once the image was written, verified and flushed: this
 		// is the partial result of a failed write.
 		return fmt.Sprintf("%s image %s not written to %s: stopped after %.1f MB downloaded and %.1f MB written",
-			i.Format, imagewrite.RedactURL(i.URL), i.Device, float64(i.BytesDownloaded)/1e6, float64(i.BytesWritten)/1e6)
+			i.Format, redact.URL(i.URL), i.Device, float64(i.BytesDownloaded)/1e6, float64(i.BytesWritten)/1e6)
 	}
 	return fmt.Sprintf("%s image %s (%.1f MB downloaded, %s verified) written to %s (%.1f MB at %.0f MB/s); partition table re-read: %s",
-		i.Format, imagewrite.RedactURL(i.URL), float64(i.BytesDownloaded)/1e6, i.ChecksumAlgo, i.Device, float64(i.BytesWritten)/1e6, i.MBPerSecond, i.PartitionReread)
+		i.Format, redact.URL(i.URL), float64(i.BytesDownloaded)/1e6, i.ChecksumAlgo, i.Device, float64(i.BytesWritten)/1e6, i.MBPerSecond, i.PartitionReread)
 }

@@ -8,10 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // DefaultStallTimeout is how long a download may wait for its next bytes
@@ -45,45 +46,6 @@ func NewClient() *http.Client {
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}}
-}
-
-// RedactURL returns raw without its user information, query and fragment:
-// signed (temporary) URLs such as Swift temp URLs and S3 presigned URLs
-// carry their secrets there, and image URLs end up in step results, errors,
-// node history and logs.
-func RedactURL(raw string) string {
-	const unparseable = "(unparseable URL)"
-	u, err := url.Parse(raw)
-	if err != nil || raw == unparseable {
-		// The placeholder is returned as is, so redacting twice (the
-		// step summary redacts Result.URL again) changes nothing.
-		return unparseable
-	}
-	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
-	return u.String()
-}
-
-// redactURLErrors redacts, in place, the URL of every *url.Error in err's
-// chain: net/http puts the full request URL in its errors (for a redirect,
-// the URL redirected to), secrets included. The errors are this write's
-// own, fresh from the client, so changing them affects nobody else.
-func redactURLErrors(err error) {
-	for err != nil {
-		if ue, ok := err.(*url.Error); ok {
-			ue.URL = RedactURL(ue.URL)
-		}
-		switch x := err.(type) {
-		case interface{ Unwrap() error }:
-			err = x.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range x.Unwrap() {
-				redactURLErrors(e)
-			}
-			return
-		default:
-			return
-		}
-	}
 }
 
 // stallError is the cause a stalled download is cancelled with.
@@ -169,7 +131,7 @@ func downloadFailure(dlCtx context.Context, client *http.Client, err error) erro
 	if errors.As(context.Cause(dlCtx), &se) {
 		return se
 	}
-	redactURLErrors(err)
+	redact.Errors(err)
 	if hint := caHint(err, usesSystemRoots(client), systemRootsEmpty); hint != "" {
 		return fmt.Errorf("%w%s", err, hint)
 	}

@@ -33,6 +33,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 // Opener opens devices for writing; hardware.Guard implements it.
@@ -121,7 +123,7 @@ func newHash(algo string) hash.Hash {
 // and into the node's history.
 func (w *Writer) Write(ctx context.Context, req Request, progress hardware.ProgressFunc) (Result, error) {
 	start := time.Now()
-	imageURL := RedactURL(req.URL)
+	imageURL := redact.URL(req.URL)
 	res := Result{Device: req.Device, URL: imageURL}
 	algo, wantSum, err := ParseChecksum(req.Checksum)
 	if err != nil {
@@ -177,7 +179,7 @@ func (w *Writer) Write(ctx context.Context, req Request, progress hardware.Progr
 	defer guard.stop()
 	hreq, err := http.NewRequestWithContext(dlCtx, http.MethodGet, req.URL, nil)
 	if err != nil {
-		redactURLErrors(err)
+		redact.Errors(err)
 		return res, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: scrub(fmt.Sprintf("image_url: %v", err), req.URL, imageURL)}
 	}
 	// downloadError words a failed download: never the full URL.

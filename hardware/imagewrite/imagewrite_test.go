@@ -30,6 +30,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/redact"
 )
 
 var outside = hardware.Environment{Evidence: "test"}
@@ -361,8 +363,8 @@ func TestRedactURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			assert.Equal(t, tt.want, RedactURL(tt.in))
-			assert.Equal(t, tt.want, RedactURL(RedactURL(tt.in)), "idempotent")
+			assert.Equal(t, tt.want, redact.URL(tt.in))
+			assert.Equal(t, tt.want, redact.URL(redact.URL(tt.in)), "idempotent")
 		})
 	}
 }
