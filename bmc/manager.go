@@ -249,6 +249,10 @@ func (m *Manager) SetPower(ctx context.Context, t Target, a PowerAction) (Outcom
 			case ActionCycle:
 				err = op.send(ctx, primCycle)
 			case ActionSoftReboot:
+				var done bool
+				if done, err = op.gracefulRestart(ctx); done || err != nil {
+					break
+				}
 				if err = op.send(ctx, primSoft); err == nil {
 					if err = op.waitPower(ctx, PowerOff, op.m.cfg.SoftPowerOffTimeout); err == nil {
 						err = op.send(ctx, primOn)
@@ -480,6 +484,30 @@ func (op *operation) send(ctx context.Context, p primitive) error {
 	return op.retry(ctx, "set_power_state "+string(p), func(ctx context.Context, s session) error {
 		return s.setPower(ctx, p)
 	})
+}
+
+// restarter is a session whose BMC can restart the OS without a power
+// cycle (Redfish GracefulRestart); ok is false when this BMC does not offer
+// it, and the soft reboot falls back to soft off + on.
+type restarter interface {
+	gracefulRestart(ctx context.Context) (ok bool, err error)
+}
+
+// gracefulRestart tries restarter: a soft reboot that never powers the
+// node off, as Ironic's Redfish soft reboot (sushy GracefulRestart), which
+// disable_power_off nodes rely on.
+func (op *operation) gracefulRestart(ctx context.Context) (bool, error) {
+	var ok bool
+	err := op.retry(ctx, "set_power_state graceful_restart", func(ctx context.Context, s session) error {
+		r, is := s.(restarter)
+		if !is {
+			return nil
+		}
+		var err error
+		ok, err = r.gracefulRestart(ctx)
+		return err
+	})
+	return ok, err
 }
 
 // waitPower polls the power state until it is want.

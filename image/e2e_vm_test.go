@@ -9,12 +9,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,7 @@ import (
 type e2e struct {
 	c        *controller
 	node     *vbmc.Node
+	qemu     *vbmc.QEMU
 	bmc      *vbmc.Server
 	disks    []vbmc.QEMUDisk
 	dir      string
@@ -39,6 +42,25 @@ type e2e struct {
 	mac      string
 	imageURL string // where the guest fetches the deploy image
 	image    []byte
+	bmcLog   *lockedBuffer // what anvil-vbmc and its QEMU backend logged
+}
+
+// lockedBuffer is a log sink that goroutines share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newE2E starts a controller (with extra flags), a QEMU node behind an
@@ -61,6 +83,9 @@ type e2eConfig struct {
 	netboot bool
 	// memoryMiB of the node; 0 is vbmc's default (512).
 	memoryMiB int
+	// virtualMedia gives the node a CD drive that Redfish VirtualMedia
+	// fills (the agent still boots directly from kernel and initrd).
+	virtualMedia bool
 }
 
 func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
@@ -78,7 +103,8 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 	// QEMU inherits this: its guestfwd relay (the test binary) dials the controller.
 	t.Setenv(guestfwdEnv, "127.0.0.1:"+c.port)
 
-	e := &e2e{c: c, dir: t.TempDir(), mac: "52:54:00:e2:e0:01"}
+	e := &e2e{c: c, dir: t.TempDir(), mac: "52:54:00:e2:e0:01", bmcLog: &lockedBuffer{}}
+	bmcLog := slog.New(slog.NewTextHandler(e.bmcLog, nil))
 	const size = 64 << 20
 	if cfg.disks == nil {
 		cfg.disks = []vbmc.QEMUDisk{{Serial: "ANVIL-E2E-0001"}, {Serial: "ANVIL-E2E-0002"}}
@@ -95,7 +121,7 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 	qc := vbmc.QEMUConfig{StateDir: filepath.Join(e.dir, "qemu"), Disks: e.disks, MemoryMiB: cfg.memoryMiB,
 		NIC:    &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self, imageFwd}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
-		ShutdownTimeoutSeconds: 5}
+		ShutdownTimeoutSeconds: 5, VirtualMedia: cfg.virtualMedia}
 	if cfg.netboot {
 		// slirp's DHCP and TFTP hand iPXE a script that chains to the
 		// controller's script for this MAC.
@@ -110,12 +136,12 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 		qc.Kernel, qc.Initrd, qc.Append = "", "", ""
 		qc.NIC.TFTP, qc.NIC.BootFile = tftp, "boot.ipxe"
 	}
-	q, err := vbmc.NewQEMU(nil, qc)
+	q, err := vbmc.NewQEMU(bmcLog, qc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.node = vbmc.NewNode("e2e-node", q)
-	e.bmc = vbmc.NewServer(nil, "admin", "password", e.node)
+	e.node, e.qemu = vbmc.NewNode("e2e-node", q), q
+	e.bmc = vbmc.NewServer(bmcLog, "admin", "password", e.node)
 	bmcSrv := httptest.NewServer(e.bmc.Handler())
 	e.bmcURL = bmcSrv.URL
 	t.Cleanup(func() {

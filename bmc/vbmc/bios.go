@@ -150,7 +150,7 @@ func (n *Node) biosBoot(log *slog.Logger) {
 // biosAtReset runs the BIOS's boot work when a reset booted the system:
 // on from off, or a restart or cycle of a running one.
 func (s *Server) biosAtReset(n *Node, resetType string, wasOn, on bool) {
-	restart := resetType == ResetForceRestart || resetType == ResetPowerCycle
+	restart := resetType == ResetForceRestart || resetType == ResetGracefulRestart || resetType == ResetPowerCycle
 	if (!wasOn && on) || (wasOn && on && restart) {
 		n.biosBoot(s.log)
 	}

@@ -256,7 +256,7 @@ func (f *firmware) booted(node string) {
 // afterReset tells the firmware about a reset: a start or restart of the
 // machine is a boot. A GracefulShutdown the OS ignores is not.
 func (f *firmware) afterReset(node, resetType string, wasOn, on bool) {
-	restart := resetType == ResetForceRestart || resetType == ResetPowerCycle
+	restart := resetType == ResetForceRestart || resetType == ResetGracefulRestart || resetType == ResetPowerCycle
 	if on && (restart || (resetType == ResetOn && !wasOn)) {
 		f.booted(node)
 	}

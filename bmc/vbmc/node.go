@@ -127,13 +127,16 @@ const (
 	ResetForceOff         = "ForceOff"
 	ResetGracefulShutdown = "GracefulShutdown"
 	ResetForceRestart     = "ForceRestart"
-	ResetPowerCycle       = "PowerCycle"
-	ResetNmi              = "Nmi"
+	// ResetGracefulRestart asks the OS to reboot; the power stays on
+	// (Ironic's Redfish soft reboot). QEMU's guests get a system reset.
+	ResetGracefulRestart = "GracefulRestart"
+	ResetPowerCycle      = "PowerCycle"
+	ResetNmi             = "Nmi"
 )
 
 // ResetTypes returns the reset types a node accepts.
 func ResetTypes() []string {
-	return []string{ResetOn, ResetForceOff, ResetGracefulShutdown, ResetForceRestart, ResetPowerCycle, ResetNmi}
+	return []string{ResetOn, ResetForceOff, ResetGracefulShutdown, ResetForceRestart, ResetGracefulRestart, ResetPowerCycle, ResetNmi}
 }
 
 // Reset performs a Redfish reset type. Restart and cycle of an off node
@@ -161,7 +164,7 @@ func (n *Node) Reset(ctx context.Context, resetType string) error {
 			return nil
 		}
 		return n.backend.Shutdown(ctx)
-	case ResetForceRestart:
+	case ResetForceRestart, ResetGracefulRestart:
 		if !on {
 			return n.backend.PowerOn(ctx, n.nextBootDevice())
 		}

@@ -97,6 +97,23 @@ func TestAgentDeployAbort(t *testing.T) {
 			return e.do("GET", "/v1/nodes/da2", latest, nil).json(t)["power_state"] == "power off"
 		}, 5*time.Second, 20*time.Millisecond)
 	})
+	t.Run("while the ramdisk boots, disable_power_off: rebooted, not powered off", func(t *testing.T) {
+		e := newEnvWith(t, agentConfig(), ":memory:")
+		imageNode(e, "da3")
+		r := e.do("PATCH", "/v1/nodes/da3", latest, []map[string]any{{"op": "replace", "path": "/disable_power_off", "value": true}})
+		require.Equal(t, 200, r.status, "%s", r.body)
+		require.Equal(t, 202, e.provision("da3", "provide", nil).status)
+		e.waitState("da3", "available")
+		require.Equal(t, 202, e.provision("da3", "active", nil).status)
+		e.waitState("da3", "wait call-back")
+		require.Equal(t, 202, e.provision("da3", "abort", nil).status)
+		n := e.waitState("da3", "deploy failed")
+		assert.Equal(t, `By request, the deploy operation was aborted during or after the completion of step "deploy.deploy": no agent step was running; the node is rebooted (disable_power_off)`, n["last_error"])
+		assert.Eventually(t, func() bool {
+			n := e.do("GET", "/v1/nodes/da3", latest, nil).json(t)
+			return n["power_state"] == "power on" && n["target_power_state"] == nil
+		}, 5*time.Second, 20*time.Millisecond)
+	})
 	t.Run("a step that is not abortable runs to its end first", func(t *testing.T) {
 		e := newEnvWith(t, agentConfig(), ":memory:")
 		a := imageNode(e, "da4")

@@ -64,8 +64,8 @@ func (c *stops) abortOverdue(n *store.Node) string {
 	if ph, ok := phaseOf(n); ok {
 		kind = ph.kind
 	}
-	return fmt.Sprintf("By request, the %s operation was aborted during step %q: the agent did not stop it within %s, so the node is powered off",
-		kind, p.Step.Key(), c.cfg.Agent.AbortTimeout)
+	return fmt.Sprintf("By request, the %s operation was aborted during step %q: the agent did not stop it within %s, so the node is %s",
+		kind, p.Step.Key(), c.cfg.Agent.AbortTimeout, offWords(n))
 }
 
 // abortByPowerOff is the fallback of an abort the agent did not act on:
@@ -154,7 +154,7 @@ func (c *stops) applyAbort(n *store.Node) error {
 		// Ironic's text (do_node_deploy_abort, 1.110), then anvil's note
 		msg := fmt.Sprintf("By request, the deploy operation was aborted during or after the completion of step %q", name)
 		if UsesAgent(n) {
-			msg += ": no agent step was running; the node is powered off"
+			msg += ": no agent step was running; the node is " + offWords(n)
 		}
 		n.LastError = strp(msg)
 		n.DeployStep = map[string]any{}
@@ -196,4 +196,14 @@ func (c *stops) securityStop(ctx context.Context, n *store.Node) error {
 	c.steps.recordStopped(ctx, n, msg, store.OutcomeFailed)
 	c.log.WarnContext(ctx, "operation stopped: second agent claimant", "node", n.UUID, "state", cur, "claimant", cl.Address, "holder", cl.HolderAddress)
 	return nil
+}
+
+// offWords says what tearDownAgent's power action (offTarget) does to n,
+// for last_error: a node with disable_power_off is rebooted, never
+// powered off.
+func offWords(n *store.Node) string {
+	if n.DisablePowerOff {
+		return "rebooted (disable_power_off)"
+	}
+	return "powered off"
 }

@@ -80,7 +80,9 @@ func (c *agents) directDeployStep(ctx context.Context, n *store.Node, d Driver, 
 
 // imageArgs builds the agent's write_image arguments from instance_info
 // (Ironic's image_source, image_checksum or image_os_hash_*, image_disk_format)
-// and the root device hints in properties.root_device.
+// and the root device hints: instance_info.root_device, else
+// properties.root_device (Ironic's get_root_device_for_deploy; metal3's
+// baremetal-operator sets them in instance_info).
 func imageArgs(n *store.Node, override map[string]any) (map[string]any, error) {
 	ii := n.InstanceInfo
 	url, _ := ii["image_source"].(string)
@@ -106,7 +108,9 @@ func imageArgs(n *store.Node, override map[string]any) (map[string]any, error) {
 	if f, _ := ii["image_disk_format"].(string); f != "" {
 		args["image_disk_format"] = f
 	}
-	if hints, ok := n.Properties["root_device"].(map[string]any); ok {
+	if hints, ok := ii["root_device"].(map[string]any); ok && len(hints) > 0 {
+		args["root_device"] = hints
+	} else if hints, ok := n.Properties["root_device"].(map[string]any); ok {
 		args["root_device"] = hints
 	}
 	for k, v := range override {
