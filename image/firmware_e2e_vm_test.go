@@ -134,6 +134,12 @@ func TestVME2EBIOSAndFirmware(t *testing.T) {
 	// no erase), then serviced with bios.apply_configuration: the BIOS
 	// step reboots the running instance to apply the setting, the node
 	// returns to active and boots its image again from disk.
+	// The failed cleaning's tear-down powers the node off in the
+	// background, holding its reservation; a verb before it ends is a 409
+	// (NodeLocked), which BMO retries and this test waits out.
+	waitFor(t, c, "fw", time.Minute, func(n map[string]any) bool {
+		return n["reservation"] == nil && n["target_power_state"] == nil
+	})
 	e.verb(t, "fw", "manage")
 	c.waitState(t, "fw", "manageable", time.Minute)
 	c.mustCall(t, "DELETE", "/v1/nodes/fw/maintenance", nil) // the failed cleaning's
