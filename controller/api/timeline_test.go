@@ -110,16 +110,19 @@ func TestBootTimeoutSaysWhereTheBootStopped(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernel-bytes"), 0o644))
 	cc := agentConfig()
-	cc.Agent.BootTimeout = 300 * time.Millisecond
+	cc.Agent.BootTimeout = 1500 * time.Millisecond
 	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.BootDir = dir })
 	id := e.agentNode("stuck", nil)
 	require.Equal(t, 202, e.provision("stuck", "provide", nil).status)
+	// the boot begins when the worker reboots the node, after the 202:
+	// fetches before it belong to no boot of this operation
+	e.waitState("stuck", "clean wait")
 	require.Equal(t, 200, e.do("GET", "/v1/boot/"+id+"/ipxe", "", nil).status)
 	require.Equal(t, 200, e.do("GET", "/v1/boot/files/vmlinuz", "", nil).status)
 	require.NoError(t, e.tl.Flush(context.Background()))
 	n := e.waitState("stuck", "clean failed")
 	msg := n["last_error"].(string)
-	assert.Regexp(t, `^Timeout in clean wait: the agent ramdisk never called back within 300ms`, msg)
+	assert.Regexp(t, `^Timeout in clean wait: the agent ramdisk never called back within 1.5s`, msg)
 	assert.Regexp(t, `Where the boot stopped: the kernel was downloaded at \d\d:\d\d:\d\d UTC \(vmlinuz to 127\.0\.0\.1 \(12 bytes, [^)]*\)\); the ramdisk was never fetched\.$`, msg)
 	stages := e.timelineStages("stuck")[0]
 	assert.Equal(t, "timeout", stages[len(stages)-1]["stage"])
