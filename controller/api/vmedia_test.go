@@ -141,18 +141,7 @@ func TestVirtualMediaBoot(t *testing.T) {
 // TestVirtualMediaBootTimeoutEjects: an agent that never calls back ends
 // the cleaning; the power-off that tears it down ejects the media.
 func TestVirtualMediaBootTimeoutEjects(t *testing.T) {
-	dir := t.TempDir()
-	placeholder, err := protocol.BootConfig{Placeholder: true}.Slot()
-	require.NoError(t, err)
-	iso := append(make([]byte, 4096), placeholder...)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, vmedia.ISOName), iso, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "manifest.json"),
-		[]byte(fmt.Sprintf(`{"iso":{"node_slot":{"offset":4096,"bytes":%d}}}`, len(placeholder))), 0o644))
-	b, err := vmedia.New(vmedia.Config{BootDir: dir, CacheDir: t.TempDir(), PublicURL: func() string { return "http://192.0.2.1:6385" }})
-	require.NoError(t, err)
-	cc := agentConfig()
-	cc.Media, cc.Agent.BootTimeout = b, 300*time.Millisecond
-	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.BootDir = dir; c.Media = b })
+	e, b := newShortBootMediaEnv(t)
 	id := e.agentNode("vm", map[string]any{"boot_interface": "redfish-virtual-media"})
 	require.Equal(t, 202, e.provision("vm", "provide", nil).status)
 	e.waitState("vm", "clean failed")
@@ -176,6 +165,25 @@ func TestVirtualMediaBootWithoutISO(t *testing.T) {
 // back fails the service, which keeps the node's power (it holds an
 // instance) but ejects the media and removes the per-node ISO.
 func TestVirtualMediaServiceTimeoutEjects(t *testing.T) {
+	e, b := newShortBootMediaEnv(t)
+	id := e.agentNode("svm", map[string]any{"boot_interface": "redfish-virtual-media"})
+	e.makeActive(id)
+	r := e.do("PUT", "/v1/nodes/svm/states/provision", "1.87", map[string]any{"target": "service",
+		"service_steps": []map[string]any{{"interface": "deploy", "step": "burnin_cpu", "args": map[string]any{}}}})
+	require.Equal(t, 202, r.status, string(r.body))
+	n := e.waitState("svm", "service failed")
+	assert.Contains(t, n["last_error"], "Timeout in service wait")
+	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond, "the agent's ISO is out")
+	assert.Contains(t, historyText(e, "svm"), "virtual media ejected (servicing failed, leaving the ramdisk's media)")
+	dii := e.do("GET", "/v1/nodes/svm", latest, nil).json(t)["driver_internal_info"].(map[string]any)
+	assert.NotContains(t, dii, "agent_secret_token", "the agent's token died with the service")
+}
+
+// newShortBootMediaEnv serves a minimal agent ISO (a placeholder node slot
+// after 4 KiB) for virtual-media boots whose agent must call back within
+// 300 ms, and returns the environment and the ISO builder.
+func newShortBootMediaEnv(t *testing.T) (*testEnv, *vmedia.Builder) {
+	t.Helper()
 	dir := t.TempDir()
 	placeholder, err := protocol.BootConfig{Placeholder: true}.Slot()
 	require.NoError(t, err)
@@ -188,15 +196,5 @@ func TestVirtualMediaServiceTimeoutEjects(t *testing.T) {
 	cc := agentConfig()
 	cc.Media, cc.Agent.BootTimeout = b, 300*time.Millisecond
 	e := newEnvWith(t, cc, ":memory:", func(c *Config) { c.BootDir = dir; c.Media = b })
-	id := e.agentNode("svm", map[string]any{"boot_interface": "redfish-virtual-media"})
-	e.makeActive(id)
-	r := e.do("PUT", "/v1/nodes/svm/states/provision", "1.87", map[string]any{"target": "service",
-		"service_steps": []map[string]any{{"interface": "deploy", "step": "burnin_cpu", "args": map[string]any{}}}})
-	require.Equal(t, 202, r.status, string(r.body))
-	n := e.waitState("svm", "service failed")
-	assert.Contains(t, n["last_error"], "Timeout in service wait")
-	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond, "the agent's ISO is out")
-	assert.Contains(t, historyText(e, "svm"), "virtual media ejected (servicing failed, leaving the ramdisk's media)")
-	dii := e.do("GET", "/v1/nodes/svm", latest, nil).json(t)["driver_internal_info"].(map[string]any)
-	assert.NotContains(t, dii, "agent_secret_token", "the agent's token died with the service")
+	return e, b
 }
