@@ -27,7 +27,7 @@ type ProvisionRequest struct {
 	Target         string
 	CleanSteps     []protocol.Step // clean: interface, step, args
 	DeploySteps    []protocol.Step // active/rebuild: interface, step, args, priority
-	ServiceSteps   []protocol.Step // service (1.87): interface, step, args (ServiceStepsFrom)
+	ServiceSteps   []protocol.Step // service (1.87): interface, step, args (or a runbook's, resolved by the API)
 	ConfigDrive    any
 	RescuePassword string
 	DisableRamdisk bool
@@ -152,7 +152,7 @@ func (c *requests) checkVerb(n *store.Node, d Driver, verb state.Verb, req Provi
 		if n.Maintenance {
 			return Invalid("The service operation can't be performed on node %s because it's in maintenance mode.", n.UUID)
 		}
-		steps := ServiceStepsFrom(req)
+		steps := req.ServiceSteps
 		if len(steps) == 0 {
 			return Invalid("\"service_steps\" is required when setting target provision state to service")
 		}
@@ -269,7 +269,7 @@ func (c *requests) checkDriverStepArgs(ctx context.Context, ident string, verb s
 	case state.EvDeploy, state.EvRebuild:
 		steps, what = req.DeploySteps, "deploy"
 	case state.EvService:
-		steps, what = ServiceStepsFrom(req), "service"
+		steps, what = req.ServiceSteps, "service"
 	case state.EvClean:
 	default:
 		return nil

@@ -53,13 +53,6 @@ var instanceSteps = map[string]bool{
 	"raid.create_configuration": true, "raid.delete_configuration": true,
 }
 
-// ServiceStepsFrom is the seam a service request's steps come through:
-// today the request's service_steps; a runbook (1.92) resolves to its
-// steps here too.
-func ServiceStepsFrom(req ProvisionRequest) []protocol.Step {
-	return req.ServiceSteps
-}
-
 // inbandServiceSteps lists the requested steps that must run on the
 // agent: on an agent node, those no driver offers (hold excepted).
 func inbandServiceSteps(n *store.Node, d Driver, requested []protocol.Step) []protocol.Step {
@@ -186,7 +179,7 @@ func inService(s state.State) bool {
 func prepareService(n *store.Node, req ProvisionRequest) {
 	op := &n.Operation
 	clearService(op)
-	op.UserServiceSteps = append([]protocol.Step{}, ServiceStepsFrom(req)...)
+	op.UserServiceSteps = append([]protocol.Step{}, req.ServiceSteps...)
 	op.ServiceDisableRamdisk = req.DisableRamdisk
 	n.ServiceStep = map[string]any{}
 }
