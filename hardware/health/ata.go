@@ -26,8 +26,11 @@ type ATAAttribute struct {
 // ATAHealth is a drive's SMART READ DATA page, with the counters the
 // check judges pulled out.
 type ATAHealth struct {
-	Device        string         `json:"device"`
-	Serial        string         `json:"serial,omitempty"`
+	Device string `json:"device"`
+	Serial string `json:"serial,omitempty"`
+	// Sectors is the disk's size in 512-byte sectors when known: no
+	// sector count can be larger (see Judge).
+	Sectors       uint64         `json:"-"`
 	Reallocated   *uint64        `json:"reallocated_sectors,omitempty"`
 	Pending       *uint64        `json:"pending_sectors,omitempty"`
 	Uncorrectable *uint64        `json:"offline_uncorrectable,omitempty"`
@@ -85,14 +88,29 @@ func (h ATAHealth) Judge(th Thresholds) []Finding {
 	if h.Serial != "" {
 		dev += " (serial " + h.Serial + ")"
 	}
+	// Some drives keep vendor data in these raw fields, not a count: the
+	// Fujitsu MHY2xxxBH captures in testdata hold 0x07d000000000 in
+	// attribute 5 and what looks like counters packed in 197 and 198.
+	// smartctl and libatasmart know such models from their drive
+	// databases; we have none, so a "count" that cannot be one (more than
+	// the disk's sectors, or more than 2^32: 2 TiB of bad sectors) is
+	// reported and not judged, as libatasmart's verify_sectors does.
+	limit := uint64(0xFFFFFFFF)
+	if h.Sectors > 0 && h.Sectors < limit {
+		limit = h.Sectors
+	}
 	var out []Finding
-	check := func(v *uint64, max uint64, what string) {
-		if v != nil && *v > max {
+	check := func(v *uint64, id int, max uint64, what string) {
+		switch {
+		case v == nil:
+		case *v > limit:
+			out = append(out, Finding{Check: "ata", Device: dev, Message: fmt.Sprintf("attribute %d raw value 0x%012x is not a count of %s on this drive (vendor-specific); not judged", id, *v, what)})
+		case *v > max:
 			out = append(out, Finding{Check: "ata", Device: dev, Failure: true, Message: fmt.Sprintf("%d %s (at most %d accepted)", *v, what, max)})
 		}
 	}
-	check(h.Reallocated, th.ATAMaxReallocated, "reallocated sectors")
-	check(h.Pending, th.ATAMaxPending, "pending sectors")
-	check(h.Uncorrectable, th.ATAMaxUncorrectable, "offline uncorrectable sectors")
+	check(h.Reallocated, attrReallocated, th.ATAMaxReallocated, "reallocated sectors")
+	check(h.Pending, attrPending, th.ATAMaxPending, "pending sectors")
+	check(h.Uncorrectable, attrUncorrectable, th.ATAMaxUncorrectable, "offline uncorrectable sectors")
 	return out
 }

@@ -127,7 +127,7 @@ func (c Checker) Run(ctx context.Context, disks []protocol.Disk, th Thresholds) 
 				r.Skipped = append(r.Skipped, fmt.Sprintf("ata %s: %v", id, err))
 				continue
 			}
-			h.Device, h.Serial = d.Name, d.Serial
+			h.Device, h.Serial, h.Sectors = d.Name, d.Serial, d.Size/512
 			r.ATA = append(r.ATA, h)
 			r.Findings = append(r.Findings, h.Judge(th)...)
 		}
