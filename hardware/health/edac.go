@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // MemoryController is one EDAC memory controller and its DIMMs' counts
@@ -52,7 +53,11 @@ func ReadEDAC(root string) ([]MemoryController, error) {
 		}
 		mc.CorrectedNoInfo, _ = readCount(filepath.Join(p, "ce_noinfo_count"))
 		mc.UncorrectedNoInfo, _ = readCount(filepath.Join(p, "ue_noinfo_count"))
+		// dimmN when the driver knows the modules, rankN when it only
+		// knows ranks (amd64_edac; the edac-utils capture in testdata).
 		dimms, _ := filepath.Glob(filepath.Join(p, "dimm[0-9]*"))
+		ranks, _ := filepath.Glob(filepath.Join(p, "rank[0-9]*"))
+		dimms = append(dimms, ranks...)
 		sort.Slice(dimms, func(i, j int) bool { return num(dimms[i]) < num(dimms[j]) })
 		for _, d := range dimms {
 			dm := EDACDIMM{Label: readTrim(filepath.Join(d, "dimm_label")), Location: readTrim(filepath.Join(d, "dimm_location"))}
@@ -74,7 +79,7 @@ func ReadEDAC(root string) ([]MemoryController, error) {
 }
 
 func num(p string) int {
-	n, _ := strconv.Atoi(strings.TrimLeft(filepath.Base(p), "dimcsrow"))
+	n, _ := strconv.Atoi(strings.TrimLeftFunc(filepath.Base(p), unicode.IsLetter))
 	return n
 }
 
