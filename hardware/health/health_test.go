@@ -81,20 +81,42 @@ func TestParseATASMART(t *testing.T) {
 
 func FuzzParseATASMART(f *testing.F) {
 	f.Add(fixture(f, "ata/seagate-st4000nm-pending.bin"))
+	for _, name := range libatasmartNames(f) {
+		f.Add(loadATABlob(f, name).smart) // the real drives
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseATASMART(b)
 		if err == nil {
 			assert.LessOrEqual(t, len(h.Attributes), 30)
+			h.Judge(DefaultThresholds())
 		}
+		if len(b) < 512 {
+			return
+		}
+		// Again with the checksum made right, so mutations reach the
+		// attribute table and the judging instead of stopping at the sum.
+		var sum byte
+		for _, c := range b[:511] {
+			sum += c
+		}
+		b[511] = -sum
+		h, err = ParseATASMART(b)
+		require.NoError(t, err)
+		h.Sectors = uint64(b[0]) << 20
+		h.Judge(DefaultThresholds())
 	})
 }
 
 func FuzzParseNVMeSMART(f *testing.F) {
 	f.Add(fixture(f, "nvme/worn-critical.bin"))
+	f.Add(nvmeHexdump(f, "nvme-cli-issue-2759.hexdump"))
+	f.Add(nvmeFromText(f, "wd-2tb-nvme-cli-issue-1037.txt"))
+	f.Add(nvmeFromText(f, "samsung-mzvl2512hcjq-smartctl-issue-537.txt"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseNVMeSMART(b)
 		if err == nil {
 			assert.LessOrEqual(t, len(h.CriticalWarnings), 6)
+			h.Judge(DefaultThresholds())
 		}
 	})
 }

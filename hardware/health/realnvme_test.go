@@ -26,7 +26,7 @@ import (
 
 // nvmeHexdump reads "0000: 00 38 01 ..." lines (nvme get-log -vv) into a
 // zero-filled 512-byte page.
-func nvmeHexdump(t *testing.T, name string) []byte {
+func nvmeHexdump(t testing.TB, name string) []byte {
 	b, err := os.ReadFile(filepath.Join("testdata", "nvme", "real", name))
 	require.NoError(t, err)
 	page := make([]byte, 512)
@@ -76,7 +76,7 @@ var nvmeTextFields = map[string]nvmeField{
 
 // nvmeFromText encodes a decoded capture back into a page. Temperatures
 // go back to kelvins (nvme-cli prints them, smartctl prints Celsius).
-func nvmeFromText(t *testing.T, name string) []byte {
+func nvmeFromText(t testing.TB, name string) []byte {
 	b, err := os.ReadFile(filepath.Join("testdata", "nvme", "real", name))
 	require.NoError(t, err)
 	page := make([]byte, 512)
