@@ -54,7 +54,8 @@ func ReadEDAC(root string) ([]MemoryController, error) {
 		mc.CorrectedNoInfo, _ = readCount(filepath.Join(p, "ce_noinfo_count"))
 		mc.UncorrectedNoInfo, _ = readCount(filepath.Join(p, "ue_noinfo_count"))
 		// dimmN when the driver knows the modules, rankN when it only
-		// knows ranks (amd64_edac; the edac-utils capture in testdata).
+		// knows ranks (amd64_edac, per node_exporter issue 3722; the
+		// edac-utils capture in testdata).
 		dimms, _ := filepath.Glob(filepath.Join(p, "dimm[0-9]*"))
 		ranks, _ := filepath.Glob(filepath.Join(p, "rank[0-9]*"))
 		dimms = append(dimms, ranks...)

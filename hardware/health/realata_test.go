@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anvil-metal/anvil/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -227,4 +229,18 @@ func TestATASMARTRealDrives(t *testing.T) {
 			assert.Equal(t, tc.findings, msgs)
 		})
 	}
+}
+
+// The check passes the disk's size to Judge: the healthy Fujitsu is
+// reported, not failed, when read through Checker.Run.
+func TestCheckerRunRealATA(t *testing.T) {
+	blob := loadATABlob(t, "FUJITSU_MHY2120BH--0085000B")
+	c := Checker{Root: t.TempDir(), Reader: fakeReader{ata: map[string][]byte{"sda": blob.smart}}}
+	r := c.Run(context.Background(), []protocol.Disk{
+		{Name: "/dev/sda", Serial: blob.serial, Controller: "ata", Size: blob.sectors * 512},
+	}, DefaultThresholds())
+	require.Len(t, r.ATA, 1)
+	assert.Equal(t, uint64(234441648), r.ATA[0].Sectors, "120 GB")
+	assert.Empty(t, r.Failures())
+	assert.Len(t, r.Findings, 3)
 }
