@@ -27,14 +27,15 @@ import (
 
 // ironicConfig are the knobs of one side-by-side run.
 type ironicConfig struct {
-	bin       string
-	nodes     int // enrolled for the list benchmark
-	lifecycle int // taken enroll -> active
-	requests  int // timed full listings per client count
-	clients   int // the concurrent client count
-	conc      int // concurrent requests while enrolling and acting
-	timeout   time.Duration
-	only      string // "", "anvil" or "ironic"
+	bin          string
+	nodes        int // created by -concurrency clients, listed, then deleted
+	lifecycle    int // taken enroll -> active (and listed too)
+	deleteIronic int // of the nodes, how many Ironic deletes (about 4 a second)
+	requests     int // timed full listings per client count
+	clients      int // the concurrent client count
+	conc         int // concurrent requests while enrolling and acting
+	timeout      time.Duration
+	only         string // "", "anvil" or "ironic"
 }
 
 const ironicUsage = `usage: anvil-bench ironic [flags]
@@ -50,7 +51,8 @@ func parseIronic(args []string) (ironicConfig, error) {
 	self, _ := os.Executable()
 	var c ironicConfig
 	fs.StringVar(&c.bin, "controller", filepath.Join(filepath.Dir(self), "anvil-controller"), "anvil-controller binary")
-	fs.IntVar(&c.nodes, "nodes", 1000, "nodes in the detailed-list benchmark (the lifecycle's and more enrolled after it)")
+	fs.IntVar(&c.nodes, "nodes", 1000, "nodes created by -concurrency clients (timed), listed with the lifecycle's, then deleted (timed)")
+	fs.IntVar(&c.deleteIronic, "delete-ironic", 100, "of the -nodes, how many Ironic deletes (it deletes about 4 a second; anvil deletes them all; the ratio is per node)")
 	fs.IntVar(&c.lifecycle, "lifecycle", 100, "nodes enrolled and taken to active while CPU and memory are measured")
 	fs.IntVar(&c.requests, "requests", 15, "rounds of one full listing of /v1/nodes/detail per side, alternating sides; then 2 rounds of -clients concurrent listings (a warm-up listing is not counted)")
 	fs.IntVar(&c.clients, "clients", 8, "concurrent clients of the second list measurement")
@@ -61,10 +63,10 @@ func parseIronic(args []string) (ironicConfig, error) {
 		return c, err
 	}
 	switch {
-	case c.lifecycle < 1 || c.requests < 1 || c.clients < 1 || c.conc < 1:
-		return c, errors.New("-lifecycle, -requests, -clients and -concurrency must be positive")
-	case c.nodes < c.lifecycle:
-		return c, errors.New("-nodes must be at least -lifecycle (the lifecycle's nodes are listed too)")
+	case c.nodes < 1 || c.lifecycle < 1 || c.requests < 1 || c.clients < 1 || c.conc < 1:
+		return c, errors.New("-nodes, -lifecycle, -requests, -clients and -concurrency must be positive")
+	case c.deleteIronic < 1 || c.deleteIronic > c.nodes:
+		return c, errors.New("-delete-ironic must be between 1 and -nodes")
 	case c.only != "" && c.only != "anvil" && c.only != "ironic":
 		return c, fmt.Errorf("-only %q: want anvil or ironic", c.only)
 	}
@@ -73,9 +75,18 @@ func parseIronic(args []string) (ironicConfig, error) {
 
 // sideResult is what one server measured.
 type sideResult struct {
-	Server       string     `json:"server"`
-	IdleRSSMB    float64    `json:"idle_rss_mb"`
-	EnrolSeconds float64    `json:"enrol_seconds"`
+	Server        string  `json:"server"`
+	IdleRSSMB     float64 `json:"idle_rss_mb"`
+	Writers       int     `json:"writers"`        // clients creating and deleting
+	CreateSeconds float64 `json:"create_seconds"` // -nodes created by Writers clients
+	CreateCPU     float64 `json:"create_cpu_seconds"`
+	Deleted       int     `json:"deleted"`
+	DeleteSeconds float64 `json:"delete_seconds"`
+	DeleteCPU     float64 `json:"delete_cpu_seconds"`
+	// RunPeakRSSMB is the summed RSS sampled every 100 ms from the idle
+	// measurement to the end (lifecycle, creates, the concurrent detailed
+	// lists, deletes): the peak a user sees.
+	RunPeakRSSMB float64    `json:"run_peak_rss_mb"`
 	List1        latencies  `json:"list_1_client"`
 	ListN        latencies  `json:"list_n_clients"`
 	ListCPUms    float64    `json:"list_cpu_ms"` // server CPU per single-client listing: what load from others does not change
@@ -158,6 +169,18 @@ func ironicBench(ctx context.Context, cfg ironicConfig, out io.Writer) (*ironicR
 		return nil, err
 	}
 	for _, sd := range sides {
+		n := len(sd.ids)
+		if sd.srv.name != "anvil" {
+			n = cfg.deleteIronic
+		}
+		if err := sd.deleteNodes(ctx, out, sd.ids[:n]); err != nil {
+			return nil, fmt.Errorf("%s: %w", sd.r.Server, err)
+		}
+		peak, _ := sd.run.stop()
+		sd.run = nil
+		sd.r.RunPeakRSSMB = kbToMB(peak)
+	}
+	for _, sd := range sides {
 		sd.r.Conflicts = sd.w.conflicts.Load()
 		sd.r.LoadAverage[1] = loadAverage()
 		rep.Sides = append(rep.Sides, sd.r)
@@ -177,7 +200,7 @@ func listSides(ctx context.Context, cfg ironicConfig, out io.Writer, sides []*si
 	many := make([][]time.Duration, len(sides))
 	cpu := make([]time.Duration, len(sides)) // over the single-client rounds
 	for _, sd := range sides {
-		req, err := sd.w.warmUp(ctx, cfg.nodes)
+		req, err := sd.w.warmUp(ctx, cfg.nodes+cfg.lifecycle)
 		if err != nil {
 			return fmt.Errorf("%s: warm-up listing: %w", sd.r.Server, err)
 		}
@@ -192,7 +215,7 @@ func listSides(ctx context.Context, cfg ironicConfig, out io.Writer, sides []*si
 		}
 		for i, sd := range sides {
 			before := sumProcs(sd.srv.pids(), sd.srv.leader)
-			d, err := sd.w.listRound(ctx, clients, cfg.nodes)
+			d, err := sd.w.listRound(ctx, clients, cfg.nodes+cfg.lifecycle)
 			if err != nil {
 				return fmt.Errorf("%s: listing: %w", sd.r.Server, err)
 			}
@@ -222,9 +245,14 @@ type side struct {
 	w   *workload
 	r   sideResult
 	dir string
+	ids []string // the -nodes created, deleted at the end
+	run *sampler // RSS through the whole run
 }
 
 func (sd *side) close() {
+	if sd.run != nil {
+		sd.run.stop()
+	}
 	if sd.srv != nil {
 		sd.srv.stop()
 	}
@@ -307,6 +335,7 @@ func prepareSide(ctx context.Context, cfg ironicConfig, out io.Writer, start fun
 	}
 	idle := sumProcs(srv.pids(), srv.leader)
 	r.IdleRSSMB = kbToMB(idle.rssKB)
+	sd.run = startSampler(srv.pids, 100*time.Millisecond)
 
 	// The lifecycle: CPU is the servers' utime+stime over it, memory the
 	// peak of the summed RSS sampled every 20 ms and the summed VmHWM,
@@ -329,18 +358,35 @@ func prepareSide(ctx context.Context, cfg ironicConfig, out io.Writer, start fun
 	r.HWMMB = kbToMB(after.hwmKB)
 	r.Processes = procs
 
-	// The rest of the fleet, so that the list holds cfg.nodes nodes, the
-	// lifecycle's active ones among them: nothing is deleted, as Ironic
-	// deletes nodes slowly (about 4 per second here).
-	err = phase(fmt.Sprintf("enrol %d more nodes", cfg.nodes-cfg.lifecycle), func() error {
-		_, err := w.enrol(ctx, "n", cfg.nodes-cfg.lifecycle)
+	// The fleet the lists read: -nodes created by -concurrency clients,
+	// beside the lifecycle's active ones.
+	c0 := sumProcs(srv.pids(), srv.leader)
+	err = phase(fmt.Sprintf("create %d nodes, %d clients", cfg.nodes, cfg.conc), func() error {
+		var err error
+		sd.ids, err = w.enrol(ctx, "n", cfg.nodes)
 		return err
 	})
 	if err != nil {
 		return sd, err
 	}
-	r.EnrolSeconds = r.Phases[len(r.Phases)-1].Seconds
+	r.CreateSeconds, r.Writers = r.Phases[len(r.Phases)-1].Seconds, cfg.conc
+	r.CreateCPU = (sumProcs(srv.pids(), srv.leader).cpu - c0.cpu).Seconds()
 	return sd, nil
+}
+
+// deleteNodes deletes ids with the workload's concurrency, timed, with
+// the server's CPU.
+func (sd *side) deleteNodes(ctx context.Context, out io.Writer, ids []string) error {
+	c0 := sumProcs(sd.srv.pids(), sd.srv.leader)
+	t := time.Now()
+	if err := sd.w.remove(ctx, ids); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	sd.r.Deleted, sd.r.DeleteSeconds = len(ids), time.Since(t).Seconds()
+	sd.r.DeleteCPU = (sumProcs(sd.srv.pids(), sd.srv.leader).cpu - c0.cpu).Seconds()
+	fmt.Fprintf(out, "   %-44s %s (load average %s)\n", fmt.Sprintf("%s: delete %d nodes, %d clients", sd.r.Server, len(ids), sd.w.conc),
+		fmtDur(time.Since(t)), loadAverage())
+	return nil
 }
 
 func kbToMB(kb int) float64 { return float64(kb) / 1024 }

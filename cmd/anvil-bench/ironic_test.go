@@ -35,7 +35,7 @@ func TestIronicSideBySideSmoke(t *testing.T) {
 
 	var buf bytes.Buffer
 	err = run([]string{"ironic", "-controller", bin, "-nodes", "30", "-lifecycle", "4", "-requests", "3",
-		"-clients", "2", "-timeout", "3m"}, &buf)
+		"-clients", "2", "-delete-ironic", "10", "-timeout", "3m"}, &buf)
 	require.NoError(t, err, buf.String())
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	var rep ironicReport
@@ -47,19 +47,25 @@ func TestIronicSideBySideSmoke(t *testing.T) {
 	for _, s := range rep.Sides {
 		assert.Positive(t, s.IdleRSSMB, s.Server)
 		assert.Positive(t, s.PeakRSSMB, s.Server)
+		assert.GreaterOrEqual(t, s.RunPeakRSSMB, s.PeakRSSMB*0.9, "%s: the whole run's peak covers the lifecycle's", s.Server)
+		assert.Positive(t, s.CreateSeconds, s.Server)
+		assert.Positive(t, s.DeleteSeconds, s.Server)
 		assert.GreaterOrEqual(t, s.PeakRSSMB, s.HWMMB*0.5, "%s: the sampled peak and VmHWM agree roughly", s.Server)
 		assert.Positive(t, s.CPUSeconds, "%s: the lifecycle cost the server CPU", s.Server)
 		assert.Positive(t, s.Lifecycle, s.Server)
 		for _, l := range []latencies{s.List1, s.ListN} {
 			assert.Positive(t, l.P50ms, s.Server)
 			assert.GreaterOrEqual(t, l.P95ms, l.P50ms, s.Server)
-			assert.Equal(t, 1, l.Requests, "%s: 30 nodes fit one page", s.Server)
+			assert.Equal(t, 1, l.Requests, "%s: 34 nodes fit one page", s.Server)
 		}
 		assert.Equal(t, 2, s.ListN.Clients)
 	}
-	for _, k := range []string{"list_1_p50_speedup", "list_n_p50_speedup", "lifecycle_cpu_ratio", "peak_rss_fraction", "idle_rss_fraction"} {
+	assert.Equal(t, 30, rep.Sides[0].Deleted, "anvil deletes every created node")
+	assert.Equal(t, 10, rep.Sides[1].Deleted, "Ironic deletes -delete-ironic of them")
+	for _, k := range []string{"list_1_p50_speedup", "list_n_p50_speedup", "lifecycle_cpu_ratio", "peak_rss_fraction", "idle_rss_fraction",
+		"create_speedup", "delete_speedup"} {
 		assert.Positive(t, rep.Ratios[k], k)
 	}
-	assert.Len(t, rep.Targets, 5)
+	assert.Len(t, rep.Targets, 6)
 	assert.Contains(t, buf.String(), "GET /v1/nodes/detail (all pages), 1 client p50", "the table is printed too")
 }

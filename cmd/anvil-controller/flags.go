@@ -22,6 +22,7 @@ type options struct {
 	simulate                                         bool
 	simStep, bmcGap, redfishGap                      time.Duration
 	prio, logLevel, logFormat                        string
+	memLimitMB                                       int
 	rulesFile                                        string
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
@@ -57,6 +58,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.DurationVar(&o.bmcGap, "bmc-min-interval", 1e9, "minimum time between two commands to the same IPMI BMC (small BMCs fail when hammered)")
 	fs.DurationVar(&o.redfishGap, "redfish-min-interval", 0, "minimum time between two requests to the same Redfish BMC (0: none, as Ironic; busy answers are retried)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&o.memLimitMB, "memory-limit-mb", 256, "soft memory limit of the Go heap, MiB: above it the garbage collector works harder instead of growing the heap (it never refuses memory); GOMEMLIMIT, if set, wins (0: none)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.config, "config", "", "config file of 'flag-name: value' lines")
 	fs.StringVar(&o.dataDir, "data-dir", "", "directory of the key that signs sanitization records, created on first start, and of virtual-media boots under way (default: the SQLite database's directory; none: a throwaway key)")

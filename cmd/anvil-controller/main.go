@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,6 +97,15 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		_, err = fmt.Fprintln(stdout, fp)
 		return err
+	}
+	if o.memLimitMB < 0 {
+		return errors.New("--memory-limit-mb: must not be negative")
+	}
+	if o.memLimitMB > 0 && getenv("GOMEMLIMIT") == "" {
+		// A burst (an import, many concurrent lists) then costs GC time
+		// rather than a heap that the runtime returns to the system only
+		// slowly; the README's memory figures say what a fleet needs.
+		debug.SetMemoryLimit(int64(o.memLimitMB) << 20)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {

@@ -31,7 +31,7 @@ func firmwareInterface(n *store.Node) string {
 	if n.Interfaces.Firmware != "" {
 		return n.Interfaces.Firmware
 	}
-	return conductor.HardwareInterfaces(n.Driver)["firmware"].Default
+	return conductor.DefaultFirmwareInterface(n.Driver)
 }
 
 // biosFields are what a setting shows besides created_at, updated_at and

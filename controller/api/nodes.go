@@ -137,36 +137,44 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 	} else if fields != nil {
 		view = fields
 	}
-	nodes, err := s.listNodeViews(r, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc}, view)
-	if errors.Is(err, store.ErrNotFound) && p.marker != "" {
+	path := "/v1/nodes"
+	if chassisUUID != "" {
+		path = "/v1/chassis/" + chassisUUID + "/nodes"
+	}
+	if detailPath {
+		path += "/detail"
+	}
+	pw := &nodePageWriter{s: s, w: w, view: s.newNodeRenderer(r, view)}
+	defer pw.release()
+	count, last := 0, ""
+	err = s.readNodePages(r, f, store.Page{Limit: p.limit, Marker: p.marker, SortKey: p.sortKey, Desc: p.desc}, view,
+		func(nodes []*store.Node) error {
+			count += len(nodes)
+			last = nodes[len(nodes)-1].UUID
+			return pw.write(nodes)
+		})
+	if errors.Is(err, store.ErrNotFound) && p.marker != "" && !pw.started {
 		return badRequest("Marker %s could not be found.", p.marker)
 	}
 	if err != nil {
-		return err
+		return pw.fail(err)
 	}
 	next := ""
-	if len(nodes) == p.limit && f.InstanceUUID == nil {
-		path := "/v1/nodes"
-		if chassisUUID != "" {
-			path = "/v1/chassis/" + chassisUUID + "/nodes"
-		}
-		if detailPath {
-			path += "/detail"
-		}
-		next = nextURL(s.baseURL(r), path, r.URL.Query(), nodes[len(nodes)-1].UUID, p)
+	if count == p.limit && f.InstanceUUID == nil {
+		next = nextURL(s.baseURL(r), path, r.URL.Query(), last, p)
 	}
-	return s.writeNodePage(w, s.newNodeRenderer(r, view), nodes, next)
+	return pw.finish(next)
 }
 
 // listNodeViews reads a page of nodes for the view; when every requested
 // field is an indexed column the node documents are not read at all.
-func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page, view []string) ([]*store.Node, error) {
+func listNodeViews(ctx context.Context, st store.Store, f store.NodeFilter, p store.Page, view []string) ([]*store.Node, error) {
 	light := view != nil
 	for _, k := range view {
 		light = light && summaryFields[k]
 	}
 	if light {
-		sums, err := s.st.ListNodeSummaries(r.Context(), f, p)
+		sums, err := st.ListNodeSummaries(ctx, f, p)
 		if err != nil {
 			return nil, err
 		}
@@ -176,14 +184,14 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 		}
 		return nodes, nil
 	}
-	nodes, err := s.st.ListNodes(r.Context(), f, p)
+	nodes, err := st.ListNodes(ctx, f, p)
 	if err != nil {
 		return nil, err
 	}
-	if loader, ok := s.st.(agentStateLoader); ok && (view == nil || slices.Contains(view, "driver_internal_info")) {
+	if loader, ok := st.(agentStateLoader); ok && (view == nil || slices.Contains(view, "driver_internal_info")) {
 		// driver_internal_info shows the agent's step cache and command
 		// status, which lists do not read: one query for the page.
-		if err := loader.LoadAgentState(r.Context(), nodes); err != nil {
+		if err := loader.LoadAgentState(ctx, nodes); err != nil {
 			return nil, err
 		}
 	}
@@ -194,64 +202,6 @@ func (s *Server) listNodeViews(r *http.Request, f store.NodeFilter, p store.Page
 // (store.Node.Partial) and that reads it for a page on request.
 type agentStateLoader interface {
 	LoadAgentState(ctx context.Context, nodes []*store.Node) error
-}
-
-// pageChunk is how much of a node page is written to the connection at a
-// time.
-const pageChunk = 64 << 10
-
-// writeNodePage streams {"nodes": [...], "next": ...} to the client in
-// chunks through one pooled buffer. A detailed page of 1000 nodes is
-// megabytes: built whole, its buffer was allocated (and cleared) afresh
-// most of the time, because a sync.Pool loses its contents at every other
-// GC, and it pushed the controller's RSS. The first node is rendered
-// before the status is sent, so an unrenderable node (only a bug could
-// make one: every value came from JSON) fails the request cleanly; a later
-// one aborts the connection, never ending a truncated body as if complete.
-func (s *Server) writeNodePage(w http.ResponseWriter, view *nodeRenderer, nodes []*store.Node, next string) error {
-	b, _ := s.bufs.Get().(*bytes.Buffer)
-	if b == nil {
-		b = new(bytes.Buffer)
-	}
-	b.Reset()
-	defer s.bufs.Put(b)
-	b.WriteString(`{"nodes":[`)
-	started := false
-	for i, n := range nodes {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if err := view.appendNode(b, n); err != nil {
-			if !started {
-				return err
-			}
-			s.log.Error("rendering a node page failed mid-stream; aborting the response", "node", n.UUID, "err", err)
-			panic(http.ErrAbortHandler)
-		}
-		if b.Len() >= pageChunk {
-			if !started {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusOK)
-				started = true
-			}
-			if _, err := w.Write(b.Bytes()); err != nil {
-				return err
-			}
-			b.Reset()
-		}
-	}
-	b.WriteByte(']')
-	if next != "" {
-		b.WriteString(`,"next":`)
-		appendString(b, next)
-	}
-	b.WriteString("}\n")
-	if !started {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-	}
-	_, err := w.Write(b.Bytes())
-	return err
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) error {

@@ -56,7 +56,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// A single writer connection: SQLite allows one writer anyway, and
 	// queuing in-process avoids "database is locked" storms.
 	w.SetMaxOpenConns(1)
-	r, err := sql.Open("sqlite", dsn+"&mode=ro")
+	// Readers keep a page cache of 512 KiB each instead of SQLite's 2 MiB:
+	// four of them filled theirs during concurrent detailed lists, 12 MB
+	// of a 64 MB peak, for no measured gain in list time (the kernel's
+	// page cache holds the file anyway; anvil-bench ironic, same run:
+	// 64.4 -> 52.6 MB peak, p50 30 -> 27 ms).
+	r, err := sql.Open("sqlite", dsn+"&mode=ro&_pragma=cache_size(-512)")
 	if err != nil {
 		w.Close()
 		lock.Close()

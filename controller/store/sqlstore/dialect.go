@@ -61,6 +61,10 @@ type Dialect interface {
 	// pageIDsFirst: select a sorted page's ids before reading its rows
 	// (SQLite sorts documents otherwise; PostgreSQL walks an index).
 	pageIDsFirst() bool
+	// prepares: keep each statement prepared for reuse (SQLite, where
+	// parsing a small statement costs about as much as running it;
+	// PostgreSQL's driver keeps its own statement cache).
+	prepares() bool
 	// oneStatement, if the database can modify data in a WITH clause,
 	// makes one statement of a node UPDATE (it adds RETURNING uuid), the
 	// write of its agent state (when write: agent, or its deletion when
@@ -176,6 +180,7 @@ func (sqliteDialect) oneStatement(string, *params, []byte, bool, [][4]any) (stri
 func (sqliteDialect) pick(m migration) string { return m.sqlite }
 func (sqliteDialect) narrowUpdates() bool     { return true }
 func (sqliteDialect) pageIDsFirst() bool      { return true }
+func (sqliteDialect) prepares() bool          { return true }
 
 // ---- PostgreSQL ----
 
@@ -300,3 +305,4 @@ func (pgDialect) oneStatement(update string, p *params, agent []byte, write bool
 func (pgDialect) pick(m migration) string { return m.postgres }
 func (pgDialect) narrowUpdates() bool     { return false }
 func (pgDialect) pageIDsFirst() bool      { return false }
+func (pgDialect) prepares() bool          { return false }

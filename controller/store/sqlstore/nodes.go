@@ -57,14 +57,14 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 			n.Description, n.Shard, n.Reservation, s.d.stamp(&n.CreatedAt), s.d.stamp(n.UpdatedAt),
 			s.d.stamp(n.ProvisionUpdatedAt), data, op, n.ParentNode).Scan(&n.ID)
 	}
-	if agent == nil {
-		err = insert(s.w)
+	if agent == nil && s.updates == nil {
+		err = insert(s.w) // one statement, no transaction to open (PostgreSQL)
 	} else {
-		err = s.inTx(ctx, func(tx *sql.Tx) error {
-			if err := insert(tx); err != nil {
+		err = s.grouped(ctx, "create node "+n.UUID, func(ctx context.Context, db execer) error {
+			if err := insert(db); err != nil || agent == nil {
 				return err
 			}
-			_, err := s.exec(ctx, tx, `INSERT INTO agent_state (node_uuid, data) VALUES ($1, $2)`, n.UUID, agent)
+			_, err := s.exec(ctx, db, `INSERT INTO agent_state (node_uuid, data) VALUES ($1, $2)`, n.UUID, agent)
 			return err
 		})
 	}
@@ -158,7 +158,7 @@ func (s *Store) GetNode(ctx context.Context, ident string) (*store.Node, error) 
 // fail when the DELETE re-checks the row it waited for.
 func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 	uuid := n.UUID
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.grouped(ctx, "delete node "+uuid, func(ctx context.Context, tx execer) error {
 		res, err := s.exec(ctx, tx, `DELETE FROM nodes WHERE uuid = $1 AND revision = $2`, uuid, n.Revision)
 		if err != nil {
 			return err
@@ -166,14 +166,14 @@ func (s *Store) DeleteNode(ctx context.Context, n *store.Node) error {
 		if c, _ := res.RowsAffected(); c == 0 {
 			return s.whyNotUpdated(ctx, tx, uuid, "", "delete node "+uuid+" at revision "+strconv.FormatInt(n.Revision, 10))
 		}
+		// Ports, port groups, allocations (resources), agent state, BIOS
+		// settings, firmware components and the boot timeline go by
+		// their foreign keys (ON DELETE CASCADE); these tables have none:
+		// erase records outlive the node, and these do not.
 		for _, q := range []string{
-			`DELETE FROM resources WHERE node_uuid = $1`,
 			`DELETE FROM node_leases WHERE node_uuid = $1`,
-			`DELETE FROM agent_state WHERE node_uuid = $1`,
 			`DELETE FROM events WHERE node_uuid = $1`,
-			`DELETE FROM step_results WHERE node_uuid = $1`, // erase records outlive the node
-			`DELETE FROM bios_settings WHERE node_uuid = $1`,
-			`DELETE FROM firmware_components WHERE node_uuid = $1`,
+			`DELETE FROM step_results WHERE node_uuid = $1`,
 		} {
 			if _, err := s.exec(ctx, tx, q, uuid); err != nil {
 				return err
@@ -199,6 +199,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
+	defer s.afterTx(ctx) // runs after the rollback below: the connection is free
 	defer tx.Rollback()
 	if err := fn(tx); err != nil {
 		return err

@@ -32,6 +32,7 @@ type Store struct {
 	durable bool
 	close   func() error // releases what the opener holds (a file lock)
 	getNode *sql.Stmt    // the hottest statement, prepared once per connection
+	stmts   *stmtCache   // nil: statements are sent as text (see Dialect.prepares)
 	// updates feeds the group committer (SQLite): nil when node updates go
 	// straight to the database (PostgreSQL, where controllers update
 	// concurrently and a batch would hold row locks for all its members).
@@ -64,6 +65,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		s.rdb = s.wdb
 	}
 	s.w, s.r = s.wdb, s.rdb
+	if s.d.prepares() {
+		s.stmts = &stmtCache{}
+	}
 	if err := s.migrate(ctx); err != nil {
 		return nil, errors.Join(err, s.closeDBs())
 	}
@@ -97,6 +101,9 @@ func (s *Store) Close() error {
 		s.getNode.Close()
 		s.getNode = nil
 	}
+	if s.stmts != nil {
+		s.stmts.close()
+	}
 	return s.closeDBs()
 }
 
@@ -117,15 +124,26 @@ func (s *Store) closeDBs() error {
 
 // exec, query and queryRow run a $N query on db in the store's dialect.
 func (s *Store) exec(ctx context.Context, db execer, q string, args ...any) (sql.Result, error) {
-	return db.ExecContext(ctx, s.d.rebind(q), args...)
+	q = s.d.rebind(q)
+	if st, ok := s.prepared(ctx, db, q); ok {
+		return st.ExecContext(ctx, args...)
+	}
+	return db.ExecContext(ctx, q, args...)
 }
 
+// query is not prepared: multi-row reads (lists, with their filters,
+// sorts and IN lists) come in many shapes, and parsing is little beside
+// reading their rows.
 func (s *Store) query(ctx context.Context, db execer, q string, args ...any) (*sql.Rows, error) {
 	return db.QueryContext(ctx, s.d.rebind(q), args...)
 }
 
 func (s *Store) queryRow(ctx context.Context, db execer, q string, args ...any) *sql.Row {
-	return db.QueryRowContext(ctx, s.d.rebind(q), args...)
+	q = s.d.rebind(q)
+	if st, ok := s.prepared(ctx, db, q); ok {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return db.QueryRowContext(ctx, q, args...)
 }
 
 // execer is *sql.DB, *sql.Tx or *sql.Conn.

@@ -24,6 +24,11 @@ type updateReq struct {
 	holder    string // non-empty: write only under this holder's live lease
 	volatile  bool   // may be committed without waiting for the disk
 	done      chan error
+	// fn, when set, is another write sharing the group commit (a node
+	// created or deleted): it runs on the batch's transaction in place of
+	// a node update; what names it in errors.
+	fn   func(ctx context.Context, db execer) error
+	what string
 }
 
 // updateNodeSQL is an optimistic node update: it matches only the revision
@@ -210,6 +215,23 @@ func (s *Store) insertEvents(ctx context.Context, db execer, events []*store.Eve
 	return nil
 }
 
+// grouped runs fn in a transaction: the group committer's when the store
+// has one, so that node creates and deletes from many clients share a
+// commit (one fsync) with each other and with node updates; else a
+// transaction of its own. fn must use only db.
+func (s *Store) grouped(ctx context.Context, what string, fn func(ctx context.Context, db execer) error) error {
+	if s.updates == nil {
+		return s.inTx(ctx, func(tx *sql.Tx) error { return fn(ctx, tx) })
+	}
+	r := &updateReq{fn: fn, what: what, done: make(chan error, 1)}
+	select {
+	case s.updates <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-r.done
+}
+
 // maxBatch bounds how many updates share one transaction.
 const maxBatch = 128
 
@@ -249,6 +271,7 @@ func (s *Store) commitBatch(batch []*updateReq) {
 		failBatch(batch, "", err)
 		return
 	}
+	defer s.afterTx(ctx) // after the connection is back in the pool
 	defer conn.Close()
 	if s.durable && allVolatile(batch) {
 		// Only volatile writes (agent last-seen and progress): commit
@@ -269,7 +292,11 @@ func (s *Store) commitBatch(batch []*updateReq) {
 			results[i] = err
 			continue
 		}
-		results[i] = s.applyUpdate(ctx, tx, r)
+		if r.fn != nil {
+			results[i] = r.fn(ctx, tx)
+		} else {
+			results[i] = s.applyUpdate(ctx, tx, r)
+		}
 		if results[i] != nil {
 			_, _ = tx.ExecContext(ctx, `ROLLBACK TO u`)
 		}
@@ -287,7 +314,11 @@ func (s *Store) commitBatch(batch []*updateReq) {
 // failBatch reports err to every update of a batch that could not commit.
 func failBatch(batch []*updateReq, what string, err error) {
 	for _, r := range batch {
-		r.done <- fmt.Errorf("update node %s: %s%w", r.n.UUID, what, err)
+		name := r.what
+		if r.fn == nil {
+			name = "update node " + r.n.UUID
+		}
+		r.done <- fmt.Errorf("%s: %s%w", name, what, err)
 	}
 }
 
