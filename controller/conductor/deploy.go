@@ -41,6 +41,9 @@ func (c *deploying) deploy(ctx context.Context, n *store.Node, d Driver) error {
 		m.DeployStep = map[string]any{}
 		m.Operation.Deploy, m.Operation.UserDeploySteps = nil, nil
 		m.PowerState = strp(PowerOn)
+		if ev := c.deployTimed(m); ev != nil {
+			pending = append(pending, ev)
+		}
 		return nil
 	}, pending...)
 	return err
