@@ -94,13 +94,16 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 	}
 	// the steps (bios.apply_configuration, factory_reset) may have changed them
 	refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
+	if keep {
+		events = append(events, c.keptEvent(n, "cleaning"))
+	}
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil
 		m.Operation.CleaningRequestedBy = ""
 		switch {
 		case keep:
-			events = append(events, c.keptEvent(m.UUID, "cleaning", keepAgent(m, c.now())))
+			keepAgent(m, c.now())
 		case agent:
 			wipeAgent(m)
 			m.PowerState = strp(ps)

@@ -37,15 +37,19 @@ func (c *deploying) deploy(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		pending = p
 	}
+	timed, report := c.deployTimed(n)
+	if timed != nil {
+		pending = append(pending, timed)
+	}
 	_, err := c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
 		m.DeployStep = map[string]any{}
-		m.Operation.Deploy, m.Operation.UserDeploySteps = nil, nil
+		m.Operation.Deploy, m.Operation.UserDeploySteps, m.Operation.DeployTiming = nil, nil, nil
 		m.PowerState = strp(PowerOn)
-		if ev := c.deployTimed(m); ev != nil {
-			pending = append(pending, ev)
-		}
 		return nil
 	}, pending...)
+	if err == nil && report != nil {
+		report()
+	}
 	return err
 }
 

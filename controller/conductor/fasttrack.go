@@ -117,7 +117,7 @@ func canKeepAgent(n *store.Node, cfg FastTrackConfig) bool {
 // keepAgent leaves m's agent running after its operation ended (in the
 // caller's write, instead of wipeAgent): no command, no await, and the
 // record of the boot and token the next operation may use.
-func keepAgent(m *store.Node, now time.Time) *store.FastTrack {
+func keepAgent(m *store.Node, now time.Time) {
 	a := &m.Operation.Agent
 	since := a.BootStartedAt
 	if since.IsZero() {
@@ -126,12 +126,11 @@ func keepAgent(m *store.Node, now time.Time) *store.FastTrack {
 	a.Command, a.CommandStatus, a.Await, a.Booted = nil, nil, nil, false
 	a.FastTrack = &store.FastTrack{Since: now, BootID: a.BootID, TokenSum: tokenSum(a.Token), AgentSince: since}
 	m.PowerState = strp(PowerOn)
-	return a.FastTrack
 }
 
 // keptEvent is the history line of an agent left running.
-func (c *core) keptEvent(nodeUUID, what string, ft *store.FastTrack) *store.Event {
-	return c.newEvent(nodeUUID, "INFO", "fast track", fmt.Sprintf("%s done: the agent of boot %s stays running (fast track), the node stays powered on", what, ft.BootID))
+func (c *core) keptEvent(n *store.Node, what string) *store.Event {
+	return c.newEvent(n.UUID, "INFO", "fast track", fmt.Sprintf("%s done: the agent of boot %s stays running (fast track), the node stays powered on", what, n.Operation.Agent.BootID))
 }
 
 // endFastTrack forgets m's agent left running (the token dies with it),
@@ -200,13 +199,13 @@ func agentReady(m *store.Node, now time.Time, path string) {
 	}
 }
 
-// deployTimed ends m's deploy timing as m reaches active: the history
-// line with the total and its boot and steps parts, and the metric.
-func (c *core) deployTimed(m *store.Node) *store.Event {
-	t := m.Operation.DeployTiming
-	m.Operation.DeployTiming = nil
+// deployTimed is the history line of n's deploy reaching active now,
+// with its total and its boot and steps parts, and the function that
+// reports them to the metrics once it is written (nil, nil: not timed).
+func (c *core) deployTimed(n *store.Node) (*store.Event, func()) {
+	t := n.Operation.DeployTiming
 	if t == nil || t.RequestedAt.IsZero() {
-		return nil
+		return nil, nil
 	}
 	now := c.now()
 	ready, path := t.AgentReadyAt, t.Path
@@ -214,11 +213,13 @@ func (c *core) deployTimed(m *store.Node) *store.Event {
 		ready, path = t.RequestedAt, "no agent"
 	}
 	boot, steps := ready.Sub(t.RequestedAt), now.Sub(ready)
-	if c.cfg.DeployTimed != nil {
-		c.cfg.DeployTimed(path, boot, steps)
+	report := func() {
+		if c.cfg.DeployTimed != nil {
+			c.cfg.DeployTimed(path, boot, steps)
+		}
 	}
-	return c.newEvent(m.UUID, "INFO", "deploy", fmt.Sprintf("active %s after it was requested: boot %s (%s), steps %s",
-		now.Sub(t.RequestedAt).Round(time.Millisecond), boot.Round(time.Millisecond), path, steps.Round(time.Millisecond)))
+	return c.newEvent(n.UUID, "INFO", "deploy", fmt.Sprintf("active %s after it was requested: boot %s (%s), steps %s",
+		now.Sub(t.RequestedAt).Round(time.Millisecond), boot.Round(time.Millisecond), path, steps.Round(time.Millisecond))), report
 }
 
 // checkFastTrack ends fast track for resting nodes whose agent left

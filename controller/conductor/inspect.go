@@ -120,6 +120,9 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 	if err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
 	}
+	if keep {
+		rules.events = append(rules.events, c.keptEvent(n, "inspection"))
+	}
 	_, err = c.transition(ctx, n.UUID, state.InspectWait, state.EvDone, func(m *store.Node) error {
 		for k, v := range inventoryProperties(inv) {
 			m.Properties[k] = v
@@ -129,7 +132,7 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		m.PowerState = strp(ps)
 		m.Operation.Disks.InventoryFromBMC = false
 		if keep {
-			rules.events = append(rules.events, c.keptEvent(m.UUID, "inspection", keepAgent(m, now)))
+			keepAgent(m, now)
 		} else {
 			wipeAgent(m)
 		}
