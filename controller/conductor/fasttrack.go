@@ -185,9 +185,8 @@ func (c *agents) startOnRunningAgent(ctx context.Context, n *store.Node, what st
 	if errors.Is(err, errStale) {
 		return false, nil // decided again on the next pass
 	}
-	if err == nil && ok {
-		c.stage(n.UUID, store.BootStage{Stage: store.StageBoot, Detail: what + ": fast track on the running agent of boot " + n.Operation.Agent.BootID, Outcome: store.OutcomeOK})
-	}
+	// No boot-timeline stage: the timeline's boot stage opens a new boot,
+	// and this is the running one (the history says it).
 	return ok, err
 }
 
