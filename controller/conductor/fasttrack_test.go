@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/controller/store/sqlite"
 	"github.com/anvil-metal/anvil/controller/store/storetest"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -380,4 +381,40 @@ func TestFastTrackInspectionCleaningProvide(t *testing.T) {
 	assert.Contains(t, h, "cleaning: fast track, no power action and no network boot")
 	assert.Contains(t, h, "inspection done: the agent of boot boot-1 stays running")
 	assert.Equal(t, 3, strings.Count(h, "fast track, no power action"), "inspection, manual cleaning, automated cleaning")
+}
+
+// Power sync does not fight fast track: a node kept on in the ramdisk is
+// expected on, and one the BMC reports off is recorded off (its fast
+// track ends), never powered back on.
+func TestPowerSyncLeavesFastTrackAlone(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer st.Close()
+	stub := &bmcStub{actual: map[string]string{}, fail: map[string]bool{}, reads: map[string]int{}}
+	c := New(st, Config{Host: "c1", FastTrack: FastTrackConfig{Enabled: true}}, stub)
+	mk := func(actual string) string {
+		n := storetest.NewNode("")
+		n.Driver, n.ProvisionState, n.PowerState = "stub", string(state.Available), strp(PowerOn)
+		n.Interfaces.Deploy = "direct"
+		a := &n.Operation.Agent
+		a.Token, a.BootID, a.LastHeartbeat = "tok", "boot-1", time.Now()
+		a.FastTrack = &store.FastTrack{Since: time.Now(), BootID: "boot-1", TokenSum: tokenSum("tok")}
+		require.NoError(t, st.CreateNode(ctx, n))
+		stub.actual[n.UUID] = actual
+		return n.UUID
+	}
+	on, off := mk(PowerOn), mk(PowerOff)
+	cfg := PowerSyncConfig{Ticks: 1, MaxFailures: 3, Enforce: true}
+	c.powerSyncTick(ctx, &powerSync{failures: map[string]int{}, next: map[string]time.Time{}}, cfg)
+	assert.Empty(t, stub.sets, "no power action on either")
+	n, err := st.GetNode(ctx, on)
+	require.NoError(t, err)
+	assert.NotNil(t, n.Operation.Agent.FastTrack, "on as expected: nothing changes")
+	n, err = st.GetNode(ctx, off)
+	require.NoError(t, err)
+	assert.Equal(t, PowerOff, deref(n.PowerState))
+	assert.Nil(t, n.Operation.Agent.FastTrack)
+	assert.Empty(t, n.Operation.Agent.Token)
+	assert.Contains(t, historyText(t, st, off), "fast track ends: the node's power changed outside the controller")
 }
