@@ -58,7 +58,10 @@ func TestVME2EFastTrack(t *testing.T) {
 	step(fmt.Sprintf("available, the node on and its agent (boot %v) heartbeating", ft["boot_id"]))
 
 	deployImage(t, c, "ft", e.imageURL, e.image, e.disks[0].Serial)
-	c.waitState(t, "ft", "active", 4*time.Minute)
+	waitFor(t, c, "ft", 4*time.Minute, func(n map[string]any) bool {
+		failIfFailed(t, n)
+		return n["provision_state"] == "active"
+	})
 	window := e.bmcLog.String()[provideDone:]
 	assertImageOnDisk(t, e.disks[0].Path, e.image)
 	h := history(t, c, "ft")
@@ -107,8 +110,11 @@ func TestVME2EFastTrack(t *testing.T) {
 	}
 	step("the restarted agent (a new boot) looked up: fast track ended, the node powered off")
 
-	c.mustCall(t, "PUT", "/v1/nodes/ft/states/provision", map[string]any{"target": "active"})
-	c.waitState(t, "ft", "active", 4*time.Minute)
+	deployImage(t, c, "ft", e.imageURL, e.image, e.disks[0].Serial) // undeploy cleared instance_info
+	waitFor(t, c, "ft", 4*time.Minute, func(n map[string]any) bool {
+		failIfFailed(t, n)
+		return n["provision_state"] == "active"
+	})
 	h = history(t, c, "ft")
 	full := deployTime(t, h, "full boot")
 	step("active on the full path: " + full)
