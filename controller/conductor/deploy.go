@@ -76,6 +76,7 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		wipeAgent(m)
 		op := &m.Operation
 		op.Deploy, op.UserDeploySteps, op.Clean, op.ManualClean, op.UserCleanSteps = nil, nil, nil, false, nil
+		op.DeployTiming = nil // a failed deploy's
 		m.CleanStep = map[string]any{}
 		return nil
 	})
