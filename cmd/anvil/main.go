@@ -189,7 +189,7 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 // nodeReadUsage is the usage of the node commands that only read one node.
 func nodeReadUsage(cmd string) string {
 	what := map[string]string{
-		"show":   "The node in detail (JSON), then warnings: second agent claimants, missing disks,\nthe inspection's warnings, and for a retired node its sanitization records.",
+		"show":   "The node in detail (JSON), then warnings: second agent claimants, missing disks,\nthe inspection's warnings, and for a retired node its sanitization records; and\nwhether its agent is kept running between operations (fast track).",
 		"steps":  "The clean steps the node's agent last reported (cached by the controller),\ntheir age and fingerprint.",
 		"events": "The node's history: state changes, step outcomes, refusals and alarms.",
 	}[cmd]
