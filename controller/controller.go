@@ -286,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err == nil, err
 	})
 	metrics := api.NewMetrics(apiStore)
-	cc.BootScripts, cc.Suppressed = cfg.BootDir != "", metrics.Suppressed
+	cc.BootScripts, cc.Suppressed, cc.DeployTimed = cfg.BootDir != "", metrics.Suppressed, metrics.DeployTimed
 	if cfg.Boot.DHCP == "full" {
 		ls, ok := st.(interface {
 			ListDHCPLeases(context.Context) ([]store.DHCPLease, error)

@@ -189,7 +189,7 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 // nodeReadUsage is the usage of the node commands that only read one node.
 func nodeReadUsage(cmd string) string {
 	what := map[string]string{
-		"show":   "The node in detail (JSON), then warnings: second agent claimants, missing disks,\nthe inspection's warnings, and for a retired node its sanitization records.",
+		"show":   "The node in detail (JSON), then warnings: second agent claimants, missing disks,\nthe inspection's warnings, and for a retired node its sanitization records; and\nwhether its agent is kept running between operations (fast track).",
 		"steps":  "The clean steps the node's agent last reported (cached by the controller),\ntheir age and fingerprint.",
 		"events": "The node's history: state changes, step outcomes, refusals and alarms.",
 	}[cmd]
@@ -275,6 +275,11 @@ func show(ctx context.Context, c *client.Client, node string, out io.Writer) err
 	if err := claimWarnings(raw, out); err != nil {
 		return err
 	}
+	if line := fastTrackLine(raw); line != "" {
+		if _, err := fmt.Fprintln(out, line); err != nil {
+			return err
+		}
+	}
 	if err := powerHealthLines(ctx, c, node, out); err != nil {
 		return err
 	}
@@ -347,6 +352,26 @@ func claimWarnings(node map[string]any, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// fastTrackLine says that the node's agent is kept running between
+// operations (driver_internal_info.agent_fast_track), since when and when
+// it last heartbeated; "" when it is not.
+func fastTrackLine(node map[string]any) string {
+	dii, _ := node["driver_internal_info"].(map[string]any)
+	ft, _ := dii["agent_fast_track"].(map[string]any)
+	if ft == nil {
+		return ""
+	}
+	since := ft["agent_since"]
+	if since == nil {
+		since = ft["since"]
+	}
+	last := dii["agent_last_heartbeat"]
+	if last == nil {
+		last = "never"
+	}
+	return fmt.Sprintf("fast track: agent running since %v, last heartbeat %v (boot %v, idle since %v)", since, last, ft["boot_id"], ft["since"])
 }
 
 // diskCheckWarnings reads the last disk check (driver_internal_info.disk_check)

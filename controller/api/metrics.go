@@ -44,6 +44,7 @@ type Metrics struct {
 	suppressed *prometheus.CounterVec
 	dropped    *prometheus.CounterVec
 	limited    *prometheus.CounterVec
+	deploys    *prometheus.HistogramVec
 }
 
 // NewMetrics registers request latency and a nodes-by-state gauge that
@@ -74,8 +75,13 @@ func NewMetrics(st store.Nodes) *Metrics {
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_public_requests_limited_total",
 			Help: "Requests to the unauthenticated agent and boot endpoints refused by the per-source rate limit.",
-		}, []string{"route"})}
-	reg.MustRegister(m.requests, m.claims, m.untrusted, m.suppressed, m.dropped, m.limited, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		}, []string{"route"}),
+		deploys: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "anvil_deploy_duration_seconds",
+			Help:    "Time from the active request to active, by part (boot: until the agent was ready; steps: the rest) and by how the agent was ready (path: fast track, full boot).",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 2400, 3600},
+		}, []string{"part", "path"})}
+	reg.MustRegister(m.requests, m.claims, m.untrusted, m.suppressed, m.dropped, m.limited, m.deploys, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&nodeStates{st: st, desc: prometheus.NewDesc("anvil_nodes", "Nodes by provision state.", []string{"provision_state"}, nil)})
 	return m
 }
@@ -83,6 +89,13 @@ func NewMetrics(st store.Nodes) *Metrics {
 // Suppressed counts n history events left out by a node's budget.
 func (m *Metrics) Suppressed(source string, n int) {
 	m.suppressed.WithLabelValues(source).Add(float64(n))
+}
+
+// DeployTimed records a deploy that reached active: its boot and steps
+// parts, by the path its agent took.
+func (m *Metrics) DeployTimed(path string, boot, steps time.Duration) {
+	m.deploys.WithLabelValues("boot", path).Observe(boot.Seconds())
+	m.deploys.WithLabelValues("steps", path).Observe(steps.Seconds())
 }
 
 // Dropped counts a boot-service request refused or ignored by its bounds.

@@ -41,6 +41,12 @@ func (c *agents) directDeployStep(ctx context.Context, n *store.Node, d Driver, 
 		if aw := n.Operation.Agent.Await; aw != nil && aw.Step == step.Key() {
 			return StepWait, nil // already rebooted for this step (resumed after a restart)
 		}
+		if n.Operation.Agent.Booted {
+			return StepDone, nil // on the running agent (fast track), resumed after a restart
+		}
+		if ok, err := c.startOnRunningAgent(ctx, n, "deploy", func(m *store.Node) { agentReady(m, c.now(), pathFastTrack) }); ok || err != nil {
+			return StepDone, err
+		}
 		aw, err := c.bootRamdisk(ctx, n, d, "boot", step.Key())
 		if err != nil {
 			return StepDone, err

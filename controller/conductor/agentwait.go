@@ -114,6 +114,7 @@ func (c *engine) agentIsBack(ctx context.Context, n *store.Node, d Driver, aw st
 	cur := state.State(n.ProvisionState)
 	ready := func(m *store.Node) error {
 		m.Operation.Agent.Await, m.Operation.Agent.Booted = nil, true
+		agentReady(m, c.now(), pathFullBoot)
 		return nil
 	}
 	switch {

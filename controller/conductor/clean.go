@@ -55,7 +55,12 @@ func (c *cleaning) clean(ctx context.Context, n *store.Node, d Driver) error {
 }
 
 // waitForRamdisk reboots the node into the agent ramdisk and waits for it.
+// On fast track the running agent is this operation's instead
+// (fasttrack.go): no power action, and the flow goes on at once.
 func (c *cleaning) waitForRamdisk(ctx context.Context, n *store.Node, d Driver, ph stepPhase) error {
+	if ok, err := c.agents.startOnRunningAgent(ctx, n, string(ph.running), nil); ok || err != nil {
+		return err
+	}
 	aw, err := c.agents.bootRamdisk(ctx, n, d, "boot", "")
 	if err != nil {
 		return c.steps.failSteps(ctx, n.UUID, ph, fmt.Sprintf("Failed to boot node %s into the agent ramdisk: %v", n.UUID, err), false)
@@ -76,8 +81,9 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 		ev = state.EvManage
 	}
 	agent := UsesAgent(n) && n.Operation.Agent.Booted
+	keep := agent && canKeepAgent(n, c.cfg.FastTrack)
 	ps := PowerOff
-	if agent {
+	if agent && !keep {
 		c.agents.ejectMedia(ctx, n, d, "cleaning done, leaving the ramdisk", true)
 		// Ironic's tear_down_cleaning: the node leaves the ramdisk powered
 		// off (rebooted with disable_power_off).
@@ -88,11 +94,17 @@ func (c *cleaning) finishClean(ctx context.Context, n *store.Node, d Driver, man
 	}
 	// the steps (bios.apply_configuration, factory_reset) may have changed them
 	refreshBIOSAndFirmware(ctx, c.st, c.log, n, d)
+	if keep {
+		events = append(events, c.keptEvent(n, "cleaning"))
+	}
 	_, err := c.transition(ctx, n.UUID, state.Cleaning, ev, func(m *store.Node) error {
 		m.CleanStep = map[string]any{}
 		m.Operation.Clean, m.Operation.ManualClean, m.Operation.UserCleanSteps = nil, false, nil
 		m.Operation.CleaningRequestedBy = ""
-		if agent {
+		switch {
+		case keep:
+			keepAgent(m, c.now())
+		case agent:
 			wipeAgent(m)
 			m.PowerState = strp(ps)
 		}

@@ -78,6 +78,12 @@ type Config struct {
 	// and timeouts of nodes waiting for their agent say where the boot
 	// stopped (controller/timeline).
 	Timeline Timeline
+	// FastTrack keeps the agent running between operations (fasttrack.go).
+	FastTrack FastTrackConfig
+	// DeployTimed, if set, is told the boot and steps parts of every
+	// deploy that reached active, and the path its agent took
+	// ("fast track", "full boot").
+	DeployTimed func(path string, boot, steps time.Duration)
 }
 
 // AgentConfig tunes the in-band side: what agents are told and how long the
@@ -126,6 +132,7 @@ func DefaultConfig() Config {
 		CheckInterval: 10 * time.Second, LeaseTTL: 20 * time.Second,
 		Agent: AgentConfig{HeartbeatInterval: 10 * time.Second, BootTimeout: 15 * time.Minute,
 			SilenceTimeout: 5 * time.Minute, StepTimeout: 12 * time.Hour, AbortTimeout: time.Minute},
+		FastTrack: FastTrackConfig{Timeout: 300 * time.Second},
 		PowerSync: PowerSyncConfig{Interval: time.Minute, Ticks: 60, MaxFailures: 3, Enforce: true, Workers: 8},
 		Firmware: FirmwareConfig{TaskTimeout: time.Hour, StallTimeout: 20 * time.Minute, OfflineTimeout: 10 * time.Minute,
 			VerifyTimeout: 20 * time.Minute, ActivationSettle: 2 * time.Minute, GoneGrace: 2 * time.Minute},
@@ -176,6 +183,7 @@ func (cfg *Config) defaults() {
 	fill(&cfg.Agent.BootTimeout, d.Agent.BootTimeout)
 	fill(&cfg.Agent.SilenceTimeout, d.Agent.SilenceTimeout)
 	fill(&cfg.Agent.AbortTimeout, d.Agent.AbortTimeout)
+	fill(&cfg.FastTrack.Timeout, d.FastTrack.Timeout)
 	fill(&cfg.PowerSync.Ticks, d.PowerSync.Ticks)
 	fill(&cfg.PowerSync.MaxFailures, d.PowerSync.MaxFailures)
 	fill(&cfg.PowerSync.Workers, d.PowerSync.Workers)

@@ -37,12 +37,19 @@ func (c *deploying) deploy(ctx context.Context, n *store.Node, d Driver) error {
 		}
 		pending = p
 	}
+	timed, report := c.deployTimed(n)
+	if timed != nil {
+		pending = append(pending, timed)
+	}
 	_, err := c.transition(ctx, n.UUID, state.Deploying, state.EvDone, func(m *store.Node) error {
 		m.DeployStep = map[string]any{}
-		m.Operation.Deploy, m.Operation.UserDeploySteps = nil, nil
+		m.Operation.Deploy, m.Operation.UserDeploySteps, m.Operation.DeployTiming = nil, nil, nil
 		m.PowerState = strp(PowerOn)
 		return nil
 	}, pending...)
+	if err == nil && report != nil {
+		report()
+	}
 	return err
 }
 
@@ -69,6 +76,7 @@ func (c *deploying) tearDown(ctx context.Context, n *store.Node, d Driver) error
 		wipeAgent(m)
 		op := &m.Operation
 		op.Deploy, op.UserDeploySteps, op.Clean, op.ManualClean, op.UserCleanSteps = nil, nil, nil, false, nil
+		op.DeployTiming = nil // a failed deploy's
 		m.CleanStep = map[string]any{}
 		return nil
 	})

@@ -50,6 +50,12 @@ func (c *inspecting) inspect(ctx context.Context, n *store.Node, d Driver) error
 
 // startAgentInspection boots the ramdisk for inspection.
 func (c *inspecting) startAgentInspection(ctx context.Context, n *store.Node, d Driver) error {
+	if ok, err := c.agents.startOnRunningAgent(ctx, n, "inspection", inventoryOnRunningAgent(c.now())); err != nil {
+		return err
+	} else if ok {
+		_, err := c.transition(ctx, n.UUID, state.Inspecting, state.EvWait, nil)
+		return err
+	}
 	aw, err := c.agents.bootRamdisk(ctx, n, d, "boot", "")
 	if err != nil {
 		_, terr := c.transition(ctx, n.UUID, state.Inspecting, state.EvFail, func(m *store.Node) error {
@@ -105,10 +111,17 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		}
 		return err
 	}
-	c.agents.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
-	ps, err := powerOff(ctx, d, n, offReboot)
+	keep := canKeepAgent(n, c.cfg.FastTrack)
+	ps := PowerOn
+	if !keep {
+		c.agents.ejectMedia(ctx, n, d, "inspection done, leaving the ramdisk", true)
+		ps, err = powerOff(ctx, d, n, offReboot)
+	}
 	if err != nil {
 		return fail(fmt.Sprintf("Inspection of node %s collected the inventory but could not power the node off: %v", n.UUID, err))
+	}
+	if keep {
+		rules.events = append(rules.events, c.keptEvent(n, "inspection"))
 	}
 	_, err = c.transition(ctx, n.UUID, state.InspectWait, state.EvDone, func(m *store.Node) error {
 		for k, v := range inventoryProperties(inv) {
@@ -118,7 +131,11 @@ func (c *inspecting) finishInspection(ctx context.Context, n *store.Node, d Driv
 		m.InspectionFinishedAt = &now
 		m.PowerState = strp(ps)
 		m.Operation.Disks.InventoryFromBMC = false
-		wipeAgent(m)
+		if keep {
+			keepAgent(m, now)
+		} else {
+			wipeAgent(m)
+		}
 		return rules.apply(m)
 	}, append([]*store.Event{c.newEvent(n.UUID, "INFO", "inspection", fmt.Sprintf("inventory stored: %d CPUs, %d MiB, %d disks, %d NICs; %d ports created",
 		inv.CPU.Count, inv.Memory.PhysicalMB, len(inv.Disks), len(inv.Interfaces), created))}, rules.events...)...)

@@ -172,7 +172,9 @@ func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyn
 	}
 	// A node with disable_power_off is never forced (Ironic's
 	// force_power_state_during_sync): its recorded state follows the BMC.
-	enforce := drift && cfg.Enforce && !n.Maintenance && !n.DisablePowerOff && state.Stable(st) && recorded != ""
+	// An agent left running (fast track) is not powered back on: a
+	// power-off outside the controller ends its fast track instead.
+	enforce := drift && cfg.Enforce && !n.Maintenance && !n.DisablePowerOff && state.Stable(st) && recorded != "" && !idleAgent(n)
 	if enforce {
 		if err := d.SetPower(ctx, n, recorded); err == nil {
 			c.event(ctx, n.UUID, "WARNING", "power", fmt.Sprintf("power state was %q, expected %q: restored %q", actual, recorded, recorded))
@@ -193,6 +195,9 @@ func (c *runtime) syncNodePower(ctx context.Context, ps *powerSync, cfg PowerSyn
 			m.PowerState = &actual
 			events = append(events, c.newEvent(n.UUID, "WARNING", "power",
 				fmt.Sprintf("power state changed outside the controller: recorded %q, BMC reports %q", recorded, actual)))
+			if idleAgent(m) {
+				events = append(events, c.endFastTrack(m, "the node's power changed outside the controller"))
+			}
 		}
 		if healthChanged && health != deref(m.Health) {
 			events = append(events, healthEvent(c.newEvent, m, health))

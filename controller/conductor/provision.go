@@ -192,6 +192,7 @@ func (c *requests) prepare(n *store.Node, verb state.Verb, req ProvisionRequest)
 		}
 	case state.EvDeploy, state.EvRebuild:
 		op.Deploy, op.UserDeploySteps, op.Agent.Booted = nil, nil, false
+		op.DeployTiming = &store.DeployTiming{RequestedAt: c.now()}
 		n.DeployStep = map[string]any{}
 		if len(req.DeploySteps) > 0 {
 			op.UserDeploySteps = append([]protocol.Step{}, req.DeploySteps...)
@@ -321,6 +322,9 @@ func (c *requests) SetPower(ctx context.Context, ident, target string) error {
 		n.LastError = nil
 		n.Reservation = strp(c.cfg.Host)
 		events := []*store.Event{c.newEvent(n.UUID, "INFO", "power", "power action requested: "+target)}
+		if idleAgent(n) {
+			events = append(events, c.endFastTrack(n, "power action "+target+" requested"))
+		}
 		held := state.Held(cur) // the flow goes on after unhold, in the new boot
 		if a := &n.Operation.Agent; (state.LookupAllowed(cur) || held) && target != PowerOff && target != SoftPowerOff && (a.Booted || a.Await != nil) {
 			// The ramdisk boots again: its agent is the first of a new

@@ -90,10 +90,18 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 	}
 	var token, refused, absent, nodeID string
 	var alarm *store.Claim
+	ended := false
 	n, err := store.MutateNodeEvents(ctx, c.st, ident, func(n *store.Node) ([]*store.Event, error) {
-		token, refused, absent, alarm, nodeID = "", "", "", nil, n.UUID // ident may be a name
+		token, refused, absent, alarm, nodeID, ended = "", "", "", nil, n.UUID, false // ident may be a name
 		a := &n.Operation.Agent
 		switch {
+		case idleAgent(n):
+			// The agent left running holds its token and does not look
+			// up: whoever does (that agent restarted, another boot, a
+			// stranger) ends fast track (fasttrack.go).
+			absent, ended = "the agent left running (fast track) holds this node's token; a lookup ends fast track", true
+			return []*store.Event{c.endFastTrackOff(n, fmt.Sprintf("a lookup from %s (boot %s) while the agent of boot %s was kept running",
+				orUnknown(req.Address), orUnknown(req.BootID), orUnknown(a.BootID)))}, nil
 		case !state.LookupAllowed(state.State(n.ProvisionState)):
 			absent = fmt.Sprintf("the node is %s, which does not expect an agent", n.ProvisionState)
 			return nil, errUnchanged
@@ -145,6 +153,9 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		c.kick(n.UUID)
 		return nil, Wrap(CodeForbidden, ErrSecondClaimant, msgSecondClaimant)
 	case absent != "":
+		if ended {
+			c.kick(n.UUID) // its worker powers it off
+		}
 		c.log.InfoContext(ctx, "lookup refused", "node", ident, "reason", absent, "from", req.Address, "boot_id", req.BootID)
 		return nil, NotFound(msgNoAgentExpected)
 	case refused != "":
@@ -249,6 +260,9 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 		*resp = protocol.HeartbeatResponse{HeartbeatInterval: c.cfg.Agent.HeartbeatInterval.Seconds()}
 		kick, claim = false, nil
 		if claim = c.heartbeatClaim(n, addr, hb); claim != nil {
+			if idleAgent(n) {
+				return ctx, c.idleClaim(n, claim), nil // no operation to stop (fasttrack.go)
+			}
 			return ctx, c.raiseAlarm(n, claim), nil
 		}
 		first = n.Operation.Agent.LastHeartbeat.IsZero()

@@ -54,6 +54,7 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 		}},
 	}
 	c.checkAgentTimers(ctx)
+	c.checkFastTrack(ctx)
 	no := false
 	for _, w := range waits {
 		if w.timeout <= 0 {

@@ -42,6 +42,35 @@ type Operation struct {
 	Disks DiskRecords `json:"disks,omitzero"`
 	// Firmware is the firmware.update step under way (nil: none).
 	Firmware *FirmwareUpdate `json:"firmware,omitempty"`
+	// DeployTiming times the deploy under way, from the active request
+	// to active (nil: none, or one requested before it was kept).
+	DeployTiming *DeployTiming `json:"deploy_timing,omitempty"`
+}
+
+// DeployTiming is when a deploy was requested and when its agent was
+// ready (booted, or found running on fast track): the boot and steps
+// split of its duration.
+type DeployTiming struct {
+	RequestedAt  time.Time `json:"requested_at"`
+	AgentReadyAt time.Time `json:"agent_ready_at,omitzero"`
+	// Path is "fast track" or "full boot" once the agent is ready.
+	Path string `json:"path,omitempty"`
+}
+
+// FastTrack is an agent the controller left running after its
+// operation ended (fast track, Ironic's [deploy]fast_track): the next
+// operation may start on it instead of booting the ramdisk again.
+type FastTrack struct {
+	// Since is when the agent was left running (its idle began).
+	Since time.Time `json:"since"`
+	// BootID and TokenSum (SHA-256 of the token, hex) are the boot and
+	// token the controller issued to the agent it left running: only
+	// that agent is used again.
+	BootID   string `json:"boot_id"`
+	TokenSum string `json:"token_sum"`
+	// AgentSince is when the controller booted the node into this
+	// agent's ramdisk.
+	AgentSince time.Time `json:"agent_since,omitzero"`
 }
 
 // StepPlan is the ordered steps of one cleaning or deployment and the index
@@ -109,6 +138,9 @@ type AgentSession struct {
 	// token is revoked with it, and the lifecycle engine stops the
 	// operation (failed, powered off) when it sees it.
 	Alarm *Claim `json:"alarm,omitempty"`
+	// FastTrack is set while the agent is kept running between
+	// operations (fast track); wiping the session ends it.
+	FastTrack *FastTrack `json:"fast_track,omitempty"`
 }
 
 // How a boot's nonce reaches the node (AgentSession.NonceVia).
@@ -211,6 +243,8 @@ const (
 	keyServiceIndex    = "service_step_index"
 	keyUserService     = "user_service_steps"
 	keyNoRamdisk       = "service_disable_ramdisk"
+	keyFastTrack       = "agent_fast_track"
+	keyDeployTiming    = "deploy_timing"
 )
 
 // SecretInternalKey reports whether a driver_internal_info key holds a
@@ -223,7 +257,7 @@ var operationKeys = []string{keyCleanSteps, keyCleanStepIndex, keyManualClean, k
 	keyUserCleanSteps, keyUserDeploySteps, keyToken, keyBootID, keyAgentVersion, keyLastHeartbeat, keyBootTimings,
 	keyStepCache, keyCommand, keyCommandStatus, keyAwait, keyAgentBooted, keyBootNonce, keyAgentAddress, keyClaims,
 	keyNonceVia, keyNonceServedTo, keyAlarm, keyBootStarted, keyPreviousBoot, keyDiskCheck, keyDisksAtDeploy, keyFirmware, keyLeftRamdisk,
-	keyServiceSteps, keyServiceIndex, keyUserService, keyNoRamdisk}
+	keyServiceSteps, keyServiceIndex, keyUserService, keyNoRamdisk, keyFastTrack, keyDeployTiming}
 
 // InternalInfo is the node's driver_internal_info as Ironic shows it: the
 // node's own keys and the operation under Ironic's keys, each valued as its
@@ -329,6 +363,12 @@ func (n *Node) InternalInfo() map[string]any {
 	if op.Firmware != nil {
 		set(keyFirmware, op.Firmware)
 	}
+	if a.FastTrack != nil {
+		set(keyFastTrack, a.FastTrack)
+	}
+	if op.DeployTiming != nil {
+		set(keyDeployTiming, op.DeployTiming)
+	}
 	op.Disks.show(out)
 	return out
 }
@@ -339,7 +379,7 @@ func (op *Operation) empty() bool {
 		a.Token == "" && a.BootID == "" && a.Version == nil && a.LastHeartbeat.IsZero() && a.BootTimings == nil && a.Steps == nil &&
 		a.Command == nil && a.CommandStatus == nil && a.Await == nil && !a.Booted && !a.LeftRamdisk && a.BootNonce == "" &&
 		a.NonceVia == "" && a.NonceServedTo == "" && !a.NonceLegacyServed && a.Address == "" && len(a.Claims) == 0 && a.Alarm == nil &&
-		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty() && op.Firmware == nil
+		a.BootStartedAt.IsZero() && a.PreviousBootID == "" && op.Disks.empty() && op.Firmware == nil && a.FastTrack == nil && op.DeployTiming == nil
 }
 
 // jsonValue is v as encoding/json decodes its encoding into an any.
@@ -420,6 +460,8 @@ func SplitInternalInfo(dii map[string]any) (Operation, map[string]any) {
 	takeTime(keyBootStarted, &a.BootStartedAt)
 	take(keyPreviousBoot, &a.PreviousBootID)
 	take(keyFirmware, &op.Firmware)
+	take(keyFastTrack, &a.FastTrack)
+	take(keyDeployTiming, &op.DeployTiming)
 	op.Disks.take(rest)
 	return op, rest
 }

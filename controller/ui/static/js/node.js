@@ -21,6 +21,15 @@ const VERBS = {
   unhold: ['clean hold', 'deploy hold', 'service hold'],
 };
 
+// The agent kept running between operations (fast track), as anvil node
+// show says it.
+function fastTrackTag(dii) {
+  const ft = dii.agent_fast_track;
+  if (!ft) return null;
+  return el('span', { class: 'tag', id: 'fast-track', title: `boot ${ft.boot_id}, idle since ${when(ft.since)}`,
+    text: `fast track: agent running since ${when(ft.agent_since || ft.since)}, last heartbeat ${dii.agent_last_heartbeat ? when(dii.agent_last_heartbeat) : 'never'}` });
+}
+
 function dl(pairs) {
   const rows = pairs.filter(([, v]) => v !== undefined && v !== null && v !== '');
   if (!rows.length) return el('p', { class: 'dim' }, 'nothing recorded');
@@ -261,7 +270,8 @@ export function nodePage(main, ident) {
       n.health ? el('span', { class: 'tag' + (n.health === 'OK' ? '' : ' warn'), id: 'health', title: 'as the BMC reported it at the last power sync', text: 'health: ' + n.health }) : null,
       n.maintenance ? el('span', { class: 'tag warn', text: 'maintenance' + (n.maintenance_reason ? ': ' + n.maintenance_reason : '') }) : null,
       n.retired ? el('span', { class: 'tag', text: 'retired' + (n.retired_reason ? ': ' + n.retired_reason : '') }) : null,
-      n.reservation ? el('span', { class: 'tag dim', text: 'locked by ' + n.reservation }) : null);
+      n.reservation ? el('span', { class: 'tag dim', text: 'locked by ' + n.reservation }) : null,
+      fastTrackTag(n.driver_internal_info || {}));
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
     put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
