@@ -16,7 +16,6 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,34 +65,44 @@ func Validate(v any) error {
 			switch k {
 			case "meta_data", "network_data", "vendor_data":
 				if _, ok := val.(map[string]any); !ok {
-					return fmt.Errorf("Invalid configdrive format: %s must be an object, got %s", k, jsonType(val))
+					return formatErrorf("%s must be an object, got %s", k, jsonType(val))
 				}
 			case "user_data":
 				switch val.(type) {
 				case nil, string, map[string]any, []any:
 				default:
-					return fmt.Errorf("Invalid configdrive format: user_data must be an object, an array, a string or null, got %s", jsonType(val))
+					return formatErrorf("user_data must be an object, an array, a string or null, got %s", jsonType(val))
 				}
 			default:
-				return fmt.Errorf("Invalid configdrive format: Additional properties are not allowed ('%s' was unexpected)", k)
+				return formatErrorf("Additional properties are not allowed ('%s' was unexpected)", k)
 			}
 		}
 		return nil
 	case string:
 		if IsURL(cd) {
 			if !strings.HasPrefix(cd, "http://") && !strings.HasPrefix(cd, "https://") {
-				return errors.New("Invalid configdrive format: a configdrive URL must be http:// or https://")
+				return formatErrorf("a configdrive URL must be http:// or https://")
 			}
 			return nil
 		}
 		for _, r := range cd {
 			if !isB64(r) {
-				return errors.New("Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string")
+				return formatErrorf("it is neither a JSON, nor a URL, nor a base64 string")
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("Invalid configdrive format: %s is not valid under any of the given schemas", jsonType(v))
+	return formatErrorf("%s is not valid under any of the given schemas", jsonType(v))
+}
+
+// FormatError is a configdrive of the wrong shape; its text is Ironic's
+// 400.
+type FormatError struct{ Detail string }
+
+func (e *FormatError) Error() string { return "Invalid configdrive format: " + e.Detail }
+
+func formatErrorf(format string, args ...any) error {
+	return &FormatError{Detail: fmt.Sprintf(format, args...)}
 }
 
 func isB64(r rune) bool {
