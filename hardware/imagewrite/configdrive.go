@@ -191,6 +191,13 @@ func sectorSize(f *os.File) int64 {
 	return 512
 }
 
+// diskIO is what the partition code needs of the disk: an *os.File, or
+// memory in the fuzz test.
+type diskIO interface {
+	io.ReaderAt
+	io.WriterAt
+}
+
 // part is one partition of a table, in sectors.
 type part struct {
 	num         int
@@ -199,7 +206,7 @@ type part struct {
 
 // placeConfigDrive finds or makes the configdrive's partition and sets
 // res's partition, offset and size.
-func placeConfigDrive(f *os.File, size, ss int64, iso []byte, res *ConfigDriveResult) error {
+func placeConfigDrive(f diskIO, size, ss int64, iso []byte, res *ConfigDriveResult) error {
 	mbr := make([]byte, 512)
 	if _, err := f.ReadAt(mbr, 0); err != nil {
 		return fmt.Errorf("reading the partition table: %w", err)
@@ -263,7 +270,7 @@ func newPartition(after, end, ss int64, isoBytes int) (first, last int64, err er
 
 // hasLabel reports whether the filesystem at off is labelled label: an
 // ISO9660 volume identifier or a FAT volume label (what blkid reads).
-func hasLabel(f *os.File, off int64, label string) bool {
+func hasLabel(f diskIO, off int64, label string) bool {
 	pvd := make([]byte, 72)
 	if _, err := f.ReadAt(pvd, off+16*2048); err == nil && string(pvd[1:6]) == "CD001" && pvd[0] == 1 {
 		if strings.TrimRight(string(pvd[40:72]), " \x00") == label {
@@ -298,7 +305,7 @@ func mbrParts(mbr []byte) []part {
 	return out
 }
 
-func addMBRConfigDrive(f *os.File, mbr []byte, parts []part, size, ss int64, iso []byte, res *ConfigDriveResult) error {
+func addMBRConfigDrive(f diskIO, mbr []byte, parts []part, size, ss int64, iso []byte, res *ConfigDriveResult) error {
 	slot := -1
 	for i := range 4 {
 		e := mbr[446+16*i:]
@@ -364,7 +371,7 @@ func linuxFSType() []byte {
 	return []byte{0xAF, 0x3D, 0xC6, 0x0F, 0x83, 0x84, 0x72, 0x47, 0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D, 0xE4}
 }
 
-func readGPT(f *os.File, ss int64) (*gptTable, error) {
+func readGPT(f diskIO, ss int64) (*gptTable, error) {
 	hdr := make([]byte, ss)
 	if _, err := f.ReadAt(hdr, ss); err != nil {
 		return nil, fmt.Errorf("reading the GPT header: %w", err)
@@ -417,7 +424,7 @@ func (g *gptTable) parts() []part {
 // addConfigDrive adds the configdrive's partition at the disk's end and
 // writes both tables, the backup moved to the disk's last sectors (an
 // image smaller than the disk has it at the image's end).
-func (g *gptTable) addConfigDrive(f *os.File, size int64, iso []byte, res *ConfigDriveResult) error {
+func (g *gptTable) addConfigDrive(f diskIO, size int64, iso []byte, res *ConfigDriveResult) error {
 	ss := g.ss
 	slot := -1
 	var after int64

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func inline(t *testing.T, iso []byte) string {
 // imageBytes (its backup header at the image's end, as a whole-disk image
 // written to a larger disk has it) with the given partitions (MiB ranges);
 // each partition is filled with its number.
-func gptDisk(t *testing.T, imageBytes, diskBytes int64, parts ...[2]uint64) string {
+func gptDisk(t testing.TB, imageBytes, diskBytes int64, parts ...[2]uint64) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "disk")
 	f, err := os.Create(p)
@@ -86,7 +87,7 @@ func gptDisk(t *testing.T, imageBytes, diskBytes int64, parts ...[2]uint64) stri
 
 // mbrDisk makes a disk file with an MBR of the given partitions (MiB
 // ranges).
-func mbrDisk(t *testing.T, diskBytes int64, parts ...[2]uint32) string {
+func mbrDisk(t testing.TB, diskBytes int64, parts ...[2]uint32) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "disk")
 	mbr := make([]byte, 512)
@@ -304,4 +305,59 @@ func TestLinuxFSType(t *testing.T) {
 		s.WriteByte(h[b[idx]&15])
 	}
 	assert.Equal(t, strings.ToUpper(string(gpt.LinuxFilesystem)), s.String())
+}
+
+// memDisk is a sparse disk in memory for the fuzz test: its first bytes
+// are held, the rest reads as zeros and takes writes without keeping them.
+type memDisk struct {
+	head []byte
+	size int64
+}
+
+func (m *memDisk) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > m.size {
+		return 0, io.EOF
+	}
+	clear(p)
+	if off < int64(len(m.head)) {
+		copy(p, m.head[off:])
+	}
+	return len(p), nil
+}
+
+func (m *memDisk) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > m.size {
+		return 0, io.ErrShortWrite
+	}
+	if off < int64(len(m.head)) {
+		copy(m.head[off:], p)
+	}
+	return len(p), nil
+}
+
+// FuzzPlaceConfigDrive: the partition tables come from the downloaded
+// image. Whatever they hold, placing a configdrive never panics, and a
+// success places it inside the disk, past sector 0, in at most 64 MiB.
+func FuzzPlaceConfigDrive(f *testing.F) {
+	head := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		require.NoError(f, err)
+		return b[:64<<10]
+	}
+	f.Add(head(gptDisk(f, 8*mib, 8*mib, [2]uint64{1, 4})), uint16(16))
+	f.Add(head(mbrDisk(f, 8*mib, [2]uint32{1, 4})), uint16(16))
+	f.Add(head(mbrDisk(f, 8*mib, [2]uint32{1, 2}, [2]uint32{2, 3}, [2]uint32{3, 4}, [2]uint32{4, 5})), uint16(8))
+	f.Fuzz(func(t *testing.T, head []byte, mibs uint16) {
+		size := int64(mibs%4096+1) * mib
+		disk := &memDisk{head: make([]byte, 64<<10), size: size}
+		copy(disk.head, head)
+		iso := make([]byte, 4096)
+		var res ConfigDriveResult
+		if err := placeConfigDrive(disk, size, 512, iso, &res); err != nil {
+			return
+		}
+		assert.Positive(t, res.OffsetBytes)
+		assert.LessOrEqual(t, res.OffsetBytes+int64(len(iso)), size)
+		assert.LessOrEqual(t, res.SizeBytes, int64(protocol.MaxConfigDriveBytes))
+	})
 }
