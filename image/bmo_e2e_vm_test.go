@@ -5,6 +5,7 @@ package image
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 
 	"github.com/anvil-metal/anvil/bmc/vbmc"
 )
@@ -254,7 +258,8 @@ func TestVME2EBMOOrder(t *testing.T) {
 		b.provision(id, map[string]any{"target": "active", "configdrive": map[string]any{
 			"meta_data": map[string]any{"uuid": instance, "metal3-namespace": "metal3", "metal3-name": "host-0",
 				"local-hostname": "host-0", "local_hostname": "host-0", "name": "host-0"},
-			"user_data": "#cloud-config\nhostname: host-0\n"}})
+			"user_data":    "#cloud-config\nhostname: host-0\n",
+			"network_data": map[string]any{"links": []any{map[string]any{"id": "eth0", "type": "phy", "ethernet_mac_address": e.mac}}}}})
 	}
 	deploy("0b1e6a52-5a4f-4d8e-9d40-7f3c1a2b3c4d")
 	n = b.wait(id, 6*time.Minute, func(n bmoNode) bool {
@@ -270,9 +275,9 @@ func TestVME2EBMOOrder(t *testing.T) {
 	if cd := n.InstanceInfo["configdrive"]; cd != "******" {
 		t.Errorf("instance_info.configdrive = %v, want it stored and hidden as ******", cd)
 	}
-	assertImageOnDisk(t, e.disks[0].Path, e.image)
+	cdPart := assertConfigDrive(t, e.disks[0].Path, e.image, "0b1e6a52-5a4f-4d8e-9d40-7f3c1a2b3c4d", "#cloud-config\nhostname: host-0\n")
 	booted := waitSerialMarkers(t, e, 1, time.Minute)
-	step("deployed with a configdrive object: image on disk, booted")
+	step("deployed with a configdrive object: image on disk, " + cdPart + ", booted")
 
 	// 5. A DataImage, as manageHostPower attaches it.
 	isoBytes := bytes.Repeat([]byte("metal3 data image "), 4096)
@@ -443,4 +448,67 @@ func TestVME2EBMOOrder(t *testing.T) {
 	if t.Failed() {
 		t.Logf("BMC log:\n%s", e.bmcLog.String())
 	}
+}
+
+// assertConfigDrive checks from the host that the root disk holds the
+// deployed image (its MBR boot code and signature; the agent added a
+// partition entry) and, in the partition the agent added after it, an
+// ISO9660 volume labelled config-2 whose openstack/latest holds the
+// meta_data.json and user_data sent. It says where the configdrive is.
+func assertConfigDrive(t *testing.T, path string, image []byte, uuid, userData string) string {
+	t.Helper()
+	disk, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(disk) < len(image) || !bytes.Equal(disk[:446], image[:446]) || !bytes.Equal(disk[510:len(image)], image[510:]) {
+		t.Errorf("%s does not hold the deployed image", path)
+	}
+	var start, count uint32
+	for i := range 4 {
+		e := disk[446+16*i:]
+		if e[4] != 0 {
+			start, count = binary.LittleEndian.Uint32(e[8:]), binary.LittleEndian.Uint32(e[12:])
+			if e[4] != 0x83 || i != 0 {
+				t.Errorf("partition %d has type %#x, want the configdrive's (0x83) as the first", i+1, e[4])
+			}
+		}
+	}
+	off, size := int64(start)*512, int64(count)*512
+	if start == 0 || off < int64(len(image)) || off+size > int64(len(disk)) || size > 64<<20 {
+		t.Fatalf("no configdrive partition after the image: start %d, %d sectors", start, count)
+	}
+	p := filepath.Join(t.TempDir(), "configdrive.iso")
+	if err := os.WriteFile(p, disk[off:off+size], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fsys, err := iso9660.Read(file.New(f, true), size, 0, 2048)
+	if err != nil {
+		t.Fatalf("the configdrive partition holds no ISO9660 volume: %v", err)
+	}
+	if l := strings.TrimRight(fsys.Label(), " \x00"); l != "config-2" {
+		t.Errorf("configdrive volume label %q, want config-2", l)
+	}
+	meta, err := fsys.ReadFile("openstack/latest/meta_data.json")
+	if err != nil {
+		t.Fatalf("configdrive meta_data.json: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(meta, &m); err != nil || m["uuid"] != uuid || m["local-hostname"] != "host-0" {
+		t.Errorf("configdrive meta_data.json = %s (%v), want uuid %s and local-hostname host-0", meta, err, uuid)
+	}
+	ud, err := fsys.ReadFile("openstack/latest/user_data")
+	if err != nil || string(ud) != userData {
+		t.Errorf("configdrive user_data = %q (%v), want %q", ud, err, userData)
+	}
+	nd, err := fsys.ReadFile("openstack/latest/network_data.json")
+	if err != nil || !strings.Contains(string(nd), `"eth0"`) {
+		t.Errorf("configdrive network_data.json = %s (%v)", nd, err)
+	}
+	return fmt.Sprintf("configdrive (config-2 ISO with meta_data.json, user_data, network_data.json) in MBR partition 1 at %d MiB, %d MiB", off>>20, size>>20)
 }

@@ -50,8 +50,8 @@ func nonEmpty(v any) bool {
 }
 
 // imageArgs maps a validated image_info onto write_image's arguments.
-// What the generic manager cannot do (partition images, configdrives,
-// proxies, checksum files) fails here with a clear error rather than being
+// What the generic manager cannot do (partition images, proxies,
+// checksum files) fails here with a clear error rather than being
 // silently skipped.
 func imageArgs(info map[string]any, configdrive any) (map[string]any, error) {
 	unsupported := func(format string, a ...any) error {
@@ -61,8 +61,10 @@ func imageArgs(info map[string]any, configdrive any) (map[string]any, error) {
 	if t, _ := info["image_type"].(string); t == "partition" {
 		return nil, unsupported("image %v: partition images (image_type=partition)", info["id"])
 	}
-	if nonEmpty(configdrive) {
-		return nil, unsupported("a configdrive")
+	cd, isStr := configdrive.(string)
+	if nonEmpty(configdrive) && !isStr {
+		// Ironic builds a JSON configdrive into an ISO before sending it.
+		return nil, unsupported("a configdrive that is not a string (a base64 gzipped ISO or a URL)")
 	}
 	if p, ok := info["proxies"].(map[string]any); ok && len(p) > 0 {
 		return nil, unsupported("downloading through a proxy (image_http_proxy/image_https_proxy)")
@@ -76,6 +78,11 @@ func imageArgs(info map[string]any, configdrive any) (map[string]any, error) {
 		return nil, err
 	}
 	args := map[string]any{"image_url": url, "image_checksum": checksum}
+	if cd != "" {
+		// written after the image by the generic manager's write_image
+		// (hardware/imagewrite), as IPA's create_config_drive_partition
+		args["configdrive"] = cd
+	}
 	switch f, _ := info["disk_format"].(string); f {
 	case "", "auto":
 	case "raw", "qcow2":

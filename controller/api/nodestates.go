@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/configdrive"
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 )
@@ -84,6 +86,9 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	isDeploy := known && (verb.Event == state.EvDeploy || verb.Event == state.EvRebuild)
 	if b.ConfigDrive != nil && !isDeploy {
 		return badRequest("Adding a config drive is only supported when setting provision state to active or rebuild")
+	}
+	if err := checkConfigDrive(ctx, b.ConfigDrive); err != nil {
+		return err
 	}
 	var rb *runbookRun
 	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
@@ -405,6 +410,26 @@ func validateRAIDConfig(cfg map[string]any) error {
 		default:
 			return badRequest("Invalid RAID configuration: logical disk %d needs size_gb", i)
 		}
+	}
+	return nil
+}
+
+// checkConfigDrive is the rest of Ironic's check_allow_configdrive: the
+// value's shape (configdrive.Validate) and the versions of its object
+// form (1.56) and of vendor_data (1.59).
+func checkConfigDrive(ctx context.Context, cd any) error {
+	if err := configdrive.Validate(cd); err != nil {
+		return badRequest("%s", err.Error())
+	}
+	obj, ok := cd.(map[string]any)
+	if !ok {
+		return nil
+	}
+	if version(ctx) < 56 {
+		return badRequest("Providing a JSON object for configdrive is only supported starting with API version 1.56")
+	}
+	if _, ok := obj["vendor_data"]; ok && version(ctx) < 59 {
+		return badRequest("Providing vendor_data in configdrive is only supported starting with API version 1.59")
 	}
 	return nil
 }

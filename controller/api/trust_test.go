@@ -140,7 +140,7 @@ func TestStrangerPollingLookupNeverGetsTheToken(t *testing.T) {
 func TestStrangerFetchingTheScriptFirstStopsTheOperation(t *testing.T) {
 	e := bootDirEnv(t)
 	id := e.agentNode("raced", map[string]any{"automated_clean": false, "instance_info": map[string]any{"image_source": "http://127.0.0.1:8080/img.raw",
-		"image_checksum": "sha256:" + strings.Repeat("ab", 32), "root_password": "tenant-secret", "configdrive": "secret-drive"}})
+		"image_checksum": "sha256:" + strings.Repeat("ab", 32), "root_password": "tenant-secret", "configdrive": map[string]any{"user_data": "secret-drive"}}})
 	require.Equal(t, 202, e.provision("raced", "provide", nil).status)
 	e.waitState("raced", "available")
 	require.Equal(t, 202, e.provision("raced", "active", nil).status)

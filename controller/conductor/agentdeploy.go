@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/anvil-metal/anvil/controller/configdrive"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
 )
@@ -44,6 +45,11 @@ func (c *agents) directDeployStep(ctx context.Context, n *store.Node, d Driver, 
 		if n.Operation.Agent.Booted {
 			return StepDone, nil // on the running agent (fast track), resumed after a restart
 		}
+		// A configdrive that cannot be used fails now, not after the
+		// ramdisk's boot.
+		if err := configDriveArg(n, map[string]any{}); err != nil {
+			return StepDone, err
+		}
 		if ok, err := c.startOnRunningAgent(ctx, n, "deploy", func(m *store.Node) { agentReady(m, c.now(), pathFastTrack) }); ok || err != nil {
 			return StepDone, err
 		}
@@ -60,6 +66,9 @@ func (c *agents) directDeployStep(ctx context.Context, n *store.Node, d Driver, 
 	case "write_image":
 		args, err := imageArgs(n, step.Args)
 		if err != nil {
+			return StepDone, err
+		}
+		if err := configDriveArg(n, args); err != nil {
 			return StepDone, err
 		}
 		s := protocol.Step{Interface: protocol.InterfaceDeploy, Step: "write_image", Args: args}
@@ -123,4 +132,34 @@ func imageArgs(n *store.Node, override map[string]any) (map[string]any, error) {
 		args[k] = v
 	}
 	return args, nil
+}
+
+// configDriveArg adds instance_info.configdrive to write_image's
+// arguments in the form the agent writes (Ironic's
+// get_configdrive_image: an object is built into an ISO here, a URL is
+// passed on for the agent to download). A configdrive that cannot be
+// used, or an agent that would silently not write it, fails the step.
+func configDriveArg(n *store.Node, args map[string]any) error {
+	name := ""
+	if n.Name != nil {
+		name = *n.Name
+	}
+	cd, err := configdrive.ForAgent(n.UUID, name, n.InstanceInfo["configdrive"])
+	if err != nil {
+		return fmt.Errorf("instance_info.configdrive: %w", err)
+	}
+	if cd == "" {
+		return nil
+	}
+	if s := n.Operation.Agent.Steps; s != nil {
+		for _, st := range s.Deploy {
+			if st.Step == "write_image" {
+				if _, ok := st.ArgsInfo[protocol.ConfigDriveArg]; !ok {
+					return fmt.Errorf("a configdrive was given but the agent (version %s) does not write one: rebuild the ramdisk with this release's agent", s.AgentVersion)
+				}
+			}
+		}
+	}
+	args[protocol.ConfigDriveArg] = cd
+	return nil
 }

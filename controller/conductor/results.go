@@ -45,7 +45,7 @@ func (c *stepRunner) runResult(n *store.Node, ph stepPhase, step string, args ma
 
 // agentResult builds the result of an agent command that finished.
 func (c *stepRunner) agentResult(n *store.Node, ph stepPhase, cmd *store.AgentCommand, st protocol.CommandStatus) *store.StepResult {
-	r := &store.StepResult{UUID: cmd.ID, NodeUUID: n.UUID, Kind: ph.kind, Step: cmd.Step.Key(), Args: cmd.Step.Args,
+	r := &store.StepResult{UUID: cmd.ID, NodeUUID: n.UUID, Kind: ph.kind, Step: cmd.Step.Key(), Args: maskedArgs(cmd.Step.Args),
 		StartedAt: st.StartedAt, FinishedAt: c.now(), Outcome: store.OutcomeSucceeded, Summary: oneLine(st.Summary),
 		RebootRequested: cmd.Step.RebootRequested, Result: st.Result}
 	if st.StartedAt.IsZero() {
@@ -95,4 +95,19 @@ func (c *stepRunner) recordStopped(ctx context.Context, n *store.Node, msg, outc
 		r.UUID = p.ID // the agent's run: a late report of it is the same run
 	}
 	c.recordRun(ctx, r)
+}
+
+// maskedArgs hides a configdrive in a step's recorded arguments: it may
+// hold the tenant's secrets (user_data), which Ironic masks as it masks
+// instance_info.configdrive; it is large too.
+func maskedArgs(args map[string]any) map[string]any {
+	if _, ok := args[protocol.ConfigDriveArg]; !ok {
+		return args
+	}
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		out[k] = v
+	}
+	out[protocol.ConfigDriveArg] = "******"
+	return out
 }

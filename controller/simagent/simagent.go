@@ -97,7 +97,7 @@ func New(api string, macs ...string) *Agent {
 		},
 		Deploy: []protocol.Step{
 			{Interface: "deploy", Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: args(sharedArg)},
-			{Interface: "deploy", Step: "write_image", Priority: 0, ArgsInfo: args("!image_url", "!image_checksum", "image_disk_format", "root_device")},
+			{Interface: "deploy", Step: "write_image", Priority: 0, ArgsInfo: args("!image_url", "!image_checksum", "image_disk_format", "root_device", "configdrive")},
 			verifyHardware(),
 		},
 		Inventory: protocol.Inventory{CPU: protocol.CPU{Count: 4, Architecture: "x86_64", ModelName: "Simulated CPU"},

@@ -122,10 +122,11 @@ func (m *Manager) Steps(context.Context) hardware.Catalogue {
 		Deploy: []protocol.Step{
 			{Interface: protocol.InterfaceDeploy, Step: "erase_devices_metadata", Priority: 0, Abortable: true, ArgsInfo: shared},
 			{Interface: protocol.InterfaceDeploy, Step: "write_image", Priority: 0, ArgsInfo: map[string]protocol.ArgInfo{
-				"image_url":         {Description: "HTTP(S) URL of the image", Required: true},
-				"image_checksum":    {Description: "sha256:<hex> or sha512:<hex> of the image as downloaded", Required: true},
-				"image_disk_format": {Description: "raw, qcow2, gzip, zstd or auto (default: detected from the image's first bytes)"},
-				"root_device":       {Description: "root device hints (size, model, serial, wwn, name, rotational, vendor, by_path)"},
+				"image_url":             {Description: "HTTP(S) URL of the image", Required: true},
+				"image_checksum":        {Description: "sha256:<hex> or sha512:<hex> of the image as downloaded", Required: true},
+				"image_disk_format":     {Description: "raw, qcow2, gzip, zstd or auto (default: detected from the image's first bytes)"},
+				"root_device":           {Description: "root device hints (size, model, serial, wwn, name, rotational, vendor, by_path)"},
+				protocol.ConfigDriveArg: {Description: "configdrive written after the image, into its config-2 partition or a new one at the end of the disk (at most 64 MiB): a base64 gzipped ISO9660 image or an HTTP(S) URL of one"},
 			}},
 			verifyStep(),
 		},
@@ -296,6 +297,8 @@ func (m *Manager) eraseExpress(ctx context.Context, args map[string]any, progres
 type WriteImageResult struct {
 	RootDevice disk.Disk         `json:"root_device"`
 	Image      imagewrite.Result `json:"image"`
+	// ConfigDrive is where the configdrive went, when one was given.
+	ConfigDrive *imagewrite.ConfigDriveResult `json:"configdrive,omitempty"`
 }
 
 func (m *Manager) writeImage(ctx context.Context, args map[string]any, progress hardware.ProgressFunc) (any, error) {
@@ -320,6 +323,21 @@ func (m *Manager) writeImage(ctx context.Context, args map[string]any, progress 
 		}
 		return nil, &protocol.Error{Type: typ, Code: 400, Message: err.Error()}
 	}
+	cd, isStr := args[protocol.ConfigDriveArg].(string)
+	if v, ok := args[protocol.ConfigDriveArg]; ok && v != nil && !isStr {
+		return nil, &protocol.Error{Type: protocol.ErrTypeInvalidArgs, Code: 400, Message: fmt.Sprintf("configdrive must be a base64 gzipped ISO or a URL, got %T (the controller builds an object into an ISO)", v)}
+	}
 	img, err := m.writer.Write(ctx, imagewrite.Request{URL: str("image_url"), Checksum: str("image_checksum"), Format: str("image_disk_format"), Device: root.Path}, progress)
-	return WriteImageResult{RootDevice: root, Image: img}, err
+	res := WriteImageResult{RootDevice: root, Image: img}
+	if err != nil || cd == "" {
+		return res, err
+	}
+	// After the image, as ironic-python-agent does: the configdrive's
+	// partition is found or made in the image's partition table.
+	cdr, err := m.writer.WriteConfigDrive(ctx, root.Path, cd, progress)
+	res.ConfigDrive = &cdr
+	if err != nil {
+		return res, err
+	}
+	return res, nil
 }
