@@ -36,6 +36,14 @@ type Faults struct {
 	RejectAuth bool
 	// IgnoreMediaInsert answers 204 to InsertMedia and mounts nothing.
 	IgnoreMediaInsert bool
+	// MediaInsertedWithoutImage answers 204 to InsertMedia, mounts
+	// nothing, and then reports the slot Inserted with no Image (BMCs
+	// whose web server lost the URL).
+	MediaInsertedWithoutImage bool
+	// SessionLimit refuses new Redfish sessions with 503 while this many
+	// are open (iDRAC: "RAC0218: The maximum number of user sessions is
+	// reached"); 0: no limit but the table's size.
+	SessionLimit int
 }
 
 // Server is the virtual BMC's HTTP side: Redfish under /redfish/v1 and the
@@ -53,8 +61,12 @@ type Server struct {
 	offAt     map[string]time.Time
 	nextID    int
 	requestsN int
-	fw        *firmware // UpdateService and TaskService (firmware.go)
-	events    *events   // EventService (events.go)
+	peak      int // most sessions open at once (PeakSessions)
+	// emptyInserted: nodes whose CD reports Inserted without an Image
+	// (the MediaInsertedWithoutImage fault)
+	emptyInserted map[string]bool
+	fw            *firmware // UpdateService and TaskService (firmware.go)
+	events        *events   // EventService (events.go)
 }
 
 // NewServer returns a Server for nodes. Empty credentials disable
@@ -64,7 +76,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes), events: newEvents()}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, emptyInserted: map[string]bool{}, fw: newFirmware(log, nodes), events: newEvents()}
 }
 
 // SetFaults replaces the fault knobs.
@@ -85,6 +97,15 @@ func (s *Server) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requestsN
+}
+
+// PeakSessions is the most Redfish sessions that were open at once, and
+// Logins the sessions created so far, for tests of clients that must
+// not run the BMC out of sessions.
+func (s *Server) PeakSessions() (peak, logins int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak, s.nextID
 }
 
 // Node returns the node named name, or nil.
@@ -270,6 +291,12 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(buf)
 	tok := hex.EncodeToString(buf)
 	s.mu.Lock()
+	if lim := s.faults.SessionLimit; lim > 0 && len(s.order) >= lim {
+		s.mu.Unlock()
+		s.log.Info("vbmc: fault: session limit reached", "limit", lim)
+		redfishError(w, http.StatusServiceUnavailable, "SessionLimitExceeded", "RAC0218: The maximum number of user sessions is reached.")
+		return
+	}
 	s.nextID++
 	id := fmt.Sprintf("%d", s.nextID)
 	s.sessions[tok] = id
@@ -278,6 +305,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		delete(s.sessions, s.order[0])
 		s.order = s.order[1:]
 	}
+	s.peak = max(s.peak, len(s.order))
 	s.mu.Unlock()
 	loc := "/redfish/v1/SessionService/Sessions/" + id
 	w.Header().Set("X-Auth-Token", tok)
