@@ -252,6 +252,17 @@ func newRedfishTransport(t Target, timeout time.Duration) (*redfishTransport, er
 	return &redfishTransport{base: base, systemID: t.SystemID, user: t.Username, password: t.Password, missing: map[string]bool{}}, nil
 }
 
+// retarget implements retargeter for a kept session.
+func (s *redfishSession) retarget(systemID string) { s.tr.retarget(systemID) }
+
+// retarget points the transport at another system of the BMC, forgetting
+// what it learnt of the previous one.
+func (tr *redfishTransport) retarget(systemID string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.systemID, tr.selErr, tr.missing = systemID, nil, map[string]bool{}
+}
+
 // reset forgets failures before a new bmclib call.
 func (tr *redfishTransport) reset() {
 	tr.mu.Lock()

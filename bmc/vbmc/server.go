@@ -108,6 +108,13 @@ func (s *Server) PeakSessions() (peak, logins int) {
 	return s.peak, s.nextID
 }
 
+// OpenSessions is the number of Redfish sessions open now.
+func (s *Server) OpenSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.order)
+}
+
 // Node returns the node named name, or nil.
 func (s *Server) Node(name string) *Node {
 	for _, n := range s.nodes {
