@@ -180,7 +180,6 @@ type Manager struct {
 	bmcs map[string]*bmcLock
 }
 
-
 // New returns a Manager.
 func New(cfg Config) *Manager {
 	cfg = cfg.withDefaults()
