@@ -161,6 +161,7 @@ func (s *Server) getManager(w http.ResponseWriter, _ *http.Request, n *Node) {
 	m["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
 	m["FirmwareVersion"] = s.fw.version(n.Name, FirmwareBMC)
 	m["Links"] = map[string]any{"ManagerForServers": []any{link("/redfish/v1/Systems/" + n.SystemID())}}
+	m["LogServices"] = link(id + "/LogServices")
 	if n.HasMedia() {
 		m["VirtualMedia"] = link(id + "/VirtualMedia")
 	}

@@ -65,6 +65,8 @@ type Server struct {
 	// emptyInserted: nodes whose CD reports Inserted without an Image
 	// (the MediaInsertedWithoutImage fault)
 	emptyInserted map[string]bool
+	sel           map[string][]SELEntry // node -> its SEL (sel.go)
+	nmis          map[string]int        // node -> NMIs sent
 	fw            *firmware // UpdateService and TaskService (firmware.go)
 	events        *events   // EventService (events.go)
 }
@@ -76,7 +78,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}, emptyInserted: map[string]bool{}, fw: newFirmware(log, nodes), events: newEvents()}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, emptyInserted: map[string]bool{}, sel: map[string][]SELEntry{}, nmis: map[string]int{}, fw: newFirmware(log, nodes), events: newEvents()}
 }
 
 // SetFaults replaces the fault knobs.
@@ -142,6 +144,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset", s.auth(s.withNode(s.resetSystem)))
 	mux.HandleFunc("GET /redfish/v1/Managers", s.auth(s.listManagers))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}", s.auth(s.withNode(s.getManager)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices", s.auth(s.withNode(s.listLogServices)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL", s.auth(s.withNode(s.getSELService)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL/Entries", s.auth(s.withNode(s.listSELEntries)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL/Entries/{entry}", s.auth(s.withNode(s.getSELEntry)))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia", s.auth(s.withNode(s.listVirtualMedia)))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia/{media}", s.auth(s.withNode(s.withMedia(s.getVirtualMedia))))
 	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.InsertMedia", s.auth(s.withNode(s.withMedia(s.insertMedia))))
@@ -500,6 +506,9 @@ func (s *Server) resetSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	if err := s.reset(r, n, body.ResetType); err != nil {
 		redfishError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
+	}
+	if body.ResetType == ResetNmi {
+		s.noteNMI(n)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
