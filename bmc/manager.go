@@ -332,13 +332,6 @@ func (m *Manager) SetBootDevice(ctx context.Context, t Target, dev BootDevice, o
 	})
 }
 
-// resendAfter is how long a boot override may take to show before it is
-// set again: a few read-backs, so a BMC that applies it lazily is not
-// flooded with PATCHes.
-func resendAfter(cfg Config) time.Duration {
-	return min(3*cfg.PollInterval, cfg.VerifyTimeout/4)
-}
-
 // operation is the state of one Manager call: the BMC lock is held, and at
 // most one session is open.
 type operation struct {

@@ -218,3 +218,10 @@ func (m *Manager) Close(ctx context.Context) {
 		}
 	}
 }
+
+// resendAfter is how long a boot override may take to show before it is
+// set again: a few read-backs, so a BMC that applies it lazily is not
+// flooded with PATCHes.
+func resendAfter(cfg Config) time.Duration {
+	return min(3*cfg.PollInterval, cfg.VerifyTimeout/4)
+}
