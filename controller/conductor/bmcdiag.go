@@ -26,11 +26,13 @@ type DiagDriver interface {
 // diagFor is n's driver as a DiagDriver, or Ironic's
 // UnsupportedDriverExtension for extension.
 func (v *nodeCalls) diagFor(n *store.Node, extension string) (DiagDriver, error) {
-	d, ok := v.drivers[n.Driver].(DiagDriver)
-	if !ok {
-		return nil, unsupported(n, extension)
+	switch d := v.drivers[n.Driver].(type) {
+	case DiagDriver:
+		return d, nil
+	case *BMCDriver:
+		return bmcDiag{d}, nil
 	}
-	return d, nil
+	return nil, unsupported(n, extension)
 }
 
 // InjectNMI is Ironic's inject_nmi: the BMC sends the node an NMI. The
@@ -79,8 +81,12 @@ func (v *nodeCalls) SystemEventLog(ctx context.Context, ident string) ([]bmc.SEL
 	return sel, nil
 }
 
+// bmcDiag is the DiagDriver of the ipmi and redfish hardware types (a
+// type of its own: BMCDriver has methods enough).
+type bmcDiag struct{ *BMCDriver }
+
 // SystemEventLog implements DiagDriver.
-func (d *BMCDriver) SystemEventLog(ctx context.Context, n *store.Node) ([]bmc.SELEntry, error) {
+func (d bmcDiag) SystemEventLog(ctx context.Context, n *store.Node) ([]bmc.SELEntry, error) {
 	t, err := d.target(n)
 	if err != nil {
 		return nil, Invalid("%v", err)
@@ -90,7 +96,7 @@ func (d *BMCDriver) SystemEventLog(ctx context.Context, n *store.Node) ([]bmc.SE
 }
 
 // InjectNMI implements DiagDriver; the history says it was sent.
-func (d *BMCDriver) InjectNMI(ctx context.Context, n *store.Node) error {
+func (d bmcDiag) InjectNMI(ctx context.Context, n *store.Node) error {
 	if _, err := d.target(n); err != nil {
 		return Invalid("%v", err)
 	}
