@@ -41,9 +41,10 @@ func (o bootOverride) String() string {
 	return fmt.Sprintf("%s persistent=%t efi=%t", o.Device, o.Opts.Persistent, o.Opts.EFI)
 }
 
-// session is one open connection to one BMC. It is used by one goroutine and
-// closed at the end of an operation or after a retryable failure, so a
-// retry always starts from a fresh client.
+// session is one open connection to one BMC. It is used by one operation at
+// a time; at the operation's end it is kept for the next (Redfish, when its
+// last command succeeded: pool.go) or closed. A failed command closes it, so
+// a retry always starts from a fresh client.
 type session interface {
 	provider() string
 	powerState(ctx context.Context) (PowerState, error)
@@ -170,7 +171,8 @@ func (c Config) withDefaults() Config {
 }
 
 // Manager runs power and boot operations against BMCs. It is safe for
-// concurrent use; operations on the same BMC are serialised.
+// concurrent use; operations on the same BMC are serialised (IPMI) or
+// capped (Redfish: RedfishMaxConcurrent). Close logs out kept sessions.
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
