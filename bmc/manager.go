@@ -398,27 +398,6 @@ func (m *Manager) lockFor(t Target) *bmcLock {
 	return l
 }
 
-// minInterval is the spacing of commands to this operation's BMC.
-func (op *operation) minInterval() time.Duration {
-	if op.t.HardwareType == HardwareRedfish {
-		return op.m.cfg.RedfishMinInterval
-	}
-	return op.m.cfg.MinInterval
-}
-
-// pace waits until MinInterval has passed since the previous command to
-// this BMC.
-func (op *operation) pace(ctx context.Context, gap time.Duration) error {
-	wait := time.Until(op.lock.lastAt().Add(gap))
-	if wait <= 0 {
-		return nil
-	}
-	if !pause.For(ctx, wait) {
-		return ctx.Err()
-	}
-	return nil
-}
-
 func (op *operation) closeSession(ctx context.Context) {
 	if op.sess == nil {
 		return
@@ -572,7 +551,11 @@ func (op *operation) waitPower(ctx context.Context, want PowerState, timeout tim
 		if err != nil {
 			return false, "", err
 		}
-		return st == want, fmt.Sprintf("expected %q, observed %q", want, st), nil
+		got := string(st)
+		if st == PowerUnknown {
+			got = "a transitional state"
+		}
+		return st == want, fmt.Sprintf("power requested %s but the BMC reports %s", want, got), nil
 	})
 }
 

@@ -1,7 +1,7 @@
 package bmc
 
-// Redfish sessions kept across operations, and the per-BMC cap on
-// operations at once. A BMC allows few sessions (iDRAC and iLO about
+// Redfish sessions kept across operations, the per-BMC cap on operations
+// at once, and the pacing of commands to one BMC. A BMC allows few sessions (iDRAC and iLO about
 // eight, shared with the web UI and every other client), and a login
 // costs it more than the request it precedes: logging in and out around
 // every power read ran small BMCs out of sessions under load. So a
@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/pause"
 )
 
 // bmcLock is the state of one physical BMC: sem caps the operations on it
@@ -224,4 +226,25 @@ func (m *Manager) Close(ctx context.Context) {
 // flooded with PATCHes.
 func resendAfter(cfg Config) time.Duration {
 	return min(3*cfg.PollInterval, cfg.VerifyTimeout/4)
+}
+
+// minInterval is the spacing of commands to this operation's BMC.
+func (op *operation) minInterval() time.Duration {
+	if op.t.HardwareType == HardwareRedfish {
+		return op.m.cfg.RedfishMinInterval
+	}
+	return op.m.cfg.MinInterval
+}
+
+// pace waits until MinInterval has passed since the previous command to
+// this BMC.
+func (op *operation) pace(ctx context.Context, gap time.Duration) error {
+	wait := time.Until(op.lock.lastAt().Add(gap))
+	if wait <= 0 {
+		return nil
+	}
+	if !pause.For(ctx, wait) {
+		return ctx.Err()
+	}
+	return nil
 }

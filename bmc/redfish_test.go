@@ -341,7 +341,7 @@ func TestRedfishSoftOffIgnoredByOS(t *testing.T) {
 	m := bmc.New(cfg)
 	_, err := m.SetPower(ctx, env.target(t, "node-1", testPass), bmc.ActionSoftOff)
 	require.ErrorIs(t, err, bmc.ErrVerify)
-	assert.Contains(t, err.Error(), `expected "power off", observed "power on"`)
+	assert.Contains(t, err.Error(), "power requested power off but the BMC reports power on")
 	assert.True(t, env.on(t, "node-1"), "no silent escalation to a hard power off")
 }
 
