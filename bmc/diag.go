@@ -3,9 +3,9 @@ package bmc
 // What an operator reaches for when a node hangs: the BMC's System Event
 // Log (what the hardware saw: ECC errors, thermal trips, a watchdog) and
 // a non-maskable interrupt, which makes a hung Linux kernel panic and
-// print (or kdump) its state. Redfish through bmclib (GetSystemEventLog,
-// SendNMI: ComputerSystem.Reset with ResetType Nmi on the system the
-// transport narrows to); IPMI through ipmitool ("sel elist", "chassis
+// print (or kdump) its state. Redfish: the SEL log services (sel_redfish.go)
+// and bmclib's SendNMI (ComputerSystem.Reset with ResetType Nmi on the
+// system the transport narrows to); IPMI through ipmitool ("sel elist", "chassis
 // power diag", as Ironic's ipmitool management does).
 
 import (
@@ -68,21 +68,6 @@ func (m *Manager) InjectNMI(ctx context.Context, t Target) (Outcome, error) {
 			return d.nmi(ctx)
 		})
 	})
-}
-
-func (s *redfishSession) sel(ctx context.Context) ([]SELEntry, error) {
-	s.tr.reset()
-	rows, err := s.cl.GetSystemEventLog(ctx)
-	if err != nil {
-		return nil, s.classify(ctx, err)
-	}
-	out := make([]SELEntry, 0, len(rows))
-	for _, r := range rows {
-		// bmclib's columns: Id, Created, Description, Message.
-		r = append(r, make([]string, 4)...)
-		out = append(out, SELEntry{ID: r[0], Created: r[1], Sensor: r[2], Message: r[3]})
-	}
-	return out, nil
 }
 
 func (s *redfishSession) nmi(ctx context.Context) error {
