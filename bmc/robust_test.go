@@ -179,3 +179,31 @@ func (e *vbmcEnv) openSessions(t *testing.T) int {
 	t.Helper()
 	return e.srv.OpenSessions()
 }
+
+// The agent's boot ISO (InsertMedia) is read back too: a BMC that reports
+// the CD inserted without an image fails, after inserting it again; one
+// that drops the first insert and takes the second succeeds.
+func TestRedfishInsertMediaReadBack(t *testing.T) {
+	ctx := context.Background()
+	iso := isoServer(t) + "/data.iso"
+	t.Run("inserted without an image", func(t *testing.T) {
+		env := startVBMC(t, "node-1")
+		env.srv.SetFaults(vbmc.Faults{MediaInsertedWithoutImage: true})
+		cfg := fastConfig(nil)
+		cfg.VerifyTimeout = 300 * time.Millisecond
+		cfg.Retry.Attempts = 2
+		m := bmc.New(cfg)
+		_, err := m.InsertMedia(ctx, env.target(t, "node-1", testPass), iso)
+		require.ErrorIs(t, err, bmc.ErrVerify)
+		assert.Contains(t, err.Error(), `but the BMC reports Cd Inserted=true Image="" (inserted 2 time(s))`)
+	})
+	t.Run("first insert dropped", func(t *testing.T) {
+		env := startVBMC(t, "node-1")
+		env.srv.SetFaults(vbmc.Faults{IgnoreMediaInsert: true})
+		time.AfterFunc(40*time.Millisecond, func() { env.srv.SetFaults(vbmc.Faults{}) })
+		m := bmc.New(fastConfig(nil))
+		_, err := m.InsertMedia(ctx, env.target(t, "node-1", testPass), iso)
+		require.NoError(t, err)
+		assert.Equal(t, iso, env.srv.Node("node-1").Media().Image)
+	})
+}
