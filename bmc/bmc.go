@@ -3,14 +3,19 @@
 //
 // bmclib v2.3.0 does the protocol work; this package contains what bmclib
 // leaves to its caller and what operators keep tripping over in the field:
-//   - a fresh bmclib client per operation, restricted to the one provider the
-//     hardware type names (bmclib's Client keeps one-shot filter state without
-//     a lock and is unsafe to share);
-//   - one operation at a time per BMC and a minimum spacing between commands,
-//     because small BMCs crash or drop UDP packets when hammered;
+//   - a bmclib client restricted to the one provider the hardware type
+//     names, used by one operation at a time (bmclib's Client keeps one-shot
+//     filter state without a lock and is unsafe to share); Redfish ones are
+//     kept between operations, one login per BMC rather than per call, and
+//     logged out when idle (pool.go);
+//   - one operation at a time per IPMI BMC and a minimum spacing between
+//     commands, because small BMCs crash or drop UDP packets when hammered;
+//     at most RedfishMaxConcurrent per Redfish BMC, so it never runs out of
+//     sessions;
 //   - errors classified so bad credentials fail at once while "busy" answers
-//     (HTTP 409/503, UDP timeouts, connection refused) are retried with
-//     jittered exponential backoff;
+//     (HTTP 409/503, "unable to modify during POST", out of sessions, UDP
+//     timeouts, connections refused or reset) are retried with jittered
+//     exponential backoff (redfishKind, errors.go);
 //   - every set verified by reading the state back, because BMCs answer 200
 //     and then ignore the request (bmclib#459) or report failure for requests
 //     they carried out (bmclib v2.3.0 Redfish "soft").

@@ -106,3 +106,63 @@ func flatten(err error) error {
 	}
 	return &bmclibError{msg: strings.Join(parts, "; "), cause: err}
 }
+
+// postBusyMarkers are texts of BMC answers that mean "not now" although
+// their HTTP status says the request was wrong: HPE iLO answers 400
+// UnableToModifyDuringSystemPOST to changes while the server is in POST
+// (Ironic's redfish management retries exactly that message), Dell iDRAC
+// 409/400 ActionParameterValueConflict to "On" shortly after a power-off,
+// and several BMCs word the POST refusal in prose.
+var postBusyMarkers = []string{
+	"unabletomodifyduringsystempost",
+	"unable to modify during system post",
+	"system is in post",
+	"actionparametervalueconflict",
+	"the service is temporarily unavailable",
+	"maximum number of user sessions",
+	"session limit",
+}
+
+// redfishKind is how anvil reacts to a failed Redfish request: the one
+// place that decides what is retried. status is the HTTP status of the
+// failed request (0: none came back), msg the text the BMC answered (the
+// Redfish @Message.ExtendedInfo as gofish reports it), netErr the
+// transport error (nil: the BMC answered).
+//
+// Busy (retried with backoff): 409, 429, 503, and any status whose
+// message says the BMC is in POST or out of sessions. Unreachable
+// (retried): no answer, a connection reset or refused. Auth (never
+// retried): 401, 403. Everything else (400, 404, 405, 500...) is
+// permanent and reported with the BMC's own message.
+func redfishKind(status int, msg string, netErr error) errKind {
+	lower := strings.ToLower(msg)
+	for _, m := range postBusyMarkers {
+		if strings.Contains(lower, m) && status != 401 && status != 403 {
+			return kindBusy
+		}
+	}
+	switch status {
+	case 401, 403:
+		return kindAuth
+	case 409, 429, 503:
+		return kindBusy
+	case 0:
+	default:
+		return kindPermanent
+	}
+	if netErr != nil || isConnectionDrop(lower) {
+		return kindUnreachable
+	}
+	return kindPermanent
+}
+
+// isConnectionDrop reports messages of a connection the BMC dropped
+// (BMCs restart their web server, or cut connections when busy).
+func isConnectionDrop(lower string) bool {
+	for _, m := range []string{"connection reset", "connection refused", "broken pipe", "eof", "i/o timeout", "no route to host", "tls handshake timeout"} {
+		if strings.Contains(lower, m) {
+			return true
+		}
+	}
+	return false
+}

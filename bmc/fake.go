@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -51,6 +52,10 @@ type FakeNodeState struct {
 	Media string
 	// Health is what the BMC reports of the hardware ("": nothing).
 	Health Health
+	// SEL is the node's System Event Log; NMIs counts the NMIs injected
+	// (each also adds a SEL entry).
+	SEL  []SELEntry
+	NMIs int
 }
 
 // FakeCall records one command the Manager sent to a fake node.
@@ -87,7 +92,9 @@ func (f *Fake) node(id string) *fakeNode {
 func (f *Fake) State(id string) FakeNodeState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.node(id).state
+	st := f.node(id).state
+	st.SEL = slices.Clone(st.SEL)
+	return st
 }
 
 // SetState overrides the node's state (e.g. a human pressed the button).

@@ -117,6 +117,19 @@ func TestIPMIAgainstIPMISim(t *testing.T) {
 	boots, _ := env.nodes["node-1"].Boots()
 	assert.GreaterOrEqual(t, boots, 4, "on, reboot, cycle, cycle-from-off each started the machine")
 
+	// ipmi_sim keeps an empty SEL and refuses "chassis power diag" (it
+	// has no NMI): a permanent refusal, reported at once in the BMC's words.
+	t.Run("sel and nmi", func(t *testing.T) {
+		sel, _, err := m.SystemEventLog(ctx, tg)
+		require.NoError(t, err)
+		assert.Empty(t, sel)
+		out, err := m.InjectNMI(ctx, tg)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "Set Chassis Power Control to Diag failed: Invalid data field in request")
+		assert.NotErrorIs(t, err, bmc.ErrBusy)
+		assert.Equal(t, 1, out.Attempts)
+	})
+
 	t.Run("wrong password fails fast without leaking", func(t *testing.T) {
 		const wrong = "Wr0ng-ipmi-XYZZY"
 		start := time.Now()

@@ -41,9 +41,10 @@ func (o bootOverride) String() string {
 	return fmt.Sprintf("%s persistent=%t efi=%t", o.Device, o.Opts.Persistent, o.Opts.EFI)
 }
 
-// session is one open connection to one BMC. It is used by one goroutine and
-// closed at the end of an operation or after a retryable failure, so a
-// retry always starts from a fresh client.
+// session is one open connection to one BMC. It is used by one operation at
+// a time; at the operation's end it is kept for the next (Redfish, when its
+// last command succeeded: pool.go) or closed. A failed command closes it, so
+// a retry always starts from a fresh client.
 type session interface {
 	provider() string
 	powerState(ctx context.Context) (PowerState, error)
@@ -107,6 +108,17 @@ type Config struct {
 	Fake *Fake
 	// IpmitoolPath overrides the ipmitool binary. Default: $PATH lookup.
 	IpmitoolPath string
+	// RedfishMaxConcurrent caps the operations (and so the Redfish
+	// sessions) running at once against one Redfish BMC, whichever nodes
+	// they are for. Default 2: BMCs allow few sessions (iDRAC and iLO
+	// about 8, shared with every other client and the web UI). IPMI BMCs
+	// get one operation at a time.
+	RedfishMaxConcurrent int
+	// SessionIdle is how long a Redfish session is kept for reuse after
+	// an operation; it is logged out when it has been idle that long, or
+	// by Close. Default 60 s; negative: a session per operation, logged
+	// out at its end.
+	SessionIdle time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -149,11 +161,18 @@ func (c Config) withDefaults() Config {
 	if c.Fake == nil {
 		c.Fake = NewFake()
 	}
+	if c.RedfishMaxConcurrent <= 0 {
+		c.RedfishMaxConcurrent = 2
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = 60 * time.Second
+	}
 	return c
 }
 
 // Manager runs power and boot operations against BMCs. It is safe for
-// concurrent use; operations on the same BMC are serialised.
+// concurrent use; operations on the same BMC are serialised (IPMI) or
+// capped (Redfish: RedfishMaxConcurrent). Close logs out kept sessions.
 type Manager struct {
 	cfg     Config
 	log     *slog.Logger
@@ -161,12 +180,6 @@ type Manager struct {
 
 	mu   sync.Mutex
 	bmcs map[string]*bmcLock
-}
-
-// bmcLock serialises one BMC. last is only touched while holding sem.
-type bmcLock struct {
-	sem  chan struct{}
-	last time.Time // end of the previous command
 }
 
 // New returns a Manager.
@@ -279,11 +292,18 @@ func (m *Manager) SetBootDevice(ctx context.Context, t Target, dev BootDevice, o
 		return Outcome{}, fmt.Errorf("%w: boot device %q", ErrUnsupported, dev)
 	}
 	return m.run(ctx, t, "set_boot_device", func(ctx context.Context, op *operation) error {
-		if err := op.retry(ctx, "set_boot_device", func(ctx context.Context, s session) error {
-			return s.setBoot(ctx, dev, opts)
-		}); err != nil {
+		set := func() error {
+			return op.retry(ctx, "set_boot_device", func(ctx context.Context, s session) error {
+				return s.setBoot(ctx, dev, opts)
+			})
+		}
+		if err := set(); err != nil {
 			return err
 		}
+		// A BMC that answered 2xx and kept the old override (bmclib#459)
+		// is asked again, as many times as a busy one would be, before
+		// the change counts as refused.
+		sets, lastSet := 1, time.Now()
 		want := bootOverride{Device: dev, Opts: opts}
 		return op.poll(ctx, op.m.cfg.VerifyTimeout, func(ctx context.Context) (bool, string, error) {
 			var got bootOverride
@@ -301,7 +321,15 @@ func (m *Manager) SetBootDevice(ctx context.Context, t Target, dev BootDevice, o
 			}
 			ok := got.Device == want.Device && (!got.OptsKnown || got.Opts == want.Opts)
 			want.OptsKnown = got.OptsKnown
-			return ok, fmt.Sprintf("expected boot device %s, observed %s", want, got), nil
+			diff := fmt.Sprintf("boot device set to %s but the BMC reports %s (set %d time(s))", want, got, sets)
+			if !ok && sets < op.m.cfg.Retry.Attempts && time.Since(lastSet) >= resendAfter(op.m.cfg) {
+				op.log.WarnContext(ctx, "bmc: boot override not kept, setting it again", "state", diff)
+				if err := set(); err != nil {
+					return false, "", err
+				}
+				sets, lastSet = sets+1, time.Now()
+			}
+			return ok, diff, nil
 		})
 	})
 }
@@ -314,6 +342,8 @@ type operation struct {
 	lock     *bmcLock
 	log      *slog.Logger
 	sess     session
+	reused   bool // sess was kept from an earlier operation
+	healthy  bool // sess's last command succeeded: it may be kept
 	attempts int
 	provider string
 	// cmdTimeout, when set, bounds each command instead of
@@ -331,7 +361,7 @@ func (m *Manager) run(ctx context.Context, t Target, name string, fn func(contex
 	if _, ok := m.openers[t.HardwareType]; !ok {
 		return out(), fmt.Errorf("%w: hardware type %q", ErrUnsupported, t.HardwareType)
 	}
-	lock := m.lockFor(t.key())
+	lock := m.lockFor(t)
 	select {
 	case lock.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -339,7 +369,7 @@ func (m *Manager) run(ctx context.Context, t Target, name string, fn func(contex
 	}
 	op.lock = lock
 	defer func() { <-lock.sem }()
-	defer op.closeSession(ctx)
+	defer op.finish(ctx)
 
 	err := fn(ctx, op)
 	o := out()
@@ -352,36 +382,20 @@ func (m *Manager) run(ctx context.Context, t Target, name string, fn func(contex
 	return o, nil
 }
 
-func (m *Manager) lockFor(key string) *bmcLock {
+func (m *Manager) lockFor(t Target) *bmcLock {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	key := t.key()
 	l, ok := m.bmcs[key]
 	if !ok {
-		l = &bmcLock{sem: make(chan struct{}, 1)}
+		n := 1
+		if t.HardwareType == HardwareRedfish {
+			n = m.cfg.RedfishMaxConcurrent
+		}
+		l = &bmcLock{sem: make(chan struct{}, n)}
 		m.bmcs[key] = l
 	}
 	return l
-}
-
-// minInterval is the spacing of commands to this operation's BMC.
-func (op *operation) minInterval() time.Duration {
-	if op.t.HardwareType == HardwareRedfish {
-		return op.m.cfg.RedfishMinInterval
-	}
-	return op.m.cfg.MinInterval
-}
-
-// pace waits until MinInterval has passed since the previous command to
-// this BMC.
-func (op *operation) pace(ctx context.Context, gap time.Duration) error {
-	wait := time.Until(op.lock.last.Add(gap))
-	if wait <= 0 {
-		return nil
-	}
-	if !pause.For(ctx, wait) {
-		return ctx.Err()
-	}
-	return nil
 }
 
 func (op *operation) closeSession(ctx context.Context) {
@@ -393,7 +407,8 @@ func (op *operation) closeSession(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.m.cfg.ConnectTimeout)
 	defer cancel()
 	op.sess.close(cctx)
-	op.lock.last = time.Now()
+	op.lock.touch()
+	op.lock.dropped()
 	op.sess = nil
 }
 
@@ -401,18 +416,27 @@ func (op *operation) closeSession(ctx context.Context) {
 // are paced by MinInterval (gap may ask for more, for polls).
 func (op *operation) call(ctx context.Context, gap time.Duration, fn func(context.Context, session) error) error {
 	if op.sess == nil {
-		if err := op.pace(ctx, op.minInterval()); err != nil {
+		if err := op.openSession(ctx); err != nil {
 			return err
 		}
-		octx, cancel := context.WithTimeout(ctx, op.m.cfg.ConnectTimeout)
-		s, err := op.m.openers[op.t.HardwareType].open(octx, op.t)
-		cancel()
-		op.lock.last = time.Now()
-		if err != nil {
-			return err
-		}
-		op.sess = s
 	}
+	err := op.command(ctx, gap, fn)
+	if err != nil && op.reused && kindOf(err) == kindAuth {
+		// A kept session the BMC expired (or logged out, or forgot in
+		// a restart): log in again once before calling the credentials
+		// wrong.
+		op.log.InfoContext(ctx, "bmc: kept session refused, logging in again", "error", err)
+		op.closeSession(ctx)
+		if err := op.openSession(ctx); err != nil {
+			return err
+		}
+		err = op.command(ctx, gap, fn)
+	}
+	return err
+}
+
+// command runs fn on the open session, paced and bounded.
+func (op *operation) command(ctx context.Context, gap time.Duration, fn func(context.Context, session) error) error {
 	if err := op.pace(ctx, gap); err != nil {
 		return err
 	}
@@ -423,7 +447,8 @@ func (op *operation) call(ctx context.Context, gap time.Duration, fn func(contex
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := fn(cctx, op.sess)
-	op.lock.last = time.Now()
+	op.lock.touch()
+	op.healthy = err == nil
 	if err == nil {
 		op.provider = op.sess.provider()
 	}
@@ -526,7 +551,11 @@ func (op *operation) waitPower(ctx context.Context, want PowerState, timeout tim
 		if err != nil {
 			return false, "", err
 		}
-		return st == want, fmt.Sprintf("expected %q, observed %q", want, st), nil
+		got := string(st)
+		if st == PowerUnknown {
+			got = "a transitional state"
+		}
+		return st == want, fmt.Sprintf("power requested %s but the BMC reports %s", want, got), nil
 	})
 }
 

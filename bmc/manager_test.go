@@ -105,7 +105,7 @@ func TestVerifyErrorNamesExpectedAndObserved(t *testing.T) {
 	m.Fake().SetKnobs("n1", bmc.FakeKnobs{IgnorePower: true})
 	_, err := m.SetPower(context.Background(), tg, bmc.ActionOn)
 	require.ErrorIs(t, err, bmc.ErrVerify)
-	assert.Contains(t, err.Error(), `expected "power on", observed "power off"`)
+	assert.Contains(t, err.Error(), "power requested power on but the BMC reports power off")
 }
 
 // Commands to one BMC never overlap and are spaced by MinInterval. The

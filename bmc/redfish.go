@@ -113,19 +113,19 @@ func (s *redfishSession) classify(ctx context.Context, err error) error {
 	switch {
 	case selErr != nil:
 		return classified(kindInvalid, selErr)
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return classified(kindAuth, fmt.Errorf("HTTP %d: %w", status, err))
-	case status == http.StatusConflict || status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests:
-		return classified(kindBusy, fmt.Errorf("HTTP %d: %w", status, err))
 	case status == http.StatusNotFound && s.tr.systemID != "" && s.tr.notFound(s.tr.systemID):
 		return classified(kindInvalid, fmt.Errorf("redfish_system_id %s: no such system on the BMC (HTTP 404)", s.tr.systemID))
 	case isTLSOrProtocol(terr):
 		// Retrying cannot fix a certificate or an HTTP/HTTPS mismatch.
 		return fmt.Errorf("check redfish_address scheme and redfish_verify_ca: %w", err)
-	case terr != nil || ctx.Err() != nil:
+	case status == 0 && ctx.Err() != nil:
 		return classified(kindUnreachable, err)
 	}
-	return err
+	kind := redfishKind(status, err.Error(), terr)
+	if status != 0 && kind != kindPermanent {
+		err = fmt.Errorf("HTTP %d: %w", status, err)
+	}
+	return classified(kind, err)
 }
 
 func isTLSOrProtocol(err error) bool {
@@ -250,6 +250,17 @@ func newRedfishTransport(t Target, timeout time.Duration) (*redfishTransport, er
 		Proxy:                 nil,  // BMC networks are never behind the environment's proxy
 	}
 	return &redfishTransport{base: base, systemID: t.SystemID, user: t.Username, password: t.Password, missing: map[string]bool{}}, nil
+}
+
+// retarget implements retargeter for a kept session.
+func (s *redfishSession) retarget(systemID string) { s.tr.retarget(systemID) }
+
+// retarget points the transport at another system of the BMC, forgetting
+// what it learnt of the previous one.
+func (tr *redfishTransport) retarget(systemID string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.systemID, tr.selErr, tr.missing = systemID, nil, map[string]bool{}
 }
 
 // reset forgets failures before a new bmclib call.

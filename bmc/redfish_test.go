@@ -313,8 +313,7 @@ func TestRedfishIgnoredBootOverrideIsDetected(t *testing.T) {
 	m := bmc.New(cfg)
 	_, err := m.SetBootDevice(context.Background(), env.target(t, "node-1", testPass), bmc.BootPXE, bmc.BootOptions{})
 	require.ErrorIs(t, err, bmc.ErrVerify)
-	assert.Contains(t, err.Error(), "expected boot device pxe")
-	assert.Contains(t, err.Error(), "observed none")
+	assert.Contains(t, err.Error(), "boot device set to pxe persistent=false efi=false but the BMC reports none")
 }
 
 func TestRedfishAddressWithoutSchemeIsHTTPS(t *testing.T) {
@@ -342,7 +341,7 @@ func TestRedfishSoftOffIgnoredByOS(t *testing.T) {
 	m := bmc.New(cfg)
 	_, err := m.SetPower(ctx, env.target(t, "node-1", testPass), bmc.ActionSoftOff)
 	require.ErrorIs(t, err, bmc.ErrVerify)
-	assert.Contains(t, err.Error(), `expected "power off", observed "power on"`)
+	assert.Contains(t, err.Error(), "power requested power off but the BMC reports power on")
 	assert.True(t, env.on(t, "node-1"), "no silent escalation to a hard power off")
 }
 

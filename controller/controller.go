@@ -55,6 +55,9 @@ type Config struct {
 	VMediaDir          string
 	BMCMinInterval     time.Duration // minimum spacing of commands to one IPMI BMC
 	RedfishMinInterval time.Duration // the same for Redfish BMCs (0: none)
+	// RedfishMaxConcurrent caps operations (and Redfish sessions) at once
+	// per Redfish BMC (0: bmc's default, 2).
+	RedfishMaxConcurrent int
 	// Boot is the network-boot service (DHCP, TFTP); off unless set.
 	// BootDir, the public URL and the API port are filled in by Run.
 	Boot boot.Config
@@ -239,7 +242,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer apiStore.Close()
 	}
-	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval, RedfishMinInterval: cfg.RedfishMinInterval})
+	bmcs := bmc.New(bmc.Config{Logger: log.With("component", "bmc"), MinInterval: cfg.BMCMinInterval, RedfishMinInterval: cfg.RedfishMinInterval,
+		RedfishMaxConcurrent: cfg.RedfishMaxConcurrent})
+	// Kept Redfish sessions are logged out on the way out, after
+	// everything that uses the BMCs (defers run last-in first-out).
+	defer bmcs.Close(context.WithoutCancel(ctx))
 	// note records what the BMC did (which provider answered) in the node's
 	// history.
 	note := recorder(st, log, cc.Host, "bmc")

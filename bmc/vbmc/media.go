@@ -161,6 +161,7 @@ func (s *Server) getManager(w http.ResponseWriter, _ *http.Request, n *Node) {
 	m["Status"] = map[string]any{"State": "Enabled", "Health": "OK"}
 	m["FirmwareVersion"] = s.fw.version(n.Name, FirmwareBMC)
 	m["Links"] = map[string]any{"ManagerForServers": []any{link("/redfish/v1/Systems/" + n.SystemID())}}
+	m["LogServices"] = link(id + "/LogServices")
 	if n.HasMedia() {
 		m["VirtualMedia"] = link(id + "/VirtualMedia")
 	}
@@ -194,6 +195,12 @@ func (s *Server) getVirtualMedia(w http.ResponseWriter, _ *http.Request, n *Node
 	v["MediaTypes"] = []string{"CD", "DVD"}
 	v["Image"], v["Inserted"], v["WriteProtected"] = nil, md.Inserted, true
 	v["ConnectedVia"] = "NotConnected"
+	s.mu.Lock()
+	empty := s.emptyInserted[n.Name]
+	s.mu.Unlock()
+	if empty && !md.Inserted {
+		v["Inserted"] = true // the MediaInsertedWithoutImage fault
+	}
 	if md.Inserted {
 		v["Image"], v["ImageName"], v["ConnectedVia"] = md.Image, filepath.Base(md.Image), "URI"
 	}
@@ -227,6 +234,14 @@ func (s *Server) insertMedia(w http.ResponseWriter, r *http.Request, n *Node) {
 		redfishError(w, http.StatusBadRequest, "PropertyValueNotInList", "The virtual CD is read-only: WriteProtected must be true.")
 		return
 	}
+	if s.getFaults().MediaInsertedWithoutImage {
+		s.log.Info("vbmc: fault: virtual media reported inserted without an image", "node", n.Name)
+		s.mu.Lock()
+		s.emptyInserted[n.Name] = true
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if s.getFaults().IgnoreMediaInsert {
 		s.log.Info("vbmc: fault: ignoring virtual media insert", "node", n.Name)
 		w.WriteHeader(http.StatusNoContent)
@@ -245,6 +260,9 @@ func (s *Server) insertMedia(w http.ResponseWriter, r *http.Request, n *Node) {
 }
 
 func (s *Server) ejectMedia(w http.ResponseWriter, r *http.Request, n *Node) {
+	s.mu.Lock()
+	delete(s.emptyInserted, n.Name)
+	s.mu.Unlock()
 	if err := n.EjectMedia(r.Context()); err != nil {
 		redfishError(w, http.StatusInternalServerError, "InternalError", "EjectMedia failed: "+err.Error())
 		return

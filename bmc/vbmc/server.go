@@ -1,9 +1,7 @@
 package vbmc
 
 import (
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +34,14 @@ type Faults struct {
 	RejectAuth bool
 	// IgnoreMediaInsert answers 204 to InsertMedia and mounts nothing.
 	IgnoreMediaInsert bool
+	// MediaInsertedWithoutImage answers 204 to InsertMedia, mounts
+	// nothing, and then reports the slot Inserted with no Image (BMCs
+	// whose web server lost the URL).
+	MediaInsertedWithoutImage bool
+	// SessionLimit refuses new Redfish sessions with 503 while this many
+	// are open (iDRAC: "RAC0218: The maximum number of user sessions is
+	// reached"); 0: no limit but the table's size.
+	SessionLimit int
 }
 
 // Server is the virtual BMC's HTTP side: Redfish under /redfish/v1 and the
@@ -53,8 +59,14 @@ type Server struct {
 	offAt     map[string]time.Time
 	nextID    int
 	requestsN int
-	fw        *firmware // UpdateService and TaskService (firmware.go)
-	events    *events   // EventService (events.go)
+	peak      int // most sessions open at once (PeakSessions)
+	// emptyInserted: nodes whose CD reports Inserted without an Image
+	// (the MediaInsertedWithoutImage fault)
+	emptyInserted map[string]bool
+	sel           map[string][]SELEntry // node -> its SEL (sel.go)
+	nmis          map[string]int        // node -> NMIs sent
+	fw            *firmware             // UpdateService and TaskService (firmware.go)
+	events        *events               // EventService (events.go)
 }
 
 // NewServer returns a Server for nodes. Empty credentials disable
@@ -64,7 +76,7 @@ func NewServer(log *slog.Logger, username, password string, nodes ...*Node) *Ser
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{log: log, username: username, password: password, nodes: nodes,
-		sessions: map[string]string{}, offAt: map[string]time.Time{}, fw: newFirmware(log, nodes), events: newEvents()}
+		sessions: map[string]string{}, offAt: map[string]time.Time{}, emptyInserted: map[string]bool{}, sel: map[string][]SELEntry{}, nmis: map[string]int{}, fw: newFirmware(log, nodes), events: newEvents()}
 }
 
 // SetFaults replaces the fault knobs.
@@ -114,6 +126,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /redfish/v1/Systems/{id}/Actions/ComputerSystem.Reset", s.auth(s.withNode(s.resetSystem)))
 	mux.HandleFunc("GET /redfish/v1/Managers", s.auth(s.listManagers))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}", s.auth(s.withNode(s.getManager)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices", s.auth(s.withNode(s.listLogServices)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL", s.auth(s.withNode(s.getSELService)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL/Entries", s.auth(s.withNode(s.listSELEntries)))
+	mux.HandleFunc("GET /redfish/v1/Managers/{id}/LogServices/SEL/Entries/{entry}", s.auth(s.withNode(s.getSELEntry)))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia", s.auth(s.withNode(s.listVirtualMedia)))
 	mux.HandleFunc("GET /redfish/v1/Managers/{id}/VirtualMedia/{media}", s.auth(s.withNode(s.withMedia(s.getVirtualMedia))))
 	mux.HandleFunc("POST /redfish/v1/Managers/{id}/VirtualMedia/{media}/Actions/VirtualMedia.InsertMedia", s.auth(s.withNode(s.withMedia(s.insertMedia))))
@@ -221,26 +237,6 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) sessionService(w http.ResponseWriter, _ *http.Request) {
-	ss := odata("/redfish/v1/SessionService", "#SessionService.v1_1_8.SessionService")
-	ss["Id"] = "SessionService"
-	ss["Name"] = "Session Service"
-	ss["ServiceEnabled"] = true
-	ss["SessionTimeout"] = 1800
-	ss["Sessions"] = link("/redfish/v1/SessionService/Sessions")
-	writeJSON(w, http.StatusOK, ss)
-}
-
-func (s *Server) listSessions(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	var members []string
-	for _, tok := range s.order {
-		members = append(members, "/redfish/v1/SessionService/Sessions/"+s.sessions[tok])
-	}
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, collection("/redfish/v1/SessionService/Sessions", "#SessionCollection.SessionCollection", "Session Collection", members))
-}
-
 // collection is a Redfish collection resource: id, type and name, and a
 // link to each member's path.
 func collection(id, typ, name string, members []string) map[string]any {
@@ -252,72 +248,6 @@ func collection(id, typ, name string, members []string) map[string]any {
 	}
 	c["Members"], c["Members@odata.count"] = links, len(links)
 	return c
-}
-
-func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	var body struct{ UserName, Password string }
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		redfishError(w, http.StatusBadRequest, "MalformedJSON", "The request body submitted was malformed JSON.")
-		return
-	}
-	if (s.username != "" || s.password != "" || s.getFaults().RejectAuth) && !s.credentialsOK(body.UserName, body.Password) {
-		// Never log the password, not even a wrong one.
-		s.log.Info("vbmc: login rejected", "user", body.UserName)
-		redfishError(w, http.StatusUnauthorized, "InvalidCredentials", "Invalid username or password.")
-		return
-	}
-	buf := make([]byte, 16)
-	_, _ = rand.Read(buf)
-	tok := hex.EncodeToString(buf)
-	s.mu.Lock()
-	s.nextID++
-	id := fmt.Sprintf("%d", s.nextID)
-	s.sessions[tok] = id
-	s.order = append(s.order, tok)
-	if len(s.order) > maxSessions {
-		delete(s.sessions, s.order[0])
-		s.order = s.order[1:]
-	}
-	s.mu.Unlock()
-	loc := "/redfish/v1/SessionService/Sessions/" + id
-	w.Header().Set("X-Auth-Token", tok)
-	w.Header().Set("Location", loc)
-	sess := odata(loc, "#Session.v1_3_0.Session")
-	sess["Id"] = id
-	sess["Name"] = "User Session"
-	sess["UserName"] = body.UserName
-	writeJSON(w, http.StatusCreated, sess)
-}
-
-func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s.mu.Lock()
-	found := slices.ContainsFunc(s.order, func(tok string) bool { return s.sessions[tok] == id })
-	s.mu.Unlock()
-	if !found {
-		redfishError(w, http.StatusNotFound, "ResourceMissingAtURI", "No such session.")
-		return
-	}
-	loc := "/redfish/v1/SessionService/Sessions/" + id
-	sess := odata(loc, "#Session.v1_3_0.Session")
-	sess["Id"] = id
-	sess["Name"] = "User Session"
-	writeJSON(w, http.StatusOK, sess)
-}
-
-func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, tok := range s.order {
-		if s.sessions[tok] == id {
-			delete(s.sessions, tok)
-			s.order = slices.Delete(s.order, i, i+1)
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-	}
-	redfishError(w, http.StatusNotFound, "ResourceMissingAtURI", "No such session.")
 }
 
 func (s *Server) listSystems(w http.ResponseWriter, _ *http.Request) {
@@ -465,6 +395,9 @@ func (s *Server) resetSystem(w http.ResponseWriter, r *http.Request, n *Node) {
 	if err := s.reset(r, n, body.ResetType); err != nil {
 		redfishError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
+	}
+	if body.ResetType == ResetNmi {
+		s.noteNMI(n)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -27,6 +27,7 @@ type options struct {
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
 	vmediaDataMax                                    int64
+	redfishConcurrent                                int
 
 	cc conductor.Config     // the conductor's settings
 	bc boot.Config          // the network-boot service (DHCP, TFTP)
@@ -57,6 +58,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.StringVar(&o.prio, "clean-step-priority", "", "priority overrides for automated cleaning: interface.step:N[,...] (0 disables a step)")
 	fs.DurationVar(&o.bmcGap, "bmc-min-interval", 1e9, "minimum time between two commands to the same IPMI BMC (small BMCs fail when hammered)")
 	fs.DurationVar(&o.redfishGap, "redfish-min-interval", 0, "minimum time between two requests to the same Redfish BMC (0: none, as Ironic; busy answers are retried)")
+	fs.IntVar(&o.redfishConcurrent, "redfish-max-concurrent", 2, "most operations (and so Redfish sessions) at once against one Redfish BMC, whichever nodes they are for")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&o.memLimitMB, "memory-limit-mb", 256, "soft memory limit of the Go heap, MiB: above it the garbage collector works harder instead of growing the heap (it never refuses memory); GOMEMLIMIT, if set, wins (0: none)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")

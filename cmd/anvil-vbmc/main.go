@@ -69,6 +69,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	selfSigned := fs.String("tls-self-signed", "", "serve HTTPS with a fresh self-signed certificate, written to this PEM file for clients to trust")
 	busyAfterOff := fs.Duration("fault-busy-after-power-off", 0, "answer 409 to Reset actions for this long after a power off")
 	ignoreBoot := fs.Bool("fault-ignore-boot-override", false, "accept boot override PATCHes without applying them")
+	ignoreMedia := fs.Bool("fault-ignore-media-insert", false, "answer 204 to InsertMedia and mount nothing")
+	emptyMedia := fs.Bool("fault-media-inserted-without-image", false, "answer 204 to InsertMedia, mount nothing, and report the slot Inserted with no Image")
+	sessionLimit := fs.Int("fault-session-limit", 0, "refuse new Redfish sessions with 503 while this many are open (0: no limit)")
 	quirkUUID := fs.Bool("quirk-system-id-uuid", false, "serve every system at /redfish/v1/Systems/<uuid> instead of its name")
 	quirkApplyTime := fs.Bool("quirk-bios-apply-time-required", false, "leave BIOS settings PATCHed without @Redfish.SettingsApplyTime pending for ever (iDRAC without a job)")
 	var fw vbmc.FirmwareOptions
@@ -117,7 +120,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer vbmc.CloseNodes(nodes)
 
 	srv := vbmc.NewServer(log, cfg.Username, cfg.Password, nodes...)
-	srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: *busyAfterOff, IgnoreBootPatch: *ignoreBoot})
+	srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: *busyAfterOff, IgnoreBootPatch: *ignoreBoot, IgnoreMediaInsert: *ignoreMedia,
+		MediaInsertedWithoutImage: *emptyMedia, SessionLimit: *sessionLimit})
 	srv.SetFirmwareOptions(fw)
 	defer srv.Close()
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -231,6 +231,8 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/children", authed(s.listChildren)).Methods(http.MethodGet)
 	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
 	r.Handle(n+"/boot-timeline", authed(s.bootTimeline)).Methods(http.MethodGet)
+	r.Handle(n+"/sel", authed(s.getSEL)).Methods(http.MethodGet)
+	r.Handle(n+"/management/inject_nmi", authed(s.injectNMI)).Methods(http.MethodPut)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)

@@ -238,6 +238,7 @@ func (r *Responder) proxy(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kin
 	default:
 		return nil, nil // the site's DHCP server handles the rest
 	}
+	r.stage(t, received(req, kind), "")
 	resp, err := r.reply(req, mt, kind, boot)
 	if err != nil {
 		return nil, err
@@ -260,6 +261,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 	}
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
+		r.stage(t, received(req, kind), "")
 		want, _ := netip.AddrFromSlice(req.RequestedIPAddress().To4())
 		addr, err := r.pool.offer(ctx, m, want, t.Discovery, now, now.Add(offerHold))
 		if errors.Is(err, errPoolFull) && t.Discovery {
@@ -290,6 +292,7 @@ func (r *Responder) full(ctx context.Context, req *dhcpv4.DHCPv4, t Target, kind
 		if sid := req.ServerIdentifier(); sid != nil && !sid.Equal(net.IP(r.cfg.ServerIP.AsSlice())) {
 			return nil, nil // the client took another server's offer
 		}
+		r.stage(t, received(req, kind), "")
 		ip := req.RequestedIPAddress()
 		if ip == nil || ip.IsUnspecified() {
 			ip = req.ClientIPAddr // renewing or rebinding
@@ -448,6 +451,21 @@ func (r *Responder) stage(t Target, detail, outcome string) {
 	if r.cfg.Stage != nil && t.NodeUUID != "" {
 		r.cfg.Stage(t.NodeUUID, detail, outcome)
 	}
+}
+
+// received describes a DISCOVER or REQUEST the responder is about to
+// answer, for the boot timeline: a firmware that asks again and again
+// without taking the answer shows as requests with no download after them,
+// which an OFFER/ACK alone cannot tell from a lost answer.
+func received(req *dhcpv4.DHCPv4, kind Kind) string {
+	what := kind.String()
+	if kind != KindOther {
+		what += " firmware"
+	}
+	if archs := req.ClientArch(); len(archs) > 0 {
+		return fmt.Sprintf("%s from %s of %s (arch %s)", req.MessageType(), what, macOf(req), archs[0])
+	}
+	return fmt.Sprintf("%s from %s of %s", req.MessageType(), what, macOf(req))
 }
 
 // offered describes an answer for the boot timeline: the boot file offered

@@ -19,7 +19,8 @@ func (s *stages) stage(node, detail, outcome string) {
 	*s = append(*s, node+" | "+detail+" | "+outcome)
 }
 
-// The boot timeline gets enrolled nodes' exchanges, with the file offered
+// The boot timeline gets enrolled nodes' exchanges, what they asked
+// (DISCOVER, REQUEST) as well as what was answered, with the file offered
 // and the client's architecture (option 93), and why a node was not
 // answered; a MAC no port has gets in nowhere.
 func TestTimelineStages(t *testing.T) {
@@ -33,8 +34,10 @@ func TestTimelineStages(t *testing.T) {
 	_, err := r.Respond(ctx, request(t, dhcpv4.MessageTypeRequest, macBooting, KindUEFI), true)
 	require.NoError(t, err)
 	assert.Equal(t, stages{
+		"node-1 | DISCOVER from UEFI PXE firmware of " + macBooting + " (arch EFI x86-64) | ",
 		"node-1 | offered snponly.efi to " + macBooting + " (UEFI PXE, arch EFI x86-64; proxyDHCP OFFER) | ok",
 		"node-3 | DISCOVER from UEFI PXE firmware of " + macActive + " | not answered: the node is active",
+		"node-1 | REQUEST from UEFI PXE firmware of " + macBooting + " (arch EFI x86-64) | ",
 		"node-1 | offered snponly.efi to " + macBooting + " (UEFI PXE, arch EFI x86-64; proxyDHCP ACK) | ok",
 	}, got)
 
@@ -46,9 +49,13 @@ func TestTimelineStages(t *testing.T) {
 	exchange(t, full, macBooting, KindBIOS)
 	exchange(t, full, macBooting, KindOther)
 	assert.Equal(t, stages{
+		"node-1 | DISCOVER from BIOS PXE firmware of " + macBooting + " (arch Intel x86PC) | ",
 		"node-1 | offered undionly.kpxe to " + macBooting + " (BIOS PXE, arch Intel x86PC; OFFER of 10.9.0.2) | ok",
+		"node-1 | REQUEST from BIOS PXE firmware of " + macBooting + " (arch Intel x86PC) | ",
 		"node-1 | offered undionly.kpxe to " + macBooting + " (BIOS PXE, arch Intel x86PC; ACK of 10.9.0.2) | ok",
+		"node-1 | DISCOVER from non-PXE client of " + macBooting + " | ",
 		"node-1 | OFFER of 10.9.0.2 to " + macBooting + " (non-PXE client) | ok",
+		"node-1 | REQUEST from non-PXE client of " + macBooting + " | ",
 		"node-1 | ACK of 10.9.0.2 to " + macBooting + " (non-PXE client) | ok",
 	}, got)
 }

@@ -1,11 +1,13 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps, firmware), the last cleaning's
 // results per device, the last hardware verification and burn-in, the BIOS
-// settings, the latest boot's timeline, and the event history.
+// settings, the latest boot's timeline, the BMC's event log (and an NMI
+// button for a hung node), and the event history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 import { biosSection, firmwareSection } from './bios.js';
 import { evidenceSection } from './evidence.js';
 import { renderTimeline } from './timeline.js';
+import { selSection, BMC_DRIVERS } from './sel.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -73,6 +75,8 @@ export function nodePage(main, ident) {
   const bios = biosSection();
   const firmware = firmwareSection();
   const evidence = evidenceSection();
+  const sel = selSection();
+  let selKey = null;
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
@@ -91,6 +95,7 @@ export function nodePage(main, ident) {
       firmware.element),
     bios.element,
     section('timeline-h', 'Boot timeline', bootTimeline),
+    section('sel-h', 'BMC event log', sel.element),
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -147,6 +152,10 @@ export function nodePage(main, ident) {
       { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
     b.push(button('reboot', () => act('reboot', () => power('rebooting'),
       { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
+    if (BMC_DRIVERS.includes(n.driver)) b.push(button('NMI', () => act('NMI', async () => {
+      await api('PUT', `/v1/nodes/${n.uuid}/management/inject_nmi`, {});
+      sel.load(n.uuid);
+    }, { title: `Send ${name} an NMI?`, text: 'The BMC sends a non-maskable interrupt: a hung kernel panics and prints its state (or kdump saves it); a running one may panic too.', ok: 'Send NMI' }), 'danger'));
     put(actions, ...b);
   }
 
@@ -275,7 +284,7 @@ export function nodePage(main, ident) {
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
     put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
-    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state, n.disable_power_off].join('|');
+    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state, n.disable_power_off, n.driver].join('|');
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
       renderActions(n);
@@ -311,6 +320,12 @@ export function nodePage(main, ident) {
     if (evKey !== evidenceKey) {
       evidenceKey = evKey;
       evidence.load(n.uuid);
+    }
+    // The SEL is read from the BMC once per page and driver.
+    if (n.driver !== selKey) {
+      selKey = n.driver;
+      if (BMC_DRIVERS.includes(n.driver)) sel.load(n.uuid);
+      else sel.none();
     }
     const invKey = n.inspection_finished_at || 'none';
     if (invKey !== inventoryKey) {
