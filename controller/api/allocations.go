@@ -187,6 +187,16 @@ func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
 	if r.URL.Query().Has("owner") && version(r.Context()) < 60 {
 		return notAcceptable()
 	}
+	if own := listProject(r.Context()); own != "" {
+		// a project's caller lists its own allocations (Ironic's
+		// check_list_policy gives the owner filter)
+		r2, u := *r, *r.URL
+		q := u.Query()
+		q.Set("owner", own)
+		u.RawQuery = q.Encode()
+		r2.URL = &u
+		r = &r2
+	}
 	return listResource(s, w, r, allocationResource, false, "")
 }
 

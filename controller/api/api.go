@@ -54,6 +54,7 @@ type Server struct {
 	// recordsKey verifies the sanitization records (nil: none signed).
 	recordsKey ed25519.PublicKey
 	timeline   BootTimeline // nil: boots are not recorded
+	authz      authzHolder  // policy and identities in force (policy.go)
 }
 
 // Config wires the server.
@@ -90,6 +91,9 @@ type Config struct {
 	Discovery DiscoveryConfig
 	// Timeline records the boot downloads the API serves (nil: none).
 	Timeline BootTimeline
+	// Authz is the policy and the accounts' roles (zero: Ironic's default
+	// policy, every account a system admin).
+	Authz Authz
 }
 
 // New builds the API handler.
@@ -101,6 +105,7 @@ func New(cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.SetAuthz(cfg.Authz)
 	s.router = s.routes()
 	return s
 }

@@ -85,6 +85,12 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if b.ConfigDrive != nil && !isDeploy {
 		return badRequest("Adding a config drive is only supported when setting provision state to active or rebuild")
 	}
+	if b.Runbook == nil || *b.Runbook == "" {
+		// Ironic's secondary RBAC checks, before the request's content
+		if err := s.checkProvisionSteps(ctx, n, &b); err != nil {
+			return err
+		}
+	}
 	var rb *runbookRun
 	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
 		// the runbook's steps and disable_ramdisk are the request's

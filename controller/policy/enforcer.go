@@ -17,6 +17,11 @@ type Creds struct {
 	Roles     []string
 	ProjectID string // "" with system scope
 	System    bool   // system_scope:all
+	// Legacy marks the identity of every account without a users file
+	// (and of noauth): it passes the policy as a system admin, but the
+	// handlers' own scope rules see it as Ironic sees an http_basic or
+	// noauth caller, with neither system scope nor a project.
+	Legacy bool
 }
 
 // value is a credential a check names (oslo.policy's to_policy_values).
@@ -77,7 +82,7 @@ func impliedRoles(role string) []string {
 // SystemAdmin is the identity every account has without a users file (and
 // every request under noauth): anvil's behaviour before roles existed.
 func SystemAdmin(user string) Creds {
-	return Creds{User: user, Roles: impliedRoles("admin"), System: true}
+	return Creds{User: user, Roles: impliedRoles("admin"), System: true, Legacy: true}
 }
 
 // anvilDefaults are the rules of anvil's own routes, which Ironic does not
