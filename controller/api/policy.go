@@ -15,8 +15,8 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/anvil-metal/anvil/controller/policy"
-	"github.com/anvil-metal/anvil/protocol"
 	"github.com/anvil-metal/anvil/controller/store"
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // Authz is the policy in force and the accounts' identities; the controller
