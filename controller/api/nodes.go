@@ -444,6 +444,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkPatchPolicy(ctx, cur, ops); err != nil {
+		return err
+	}
 	var alloc *string
 	n, err := store.MutateNode(ctx, s.st, cur.UUID, func(n *store.Node) error {
 		alloc = n.AllocationUUID

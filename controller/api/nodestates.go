@@ -133,7 +133,7 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if b.ServiceSteps != nil && target != "service" {
 		return badRequest("\"service_steps\" is only valid when setting target provision state to service")
 	}
-	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r)}
+	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r), User: callerCreds(ctx).User}
 	if b.RescuePassword != nil {
 		req.RescuePassword = *b.RescuePassword
 	}

@@ -75,13 +75,14 @@ func routeRules() map[string]routeRule {
 	list := func(kind string) routeRule { return routeRule{"baremetal:" + kind + ":list", tList} }
 	pub := routeRule{"", tPublic}
 	m := map[string]routeRule{
-		"GET ":                                               none("anvil:api:get"),
-		"GET /metrics":                                       none("anvil:metrics:get"),
-		"GET /nodes":                                         list("node"),
-		"GET /nodes/detail":                                  list("node"),
-		"POST /nodes":                                        none("baremetal:node:create"),
-		"GET /nodes/{node}":                                  node("get"),
-		"PATCH /nodes/{node}":                                node("update"),
+		"GET ":              none("anvil:api:get"),
+		"GET /metrics":      none("anvil:metrics:get"),
+		"GET /nodes":        list("node"),
+		"GET /nodes/detail": list("node"),
+		"POST /nodes":       none("baremetal:node:create"),
+		"GET /nodes/{node}": node("get"),
+		// the patch's paths choose the rules (checkPatchPolicy)
+		"PATCH /nodes/{node}":                                node("get"),
 		"DELETE /nodes/{node}":                               node("delete"),
 		"GET /nodes/{node}/states":                           node("get_states"),
 		"PUT /nodes/{node}/states/provision":                 node("set_provision_state"),
@@ -473,6 +474,65 @@ func (s *Server) nodeRedactor(ctx context.Context) func(n *store.Node) map[strin
 		}
 		return out
 	}
+}
+
+// patchRules are Ironic's rules for the paths a node patch writes (its
+// _authorize_patch_and_get_node), by path prefix.
+func patchRules() [][2]string {
+	return [][2]string{
+		{"/instance_info", "baremetal:node:update_instance_info"},
+		{"/extra", "baremetal:node:update_extra"},
+		{"/driver_info", "baremetal:node:update:driver_info"},
+		{"/properties", "baremetal:node:update:properties"},
+		{"/chassis_uuid", "baremetal:node:update:chassis_uuid"},
+		{"/instance_uuid", "baremetal:node:update:instance_uuid"},
+		{"/instance_name", "baremetal:node:update_instance_info"},
+		{"/lessee", "baremetal:node:update:lessee"},
+		{"/owner", "baremetal:node:update:owner"},
+		{"/driver", "baremetal:node:update:driver_interfaces"},
+		{"/network_data", "baremetal:node:update:network_data"},
+		{"/conductor_group", "baremetal:node:update:conductor_group"},
+		{"/name", "baremetal:node:update:name"},
+		{"/retired", "baremetal:node:update:retired"},
+		{"/shard", "baremetal:node:update:shard"},
+		{"/parent_node", "baremetal:node:update:parent_node"},
+		{"/disable_power_off", "baremetal:node:update:disable_power_off"},
+	}
+}
+
+// checkPatchPolicy checks the rules of every path a node patch writes,
+// baremetal:node:update for the paths without one of their own.
+func (s *Server) checkPatchPolicy(ctx context.Context, n *store.Node, ops []patchOp) error {
+	var rules []string
+	generic := len(ops) == 0
+	for _, op := range ops {
+		found := false
+		for _, pr := range patchRules() {
+			if strings.HasPrefix(op.Path, pr[0]) {
+				rules, found = append(rules, pr[1]), true
+				break
+			}
+		}
+		field := strings.TrimPrefix(op.Path, "/")
+		if !found && strings.HasSuffix(field, "_interface") && !strings.Contains(field, "/") {
+			rules, found = append(rules, "baremetal:node:update:driver_interfaces"), true
+		}
+		if !found && strings.HasPrefix(op.Path, "/automated_clean") && strings.TrimSpace(string(op.Value)) == "false" {
+			rules, found = append(rules, "baremetal:node:disable_cleaning"), true
+		}
+		if !found {
+			generic = true
+		}
+	}
+	if generic {
+		rules = append(rules, "baremetal:node:update")
+	}
+	for _, rule := range rules {
+		if !s.allowedOn(ctx, rule, n) {
+			return forbidden(rule)
+		}
+	}
+	return nil
 }
 
 // stepName is a step as the per-step rules name it.

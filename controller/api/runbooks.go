@@ -124,6 +124,8 @@ func (s *Server) createRunbook(r *http.Request, doc map[string]any) (*store.Runb
 		if project != "" {
 			rb.Owner = &project
 		}
+	} else if owner, _ := doc["owner"].(string); owner != "" {
+		rb.Owner = &owner // a system-scoped caller names any project
 	}
 	fillRunbook(rb, doc)
 	return rb, nil
