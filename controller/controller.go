@@ -41,10 +41,16 @@ import (
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen              string // address to listen on
-	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                string // noauth | http_basic
-	HTPasswd            string // htpasswd file for http_basic
+	Listen   string // address to listen on
+	Database string // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth     string // noauth | http_basic
+	HTPasswd string // htpasswd file for http_basic
+	// UsersFile gives http_basic accounts their roles and scopes; ""
+	// makes every account a system admin. Reloaded on SIGHUP.
+	UsersFile string
+	// PolicyFile overrides Ironic's default policy rules ("": none).
+	// Reloaded on SIGHUP.
+	PolicyFile          string
 	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
 	PublicURL           string // URL clients and agents use to reach us
 	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
@@ -171,6 +177,10 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.Default()
 	}
 	auth, err := authenticator(cfg)
+	if err != nil {
+		return err
+	}
+	authz, err := loadAuthz(cfg)
 	if err != nil {
 		return err
 	}
@@ -309,7 +319,9 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
-		RecordsKey: signer.PublicKey(), Timeline: tl})
+		RecordsKey: signer.PublicKey(), Timeline: tl, Authz: authz})
+	stopReload := reloadAuthzOnHUP(ctx, cfg, srv, log)
+	defer stopReload()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -1,0 +1,81 @@
+package controller
+
+// This file owns the users and policy files: loading them at start, and
+// again on SIGHUP, when a file that fails to load leaves the running
+// policy in force.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/anvil-metal/anvil/controller/api"
+	"github.com/anvil-metal/anvil/controller/policy"
+)
+
+// loadAuthz reads the users file and the policy file.
+func loadAuthz(cfg Config) (api.Authz, error) {
+	var az api.Authz
+	if cfg.UsersFile != "" && cfg.Auth != "http_basic" {
+		return az, errors.New("--users-file gives roles to http_basic accounts: use it with --auth http_basic")
+	}
+	az.Policy = policy.Default()
+	if cfg.PolicyFile != "" {
+		data, err := os.ReadFile(cfg.PolicyFile)
+		if err != nil {
+			return az, fmt.Errorf("read policy file: %w", err)
+		}
+		if az.Policy, err = az.Policy.Override(data); err != nil {
+			return az, fmt.Errorf("%s: %w", cfg.PolicyFile, err)
+		}
+	}
+	if cfg.UsersFile != "" {
+		f, err := os.Open(cfg.UsersFile)
+		if err != nil {
+			return az, fmt.Errorf("open users file: %w", err)
+		}
+		defer f.Close()
+		if az.Users, err = policy.ParseUsers(f); err != nil {
+			return az, fmt.Errorf("%s: %w", cfg.UsersFile, err)
+		}
+	}
+	return az, nil
+}
+
+// reloadAuthzOnHUP reloads both files on each SIGHUP until ctx ends or the
+// returned stop is called.
+func reloadAuthzOnHUP(ctx context.Context, cfg Config, srv *api.Server, log *slog.Logger) (stop func()) {
+	if cfg.UsersFile == "" && cfg.PolicyFile == "" {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-hup:
+				az, err := loadAuthz(cfg)
+				if err != nil {
+					log.Error("SIGHUP: users or policy file refused; the previous ones stay in force", "err", err)
+					continue
+				}
+				srv.SetAuthz(az)
+				users := 0
+				if az.Users != nil {
+					users = az.Users.Len()
+				}
+				log.Info("SIGHUP: users and policy files reloaded", "users", users, "policy_file", cfg.PolicyFile)
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
+}
