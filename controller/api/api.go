@@ -238,6 +238,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/boot-timeline", authed(s.bootTimeline)).Methods(http.MethodGet)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
+	r.Handle("/whoami", authed(s.whoami)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
 	// with the per-boot token, not with operator credentials; each source

@@ -107,6 +107,7 @@ func routeRules() map[string]routeRule {
 		"GET /nodes/{node}/boot-timeline":                    {"anvil:node:boot_timeline:get", tNode},
 		"GET /nodes/{node}/erase-records":                    {"anvil:node:erase_records:get", tNode},
 		"DELETE /nodes/{node}/agent_token":                   {"anvil:node:agent_token:delete", tNode},
+		"GET /whoami":                                        none("anvil:api:get"),
 		"GET /erase-records/public-key":                      none("anvil:erase_records:public_key"),
 		"GET /nodes/{node}/vmedia":                           node("vmedia:get"),
 		"POST /nodes/{node}/vmedia":                          node("vmedia:attach"),
