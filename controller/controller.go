@@ -353,7 +353,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	dash := ui.New(ui.Config{API: srv, Counts: apiStore, BIOS: apiStore, Auth: auth, Logger: log.With("component", "ui")})
+	dash := ui.New(ui.Config{API: srv, Counts: apiStore, BIOS: apiStore, Auth: auth, Policy: srv, Logger: log.With("component", "ui")})
 	root := http.NewServeMux()
 	root.Handle("/ui", dash)
 	root.Handle("/ui/", dash)
