@@ -55,6 +55,8 @@ type Server struct {
 	recordsKey ed25519.PublicKey
 	timeline   BootTimeline // nil: boots are not recorded
 	authz      authzHolder  // policy and identities in force (policy.go)
+	// routeRules is the policy rule of every route (policy.go)
+	routeRules map[string]routeRule
 }
 
 // Config wires the server.
@@ -106,6 +108,7 @@ func New(cfg Config) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.SetAuthz(cfg.Authz)
+	s.routeRules = routeRules()
 	s.router = s.routes()
 	return s
 }

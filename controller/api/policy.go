@@ -283,7 +283,7 @@ func (s *Server) authorize(r *http.Request, c *policy.Creds, az *Authz) (*http.R
 	if !ok {
 		return r, nil // the not-found handler: nothing to guard
 	}
-	rr, ok := routeRules()[key]
+	rr, ok := s.routeRules[key]
 	if !ok {
 		return nil, errf(http.StatusForbidden, "Access was denied: route %s has no policy rule", key)
 	}
@@ -328,11 +328,13 @@ func (s *Server) authorize(r *http.Request, c *policy.Creds, az *Authz) (*http.R
 		if rr.target == tRunbook && values["runbook.public"] == "true" && r.Method == http.MethodGet {
 			return r, nil // Ironic's check_and_retrieve_public_runbook
 		}
-		// a project's caller learns nothing of what it may not see
-		if c.ProjectID != "" || rr.target != tNode {
-			return nil, hide
+		// A project's caller learns nothing of a node it may not see;
+		// ports, port groups and allocations are not found for anyone
+		// (Ironic's check_*_policy_and_retrieve); runbooks are refused.
+		if rr.target == tRunbook || (rr.target == tNode && c.ProjectID == "") {
+			return nil, forbidden(see)
 		}
-		return nil, forbidden(see)
+		return nil, hide
 	}
 	if !enf.Allowed(rr.rule, c, values) {
 		return nil, forbidden(rr.rule)
@@ -443,15 +445,17 @@ func (s *Server) checkStepsPolicy(ctx context.Context, n *store.Node, steps []st
 // nodeRedactions are the fields Ironic's node_sanitize redacts for a
 // caller below baremetal:node:get:filter_threshold who fails the field's
 // rule, as the JSON shown instead.
-var nodeRedactions = [...]struct{ field, rule, json string }{
-	{"last_error", "baremetal:node:get:last_error",
-		`"** Value Redacted - Requires baremetal:node:get:last_error permission. **"`},
-	{"reservation", "baremetal:node:get:reservation",
-		`"** Redacted - requires baremetal:node:get:reservation permission. **"`},
-	{"driver_internal_info", "baremetal:node:get:driver_internal_info",
-		`{"content":"** Redacted - Requires baremetal:node:get:driver_internal_info permission. **"}`},
-	{"driver_info", "baremetal:node:get:driver_info",
-		`{"content":"** Redacted - requires baremetal:node:get:driver_info permission. **"}`},
+func nodeRedactions() []struct{ field, rule, json string } {
+	return []struct{ field, rule, json string }{
+		{"last_error", "baremetal:node:get:last_error",
+			`"** Value Redacted - Requires baremetal:node:get:last_error permission. **"`},
+		{"reservation", "baremetal:node:get:reservation",
+			`"** Redacted - requires baremetal:node:get:reservation permission. **"`},
+		{"driver_internal_info", "baremetal:node:get:driver_internal_info",
+			`{"content":"** Redacted - Requires baremetal:node:get:driver_internal_info permission. **"}`},
+		{"driver_info", "baremetal:node:get:driver_info",
+			`{"content":"** Redacted - requires baremetal:node:get:driver_info permission. **"}`},
+	}
 }
 
 // nodeRedactor is the node renderer's redact for the request's caller:
@@ -462,10 +466,11 @@ func (s *Server) nodeRedactor(ctx context.Context) func(n *store.Node) map[strin
 	if enf.Allowed("baremetal:node:get:filter_threshold", c, nil) {
 		return nil
 	}
+	redactions := nodeRedactions()
 	return func(n *store.Node) map[string]string {
 		values := nodeValues(n)
 		var out map[string]string
-		for _, red := range nodeRedactions {
+		for _, red := range redactions {
 			if !enf.Allowed(red.rule, c, values) {
 				if out == nil {
 					out = map[string]string{}

@@ -101,7 +101,6 @@ func anvilDefaults() [][2]string {
 		{"anvil:erase_records:public_key", "(role:reader) or (role:service)"},
 		{"anvil:api:get", ""},
 		{"anvil:metrics:get", "(role:reader and system_scope:all) or (role:service and system_scope:all)"},
-		{"anvil:public", "rule:public_api or @"},
 	}
 }
 
