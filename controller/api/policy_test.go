@@ -231,6 +231,37 @@ func TestPolicyTable(t *testing.T) {
 			assert.Equal(t, http.StatusOK, e.as("other").do("GET", "/v1/ports/"+uuid, latest, nil).status)
 		})
 
+		t.Run("runbooks", func(t *testing.T) {
+			for name, extra := range map[string]map[string]any{"CUSTOM_PUB": {"public": true}, "CUSTOM_ZETA": {"owner": "zeta"}} {
+				body := runbookBody(name)
+				for k, v := range extra {
+					body[k] = v
+				}
+				r := admin.do("POST", "/v1/runbooks", rbVer, body)
+				require.Equal(t, http.StatusCreated, r.status, string(r.body))
+			}
+			names := func(user string) []string {
+				var out []string
+				for _, rb := range e.as(user).do("GET", "/v1/runbooks", rbVer, nil).json(t)["runbooks"].([]any) {
+					out = append(out, rb.(map[string]any)["name"].(string))
+				}
+				sort.Strings(out)
+				return out
+			}
+			assert.Equal(t, []string{"CUSTOM_PUB", "CUSTOM_ZETA"}, names("sysreader"))
+			assert.Equal(t, []string{"CUSTOM_PUB"}, names("ownreader"), "a project sees its own and the public runbooks")
+			assert.Equal(t, []string{"CUSTOM_PUB", "CUSTOM_ZETA"}, names("other"))
+			r := e.as("ownreader").do("GET", "/v1/runbooks/CUSTOM_ZETA", rbVer, nil)
+			assert.Equal(t, http.StatusForbidden, r.status)
+			assert.Equal(t, "Access was denied to the following resource: baremetal:runbook:get", r.fault(t))
+			assert.Equal(t, http.StatusOK, e.as("ownreader").do("GET", "/v1/runbooks/CUSTOM_PUB", rbVer, nil).status)
+			assert.Equal(t, http.StatusOK, e.as("other").do("GET", "/v1/runbooks/CUSTOM_ZETA", rbVer, nil).status)
+			assert.Equal(t, http.StatusForbidden, e.as("other").do("DELETE", "/v1/runbooks/CUSTOM_ZETA", rbVer, nil).status,
+				"a member is not its project's runbook manager")
+			r = e.as("ownmember").do("POST", "/v1/runbooks", rbVer, runbookBody("CUSTOM_MINE"))
+			assert.Equal(t, http.StatusForbidden, r.status, "members do not write runbooks (managers do)")
+		})
+
 		t.Run("an account the users file does not list", func(t *testing.T) {
 			r := e.as("mallory").do("GET", "/v1/nodes", latest, nil)
 			assert.Equal(t, http.StatusForbidden, r.status)
