@@ -141,6 +141,9 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if err := s.scopeAllocation(ctx, a, node, b.Node); err != nil {
+		return err
+	}
 	if err := s.st.CreateAllocation(ctx, a); err != nil {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):

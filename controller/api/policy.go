@@ -482,6 +482,31 @@ func (s *Server) nodeRedactor(ctx context.Context) func(n *store.Node) map[strin
 	}
 }
 
+// scopeAllocation applies Ironic's rules for an allocation a project's
+// caller creates: it belongs to the caller's project unless the caller
+// passes baremetal:allocation:create_restricted (so the conductor picks
+// only the project's nodes), and a node to backfill must be one the caller
+// may see.
+func (s *Server) scopeAllocation(ctx context.Context, a *store.Allocation, node *store.Node, nodeIdent *string) error {
+	c := callerCreds(ctx)
+	if c.System || c.ProjectID == "" {
+		return nil
+	}
+	if node != nil && !s.allowedOn(ctx, "baremetal:node:get", node) {
+		return badRequest("Node %s could not be found.", deref(nodeIdent))
+	}
+	if a.Owner != nil && *a.Owner != "" {
+		if *a.Owner != c.ProjectID && !s.currentAuthz().Policy.Allowed("baremetal:allocation:create_restricted", c, nil) {
+			return errf(http.StatusForbidden, "Cannot create allocation with an owner Project ID value %s not matching the requester Project ID %s. "+
+				"Policy baremetal:allocation:create_restricted is required for this capability.", *a.Owner, c.ProjectID)
+		}
+		return nil
+	}
+	own := c.ProjectID
+	a.Owner = &own
+	return nil
+}
+
 // patchRules are Ironic's rules for the paths a node patch writes (its
 // _authorize_patch_and_get_node), by path prefix.
 func patchRules() [][2]string {

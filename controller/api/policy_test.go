@@ -262,6 +262,24 @@ func TestPolicyTable(t *testing.T) {
 			assert.Equal(t, http.StatusForbidden, r.status, "members do not write runbooks (managers do)")
 		})
 
+		t.Run("allocations", func(t *testing.T) {
+			r := e.as("ownmember").do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold", "name": "a-acme"})
+			require.Equal(t, http.StatusCreated, r.status, string(r.body))
+			assert.Equal(t, "acme", r.json(t)["owner"], "a project's allocation is its own, so only its nodes are candidates")
+			r = e.as("ownmember").do("POST", "/v1/allocations", latest, map[string]any{"resource_class": "gold", "owner": "zeta"})
+			assert.Equal(t, http.StatusForbidden, r.status)
+			assert.Contains(t, r.fault(t), "Policy baremetal:allocation:create_restricted is required for this capability.")
+			r = e.as("other").do("GET", "/v1/allocations/a-acme", latest, nil)
+			assert.Equal(t, http.StatusNotFound, r.status)
+			assert.Equal(t, "Allocation a-acme could not be found.", r.fault(t))
+			assert.Equal(t, http.StatusOK, e.as("ownreader").do("GET", "/v1/allocations/a-acme", latest, nil).status)
+			var names []string
+			for _, a := range e.as("other").do("GET", "/v1/allocations", latest, nil).json(t)["allocations"].([]any) {
+				names = append(names, a.(map[string]any)["name"].(string))
+			}
+			assert.Empty(t, names, "another project lists none of acme's allocations")
+		})
+
 		t.Run("an account the users file does not list", func(t *testing.T) {
 			r := e.as("mallory").do("GET", "/v1/nodes", latest, nil)
 			assert.Equal(t, http.StatusForbidden, r.status)
