@@ -1,16 +1,18 @@
 package controller
 
 // This file owns the users and policy files: loading them at start, and
-// again on SIGHUP, when a file that fails to load leaves the running
-// policy in force.
+// again (with the htpasswd file) on SIGHUP, when a file that fails to load
+// leaves the running ones in force.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/anvil-metal/anvil/controller/api"
@@ -46,10 +48,28 @@ func loadAuthz(cfg Config) (api.Authz, error) {
 	return az, nil
 }
 
-// reloadAuthzOnHUP reloads both files on each SIGHUP until ctx ends or the
-// returned stop is called.
-func reloadAuthzOnHUP(ctx context.Context, cfg Config, srv *api.Server, log *slog.Logger) (stop func()) {
-	if cfg.UsersFile == "" && cfg.PolicyFile == "" {
+// swapAuth is the htpasswd check, replaced whole when the file is
+// reloaded.
+type swapAuth struct{ cur atomic.Pointer[authBox] }
+
+type authBox struct{ a api.Authenticator }
+
+func newSwapAuth(a api.Authenticator) *swapAuth {
+	s := &swapAuth{}
+	s.cur.Store(&authBox{a})
+	return s
+}
+
+// Authenticate implements api.Authenticator.
+func (s *swapAuth) Authenticate(r *http.Request) bool { return s.cur.Load().a.Authenticate(r) }
+
+// reloadAuthzOnHUP reloads the htpasswd (when passwords is set), users and
+// policy files on each SIGHUP until ctx ends or the returned stop is
+// called. All three load before any is put in force; the cache of checked
+// passwords is emptied, so a removed account or changed password takes
+// effect at once.
+func reloadAuthzOnHUP(ctx context.Context, cfg Config, srv *api.Server, passwords *swapAuth, cached *cachedAuth, log *slog.Logger) (stop func()) {
+	if passwords == nil && cfg.UsersFile == "" && cfg.PolicyFile == "" {
 		return func() {}
 	}
 	hup := make(chan os.Signal, 1)
@@ -63,17 +83,31 @@ func reloadAuthzOnHUP(ctx context.Context, cfg Config, srv *api.Server, log *slo
 			case <-done:
 				return
 			case <-hup:
-				az, err := loadAuthz(cfg)
+				var next api.Authenticator
+				var err error
+				if passwords != nil {
+					next, err = authenticator(cfg)
+				}
+				var az api.Authz
+				if err == nil {
+					az, err = loadAuthz(cfg)
+				}
 				if err != nil {
-					log.Error("SIGHUP: users or policy file refused; the previous ones stay in force", "err", err)
+					log.Error("SIGHUP: htpasswd, users or policy file refused; the previous ones stay in force", "err", err)
 					continue
+				}
+				if passwords != nil && next != nil {
+					passwords.cur.Store(&authBox{next})
+				}
+				if cached != nil {
+					cached.forget()
 				}
 				srv.SetAuthz(az)
 				users := 0
 				if az.Users != nil {
 					users = az.Users.Len()
 				}
-				log.Info("SIGHUP: users and policy files reloaded", "users", users, "policy_file", cfg.PolicyFile)
+				log.Info("SIGHUP: htpasswd, users and policy files reloaded", "users", users, "policy_file", cfg.PolicyFile)
 			}
 		}
 	}()

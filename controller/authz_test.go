@@ -37,8 +37,9 @@ func TestLoadAuthzRefusals(t *testing.T) {
 	assert.Nil(t, az.Users, "no users file: every account is a system admin")
 }
 
-// TestUsersFileReloadedOnSIGHUP: a users file edited and signalled takes
-// effect for the next request; a broken edit keeps the last good one.
+// TestUsersFileReloadedOnSIGHUP: a users (or htpasswd) file edited and
+// signalled takes effect for the next request; a broken edit keeps the
+// last good one.
 func TestUsersFileReloadedOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users")
@@ -48,7 +49,10 @@ func TestUsersFileReloadedOnSIGHUP(t *testing.T) {
 	htpasswd := filepath.Join(dir, "htpasswd")
 	require.NoError(t, os.WriteFile(htpasswd, []byte("carol:"+string(hash)+"\n"), 0o600))
 	cfg := Config{Auth: "http_basic", HTPasswd: htpasswd, UsersFile: users, Listen: "127.0.0.1:0"}
-	auth, err := authenticator(cfg)
+	h, err := authenticator(cfg)
+	require.NoError(t, err)
+	passwords := newSwapAuth(h)
+	auth, err := newCachedAuth(passwords, time.Minute)
 	require.NoError(t, err)
 	az, err := loadAuthz(cfg)
 	require.NoError(t, err)
@@ -60,7 +64,7 @@ func TestUsersFileReloadedOnSIGHUP(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stop := reloadAuthzOnHUP(ctx, cfg, srv, slog.New(slog.DiscardHandler))
+	stop := reloadAuthzOnHUP(ctx, cfg, srv, passwords, auth, slog.New(slog.DiscardHandler))
 	defer stop()
 
 	chassis := func() int {
@@ -89,4 +93,11 @@ func TestUsersFileReloadedOnSIGHUP(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	assert.Equal(t, http.StatusOK, chassis(), "a refused file leaves the last good one in force")
 	hup("dave admin system\n", http.StatusForbidden)
+
+	// the htpasswd file too: carol's new password, and the cached old one
+	// no longer works
+	hash2, err := bcrypt.GenerateFromPassword([]byte("new"), bcrypt.MinCost)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(htpasswd, []byte("carol:"+string(hash2)+"\n"), 0o600))
+	hup("carol reader system\n", http.StatusUnauthorized)
 }

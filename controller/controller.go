@@ -197,12 +197,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HTTP != nil {
 		limits = *cfg.HTTP
 	}
+	var passwords *swapAuth // the htpasswd file, swapped on SIGHUP
+	var cached *cachedAuth
 	if auth != nil {
+		passwords = newSwapAuth(auth)
 		// bcrypt costs tens of milliseconds per request; the dashboard
 		// makes a few requests a second.
-		if auth, err = newCachedAuth(auth, time.Minute); err != nil {
+		if cached, err = newCachedAuth(passwords, time.Minute); err != nil {
 			return err
 		}
+		auth = cached
 	}
 	var tlsConf *tls.Config  // the server's; nil = plain HTTP
 	var agentTLS *tls.Config // simulated agents pin the certificate as real ones do
@@ -320,7 +324,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
 		RecordsKey: signer.PublicKey(), Timeline: tl, Authz: authz})
-	stopReload := reloadAuthzOnHUP(ctx, cfg, srv, log)
+	stopReload := reloadAuthzOnHUP(ctx, cfg, srv, passwords, cached, log)
 	defer stopReload()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
