@@ -75,3 +75,11 @@ func (c *cachedAuth) Authenticate(r *http.Request) bool {
 	c.ok[sum] = now.Add(c.ttl)
 	return true
 }
+
+// forget empties the cache: after a reload of the htpasswd file, every
+// password is checked again.
+func (c *cachedAuth) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.ok)
+}

@@ -41,10 +41,16 @@ import (
 
 // Config is the daemon's configuration, filled by cmd/anvil-controller.
 type Config struct {
-	Listen              string // address to listen on
-	Database            string // sqlite://PATH, sqlite://:memory: or postgres://...
-	Auth                string // noauth | http_basic
-	HTPasswd            string // htpasswd file for http_basic
+	Listen   string // address to listen on
+	Database string // sqlite://PATH, sqlite://:memory: or postgres://...
+	Auth     string // noauth | http_basic
+	HTPasswd string // htpasswd file for http_basic
+	// UsersFile gives http_basic accounts their roles and scopes; ""
+	// makes every account a system admin. Reloaded on SIGHUP.
+	UsersFile string
+	// PolicyFile overrides Ironic's default policy rules ("": none).
+	// Reloaded on SIGHUP.
+	PolicyFile          string
 	AllowInsecureNoAuth bool   // allow noauth on a non-loopback address
 	PublicURL           string // URL clients and agents use to reach us
 	BootDir             string // vmlinuz and initramfs.cpio.gz served to PXE-booting nodes
@@ -177,6 +183,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	authz, err := loadAuthz(cfg)
+	if err != nil {
+		return err
+	}
 	metricsRoute := api.MetricsAuthed
 	switch {
 	case cfg.MetricsListen != "" && cfg.MetricsPublic:
@@ -190,12 +200,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HTTP != nil {
 		limits = *cfg.HTTP
 	}
+	var passwords *swapAuth // the htpasswd file, swapped on SIGHUP
+	var cached *cachedAuth
 	if auth != nil {
+		passwords = newSwapAuth(auth)
 		// bcrypt costs tens of milliseconds per request; the dashboard
 		// makes a few requests a second.
-		if auth, err = newCachedAuth(auth, time.Minute); err != nil {
+		if cached, err = newCachedAuth(passwords, time.Minute); err != nil {
 			return err
 		}
+		auth = cached
 	}
 	var tlsConf *tls.Config  // the server's; nil = plain HTTP
 	var agentTLS *tls.Config // simulated agents pin the certificate as real ones do
@@ -316,7 +330,9 @@ func Run(ctx context.Context, cfg Config) error {
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
-		RecordsKey: signer.PublicKey(), Timeline: tl})
+		RecordsKey: signer.PublicKey(), Timeline: tl, Authz: authz})
+	stopReload := reloadAuthzOnHUP(ctx, cfg, srv, passwords, cached, log)
+	defer stopReload()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -348,7 +364,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	dash := ui.New(ui.Config{API: srv, Counts: apiStore, BIOS: apiStore, Auth: auth, Logger: log.With("component", "ui")})
+	dash := ui.New(ui.Config{API: srv, Counts: apiStore, BIOS: apiStore, Auth: auth, Policy: srv, Logger: log.With("component", "ui")})
 	root := http.NewServeMux()
 	root.Handle("/ui", dash)
 	root.Handle("/ui/", dash)

@@ -24,6 +24,7 @@ type options struct {
 	prio, logLevel, logFormat                        string
 	memLimitMB                                       int
 	rulesFile                                        string
+	usersFile, policyFile                            string
 	tlsHosts, metricsAt                              string
 	printFP, metricsPub                              bool
 	vmediaDataMax                                    int64
@@ -46,7 +47,9 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:6385", "address to listen on")
 	fs.StringVar(&o.database, "database", "sqlite://./anvil.db", "database URL: sqlite://PATH, sqlite://:memory: (throwaway) or postgres://USER:PASSWORD@HOST/DB (several controllers sharing a fleet)")
 	fs.StringVar(&o.auth, "auth", "noauth", "auth strategy: noauth or http_basic")
-	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic")
+	fs.StringVar(&o.htpasswd, "htpasswd", "", "htpasswd file (bcrypt) for --auth http_basic; reloaded on SIGHUP")
+	fs.StringVar(&o.usersFile, "users-file", "", "with --auth http_basic: file of 'name role scope' lines giving each account a role (admin, manager, member, reader, service) and system or project:NAME scope; accounts it does not list are refused; reloaded on SIGHUP (none: every account is a system admin)")
+	fs.StringVar(&o.policyFile, "policy-file", "", "YAML or JSON of Ironic policy rules (rule name: check string) in place of Ironic's defaults, e.g. baremetal:step:execute:firmware.update; reloaded on SIGHUP")
 	fs.BoolVar(&o.insecure, "allow-insecure-noauth", false, "allow noauth on a non-loopback listen address")
 	fs.StringVar(&o.publicURL, "public-url", "", "URL clients and agents use to reach this controller (default: from each request)")
 	fs.StringVar(&o.bootDir, "boot-dir", "", "directory with vmlinuz and initramfs.cpio.zst or .gz (make image: out/image) served to PXE-booting nodes; with anvil.iso, also per-node ISOs for redfish-virtual-media")

@@ -92,6 +92,12 @@ func until(js string) chromedp.Action[chromedp.Void] {
 // startBrowser runs headless chromium with a fresh profile.
 func startBrowser(t *testing.T) context.Context {
 	t.Helper()
+	return startBrowserAs(t, uiUser, uiPass)
+}
+
+// startBrowserAs is startBrowser logged in as user.
+func startBrowserAs(t *testing.T, user, pass string) context.Context {
+	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
@@ -106,7 +112,7 @@ func startBrowser(t *testing.T) context.Context {
 	// The operator's browser holds the basic credentials: it sends them on
 	// every request to any origin, as a browser does once it has them
 	// cached, which is what makes CSRF possible.
-	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(uiUser+":"+uiPass))
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
 			return err

@@ -52,6 +52,7 @@ const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX
 commands:
   node ...            list nodes, show one, act on one (anvil node --help)
   erase-records ...   the signed sanitization records (anvil erase-records --help)
+  whoami [--json]     who the controller takes these credentials for: role and scope
 
 The controller URL comes from --url or ANVIL_URL; http_basic credentials
 from ANVIL_USERNAME and ANVIL_PASSWORD. An https controller is trusted by
@@ -135,6 +136,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 		return node(ctx, dial, rest[1:], stdin, out)
 	case rest[0] == "erase-records":
 		return eraseRecords(ctx, dial, rest[1:], out)
+	case rest[0] == "whoami":
+		return whoami(ctx, dial, rest[1:], out)
 	}
 	return cli.Errorf(top, "unknown command %q", rest[0])
 }

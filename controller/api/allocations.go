@@ -141,6 +141,9 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if err := s.scopeAllocation(ctx, a, node, b.Node); err != nil {
+		return err
+	}
 	if err := s.st.CreateAllocation(ctx, a); err != nil {
 		switch {
 		case errors.Is(err, store.ErrDuplicateName):
@@ -186,6 +189,16 @@ func allocationsGate(h handler) handler {
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
 	if r.URL.Query().Has("owner") && version(r.Context()) < 60 {
 		return notAcceptable()
+	}
+	if own := listProject(r.Context()); own != "" {
+		// a project's caller lists its own allocations (Ironic's
+		// check_list_policy gives the owner filter)
+		r2, u := *r, *r.URL
+		q := u.Query()
+		q.Set("owner", own)
+		u.RawQuery = q.Encode()
+		r2.URL = &u
+		r = &r2
 	}
 	return listResource(s, w, r, allocationResource, false, "")
 }

@@ -54,6 +54,9 @@ type Server struct {
 	// recordsKey verifies the sanitization records (nil: none signed).
 	recordsKey ed25519.PublicKey
 	timeline   BootTimeline // nil: boots are not recorded
+	authz      authzHolder  // policy and identities in force (policy.go)
+	// routeRules is the policy rule of every route (policy.go)
+	routeRules map[string]routeRule
 }
 
 // Config wires the server.
@@ -90,6 +93,9 @@ type Config struct {
 	Discovery DiscoveryConfig
 	// Timeline records the boot downloads the API serves (nil: none).
 	Timeline BootTimeline
+	// Authz is the policy and the accounts' roles (zero: Ironic's default
+	// policy, every account a system admin).
+	Authz Authz
 }
 
 // New builds the API handler.
@@ -101,6 +107,8 @@ func New(cfg Config) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.SetAuthz(cfg.Authz)
+	s.routeRules = routeRules()
 	s.router = s.routes()
 	return s
 }
@@ -235,6 +243,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/management/inject_nmi", authed(s.injectNMI)).Methods(http.MethodPut)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
+	r.Handle("/whoami", authed(s.whoami)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
 	// agent endpoints are public, as in Ironic: the agent proves itself
 	// with the per-boot token, not with operator credentials; each source

@@ -112,6 +112,18 @@ func (s *Server) requireAuth(next http.Handler) http.Handler {
 			return
 		}
 		markAuthenticated(r.Context())
-		next.ServeHTTP(w, r)
+		az := s.currentAuthz()
+		c := s.identify(r, az)
+		if c == nil {
+			user, _, _ := r.BasicAuth()
+			s.writeError(w, r, errf(http.StatusForbidden, "User %q has no role: an administrator must add it to the users file", user))
+			return
+		}
+		r2, err := s.authorize(r, c, az)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r2)
 	})
 }

@@ -24,7 +24,7 @@ func newBIOSEnv(t *testing.T) (*testEnv, *bmc.Fake) {
 }
 
 // newBMCEnv is newBIOSEnv with the conductor's configuration.
-func newBMCEnv(t *testing.T, cc conductor.Config) (*testEnv, *bmc.Fake) {
+func newBMCEnv(t *testing.T, cc conductor.Config, opts ...func(*Config)) (*testEnv, *bmc.Fake) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, sqlSt, closeStore := openTestStore(ctx, t, onSQLite, ":memory:")
@@ -34,7 +34,11 @@ func newBMCEnv(t *testing.T, cc conductor.Config) (*testEnv, *bmc.Fake) {
 	cond := conductor.New(st, cc, drv)
 	done := make(chan struct{})
 	go func() { _ = cond.Run(ctx); close(done) }()
-	srv := httptest.NewServer(New(Config{Store: st, Conductor: cond}))
+	cfg := Config{Store: st, Conductor: cond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := httptest.NewServer(New(cfg))
 	var once sync.Once
 	stop := func() { once.Do(func() { srv.Close(); cancel(); <-done; closeStore() }) }
 	t.Cleanup(stop)

@@ -109,6 +109,9 @@ func (s *Server) listNodesIn(w http.ResponseWriter, r *http.Request, detailPath 
 	if chassisUUID != "" {
 		f.ChassisUUID = &chassisUUID
 	}
+	if own := listProject(ctx); own != "" {
+		f.Project = &own // what a project's caller may see (policy.go)
+	}
 	if ps := q.str("provision_state"); ps != nil {
 		if !state.Valid(state.State(*ps)) {
 			return badRequest("Invalid provision_state %q", *ps)
@@ -389,6 +392,9 @@ func (s *Server) patchNode(w http.ResponseWriter, r *http.Request) error {
 	}
 	cur, err := s.loadNode(r)
 	if err != nil {
+		return err
+	}
+	if err := s.checkPatchPolicy(ctx, cur, ops); err != nil {
 		return err
 	}
 	var alloc *string

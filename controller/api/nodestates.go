@@ -90,6 +90,12 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if err := checkConfigDrive(ctx, b.ConfigDrive); err != nil {
 		return err
 	}
+	if b.Runbook == nil || *b.Runbook == "" {
+		// Ironic's secondary RBAC checks, before the request's content
+		if err := s.checkProvisionSteps(ctx, n, &b); err != nil {
+			return err
+		}
+	}
 	var rb *runbookRun
 	if b.Runbook != nil && *b.Runbook != "" { // Ironic ignores an empty one
 		// the runbook's steps and disable_ramdisk are the request's
@@ -132,7 +138,7 @@ func (s *Server) putProvision(w http.ResponseWriter, r *http.Request) error {
 	if b.ServiceSteps != nil && target != "service" {
 		return badRequest("\"service_steps\" is only valid when setting target provision state to service")
 	}
-	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r)}
+	req := conductor.ProvisionRequest{Target: target, ConfigDrive: b.ConfigDrive, RequestedBy: s.requester(r), User: callerCreds(ctx).User}
 	if b.RescuePassword != nil {
 		req.RescuePassword = *b.RescuePassword
 	}

@@ -259,6 +259,9 @@ type nodeRenderer struct {
 	linksHead, linksMid string
 	links               bool     // a "links" list (all views but the states')
 	subs                []string // the sub-resources linked (detail only)
+	// redact gives the fields a caller below Ironic's filter_threshold
+	// may not see on node n, with what is shown instead (nil: none).
+	redact func(n *store.Node) map[string]string
 }
 
 // nodeFieldsAt are the fields of a whole node at each microversion.
@@ -282,7 +285,7 @@ var nodeSubs = []string{"/ports", "/states", "/portgroups", "/volume"}
 // field the version has, plus the sub-resource links).
 func (s *Server) newNodeRenderer(r *http.Request, fields []string) *nodeRenderer {
 	ver := min(max(version(r.Context()), 0), maxMinor)
-	v := &nodeRenderer{ver: ver, host: s.cond.Host(), links: true}
+	v := &nodeRenderer{ver: ver, host: s.cond.Host(), links: true, redact: s.nodeRedactor(r.Context())}
 	if fields == nil {
 		v.fields = nodeFieldsAt[ver]
 		subs := 1
@@ -316,11 +319,19 @@ func (s *Server) newNodeRenderer(r *http.Request, fields []string) *nodeRenderer
 // appendNode writes n as a JSON object.
 func (v *nodeRenderer) appendNode(b *bytes.Buffer, n *store.Node) error {
 	b.WriteByte('{')
+	var hidden map[string]string
+	if v.redact != nil {
+		hidden = v.redact(n)
+	}
 	for i, f := range v.fields {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(f.key)
+		if raw, ok := hidden[f.name]; ok {
+			b.WriteString(raw)
+			continue
+		}
 		if err := f.put(v, b, n); err != nil {
 			return fmt.Errorf("node %s: %s: %w", n.UUID, f.name, err)
 		}

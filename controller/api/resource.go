@@ -117,6 +117,11 @@ func listResource[T any](s *Server, w http.ResponseWriter, r *http.Request, res 
 		}
 		f.Address = &mac
 	}
+	if own := listProject(ctx); own != "" && res.plural != "allocations" {
+		// ports and port groups of the nodes a project's caller may see
+		// (policy.go); allocations are its own (listAllocations)
+		f.NodeProject = &own
+	}
 	if res.filters != nil {
 		if err := res.filters(ctx, s.st, q, &f); err != nil {
 			return err

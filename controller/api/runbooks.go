@@ -60,13 +60,9 @@ var runbooks = &stepsResource[store.Runbook]{
 	remove: func(ctx context.Context, st store.Store, id string) error { return st.DeleteRunbook(ctx, id) },
 }
 
-// callerProject is the project of the caller, "" for none. anvil's
-// accounts have none (Ironic's http_basic and noauth callers have neither
-// a project nor system scope either); roles and projects are #39's.
-func callerProject(*http.Request) string { return "" }
-
 // listRunbooks lists, with ?project=true, the caller's project's runbooks
-// and the public ones, as Ironic's project filter does.
+// and the public ones, as Ironic's project filter does; a caller who may
+// not list all runbooks gets that list whatever it asked.
 func listRunbooks(ctx context.Context, st store.Store, q query, p store.Page) ([]*store.Runbook, error) {
 	var f store.RunbookFilter
 	project, err := q.boolean("project")
@@ -74,7 +70,10 @@ func listRunbooks(ctx context.Context, st store.Store, q query, p store.Page) ([
 		return nil, err
 	}
 	if project != nil && *project {
-		own := callerProject(nil)
+		own := callerCreds(ctx).ProjectID
+		f.Project = &own
+	}
+	if own := listProject(ctx); own != "" {
 		f.Project = &own
 	}
 	return st.ListRunbooks(ctx, f, p)
@@ -101,19 +100,32 @@ func (s *Server) createRunbook(r *http.Request, doc map[string]any) (*store.Runb
 	if err := s.checkRunbook("runbook", doc, false); err != nil {
 		return nil, err
 	}
+	// Ironic checks the steps' own rules when a runbook is written
+	var steps []map[string]any
+	for _, x := range doc["steps"].([]any) {
+		steps = append(steps, x.(map[string]any))
+	}
+	if err := s.checkStepsPolicy(r.Context(), nil, requestStepNames(steps)); err != nil {
+		return nil, err
+	}
 	rb := &store.Runbook{UUID: uuid.NewString(), CreatedAt: time.Now().UTC()}
 	if u, _ := doc["uuid"].(string); u != "" {
 		rb.UUID = uuid.MustParse(u).String()
 	}
-	project := callerProject(r)
-	if owner, _ := doc["owner"].(string); owner != "" && owner != project {
-		return nil, badRequest("Cannot create a runbook as a project scoped admin with an owner other than your own project.")
-	}
-	if public, _ := doc["public"].(bool); public && project != "" {
-		return nil, badRequest("Cannot create a public runbook as a project scoped admin.")
-	}
-	if project != "" {
-		rb.Owner = &project
+	// Ironic's rules for callers without system scope
+	if c := callerCreds(r.Context()); !c.System || c.Legacy {
+		project := c.ProjectID
+		if owner, _ := doc["owner"].(string); owner != "" && owner != project {
+			return nil, badRequest("Cannot create a runbook as a project scoped admin with an owner other than your own project.")
+		}
+		if public, _ := doc["public"].(bool); public && project != "" {
+			return nil, badRequest("Cannot create a public runbook as a project scoped admin.")
+		}
+		if project != "" {
+			rb.Owner = &project
+		}
+	} else if owner, _ := doc["owner"].(string); owner != "" {
+		rb.Owner = &owner // a system-scoped caller names any project
 	}
 	fillRunbook(rb, doc)
 	return rb, nil
@@ -250,10 +262,9 @@ type runbookRun struct {
 // their order (lowest first; equal orders as written), and with them
 // whether the runbook runs them without the agent (disable_ramdisk).
 //
-// Ironic's owner and public rules for using a runbook are policy checks
-// (baremetal:runbook:use, the steps' own rules for a runbook that is
-// neither public nor unowned): with anvil's accounts, which have no roles
-// yet, every caller passes them, as in Ironic's http_basic mode.
+// Ironic's owner and public rules for using a runbook are policy checks:
+// baremetal:runbook:use on the runbook's owner, and the steps' own rules
+// for a runbook that is neither public nor unowned (policy.go).
 func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsField string, stepsGiven bool) (*runbookRun, error) {
 	if err := atLeast(ctx, runbooksVersion); err != nil {
 		return nil, err
@@ -264,6 +275,9 @@ func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsFi
 			return nil, notFound("Runbook", ident)
 		}
 		return nil, err
+	}
+	if !s.currentAuthz().Policy.Allowed("baremetal:runbook:use", callerCreds(ctx), map[string]string{"runbook.owner": deref(rb.Owner)}) {
+		return nil, forbidden("baremetal:runbook:use")
 	}
 	if !slices.Contains(n.Traits, rb.Name) {
 		return nil, badRequest("This runbook has not been approved for use on this node %s. "+
@@ -277,6 +291,13 @@ func (s *Server) runbookSteps(ctx context.Context, n *store.Node, ident, stepsFi
 	steps := make([]protocol.Step, len(ordered))
 	for i, st := range ordered {
 		steps[i] = protocol.Step{Interface: st.Interface, Step: st.Step, Args: orEmpty(st.Args)}
+	}
+	if rb.Owner != nil && !rb.Public {
+		// a project's own runbook is not admin-approved: its steps'
+		// rules apply as to steps the request names
+		if err := s.checkStepsPolicy(ctx, n, protocolStepNames(steps)); err != nil {
+			return nil, err
+		}
 	}
 	return &runbookRun{steps: steps, disableRamdisk: rb.DisableRamdisk, label: rb.Name + " (" + rb.UUID + ")"}, nil
 }

@@ -34,6 +34,9 @@ type ProvisionRequest struct {
 	// RequestedBy names who sent the request (the API's account of its
 	// user); kept for the sanitization records of the cleaning it starts.
 	RequestedBy string
+	// User is the account that asked ("" = unknown), the user of the
+	// history event the request starts.
+	User string
 	// Runbook names the runbook the steps came from ("NAME (UUID)"), for
 	// the node's history; "" for none.
 	Runbook string
@@ -68,8 +71,11 @@ func (c *requests) Provision(ctx context.Context, ident string, req ProvisionReq
 		if req.Runbook != "" {
 			what += " with runbook " + req.Runbook
 		}
-		return []*store.Event{c.newEvent(n.UUID, "INFO", "provisioning",
-			fmt.Sprintf("%s -> %s (%s)", cur, n.ProvisionState, what))}, nil
+		ev := c.newEvent(n.UUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", cur, n.ProvisionState, what))
+		if req.User != "" {
+			ev.User = &req.User // the history's user: who asked
+		}
+		return []*store.Event{ev}, nil
 	})
 	if err != nil {
 		return err

@@ -170,6 +170,9 @@ type NodeFilter struct {
 	// Conductor selects the nodes of a conductor (Ironic's ?conductor=):
 	// those it holds reserved, and with Free also the unreserved ones.
 	Conductor *ConductorFilter
+	// Project selects the nodes a project owns or leases: what a
+	// project-scoped caller may list (Ironic's project filter).
+	Project *string
 }
 
 // ConductorFilter is NodeFilter.Conductor.
@@ -323,6 +326,9 @@ type ResourceFilter struct {
 	Shards          []string
 	// PortgroupUUID selects the ports of a port group.
 	PortgroupUUID *string
+	// NodeProject selects the ports or port groups of the nodes a project
+	// owns or leases (a project-scoped caller's list).
+	NodeProject *string
 }
 
 // Nodes is the node part of the store.

@@ -167,7 +167,23 @@ func (h *Handler) node(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "Internal server error; see the controller log")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": json.RawMessage(body), "step": n.row().Step})
+	doc := map[string]any{"node": json.RawMessage(body), "step": n.row().Step}
+	if h.policy != nil {
+		var who struct {
+			Owner  *string `json:"owner"`
+			Lessee *string `json:"lessee"`
+		}
+		_ = json.Unmarshal(body, &who) // the node decoded above
+		deref := func(s *string) string {
+			if s == nil {
+				return ""
+			}
+			return *s
+		}
+		// the buttons the page shows: only the actions the account may take
+		doc["may"] = h.policy.NodeActions(r, deref(who.Owner), deref(who.Lessee))
+	}
+	writeJSON(w, http.StatusOK, doc)
 }
 
 // get runs a GET of path (with query) against the API or the dashboard's

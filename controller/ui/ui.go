@@ -11,8 +11,10 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 )
 
@@ -31,6 +33,18 @@ type Counter interface {
 	CountNodesByState(ctx context.Context) (map[string]int, error)
 }
 
+// Policy says what the logged-in account may see and do: the API's
+// policy, asked for the dashboard's own answers (its counts, and the
+// buttons it shows).
+type Policy interface {
+	// NodeActions says which actions (provision, clean_steps, power,
+	// maintenance, retire) the account may take on a node of that owner
+	// and lessee.
+	NodeActions(r *http.Request, owner, lessee string) map[string]bool
+	// SeesAllNodes says whether the account may list every node.
+	SeesAllNodes(r *http.Request) bool
+}
+
 // Config wires the dashboard.
 type Config struct {
 	// API is the controller's Ironic API; the dashboard's own endpoints
@@ -43,6 +57,9 @@ type Config struct {
 	// (the store); nil: the node page has neither.
 	BIOS   BIOSCache
 	Logger *slog.Logger
+	// Policy limits the counts and the buttons to what the account may
+	// see and do (nil: everything, as noauth).
+	Policy Policy
 }
 
 // Handler serves /ui/.
@@ -51,6 +68,7 @@ type Handler struct {
 	counts Counter
 	cache  BIOSCache
 	auth   Authenticator
+	policy Policy
 	log    *slog.Logger
 	mux    *http.ServeMux
 
@@ -62,7 +80,7 @@ type Handler struct {
 
 // New builds the dashboard handler.
 func New(cfg Config) *Handler {
-	h := &Handler{api: cfg.API, counts: cfg.Counts, cache: cfg.BIOS, auth: cfg.Auth, log: cfg.Logger, done: make(chan struct{})}
+	h := &Handler{api: cfg.API, counts: cfg.Counts, cache: cfg.BIOS, auth: cfg.Auth, policy: cfg.Policy, log: cfg.Logger, done: make(chan struct{})}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -121,7 +139,13 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) countsHandler(w http.ResponseWriter, r *http.Request) {
-	body, err := h.countsDoc(r.Context())
+	var body map[string]any
+	var err error
+	if h.policy != nil && !h.policy.SeesAllNodes(r) {
+		body, err = h.visibleCounts(r)
+	} else {
+		body, err = h.countsDoc(r.Context())
+	}
 	if err != nil {
 		h.log.Error("counting nodes failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "Internal server error; see the controller log")
@@ -139,6 +163,45 @@ func (h *Handler) countsDoc(ctx context.Context) (map[string]any, error) {
 	total := 0
 	for _, n := range by {
 		total += n
+	}
+	return map[string]any{"total": total, "states": by}, nil
+}
+
+// maxCountedNodes bounds the nodes counted through the API for an account
+// that sees only its project's (a project's share of a fleet is small).
+const maxCountedNodes = 10000
+
+// visibleCounts counts the nodes the account of r may see, through the
+// API's node list (which the policy filters), instead of the index of the
+// whole fleet.
+func (h *Handler) visibleCounts(r *http.Request) (map[string]any, error) {
+	by, total, marker := map[string]int{}, 0, ""
+	for total < maxCountedNodes {
+		path := "/v1/nodes?fields=uuid,provision_state&limit=1000"
+		if marker != "" {
+			path += "&marker=" + url.QueryEscape(marker)
+		}
+		status, body := h.get(r, path)
+		if status != http.StatusOK {
+			return nil, fmt.Errorf("listing the visible nodes: status %d: %s", status, body)
+		}
+		var page struct {
+			Nodes []struct {
+				UUID           string `json:"uuid"`
+				ProvisionState string `json:"provision_state"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return nil, fmt.Errorf("decoding the visible nodes: %w", err)
+		}
+		for _, n := range page.Nodes {
+			by[n.ProvisionState]++
+		}
+		total += len(page.Nodes)
+		if len(page.Nodes) < 1000 {
+			break
+		}
+		marker = page.Nodes[len(page.Nodes)-1].UUID
 	}
 	return map[string]any{"total": total, "states": by}, nil
 }

@@ -363,6 +363,9 @@ func (s *Store) nodeWhere(f store.NodeFilter, args *params) []string {
 		}
 		where = append(where, cond)
 	}
+	if f.Project != nil {
+		where = append(where, "(owner = "+args.add(*f.Project)+" OR lessee = "+args.add(*f.Project)+")")
+	}
 	if f.DescriptionContains != nil {
 		where = append(where, s.d.contains("COALESCE(description, '')", args.add(*f.DescriptionContains)))
 	}

@@ -164,6 +164,9 @@ func (k *resourceKind[T]) list(ctx context.Context, s *Store, f store.ResourceFi
 			where = append(where, c.col+" = "+args.add(*c.v))
 		}
 	}
+	if f.NodeProject != nil {
+		where = append(where, "node_uuid IN (SELECT uuid FROM nodes WHERE owner = "+args.add(*f.NodeProject)+" OR lessee = "+args.add(*f.NodeProject)+")")
+	}
 	if f.PortgroupUUID != nil {
 		where = append(where, s.d.docText("portgroup_uuid")+" = "+args.add(*f.PortgroupUUID))
 	}

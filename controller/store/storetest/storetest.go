@@ -177,6 +177,11 @@ func testNodeFilters(t *testing.T, s store.Store) {
 	mk("d", "active", false, false, strp(uuid.NewString()), "silver")
 	_, err := store.MutateNode(ctx, s, "d", func(n *store.Node) error { n.Reservation = strp("ctl-2"); return nil })
 	require.NoError(t, err)
+	// acme owns a and leases c (the project filter of policy's lists)
+	_, err = store.MutateNode(ctx, s, "a", func(n *store.Node) error { n.Owner = strp("acme"); return nil })
+	require.NoError(t, err)
+	_, err = store.MutateNode(ctx, s, "c", func(n *store.Node) error { n.Owner, n.Lessee = strp("beta"), strp("acme"); return nil })
+	require.NoError(t, err)
 
 	names := func(f store.NodeFilter) []string {
 		nodes, err := s.ListNodes(ctx, f, store.Page{})
@@ -192,6 +197,8 @@ func testNodeFilters(t *testing.T, s store.Store) {
 		want []string
 	}{
 		"all":             {store.NodeFilter{}, []string{"a", "b", "c", "d"}},
+		"project":         {store.NodeFilter{Project: strp("acme")}, []string{"a", "c"}},
+		"project beta":    {store.NodeFilter{Project: strp("beta")}, []string{"c"}},
 		"state":           {store.NodeFilter{ProvisionState: strp("available")}, []string{"a", "b"}},
 		"maintenance":     {store.NodeFilter{Maintenance: boolp(true)}, []string{"b"}},
 		"retired":         {store.NodeFilter{Retired: boolp(true)}, []string{"c"}},

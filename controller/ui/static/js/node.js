@@ -122,8 +122,12 @@ export function nodePage(main, ident) {
   const power = (target) => api('PUT', `/v1/nodes/${node.uuid}/states/power`, { target });
   const button = (label, onclick, cls = '') => el('button', { type: 'button', class: cls, onclick, 'data-action': label }, label);
 
-  function renderActions(n) {
-    const can = (verb) => VERBS[verb].includes(n.provision_state);
+  // renderActions shows the buttons of the actions the node's state allows
+  // and the account may take (may: the policy's answer; absent: all).
+  function renderActions(n, may) {
+    const allowed = (action) => !may || may[action] === true;
+    const can = (verb) => VERBS[verb].includes(n.provision_state) && allowed('provision') &&
+      (verb !== 'clean' || allowed('clean_steps'));
     const name = n.name || n.uuid;
     const b = [];
     if (can('manage')) b.push(button('manage', () => act('manage', () => provision('manage'))));
@@ -136,26 +140,29 @@ export function nodePage(main, ident) {
     if (can('unhold')) b.push(button('unhold', () => act('unhold', () => provision('unhold'))));
     if (can('abort')) b.push(button('abort', () => act('abort', () => provision('abort'),
       { title: `Abort on ${name}?`, text: `The running ${n.provision_state} is interrupted; the node ends in a failed state.`, ok: 'Abort' }), 'danger'));
-    b.push(n.maintenance
+    if (allowed('maintenance')) b.push(n.maintenance
       ? button('maintenance off', () => act('maintenance off', () => api('DELETE', `/v1/nodes/${n.uuid}/maintenance`)))
       : button('maintenance on…', () => reasonAction('maintenance on', `Put ${name} in maintenance?`,
         'The controller stops acting on the node until maintenance is switched off.',
         (reason) => api('PUT', `/v1/nodes/${n.uuid}/maintenance`, reason ? { reason } : {}))));
-    b.push(n.retired
+    if (allowed('retire')) b.push(n.retired
       ? button('unretire', () => act('unretire', () => api('PATCH', `/v1/nodes/${n.uuid}`,
         [{ op: 'replace', path: '/retired', value: false }])))
       : button('retire…', () => reasonAction('retire', `Retire ${name}?`, 'A retired node is never provided again; cleaning leaves it manageable.',
         (reason) => api('PATCH', `/v1/nodes/${n.uuid}`, [{ op: 'replace', path: '/retired', value: true },
           { op: 'replace', path: '/retired_reason', value: reason || null }]))));
-    if (n.power_state !== 'power on') b.push(button('power on', () => act('power on', () => power('power on'))));
-    if (n.power_state !== 'power off' && !n.disable_power_off) b.push(button('power off', () => act('power off', () => power('power off'),
-      { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
-    b.push(button('reboot', () => act('reboot', () => power('rebooting'),
-      { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
-    if (BMC_DRIVERS.includes(n.driver)) b.push(button('NMI', () => act('NMI', async () => {
+    if (allowed('power')) {
+      if (n.power_state !== 'power on') b.push(button('power on', () => act('power on', () => power('power on'))));
+      if (n.power_state !== 'power off' && !n.disable_power_off) b.push(button('power off', () => act('power off', () => power('power off'),
+        { title: `Power off ${name}?`, text: 'The node is switched off at once, whatever runs on it.', ok: 'Power off' }), 'danger'));
+      b.push(button('reboot', () => act('reboot', () => power('rebooting'),
+        { title: `Reboot ${name}?`, text: 'The node is power-cycled at once, whatever runs on it.', ok: 'Reboot' }), 'danger'));
+    }
+    if (BMC_DRIVERS.includes(n.driver) && allowed('nmi')) b.push(button('NMI', () => act('NMI', async () => {
       await api('PUT', `/v1/nodes/${n.uuid}/management/inject_nmi`, {});
       sel.load(n.uuid);
     }, { title: `Send ${name} an NMI?`, text: 'The BMC sends a non-maskable interrupt: a hung kernel panics and prints its state (or kdump saves it); a running one may panic too.', ok: 'Send NMI' }), 'danger'));
+    if (b.length === 0) b.push(el('p', { class: 'dim', id: 'no-actions' }, 'Your role may not act on this node.'));
     put(actions, ...b);
   }
 
@@ -266,7 +273,7 @@ export function nodePage(main, ident) {
     src.focus();
   }
 
-  function renderNode(n, step) {
+  function renderNode(n, step, may) {
     node = n;
     const name = n.name || n.uuid;
     document.title = `${name} · anvil`;
@@ -284,10 +291,10 @@ export function nodePage(main, ident) {
     lastError.textContent = n.last_error ? 'Last error: ' + n.last_error : '';
     lastError.hidden = !n.last_error;
     put(progress, step ? progressBlock(step, 'step-progress') : el('p', { class: 'dim', id: 'no-step' }, 'No step is running.'));
-    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state, n.disable_power_off, n.driver].join('|');
+    const actionsKey = [n.provision_state, n.maintenance, n.retired, n.power_state, n.disable_power_off, n.driver, JSON.stringify(may || null)].join('|');
     if (actionsKey !== renderedActions) { // keep keyboard focus on the buttons between updates
       renderedActions = actionsKey;
-      renderActions(n);
+      renderActions(n, may);
       if (!formArea.querySelector('form')) put(formArea); // notes of the previous state
       actionNote.textContent = '';
     }
@@ -424,7 +431,7 @@ export function nodePage(main, ident) {
         if (i === 0) lastError.hidden = false;
         return;
       }
-      if (i === 0) renderNode(body.node, body.step);
+      if (i === 0) renderNode(body.node, body.step, body.may);
       else if (i === 1) renderHistory(body.history || []);
       else renderTimeline(bootTimeline, body);
     });
