@@ -7,6 +7,7 @@ require (
 	github.com/bougou/go-ipmi v0.9.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/coder/websocket v1.8.14
 	github.com/go-logr/logr v1.4.1
 	github.com/goccy/go-json v0.10.5
 	github.com/google/uuid v1.6.0

@@ -54,6 +54,10 @@ type Server struct {
 	// recordsKey verifies the sanitization records (nil: none signed).
 	recordsKey ed25519.PublicKey
 	timeline   BootTimeline // nil: boots are not recorded
+
+	consoles       Consoles     // nil: no node has a console
+	consoleOwnerOf ConsoleOwner // nil: this controller holds every console
+	consoleTCP     string       // host:port of the TCP console port ("": none)
 }
 
 // Config wires the server.
@@ -90,6 +94,12 @@ type Config struct {
 	Discovery DiscoveryConfig
 	// Timeline records the boot downloads the API serves (nil: none).
 	Timeline BootTimeline
+	// Consoles holds the nodes' serial consoles (nil: console_interface
+	// ipmitool-socat is refused as unsupported); ConsoleOwner and
+	// ConsoleTCP: see console.go.
+	Consoles     Consoles
+	ConsoleOwner ConsoleOwner
+	ConsoleTCP   string
 }
 
 // New builds the API handler.
@@ -97,7 +107,8 @@ func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, dataImages: cfg.DataImages, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
-		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey, timeline: cfg.Timeline}
+		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey, timeline: cfg.Timeline,
+		consoles: cfg.Consoles, consoleOwnerOf: cfg.ConsoleOwner, consoleTCP: cfg.ConsoleTCP}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -231,6 +242,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/children", authed(s.listChildren)).Methods(http.MethodGet)
 	r.Handle(n+"/steps/results", authed(s.stepResults)).Methods(http.MethodGet)
 	r.Handle(n+"/boot-timeline", authed(s.bootTimeline)).Methods(http.MethodGet)
+	s.consoleRoutes(r, authed)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle(n+"/agent_token", authed(s.resetAgentToken)).Methods(http.MethodDelete)
