@@ -70,6 +70,8 @@ commands:
                                   each step run's outcome and per-device result, newest first
   timeline NODE [--all] [--json]  the node's latest boot stage by stage (DHCP, TFTP, HTTP,
                                   lookup, heartbeat, steps): where did it stop?
+  console NODE [--read-only]      the node's serial console, live (Ctrl-] quits)
+  console-log NODE                what the serial console printed (the controller's scrollback)
   bios NODE [--json]              the BIOS settings cached from the BMC, pending values too
   firmware NODE [--json]          the firmware versions per component (API 1.86)
   vmedia attach|detach|show NODE ...
@@ -152,6 +154,10 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 		return biosCmd(ctx, dial, rest, out)
 	case "timeline":
 		return timelineCmd(ctx, dial, rest, out)
+	case "console":
+		return consoleCmd(ctx, dial, rest, stdin, out)
+	case "console-log":
+		return consoleLogCmd(ctx, dial, rest, out)
 	case "firmware":
 		return firmwareCmd(ctx, dial, rest, out)
 	case "vmedia":

@@ -265,6 +265,11 @@ func (s *Server) consoleWS(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer v.Close()
+	// The API server's read and write timeouts are for requests; a console
+	// stays open for hours.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return nil // Accept has answered
