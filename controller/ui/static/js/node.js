@@ -1,11 +1,13 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps, firmware), the last cleaning's
 // results per device, the last hardware verification and burn-in, the BIOS
-// settings, the latest boot's timeline, and the event history.
+// settings, the latest boot's timeline, the serial console, and the event
+// history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 import { biosSection, firmwareSection } from './bios.js';
 import { evidenceSection } from './evidence.js';
 import { renderTimeline } from './timeline.js';
+import { consoleSection } from './console.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -64,6 +66,7 @@ export function nodePage(main, ident) {
   const bios = biosSection();
   const firmware = firmwareSection();
   const evidence = evidenceSection();
+  const serial = consoleSection();
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
@@ -82,6 +85,7 @@ export function nodePage(main, ident) {
       firmware.element),
     bios.element,
     section('timeline-h', 'Boot timeline', bootTimeline),
+    serial.element,
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -250,6 +254,7 @@ export function nodePage(main, ident) {
 
   function renderNode(n, step) {
     node = n;
+    serial.update(n);
     const name = n.name || n.uuid;
     document.title = `${name} · anvil`;
     put(title, name, ' ', el('small', { class: 'dim', text: n.uuid }));
@@ -405,5 +410,5 @@ export function nodePage(main, ident) {
     });
   }
   follow(ident);
-  return () => stop();
+  return () => { stop(); serial.close(); };
 }
