@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -139,9 +138,11 @@ func (s *Server) putConsole(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return badRequest("Missing argument: \"enabled\"")
 	}
-	enabled, err := parseBoolArg(raw)
-	if err != nil {
-		return badRequest("Invalid enabled: %v", err)
+	enabled, ok := parseBoolArg(raw)
+	if !ok {
+		// Ironic's args.boolean (strutils.bool_from_string, strict)
+		return badRequest("Invalid enabled: Unrecognized value '%s', acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'",
+			strings.Trim(string(raw), `"`))
 	}
 	if err := s.checkConsole(n); err != nil {
 		return err
@@ -172,23 +173,23 @@ func (s *Server) putConsole(w http.ResponseWriter, r *http.Request) error {
 
 // parseBoolArg is Ironic's args.boolean (strutils.bool_from_string,
 // strict): a JSON boolean or one of its words.
-func parseBoolArg(raw json.RawMessage) (bool, error) {
+func parseBoolArg(raw json.RawMessage) (value, ok bool) {
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return false, err
+		return false, false
 	}
 	switch t := v.(type) {
 	case bool:
-		return t, nil
+		return t, true
 	case string:
 		switch strings.ToLower(strings.TrimSpace(t)) {
 		case "1", "t", "true", "on", "y", "yes":
-			return true, nil
+			return true, true
 		case "0", "f", "false", "off", "n", "no":
-			return false, nil
+			return false, true
 		}
 	}
-	return false, fmt.Errorf("Unrecognized value '%s', acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'", strings.Trim(string(raw), `"`))
+	return false, false
 }
 
 // heldHere loads the node and checks that this controller holds its

@@ -94,6 +94,7 @@ export function consoleSection() {
     term = new Terminal({ scrollback: 5000, fontSize: 13, cursorBlink: true });
     unmirror = mirrorStyles(screen);
     term.open(screen);
+    screen.xterm = term; // the whole buffer, for tests (the DOM holds the visible rows only)
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
     ws = new WebSocket(`${proto}//${location.host}/v1/nodes/${encodeURIComponent(node.uuid)}/console/ws`);
     ws.binaryType = 'arraybuffer';
