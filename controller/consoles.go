@@ -61,7 +61,7 @@ func consoleOwner(cond *conductor.Conductor, sole bool) api.ConsoleOwner {
 // reconcileConsoles makes m hold the sessions of the console-enabled nodes
 // owner gives this controller, and no others.
 func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, owner api.ConsoleOwner, log *slog.Logger) {
-	want := map[string]bool{}
+	want, exists := map[string]bool{}, map[string]bool{}
 	page := store.Page{Limit: 500}
 	for {
 		nodes, err := st.ListNodes(ctx, store.NodeFilter{}, page)
@@ -70,6 +70,7 @@ func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, 
 			return
 		}
 		for _, n := range nodes {
+			exists[n.UUID] = true
 			if !n.ConsoleEnabled || n.Interfaces.Console != api.ConsoleInterface {
 				continue
 			}
@@ -91,6 +92,11 @@ func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, 
 	for _, id := range m.Held() {
 		if !want[id] {
 			m.Disable(id)
+		}
+	}
+	for _, id := range m.Known() {
+		if !exists[id] {
+			m.Forget(id) // the node was deleted: its scrollback goes too
 		}
 	}
 }

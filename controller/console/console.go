@@ -158,6 +158,17 @@ func (m *Manager) Held() []string {
 	return out
 }
 
+// Known lists the nodes whose console or scrollback this controller has.
+func (m *Manager) Known() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.consoles))
+	for id := range m.consoles {
+		out = append(out, id)
+	}
+	return out
+}
+
 // Token is the node's current TCP console token ("" when not enabled).
 func (m *Manager) Token(nodeUUID string) string {
 	c := m.get(nodeUUID)
