@@ -44,23 +44,53 @@ func consoleOwner(cond *conductor.Conductor, sole bool) api.ConsoleOwner {
 		if err != nil {
 			return "", false, fmt.Errorf("console: listing controllers: %w", err)
 		}
-		best, bestScore := cond.Host(), uint64(0)
-		for _, c := range cs {
-			if !c.Alive {
-				continue
-			}
-			h := sha256.Sum256([]byte(c.Hostname + "\x00" + nodeUUID))
-			if s := binary.BigEndian.Uint64(h[:8]); s >= bestScore {
-				best, bestScore = c.Hostname, s
-			}
-		}
-		return best, best == cond.Host(), nil
+		host := rendezvous(cs, cond.Host(), nodeUUID)
+		return host, host == cond.Host(), nil
 	}
+}
+
+// consoleOwners is consoleOwner for a whole reconcile: the live controllers
+// are listed once, not once per node.
+func consoleOwners(cond *conductor.Conductor, sole bool) func(ctx context.Context) (func(nodeUUID string) bool, error) {
+	if sole {
+		return nil
+	}
+	return func(ctx context.Context) (func(string) bool, error) {
+		cs, err := cond.Conductors(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("console: listing controllers: %w", err)
+		}
+		return func(nodeUUID string) bool { return rendezvous(cs, cond.Host(), nodeUUID) == cond.Host() }, nil
+	}
+}
+
+// rendezvous is the live controller with the highest hash of (its host
+// name, the node); self when none is live.
+func rendezvous(cs []store.Controller, self, nodeUUID string) string {
+	best, bestScore := self, uint64(0)
+	for _, c := range cs {
+		if !c.Alive {
+			continue
+		}
+		h := sha256.Sum256([]byte(c.Hostname + "\x00" + nodeUUID))
+		if s := binary.BigEndian.Uint64(h[:8]); s >= bestScore {
+			best, bestScore = c.Hostname, s
+		}
+	}
+	return best
 }
 
 // reconcileConsoles makes m hold the sessions of the console-enabled nodes
 // owner gives this controller, and no others.
-func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, owner api.ConsoleOwner, log *slog.Logger) {
+func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, owners func(context.Context) (func(string) bool, error), log *slog.Logger) {
+	mine := func(string) bool { return true }
+	if owners != nil {
+		var err error
+		if mine, err = owners(ctx); err != nil {
+			log.Warn("console: reconcile", "error", err)
+			return
+		}
+	}
 	want, exists := map[string]bool{}, map[string]bool{}
 	page := store.Page{Limit: 500}
 	for {
@@ -74,10 +104,8 @@ func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, 
 			if !n.ConsoleEnabled || n.Interfaces.Console != api.ConsoleInterface {
 				continue
 			}
-			if owner != nil {
-				if _, mine, err := owner(ctx, n.UUID); err != nil || !mine {
-					continue
-				}
+			if !mine(n.UUID) {
+				continue
 			}
 			want[n.UUID] = true
 			if err := m.Enable(n); err != nil {
@@ -104,12 +132,12 @@ func reconcileConsoles(ctx context.Context, st store.Nodes, m *console.Manager, 
 // runConsoles reconciles at once (resuming the consoles that were enabled
 // before a restart) and then periodically, until ctx ends; then it closes
 // every session.
-func runConsoles(ctx context.Context, st store.Nodes, m *console.Manager, owner api.ConsoleOwner, log *slog.Logger) {
+func runConsoles(ctx context.Context, st store.Nodes, m *console.Manager, owners func(context.Context) (func(string) bool, error), log *slog.Logger) {
 	defer m.Close()
 	t := time.NewTicker(consoleReconcileEvery)
 	defer t.Stop()
 	for {
-		reconcileConsoles(ctx, st, m, owner, log)
+		reconcileConsoles(ctx, st, m, owners, log)
 		select {
 		case <-ctx.Done():
 			return

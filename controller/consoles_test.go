@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -35,7 +36,9 @@ func TestReconcileConsoles(t *testing.T) {
 	f := console.NewFake()
 	m := console.New(console.Config{Opener: f})
 	defer m.Close()
-	owner := func(_ context.Context, id string) (string, bool, error) { return "peer", id != theirs.UUID, nil }
+	owner := func(context.Context) (func(string) bool, error) {
+		return func(id string) bool { return id != theirs.UUID }, nil
+	}
 	log := slog.New(slog.DiscardHandler)
 
 	require.NoError(t, m.Enable(off)) // held, but its console was disabled elsewhere
@@ -51,4 +54,20 @@ func TestReconcileConsoles(t *testing.T) {
 	_, kept = m.Scrollback(off.UUID)
 	assert.True(t, kept, "a disabled console's scrollback stays")
 	require.Eventually(t, func() bool { return f.Closes() >= 2 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// Every controller computes the same holder for a node, only live
+// controllers hold consoles, and the nodes spread over them.
+func TestRendezvousOwner(t *testing.T) {
+	cs := []store.Controller{{Hostname: "a", Alive: true}, {Hostname: "b", Alive: true}, {Hostname: "c", Alive: false}}
+	count := map[string]int{}
+	for i := range 300 {
+		id := fmt.Sprintf("node-%d", i)
+		h := rendezvous(cs, "a", id)
+		assert.Equal(t, h, rendezvous(cs, "b", id), "the same answer on every controller")
+		count[h]++
+	}
+	assert.Zero(t, count["c"], "a dead controller holds nothing")
+	assert.InDelta(t, 150, count["a"], 40)
+	assert.Equal(t, "self", rendezvous(nil, "self", "n"), "alone")
 }

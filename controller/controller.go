@@ -392,7 +392,10 @@ func Run(ctx context.Context, cfg Config) error {
 	condDone := make(chan error, 1)
 	go func() { condDone <- cond.Run(condCtx) }()
 	consolesDone := make(chan struct{})
-	go func() { runConsoles(condCtx, st, consoles, owner, log); close(consolesDone) }()
+	go func() {
+		runConsoles(condCtx, st, consoles, consoleOwners(cond, cc.SoleController), log)
+		close(consolesDone)
+	}()
 	defer func() { stopCond(); <-consolesDone }()
 	if consoleLn != nil {
 		log.Info("serving the TCP console port", "addr", consoleLn.Addr().String(), "advertised", consoleTCP)
