@@ -28,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/boot"
 	"github.com/anvil-metal/anvil/controller/boot/dhcp"
 	"github.com/anvil-metal/anvil/controller/conductor"
+	"github.com/anvil-metal/anvil/controller/console"
 	"github.com/anvil-metal/anvil/controller/erasure"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/controller/store/postgres"
@@ -103,6 +104,9 @@ type Config struct {
 	// TLS makes the controller serve HTTPS (the zero value: plain HTTP).
 	TLS    TLSConfig
 	Logger *slog.Logger
+	// ConsoleTCPListen serves the nodes' serial consoles on a plain TCP
+	// port too, each behind its node's token (consoles.go); "" = off.
+	ConsoleTCPListen string
 	// Ready, if set, receives the bound address once the listener is up.
 	Ready func(addr net.Addr)
 }
@@ -328,9 +332,19 @@ func Run(ctx context.Context, cfg Config) error {
 	cond := conductor.New(st, cc,
 		fake, conductor.NewBMCDriver(bmc.HardwareIPMI, bmcs, note),
 		conductor.NewBMCDriver(bmc.HardwareRedfish, bmcs, note))
+	consoles := console.New(console.Config{Opener: console.SOL{}, Logger: log.With("component", "console")})
+	owner := consoleOwner(cond, cc.SoleController)
+	var consoleLn net.Listener
+	var consoleTCP string
+	if cfg.ConsoleTCPListen != "" {
+		if consoleLn, consoleTCP, err = listenConsoleTCP(cfg.ConsoleTCPListen, publicHost(cfg.PublicURL)); err != nil {
+			return err
+		}
+		defer consoleLn.Close()
+	}
 	srv := api.New(api.Config{Store: apiStore, Conductor: cond, Logger: log, PublicURL: cfg.PublicURL, Auth: auth, BootDir: cfg.BootDir, FirmwareDir: cfg.FirmwareDir, Media: apiMedia, DataImages: data,
 		PublicLimit: cfg.PublicLimit, Metrics: metrics, MetricsRoute: metricsRoute, TLSFingerprint: pin, Discovery: cfg.Discovery,
-		RecordsKey: signer.PublicKey(), Timeline: tl, Authz: authz})
+		RecordsKey: signer.PublicKey(), Timeline: tl, Authz: authz, Consoles: consoles, ConsoleOwner: owner, ConsoleTCP: consoleTCP})
 	stopReload := reloadAuthzOnHUP(ctx, cfg, srv, passwords, cached, log)
 	defer stopReload()
 
@@ -400,6 +414,20 @@ func Run(ctx context.Context, cfg Config) error {
 	condCtx, stopCond := context.WithCancel(context.WithoutCancel(ctx))
 	condDone := make(chan error, 1)
 	go func() { condDone <- cond.Run(condCtx) }()
+	consolesDone := make(chan struct{})
+	go func() {
+		runConsoles(condCtx, st, consoles, consoleOwners(cond, cc.SoleController), log)
+		close(consolesDone)
+	}()
+	defer func() { stopCond(); <-consolesDone }()
+	if consoleLn != nil {
+		log.Info("serving the TCP console port", "addr", consoleLn.Addr().String(), "advertised", consoleTCP)
+		go func() {
+			if err := consoles.ServeTCP(condCtx, consoleLn); err != nil {
+				log.Error("TCP console port stopped", "error", err)
+			}
+		}()
+	}
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() { serveErr <- s.Serve(listeners[i]) }()

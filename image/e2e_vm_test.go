@@ -86,6 +86,9 @@ type e2eConfig struct {
 	// virtualMedia gives the node a CD drive that Redfish VirtualMedia
 	// fills (the agent still boots directly from kernel and initrd).
 	virtualMedia bool
+	// serialSOL serves the node's serial port for ipmi_sim's SOL
+	// (e.qemu.SerialAddr()).
+	serialSOL bool
 }
 
 func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
@@ -122,6 +125,9 @@ func newE2EWith(t *testing.T, cfg e2eConfig) *e2e {
 		NIC:    &vbmc.QEMUNIC{MAC: e.mac, GuestFwd: []string{"tcp:" + guestAPI + "-cmd:" + self, imageFwd}},
 		Kernel: kernel, Initrd: initrd, Append: "console=ttyS0 panic=-1 anvil.api=http://" + guestAPI,
 		ShutdownTimeoutSeconds: 5, VirtualMedia: cfg.virtualMedia}
+	if cfg.serialSOL {
+		qc.SerialListen = "127.0.0.1:0"
+	}
 	if cfg.netboot {
 		// slirp's DHCP and TFTP hand iPXE a script that chains to the
 		// controller's script for this MAC.

@@ -46,6 +46,12 @@ type QEMUConfig struct {
 	// VirtualMedia adds a CD drive the BMC's Redfish VirtualMedia fills
 	// (InsertMedia fetches the image into StateDir).
 	VirtualMedia bool `json:"virtual_media,omitempty"`
+	// SerialListen, when set, is a loopback TCP address ("127.0.0.1:9002")
+	// serving the guest's serial port for ipmi_sim's Serial-over-LAN
+	// (lan.conf: sol "tcp:127.0.0.1:9002" 115200). QEMU's serial becomes a
+	// unix socket (serial.sock) that a SerialBridge re-dials across power
+	// cycles; serial.log still records everything.
+	SerialListen string `json:"serial_listen,omitempty"`
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string `json:"extra_args,omitempty"`
 }
@@ -99,6 +105,8 @@ type QEMU struct {
 	bootedFrom string
 	generation int    // increments per start, so a stale shutdown timer does nothing
 	media      string // the image file in the CD drive ("": empty)
+
+	serial *SerialBridge // nil unless cfg.SerialListen is set
 }
 
 // NewQEMU validates cfg, creates the state dir and missing disks, and
@@ -152,7 +160,27 @@ func NewQEMU(log *slog.Logger, cfg QEMUConfig) (*QEMU, error) {
 	if _, err := DiskArgs(cfg.Disks, false); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	return &QEMU{cfg: cfg, log: log}, nil
+	q := &QEMU{cfg: cfg, log: log}
+	if cfg.SerialListen != "" {
+		b, err := NewSerialBridge(log, cfg.SerialListen, q.serialSocket())
+		if err != nil {
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
+		q.serial = b
+	}
+	return q, nil
+}
+
+// serialSocket is QEMU's serial chardev socket when SerialListen is set.
+func (q *QEMU) serialSocket() string { return filepath.Join(q.cfg.StateDir, "serial.sock") }
+
+// SerialAddr is the TCP address serving the guest's serial port for SOL
+// ("" without SerialListen); with port 0 in SerialListen, the port chosen.
+func (q *QEMU) SerialAddr() string {
+	if q.serial == nil {
+		return ""
+	}
+	return q.serial.Addr()
 }
 
 func (c QEMUConfig) abs(p string) string {
@@ -171,14 +199,19 @@ func (q *QEMU) SerialLog() string { return filepath.Join(q.cfg.StateDir, "serial
 // Args returns QEMU's command line for a boot from dev.
 func (q *QEMU) Args(dev string) []string {
 	c := q.cfg
+	serial := "file,id=serial0,path=" + q.SerialLog() + ",append=on"
+	if c.SerialListen != "" {
+		serial = "socket,id=serial0,path=" + q.serialSocket() + ",server=on,wait=off,logfile=" + q.SerialLog() + ",logappend=on"
+	}
 	a := []string{
 		"-accel", "tcg", "-machine", "pc",
 		"-m", strconv.Itoa(c.MemoryMiB), "-smp", strconv.Itoa(c.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-qmp", "unix:" + q.QMPSocket() + ",server=on,wait=off",
-		"-chardev", "file,id=serial0,path=" + q.SerialLog() + ",append=on",
+		"-chardev", serial,
 		"-serial", "chardev:serial0",
 	}
+
 	if !c.NoRNG {
 		a = append(a, "-device", "virtio-rng-pci")
 	}
@@ -414,5 +447,8 @@ func (q *QEMU) Close() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.kill()
+	if q.serial != nil {
+		return q.serial.Close()
+	}
 	return nil
 }

@@ -26,6 +26,7 @@ type options struct {
 	rulesFile                                        string
 	usersFile, policyFile                            string
 	tlsHosts, metricsAt                              string
+	consoleTCP                                       string
 	printFP, metricsPub                              bool
 	vmediaDataMax                                    int64
 	redfishConcurrent                                int
@@ -113,6 +114,7 @@ func controllerFlags(fs *flag.FlagSet, hostname string) *options {
 	fs.StringVar(&o.tc.Dir, "tls-dir", "", "directory of the self-signed certificate (default: the SQLite database's directory, else the working directory)")
 	fs.StringVar(&o.tlsHosts, "tls-hosts", "", "extra host names and IPs for the self-signed certificate, comma-separated (the host name, localhost, loopback and the hosts of --public-url and --listen are always in)")
 	fs.BoolVar(&o.printFP, "print-fingerprint", false, "print the SHA-256 fingerprint of the controller's TLS certificate (creating the self-signed one if needed) and exit")
+	fs.StringVar(&o.consoleTCP, "console-tcp-listen", "", "also serve the nodes' serial consoles on this plain TCP address (each behind its node's console token from GET /v1/nodes/{node}/states/console; plaintext: bind it to loopback or a management network)")
 	fs.StringVar(&o.metricsAt, "metrics-listen", "", "serve /metrics without auth on this address of its own instead of on the API behind its auth")
 	fs.BoolVar(&o.metricsPub, "metrics-public", false, "serve /metrics on the API without auth")
 	return o

@@ -123,7 +123,8 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, stdou
 	return controller.Run(ctx, controller.Config{Listen: o.listen, Database: o.database, Auth: o.auth, HTPasswd: o.htpasswd, UsersFile: o.usersFile, PolicyFile: o.policyFile,
 		AllowInsecureNoAuth: o.insecure, PublicURL: o.publicURL, BootDir: o.bootDir, FirmwareDir: o.firmwareDir, VMediaDir: o.vmediaDir, BMCMinInterval: o.bmcGap, RedfishMinInterval: o.redfishGap, RedfishMaxConcurrent: o.redfishConcurrent,
 		SimulateAgents: o.simulate, SimulateStepTime: o.simStep, Conductor: o.cc, PublicLimit: o.pl, Boot: o.bc, Discovery: o.dc, Logger: log,
-		HTTP: &o.hl, MetricsListen: o.metricsAt, MetricsPublic: o.metricsPub, TLS: o.tc, DataDir: o.dataDir, VmediaDataMaxBytes: o.vmediaDataMax})
+		HTTP: &o.hl, MetricsListen: o.metricsAt, MetricsPublic: o.metricsPub, TLS: o.tc, DataDir: o.dataDir, VmediaDataMaxBytes: o.vmediaDataMax,
+		ConsoleTCPListen: o.consoleTCP})
 }
 
 // applyDefaults sets flags not given on the command line from ANVIL_*

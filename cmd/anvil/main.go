@@ -73,6 +73,8 @@ commands:
                                   lookup, heartbeat, steps): where did it stop?
   sel NODE [--json]               the BMC's System Event Log, read live
   nmi NODE                        have the BMC send the node an NMI (a hung kernel panics and dumps)
+  console NODE [--read-only]      the node's serial console, live (Ctrl-] quits)
+  console-log NODE                what the serial console printed (the controller's scrollback)
   bios NODE [--json]              the BIOS settings cached from the BMC, pending values too
   firmware NODE [--json]          the firmware versions per component (API 1.86)
   vmedia attach|detach|show NODE ...
@@ -161,6 +163,10 @@ func node(ctx context.Context, dial connect, args []string, stdin io.Reader, out
 		return selCmd(ctx, dial, rest, out)
 	case "nmi":
 		return nmiCmd(ctx, dial, rest, out)
+	case "console":
+		return consoleCmd(ctx, dial, rest, stdin, out)
+	case "console-log":
+		return consoleLogCmd(ctx, dial, rest, out)
 	case "firmware":
 		return firmwareCmd(ctx, dial, rest, out)
 	case "vmedia":

@@ -57,6 +57,10 @@ type Server struct {
 	authz      authzHolder  // policy and identities in force (policy.go)
 	// routeRules is the policy rule of every route (policy.go)
 	routeRules map[string]routeRule
+
+	consoles       Consoles     // nil: no node has a console
+	consoleOwnerOf ConsoleOwner // nil: this controller holds every console
+	consoleTCP     string       // host:port of the TCP console port ("": none)
 }
 
 // Config wires the server.
@@ -96,6 +100,12 @@ type Config struct {
 	// Authz is the policy and the accounts' roles (zero: Ironic's default
 	// policy, every account a system admin).
 	Authz Authz
+	// Consoles holds the nodes' serial consoles (nil: console_interface
+	// ipmitool-socat is refused as unsupported); ConsoleOwner and
+	// ConsoleTCP: see console.go.
+	Consoles     Consoles
+	ConsoleOwner ConsoleOwner
+	ConsoleTCP   string
 }
 
 // New builds the API handler.
@@ -103,7 +113,8 @@ func New(cfg Config) *Server {
 	s := &Server{st: cfg.Store, cond: cfg.Conductor, log: cfg.Logger, publicURL: strings.TrimRight(cfg.PublicURL, "/"),
 		auth: cfg.Auth, metrics: cfg.Metrics, metricsAt: cfg.MetricsRoute, bootDir: cfg.BootDir, firmwareDir: cfg.FirmwareDir, media: cfg.Media, dataImages: cfg.DataImages, tlsPin: cfg.TLSFingerprint,
 		limiter: newLimiter(cfg.PublicLimit, time.Now), traitNames: newTraitNames(),
-		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey, timeline: cfg.Timeline}
+		discovery: newDiscoverer(cfg.Discovery), recordsKey: cfg.RecordsKey, timeline: cfg.Timeline,
+		consoles: cfg.Consoles, consoleOwnerOf: cfg.ConsoleOwner, consoleTCP: cfg.ConsoleTCP}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -241,6 +252,7 @@ func (s *Server) v1Routes(r *mux.Router, withRoot bool) {
 	r.Handle(n+"/boot-timeline", authed(s.bootTimeline)).Methods(http.MethodGet)
 	r.Handle(n+"/sel", authed(s.getSEL)).Methods(http.MethodGet)
 	r.Handle(n+"/management/inject_nmi", authed(s.injectNMI)).Methods(http.MethodPut)
+	s.consoleRoutes(r, authed)
 	r.Handle(n+"/erase-records", authed(s.eraseRecords)).Methods(http.MethodGet)
 	r.Handle("/erase-records/public-key", authed(s.recordsPublicKey)).Methods(http.MethodGet)
 	r.Handle("/whoami", authed(s.whoami)).Methods(http.MethodGet)

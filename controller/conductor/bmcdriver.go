@@ -58,6 +58,9 @@ func (d *BMCDriver) Validate(n *store.Node) map[string]error {
 	if !d.biosEnabled(n) {
 		out["bios"] = errors.New("no bios interface is enabled")
 	}
+	if n.Interfaces.Console == "ipmitool-socat" {
+		_, out["console"] = bmc.ParseDriverInfo(bmc.HardwareIPMI, n.DriverInfo)
+	}
 	out["firmware"] = nil
 	if d.FirmwareInterface(n) == nil {
 		out["firmware"] = errors.New("no firmware interface is enabled")

@@ -72,6 +72,9 @@ func HardwareInterfaces(hw string) map[string]InterfaceChoice {
 			// Ironic's redfish inspect interface; the agent stays the default
 			inspect.Enabled = []string{"agent", "no-inspect", InspectRedfish}
 		}
+		// the serial console over IPMI SOL (controller/console), Ironic's
+		// ipmitool-socat; a redfish node needs ipmi_* driver_info for it
+		out["console"] = InterfaceChoice{Default: "no-console", Enabled: []string{"ipmitool-socat", "no-console"}}
 		maps.Copy(out, map[string]InterfaceChoice{
 			"bios":       bios,
 			"boot":       boot,

@@ -27,6 +27,11 @@ type Options struct {
 	Username, Password string
 	// Users are further IPMI users (numbers 3 and up).
 	Users []User
+	// SOL, when set, is the serial device ipmi_sim bridges to its
+	// Serial-over-LAN payload: "tcp:127.0.0.1:PORT" for a QEMU
+	// "-chardev socket,server=on" serial port (ipmi_sim connects when a
+	// client activates SOL), or a path to a tty.
+	SOL string
 }
 
 // User is an IPMI user of the simulated BMC.
@@ -123,7 +128,7 @@ func Start(t testing.TB, o Options) *Sim {
 	if o.Password == "" {
 		o.Password = "password"
 	}
-	quoted := []string{o.ChassisControl, o.Username, o.Password}
+	quoted := []string{o.ChassisControl, o.Username, o.Password, o.SOL}
 	users := make([]simUser, 0, len(o.Users))
 	for i, u := range o.Users {
 		switch u.Priv {
@@ -165,7 +170,7 @@ var errPortTaken = errors.New("ipmi_sim's port was taken")
 func start(t testing.TB, root string, tmpl *template.Template, o Options, users []simUser) (*Sim, error) {
 	s := &Sim{Port: freeUDPPort(t), Dir: t.TempDir()}
 	var conf bytes.Buffer
-	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password, "Users": users}); err != nil {
+	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password, "Users": users, "SOL": o.SOL}); err != nil {
 		return nil, err
 	}
 	confPath := filepath.Join(s.Dir, "lan.conf")

@@ -1,13 +1,14 @@
 // The node page: state, running step with live progress, actions, details
 // (properties, BMC, inventory, cached steps, firmware), the last cleaning's
 // results per device, the last hardware verification and burn-in, the BIOS
-// settings, the latest boot's timeline, the BMC's event log (and an NMI
-// button for a hung node), and the event history.
+// settings, the latest boot's timeline, the serial console, the BMC's event
+// log (and an NMI button for a hung node), and the event history.
 import { el, put, api, watch, confirmAction, stateText, stateClass, progressBlock, bytes, when, faultString } from './lib.js';
 import { biosSection, firmwareSection } from './bios.js';
 import { evidenceSection } from './evidence.js';
 import { renderTimeline } from './timeline.js';
 import { selSection, BMC_DRIVERS } from './sel.js';
+import { consoleSection } from './console.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -77,6 +78,7 @@ export function nodePage(main, ident) {
   const evidence = evidenceSection();
   const sel = selSection();
   let selKey = null;
+  const serial = consoleSection();
   const section = (id, h, ...body) => el('section', { class: 'card', 'aria-labelledby': id },
     el('h2', { id, text: h }), ...body);
 
@@ -96,6 +98,7 @@ export function nodePage(main, ident) {
     bios.element,
     section('timeline-h', 'Boot timeline', bootTimeline),
     section('sel-h', 'BMC event log', sel.element),
+    serial.element,
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -275,6 +278,7 @@ export function nodePage(main, ident) {
 
   function renderNode(n, step, may) {
     node = n;
+    serial.update(n);
     const name = n.name || n.uuid;
     document.title = `${name} · anvil`;
     put(title, name, ' ', el('small', { class: 'dim', text: n.uuid }));
@@ -437,5 +441,5 @@ export function nodePage(main, ident) {
     });
   }
   follow(ident);
-  return () => stop();
+  return () => { stop(); serial.close(); };
 }
