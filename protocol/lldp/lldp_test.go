@@ -67,8 +67,8 @@ func TestIronicVectors(t *testing.T) {
 	want := map[string]any{
 		"switch_capabilities_enabled": []any{"Bridge", "Router"}, "switch_capabilities_support": []any{"Bridge", "Router"},
 		"switch_chassis_id": "11:22:33:aa:bb:cc", "switch_port_id": "734", "switch_system_name": "sw01-dist-1b-b12",
-		"switch_port_description": "host02.lab.eng port 3 ",
-		"switch_mgmt_addresses":   []any{"192.0.2.15", "2001:db8:85a3::8a2e:370:7334", "aa:11:bb:22:cc:33"},
+		"switch_port_description":             "host02.lab.eng port 3 ",
+		"switch_mgmt_addresses":               []any{"192.0.2.15", "2001:db8:85a3::8a2e:370:7334", "aa:11:bb:22:cc:33"},
 		"switch_port_autonegotiation_enabled": true, "switch_port_link_aggregation_enabled": true,
 		"switch_port_link_aggregation_id": 2, "switch_port_link_aggregation_support": true, "switch_port_management_vlan_id": 88,
 		"switch_port_mtu": 1514, "switch_port_protocol_vlan_enabled": true, "switch_port_protocol_vlan_ids": []any{10, 20},
