@@ -9,14 +9,14 @@ package lldp
 
 import (
 	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 // EtherType of LLDP frames, and the nearest-bridge multicast address they
@@ -39,45 +39,14 @@ const (
 	TypeMgmtAddress = 8
 	TypeOrgSpecific = 127
 	// MaxValue is the longest TLV value the 9-bit length allows.
-	MaxValue = 511
+	MaxValue = protocol.LLDPMaxValue
 	// maxTLVs bounds what one frame may carry (a 1500-byte frame holds
 	// at most 750 empty TLVs).
 	maxTLVs = 750
 )
 
-// TLV is one raw TLV. It marshals as IPA reports LLDP in the inventory:
-// [type, "hex value"].
-type TLV struct {
-	Type  int
-	Value []byte
-}
-
-// MarshalJSON implements json.Marshaler.
-func (t TLV) MarshalJSON() ([]byte, error) {
-	return json.Marshal([]any{t.Type, hex.EncodeToString(t.Value)})
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (t *TLV) UnmarshalJSON(b []byte) error {
-	var pair []json.RawMessage
-	if err := json.Unmarshal(b, &pair); err != nil || len(pair) != 2 {
-		return errors.New("lldp: a TLV is [type, \"hex value\"]")
-	}
-	var typ int
-	var val string
-	if err := json.Unmarshal(pair[0], &typ); err != nil || typ < 0 || typ > 127 {
-		return fmt.Errorf("lldp: TLV type %s is not 0..127", pair[0])
-	}
-	if err := json.Unmarshal(pair[1], &val); err != nil {
-		return errors.New("lldp: TLV value is not a hex string")
-	}
-	v, err := hex.DecodeString(val)
-	if err != nil || len(v) > MaxValue {
-		return fmt.Errorf("lldp: TLV value is not hex of at most %d bytes", MaxValue)
-	}
-	t.Type, t.Value = typ, v
-	return nil
-}
+// TLV is one raw TLV; see protocol.LLDPTLV.
+type TLV = protocol.LLDPTLV
 
 // ErrNotLLDP is a frame that is not LLDP.
 var ErrNotLLDP = errors.New("lldp: not an LLDP frame")
