@@ -25,6 +25,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
+	"github.com/anvil-metal/anvil/protocol/lldp"
 )
 
 // DiscoveryConfig switches discovery on and bounds it.
@@ -126,7 +127,23 @@ func (s *Server) enrolReport(ctx context.Context, req protocol.DiscoveryRequest,
 	if _, ok := s.cond.Driver(d.cfg.Driver); !ok {
 		return nil, errf(http.StatusServiceUnavailable, "Discovery's driver %q is not available on this controller (--boot-discovery-driver).", d.cfg.Driver)
 	}
-	return s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, from)
+	n, err := s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, from)
+	if err != nil {
+		return nil, err
+	}
+	// The node exists now: the rules run to their end even if the agent
+	// hangs up. What they refuse is in the node's history; the machine is
+	// enrolled either way.
+	out, err := s.cond.RunDiscoveryRules(context.WithoutCancel(ctx), n.UUID)
+	switch {
+	case err != nil:
+		s.log.Warn("discovery: inspection rules could not run; the node stays in enroll", "node", n.UUID, "err", err)
+	case out.Failure != "":
+		s.log.Warn("discovery: inspection rules left the node in enroll", "node", n.UUID, "reason", out.Failure)
+	case out.Managed || len(out.Changed) > 0:
+		s.log.Info("discovery: inspection rules ran", "node", n.UUID, "changed", out.Changed, "managed", out.Managed)
+	}
+	return n, nil
 }
 
 // parseDiscovery decodes a report and its MACs (a client error if bad).
@@ -278,7 +295,8 @@ func (s *Server) enrolDiscovered(ctx context.Context, driver string, req protoco
 		return cause
 	}
 	for _, mac := range macs {
-		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now}
+		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now,
+			LocalLinkConnection: discoveredLocalLink(inv, mac)}
 		if err := s.st.CreatePort(ctx, p); err != nil {
 			if errors.Is(err, store.ErrDuplicateAddr) {
 				s.log.Info("discovery: report refused, its MAC was enrolled meanwhile", "mac", mac)
@@ -355,4 +373,16 @@ func clip(s string, n int) string {
 		return strings.ToValidUTF8(s[:n], "")
 	}
 	return s
+}
+
+// discoveredLocalLink is the local_link_connection of the port with MAC
+// mac from the LLDP frame its NIC heard (nil when none).
+func discoveredLocalLink(inv protocol.Inventory, mac string) map[string]any {
+	for _, nic := range inv.Interfaces {
+		if hw, err := net.ParseMAC(strings.TrimSpace(nic.MACAddress)); err == nil && hw.String() == mac && len(nic.LLDP) > 0 {
+			llc, _ := lldp.PortLocalLinkConnection(nil, nic.LLDP)
+			return llc
+		}
+	}
+	return nil
 }
