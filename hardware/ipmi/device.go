@@ -102,7 +102,7 @@ func (d *Device) Request(ctx context.Context, netfn, cmd byte, data []byte) ([]b
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.seq++
-	addr := &sysIfaceAddr{addrType: ipmiSystemInterfaceAddrType, channel: ipmiBMCChannel}
+	addr := &sysIfaceAddr{addrType: ipmiSystemInterfaceAddrType, channel: ipmiBMCChannel, lun: 0} // LUN 0: the BMC itself
 	buf := make([]byte, max(len(data), 1))
 	copy(buf, data)
 	req := &ipmiReq{addr: addr, addrLen: uint32(unsafe.Sizeof(*addr)), msgid: d.seq,
