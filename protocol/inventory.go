@@ -159,7 +159,7 @@ type NIC struct {
 	Driver      string `json:"driver,omitempty"`
 	// LLDP is the first LLDP frame the NIC heard from its switch, raw
 	// TLVs as IPA reports them; absent when none was heard.
-	LLDP []LLDPTLV `json:"lldp,omitempty"`
+	LLDP LLDPTLVs `json:"lldp,omitempty"`
 }
 
 // RAIDArray is a Linux software RAID (md) device.

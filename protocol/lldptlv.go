@@ -43,3 +43,26 @@ func (t *LLDPTLV) UnmarshalJSON(b []byte) error {
 	t.Type, t.Value = typ, v
 	return nil
 }
+
+// LLDPTLVs are the TLVs of one NIC. Decoding keeps the well-formed ones
+// and drops the rest, as Ironic skips a TLV that is not [type, "hex"]:
+// one odd TLV from a stock agent must not refuse the whole inventory.
+type LLDPTLVs []LLDPTLV
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (l *LLDPTLVs) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		*l = nil
+		return nil // not a list: no LLDP
+	}
+	out := make(LLDPTLVs, 0, len(raw))
+	for _, r := range raw {
+		var t LLDPTLV
+		if t.UnmarshalJSON(r) == nil {
+			out = append(out, t)
+		}
+	}
+	*l = out
+	return nil
+}

@@ -24,7 +24,7 @@ func TestInbandFill(t *testing.T) {
 	assert.Equal(t, "192.0.2.45", inv.BMCAddress)
 	assert.Equal(t, "52:54:00:aa:bb:01", inv.BMCMAC)
 	assert.Empty(t, inv.BMCV6Address)
-	assert.Equal(t, tlvs, inv.Interfaces[0].LLDP)
+	assert.Equal(t, protocol.LLDPTLVs(tlvs), inv.Interfaces[0].LLDP)
 	assert.Nil(t, inv.Interfaces[1].LLDP)
 	assert.Nil(t, inv.Extra)
 

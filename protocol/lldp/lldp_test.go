@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/protocol"
 )
 
 func frame(t testing.TB, name string) []byte {
@@ -131,4 +133,13 @@ func FuzzParseFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A stock agent's odd TLV is dropped, never the whole inventory.
+func TestInventoryKeepsGoodTLVs(t *testing.T) {
+	var nic protocol.NIC
+	require.NoError(t, json.Unmarshal([]byte(`{"name": "eth0", "lldp": [[1, "04112233aabbcc"], [2, "zz"], "junk", [5, "7377"]]}`), &nic))
+	assert.Equal(t, protocol.LLDPTLVs{{Type: 1, Value: []byte{4, 0x11, 0x22, 0x33, 0xaa, 0xbb, 0xcc}}, {Type: 5, Value: []byte("sw")}}, nic.LLDP)
+	require.NoError(t, json.Unmarshal([]byte(`{"name": "eth0", "lldp": "none"}`), &nic))
+	assert.Nil(t, nic.LLDP)
 }
