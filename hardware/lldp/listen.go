@@ -179,6 +179,16 @@ func (s *Socket) Next(ctx context.Context) ([]lldp.TLV, error) {
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			continue
 		}
+		if errors.Is(err, unix.ENETDOWN) {
+			// The link went down (the agent's network setup bounces
+			// it): the socket stays bound and hears frames once the
+			// link is up again.
+			select {
+			case <-ctx.Done():
+			case <-time.After(poll):
+			}
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lldp: receive on %s: %w", s.name, err)
 		}

@@ -86,6 +86,14 @@ func collectInNamespace(t *testing.T) {
 		res <- result{got, time.Since(start)}
 	}()
 	time.Sleep(100 * time.Millisecond)
+	// The agent's network setup bounces the link while the listener is
+	// up: the socket hears ENETDOWN, then frames again.
+	eth0, err := netlink.LinkByName("eth0")
+	require.NoError(t, err)
+	require.NoError(t, netlink.LinkSetDown(eth0))
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, netlink.LinkSetUp(eth0))
+	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	r := <-res
