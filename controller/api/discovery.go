@@ -106,8 +106,11 @@ func (s *Server) discover(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff,
-		Message: "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"})
+	msg := "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"
+	if cur, err := s.st.GetNode(r.Context(), n.UUID); err == nil && cur.ProvisionState != string(state.Enroll) {
+		msg = "enrolled as node " + n.UUID + "; the inspection rules had it managed (" + cur.ProvisionState + "); powering off"
+	}
+	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff, Message: msg})
 	return nil
 }
 

@@ -49,6 +49,9 @@ func TestDiscoveryRulesManageTheNode(t *testing.T) {
 		}})
 	r := e.do("POST", "/v1/discovery", "", reportWithBMCAndLLDP(t, "SN7", "52:54:00:aa:00:07"))
 	require.Equal(t, 201, r.status, string(r.body))
+	var dr protocol.DiscoveryResponse
+	require.NoError(t, json.Unmarshal(r.body, &dr))
+	assert.Contains(t, dr.Message, "the inspection rules had it managed (")
 
 	n := e.waitState("node-SN7", "manageable")
 	assert.Equal(t, "baremetal", n["resource_class"])
