@@ -3,7 +3,9 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anvil-metal/anvil/hardware"
 	"github.com/anvil-metal/anvil/internal/textlist"
@@ -40,6 +42,11 @@ type BootConfig struct {
 	// Discovery: the controller booted a machine no node has
 	// (anvil.discovery); the agent reports it for enrolment.
 	Discovery bool
+	// LLDPWait is how long the agent listens for its switches' LLDP
+	// frames (anvil.lldp_wait=<seconds>; 0 turns listening off), when
+	// LLDPWaitSet; else the agent's default applies.
+	LLDPWait    time.Duration
+	LLDPWaitSet bool
 	// IPA holds ironic-python-agent's arguments. They select the IPA
 	// adapter (agent/ipa) when ipa-api-url= is given without anvil.api=:
 	// the ramdisk was booted by a stock Ironic, not by anvil.
@@ -177,6 +184,12 @@ func parseArgs(args []string) BootConfig {
 			c.Node = val
 		case "anvil.discovery":
 			c.Discovery = !hasVal || truthy(val)
+		case "anvil.lldp_wait":
+			if n, err := strconv.Atoi(val); err == nil && n >= 0 && n <= 600 {
+				c.LLDPWait, c.LLDPWaitSet = time.Duration(n)*time.Second, true
+			} else {
+				c.Problems = append(c.Problems, fmt.Sprintf("anvil.lldp_wait=%s: not a number of seconds from 0 to 600", val))
+			}
 		case "ip":
 			if c.Static == nil || kernelIP {
 				if st, err := parseKernelIP(val); c.usable(err) && st != nil {

@@ -66,6 +66,9 @@ func TestParseCmdlineEdgeCases(t *testing.T) {
 		{"quoted value with spaces", `anvil.node="abc def" x`, BootConfig{Node: "abc def"}},
 		{"discovery marker", "anvil.api=http://x:1 anvil.discovery console=tty0", BootConfig{API: "http://x:1", anvilAPI: true, Discovery: true}},
 		{"discovery off", "anvil.discovery=0", BootConfig{}},
+		{"lldp wait", "anvil.lldp_wait=5", BootConfig{LLDPWait: 5 * time.Second, LLDPWaitSet: true}},
+		{"lldp off", "anvil.lldp_wait=0", BootConfig{LLDPWaitSet: true}},
+		{"lldp wait not a number", "anvil.lldp_wait=soon", BootConfig{Problems: []string{"anvil.lldp_wait=soon: not a number of seconds from 0 to 600"}}},
 		{"tabs and newline", "anvil.api=http://x:1\tanvil.node=n\n", BootConfig{API: "http://x:1", anvilAPI: true, Node: "n"}},
 		{"after -- belongs to init", "quiet -- anvil.api=http://x:1", BootConfig{}},
 	}

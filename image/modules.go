@@ -110,6 +110,13 @@ func DefaultClasses() []ModuleClass {
 			},
 			Exclude: []string{"drivers/usb/host/sl811*", "drivers/usb/host/u132-hcd"},
 		},
+		{
+			Name: "ipmi",
+			Doc:  "in-band IPMI (KCS/SMIC/BT system interface and /dev/ipmi0), for the agent to read the BMC's address",
+			Include: []string{
+				"drivers/char/ipmi/ipmi_msghandler", "drivers/char/ipmi/ipmi_devintf", "drivers/char/ipmi/ipmi_si",
+			},
+		},
 	}
 }
 

@@ -134,6 +134,7 @@ type netbootNode struct {
 	firmware  string // "bios" (SeaBIOS + QEMU's iPXE ROM), "uefi" (OVMF's own PXE), "uefi-http" (OVMF's HTTP boot) or "uefi-sb" (PXE, Secure Boot enforced)
 	disks     []vbmc.QEMUDisk
 	serial    string
+	qemuArgs  []string // more devices (e.g. an in-band IPMI interface)
 	cmd       *exec.Cmd
 	exited    chan struct{}
 }
@@ -188,6 +189,7 @@ func (n *netbootNode) start(t *testing.T, tap string) {
 		args = append(args, "-boot", "n")
 	}
 	args = append(args, "-device", nic)
+	args = append(args, n.qemuArgs...)
 	for i, d := range n.disks {
 		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw", d.Path, i),
 			"-device", fmt.Sprintf("nvme,serial=%s,drive=d%d", d.Serial, i))

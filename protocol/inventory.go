@@ -20,8 +20,14 @@ type Inventory struct {
 	PCI []PCIDevice `json:"pci"`
 	// FirmwareMissing names the firmware files the kernel asked for and
 	// could not load (from the kernel log).
-	FirmwareMissing []string       `json:"firmware_missing,omitempty"`
-	Extra           map[string]any `json:"extra,omitempty"`
+	FirmwareMissing []string `json:"firmware_missing,omitempty"`
+	// The BMC's addresses as the agent read them over in-band IPMI
+	// (/dev/ipmi0), as IPA reports them; empty when the server has no
+	// in-band IPMI or the BMC has none set (Extra["bmc"] says which).
+	BMCAddress   string         `json:"bmc_address,omitempty"`
+	BMCV6Address string         `json:"bmc_v6address,omitempty"`
+	BMCMAC       string         `json:"bmc_mac,omitempty"`
+	Extra        map[string]any `json:"extra,omitempty"`
 }
 
 // PCIDevice is one PCI function as the ramdisk's kernel sees it.
@@ -151,6 +157,9 @@ type NIC struct {
 	HasCarrier  bool   `json:"has_carrier"`
 	SpeedMbps   int    `json:"speed_mbps,omitempty"`
 	Driver      string `json:"driver,omitempty"`
+	// LLDP is the first LLDP frame the NIC heard from its switch, raw
+	// TLVs as IPA reports them; absent when none was heard.
+	LLDP LLDPTLVs `json:"lldp,omitempty"`
 }
 
 // RAIDArray is a Linux software RAID (md) device.

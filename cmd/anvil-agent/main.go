@@ -87,6 +87,7 @@ type options struct {
 	// discovery: anvil.discovery or --discovery: report the machine for
 	// enrolment instead of looking a node up.
 	discovery bool
+	lldpWait  time.Duration
 	// ipa: booted by a stock Ironic (ipa-api-url= without anvil.api=, and
 	// no --api): speak ironic-python-agent's protocol (agent/ipa).
 	ipa     bool
@@ -116,6 +117,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.proc, "proc", systemProc, "procfs used to detect the ramdisk and read the uptime (another procfs never gets ramdisk powers)")
 	fs.BoolVar(&o.debug, "debug", false, "debug logging (default: anvil.debug)")
 	fs.BoolVar(&o.discovery, "discovery", false, "discovery mode: report this machine's inventory for enrolment as a new node (default: anvil.discovery)")
+	fs.DurationVar(&o.lldpWait, "lldp-wait", 0, "how long to listen for the switches' LLDP frames, 0 not at all (default: anvil.lldp_wait= seconds; else 30s in discovery mode, 0 otherwise)")
 	if _, err := cli.Parse(fs, usage, args); err != nil {
 		return o, err
 	}
@@ -145,6 +147,13 @@ func parseFlags(args []string) (options, error) {
 	}
 	if !set["debug"] {
 		o.debug = boot.Debug || boot.IPA.Debug
+	}
+	switch {
+	case set["lldp-wait"]:
+	case boot.LLDPWaitSet:
+		o.lldpWait = boot.LLDPWait
+	case o.discovery:
+		o.lldpWait = defaultLLDPWait
 	}
 	o.ipa, o.ipaArgs = boot.IPAMode() && !set["api"], boot.IPA
 	o.devices, o.devicesSet = boot.Devices, boot.DevicesSet
@@ -284,6 +293,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	root := o.root
+	// The BMC and the switches are read from this machine, never beside
+	// a fixture root.
+	var ib *inband
+	if filepath.Clean(root) == systemRoot {
+		ib = startInband(ctx, log, gates.network, o.lldpWait, powers)
+	}
 	a := &agent.Agent{
 		Controller: client,
 		Hardware:   hardwareFor(root, log, disksReady),
@@ -294,6 +309,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return protocol.Inventory{}, err
 			}
 			inv, err := hardware.Inventory(ctx, root)
+			ib.fill(ctx, &inv)
 			return g.ScopeInventory(inv), err
 		},
 		Logs:     agent.SystemLogs{LogFile: o.logFile, Kmsg: "/dev/kmsg"},

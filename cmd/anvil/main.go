@@ -12,6 +12,7 @@
 //	anvil node subscription create|delete|list NODE   the BMC's event subscriptions
 //	anvil node manage|provide|inspect|deploy|undeploy|abort NODE [--wait]
 //	anvil node clean NODE --steps FILE|- [--wait]
+//	anvil rule list|show|create|delete|import|export   the inspection rules (API 1.96)
 //	anvil erase-records NODE [--format json|text]   the node's signed sanitization records
 //	anvil erase-records verify FILE [--key KEY]     check exported records offline
 //	anvil erase-records public-key                  the key records are signed with
@@ -51,6 +52,7 @@ const usage = `usage: anvil [--url URL] [--ca-file FILE|--fingerprint sha256:HEX
 
 commands:
   node ...            list nodes, show one, act on one (anvil node --help)
+  rule ...            the inspection rules: list, show, create, delete, import, export (anvil rule --help)
   erase-records ...   the signed sanitization records (anvil erase-records --help)
   whoami [--json]     who the controller takes these credentials for: role and scope
 
@@ -136,6 +138,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer, get
 		return cli.Help(top)
 	case rest[0] == "node":
 		return node(ctx, dial, rest[1:], stdin, out)
+	case rest[0] == "rule":
+		return ruleCmd(ctx, dial, rest[1:], stdin, out)
 	case rest[0] == "erase-records":
 		return eraseRecords(ctx, dial, rest[1:], out)
 	case rest[0] == "whoami":

@@ -185,9 +185,7 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) error {
 	plugin := map[string]any{}
 	var inv protocol.Inventory
 	if json.Unmarshal(raw, &inv) == nil {
-		if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
-			plugin["warnings"] = warn
-		}
+		plugin = conductor.InventoryPluginData(inv)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"inventory": json.RawMessage(raw), "plugin_data": plugin})
 	return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
+	"github.com/anvil-metal/anvil/protocol/lldp"
 )
 
 // DiscoveryConfig switches discovery on and bounds it.
@@ -105,8 +106,11 @@ func (s *Server) discover(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff,
-		Message: "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"})
+	msg := "enrolled as node " + n.UUID + " in enroll; powering off until an operator manages it"
+	if cur, err := s.st.GetNode(r.Context(), n.UUID); err == nil && cur.ProvisionState != string(state.Enroll) {
+		msg = "enrolled as node " + n.UUID + "; the inspection rules had it managed (" + cur.ProvisionState + "); powering off"
+	}
+	writeJSON(w, http.StatusCreated, protocol.DiscoveryResponse{NodeUUID: n.UUID, Action: protocol.DiscoveryPowerOff, Message: msg})
 	return nil
 }
 
@@ -126,7 +130,23 @@ func (s *Server) enrolReport(ctx context.Context, req protocol.DiscoveryRequest,
 	if _, ok := s.cond.Driver(d.cfg.Driver); !ok {
 		return nil, errf(http.StatusServiceUnavailable, "Discovery's driver %q is not available on this controller (--boot-discovery-driver).", d.cfg.Driver)
 	}
-	return s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, from)
+	n, err := s.enrolDiscovered(ctx, d.cfg.Driver, req, macs, from)
+	if err != nil {
+		return nil, err
+	}
+	// The node exists now: the rules run to their end even if the agent
+	// hangs up. What they refuse is in the node's history; the machine is
+	// enrolled either way.
+	out, err := s.cond.RunDiscoveryRules(context.WithoutCancel(ctx), n.UUID)
+	switch {
+	case err != nil:
+		s.log.Warn("discovery: inspection rules could not run; the node stays in enroll", "node", n.UUID, "err", err)
+	case out.Failure != "":
+		s.log.Warn("discovery: inspection rules left the node in enroll", "node", n.UUID, "reason", out.Failure)
+	case out.Managed || len(out.Changed) > 0:
+		s.log.Info("discovery: inspection rules ran", "node", n.UUID, "changed", out.Changed, "managed", out.Managed)
+	}
+	return n, nil
 }
 
 // parseDiscovery decodes a report and its MACs (a client error if bad).
@@ -278,7 +298,8 @@ func (s *Server) enrolDiscovered(ctx context.Context, driver string, req protoco
 		return cause
 	}
 	for _, mac := range macs {
-		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now}
+		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now,
+			LocalLinkConnection: discoveredLocalLink(inv, mac)}
 		if err := s.st.CreatePort(ctx, p); err != nil {
 			if errors.Is(err, store.ErrDuplicateAddr) {
 				s.log.Info("discovery: report refused, its MAC was enrolled meanwhile", "mac", mac)
@@ -355,4 +376,16 @@ func clip(s string, n int) string {
 		return strings.ToValidUTF8(s[:n], "")
 	}
 	return s
+}
+
+// discoveredLocalLink is the local_link_connection of the port with MAC
+// mac from the LLDP frame its NIC heard (nil when none).
+func discoveredLocalLink(inv protocol.Inventory, mac string) map[string]any {
+	for _, nic := range inv.Interfaces {
+		if hw, err := net.ParseMAC(strings.TrimSpace(nic.MACAddress)); err == nil && hw.String() == mac && len(nic.LLDP) > 0 {
+			llc, _ := lldp.PortLocalLinkConnection(nil, nic.LLDP)
+			return llc
+		}
+	}
+	return nil
 }

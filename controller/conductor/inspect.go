@@ -17,6 +17,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/state"
 	"github.com/anvil-metal/anvil/controller/store"
 	"github.com/anvil-metal/anvil/protocol"
+	"github.com/anvil-metal/anvil/protocol/lldp"
 )
 
 // inspecting advances nodes in state inspecting and ends the agent's
@@ -149,10 +150,7 @@ func (c *inspecting) runInspectionRules(ctx context.Context, n *store.Node, inv 
 	if err := json.Unmarshal(raw, &inventory); err != nil {
 		return nil, fmt.Errorf("inspection rules: decode the inventory of node %s: %w", n.UUID, err)
 	}
-	plugin := map[string]any{}
-	if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
-		plugin["warnings"] = warn
-	}
+	plugin := InventoryPluginData(inv)
 	seen := *n
 	seen.Properties = maps.Clone(n.Properties)
 	if seen.Properties == nil {
@@ -202,14 +200,47 @@ func (c *inspecting) createPorts(ctx context.Context, nodeUUID string, nics []pr
 			return created, err
 		}
 		if len(existing) > 0 {
+			if err := fillLocalLink(ctx, c.st, existing[0], nodeUUID, nic); err != nil {
+				return created, err
+			}
 			continue
 		}
+		llc, _ := lldp.PortLocalLinkConnection(nil, nic.LLDP)
 		p := &store.Port{UUID: uuid.NewString(), Address: mac, NodeUUID: nodeUUID, PXEEnabled: pxe, CreatedAt: c.now(),
-			Extra: map[string]any{"interface": nic.Name}}
+			Extra: map[string]any{"interface": nic.Name}, LocalLinkConnection: llc}
 		if err := c.st.CreatePort(ctx, p); err != nil {
 			return created, fmt.Errorf("create port %s for node %s: %w", mac, nodeUUID, err)
 		}
 		created++
 	}
 	return created, nil
+}
+
+// InventoryPluginData is the plugin data inspection rules see beside the
+// inventory: the driver warnings and Ironic's interface and LLDP data
+// (all_interfaces, parsed_lldp).
+func InventoryPluginData(inv protocol.Inventory) map[string]any {
+	plugin := lldp.PluginData(inv)
+	if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
+		plugin["warnings"] = warn
+	}
+	return plugin
+}
+
+// fillLocalLink adds to a port of this node the local_link_connection
+// keys its NIC's LLDP frame gives and the port lacks, as Ironic's
+// local_link_connection hook: what an operator set is kept.
+func fillLocalLink(ctx context.Context, st store.Store, p *store.Port, nodeUUID string, nic protocol.NIC) error {
+	if p.NodeUUID != nodeUUID || len(nic.LLDP) == 0 {
+		return nil
+	}
+	llc, added := lldp.PortLocalLinkConnection(p.LocalLinkConnection, nic.LLDP)
+	if !added {
+		return nil
+	}
+	p.LocalLinkConnection = llc
+	if err := st.UpdatePort(ctx, p); err != nil {
+		return fmt.Errorf("port %s local_link_connection from LLDP: %w", p.UUID, err)
+	}
+	return nil
 }

@@ -30,6 +30,8 @@ type ruleOutcome struct {
 	// events are the node history entries: which rule changed what.
 	events []*store.Event
 	c      *core
+	// manage: a rule asked for the node to be managed (discovery only).
+	manage bool
 }
 
 // applyInspectionRules runs every inspection rule on n, given its
@@ -76,7 +78,7 @@ func applyInspectionRules(ctx context.Context, c *core, n *store.Node, inventory
 			return nil, err
 		}
 	}
-	out.before, out.after = doc, res.Node
+	out.before, out.after, out.manage = doc, res.Node, res.Manage
 	for _, ch := range res.Changes {
 		out.events = append(out.events, c.newEvent(n.UUID, "INFO", "inspection", "inspection "+ch))
 	}

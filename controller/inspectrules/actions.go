@@ -85,6 +85,9 @@ func (r *run) apply(op string, a map[string]any) (string, error) {
 		return "", r.pluginData(op, a)
 	case "api-call":
 		return "", r.apiCall(a)
+	case ActionManage:
+		r.res.Manage = true
+		return "(manage requested)", nil
 	}
 	return "", errorf("Unsupported action '%s'.", op)
 }

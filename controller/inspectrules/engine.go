@@ -53,6 +53,8 @@ type Result struct {
 	// never in them.
 	Changes []string
 	Matched []string // the UUIDs of the rules whose actions ran
+	// Manage: a rule asked for the node to be managed (ActionManage).
+	Manage bool
 }
 
 // SensitiveFields are the keys Ironic masks (base.SENSITIVE_FIELDS).

@@ -304,7 +304,12 @@ func TestActions(t *testing.T) {
 				assert.Equal(t, []string{"5d8f5b5e-6a4b-4f5e-9a36-6f6d1f1b2c3d"}, r.PortsChanged)
 			}},
 		{"log", `[{"op": "log", "args": {"msg": "node {node.name}", "level": "warning"}}]`,
-			func(t *testing.T, r *Result) { assert.Empty(t, r.Changes) }},
+			func(t *testing.T, r *Result) { assert.Empty(t, r.Changes); assert.False(t, r.Manage) }},
+		{"anvil-manage", `[{"op": "anvil-manage", "args": {}}]`,
+			func(t *testing.T, r *Result) {
+				assert.True(t, r.Manage)
+				assert.Equal(t, []string{"rule rule-1: anvil-manage (manage requested)"}, r.Changes)
+			}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

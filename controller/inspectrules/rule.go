@@ -71,7 +71,15 @@ var conditionSigs = map[string]signature{
 // order.
 var actionOps = []string{"fail", "log", "set-attribute", "extend-attribute", "del-attribute", "set-capability",
 	"unset-capability", "add-trait", "remove-trait", "set-plugin-data", "extend-plugin-data", "unset-plugin-data",
-	"set-port-attribute", "extend-port-attribute", "del-port-attribute", "api-call"}
+	"set-port-attribute", "extend-port-attribute", "del-port-attribute", "api-call",
+	// anvil's own: Ironic has no action that changes a node's state.
+	ActionManage}
+
+// ActionManage asks that a node discovery just enrolled be managed (its
+// BMC credentials verified, enroll -> manageable) once the rules have
+// run: the end of hands-off enrolment. It does nothing on an inspection,
+// where the node is manageable already.
+const ActionManage = "anvil-manage"
 
 var actionSigs = map[string]signature{
 	"fail":                  {[]string{"msg"}, nil},
@@ -90,6 +98,7 @@ var actionSigs = map[string]signature{
 	"extend-port-attribute": {[]string{"port_id", "path", "value"}, []string{"unique"}},
 	"del-port-attribute":    {[]string{"port_id", "path"}, nil},
 	"api-call":              {[]string{"url"}, []string{"headers", "proxies", "timeout", "retries", "backoff_factor"}},
+	ActionManage:            {nil, nil},
 }
 
 // formattedArgs are the arguments interpolated outside loops (Ironic's

@@ -32,6 +32,23 @@ type Options struct {
 	// "-chardev socket,server=on" serial port (ipmi_sim connects when a
 	// client activates SOL), or a path to a tty.
 	SOL string
+	// Addr and Port are where the LAN interface listens: default
+	// 127.0.0.1 and a free port. A fixed Port is not retried elsewhere.
+	Addr string
+	Port int
+	// LAN is what the BMC reports as its LAN configuration (Get LAN
+	// Configuration Parameters, from the LAN or in band); zero: nothing
+	// (0.0.0.0, as ipmi_sim without a lan_config_program).
+	LAN LANConfig
+	// KCSPort, when set, has ipmi_sim listen on 127.0.0.1:KCSPort for
+	// QEMU's ipmi-bmc-extern (the "VM" protocol), so the guest has an
+	// in-band KCS interface to this BMC.
+	KCSPort int
+}
+
+// LANConfig is the address and MAC the BMC reports for its LAN channel.
+type LANConfig struct {
+	IP, MAC string
 }
 
 // User is an IPMI user of the simulated BMC.
@@ -156,7 +173,7 @@ func Start(t testing.TB, o Options) *Sim {
 		if err == nil {
 			return sim
 		}
-		if !errors.Is(err, errPortTaken) || attempt == 3 {
+		if !errors.Is(err, errPortTaken) || attempt == 3 || o.Port != 0 {
 			t.Fatalf("ipmisim: %v", err)
 		}
 		t.Logf("ipmisim: %v; trying another port", err)
@@ -168,9 +185,27 @@ var errPortTaken = errors.New("ipmi_sim's port was taken")
 
 // start runs one ipmi_sim on a freshly chosen port.
 func start(t testing.TB, root string, tmpl *template.Template, o Options, users []simUser) (*Sim, error) {
-	s := &Sim{Port: freeUDPPort(t), Dir: t.TempDir()}
+	s := &Sim{Port: o.Port, Dir: t.TempDir()}
+	if s.Port == 0 {
+		s.Port = freeUDPPort(t)
+	}
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	lanProg := ""
+	if o.LAN != (LANConfig{}) {
+		// ipmi_sim runs it as "<program> get <name>" and reads "name:value".
+		lanProg = filepath.Join(s.Dir, "lan-config")
+		script := fmt.Sprintf("#!/bin/sh\ncase \"$2\" in\nip_addr) echo ip_addr:%s;;\nip_addr_src) echo ip_addr_src:static;;\nmac_addr) echo mac_addr:%s;;\n"+
+			"subnet_mask) echo subnet_mask:255.0.0.0;;\n*mac_addr) echo \"$2:00:00:00:00:00:00\";;\n*) echo \"$2:0.0.0.0\";;\nesac\n", o.LAN.IP, o.LAN.MAC)
+		if err := os.WriteFile(lanProg, []byte(script), 0o700); err != nil {
+			return nil, err
+		}
+	}
 	var conf bytes.Buffer
-	if err := tmpl.Execute(&conf, map[string]any{"Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username, "Password": o.Password, "Users": users, "SOL": o.SOL}); err != nil {
+	if err := tmpl.Execute(&conf, map[string]any{"Addr": addr, "Port": s.Port, "ChassisControl": o.ChassisControl, "Username": o.Username,
+		"Password": o.Password, "Users": users, "LANConfigProgram": lanProg, "KCSPort": o.KCSPort, "SOL": o.SOL}); err != nil {
 		return nil, err
 	}
 	confPath := filepath.Join(s.Dir, "lan.conf")

@@ -9,6 +9,7 @@ import { evidenceSection } from './evidence.js';
 import { renderTimeline } from './timeline.js';
 import { selSection, BMC_DRIVERS } from './sel.js';
 import { consoleSection } from './console.js';
+import { ruleChanges } from './rules.js';
 
 // Which provision verbs make sense in which state (the API decides; this
 // only keeps the page from offering what it would refuse).
@@ -72,6 +73,7 @@ export function nodePage(main, ident) {
   const steps = el('div', { id: 'steps' });
   const lastClean = el('div', { id: 'last-clean' });
   const history = el('div', { id: 'history' });
+  const rules = el('div', { id: 'rules-changed' });
   const bootTimeline = el('div', { id: 'boot-timeline' }, el('p', { class: 'dim' }, 'loading…'));
   const bios = biosSection();
   const firmware = firmwareSection();
@@ -99,6 +101,7 @@ export function nodePage(main, ident) {
     section('timeline-h', 'Boot timeline', bootTimeline),
     section('sel-h', 'BMC event log', sel.element),
     serial.element,
+    section('rules-h', 'Inspection rules', rules),
     section('hist-h', 'History', history));
 
   function showError(err) {
@@ -392,13 +395,17 @@ export function nodePage(main, ident) {
         ['serial', inv.system_vendor?.serial_number],
         ['CPUs', inv.cpu ? `${inv.cpu.count} × ${inv.cpu.model_name || '?'} (${inv.cpu.architecture || '?'})` : null],
         ['memory', inv.memory ? `${bytes(inv.memory.total)} usable, ${inv.memory.physical_mb} MiB physical` : null],
-        ['boot mode', inv.boot?.current_boot_mode]]),
+        ['boot mode', inv.boot?.current_boot_mode],
+        ['BMC (in band)', [inv.bmc_address, inv.bmc_v6address, inv.bmc_mac].filter(Boolean).join(', ') || inv.extra?.bmc]]),
       table('Disks', ['name', 'model', 'serial', 'size', 'type'], (inv.disks || []).map((d) =>
         [d.name, [d.vendor, d.model].filter(Boolean).join(' ') || '–', d.serial || '–', bytes(d.size),
           [d.controller, d.rotational ? 'rotational' : 'solid state', d.removable ? 'removable' : '', d.read_only ? 'read-only' : '']
             .filter(Boolean).join(', ')]), 'disks'),
-      table('Network interfaces', ['name', 'MAC', 'driver', 'link'], (inv.interfaces || []).map((i) =>
-        [i.name, i.mac_address, i.driver || '–', i.has_carrier ? `up${i.speed_mbps ? ' ' + i.speed_mbps + ' Mb/s' : ''}` : 'down']), 'nics'));
+      table('Network interfaces', ['name', 'MAC', 'driver', 'link', 'switch (LLDP)'], (inv.interfaces || []).map((i) => {
+        const l = (plugin.parsed_lldp || {})[i.name];
+        return [i.name, i.mac_address, i.driver || '–', i.has_carrier ? `up${i.speed_mbps ? ' ' + i.speed_mbps + ' Mb/s' : ''}` : 'down',
+          l ? [l.switch_system_name || l.switch_chassis_id, l.switch_port_id].filter(Boolean).join(' port ') : '–'];
+      }), 'nics'));
   }
 
   // renderHistory shows the events, newest first, and the per-device
@@ -407,6 +414,7 @@ export function nodePage(main, ident) {
     const list = [...events].reverse();
     put(history, table('Events, newest first', ['time', 'severity', 'type', 'event'],
       list.slice(0, 100).map((e) => [when(e.created_at), e.severity, e.event_type, e.event]), 'events'));
+    put(rules, ruleChanges(events));
     let start = -1;
     for (let i = events.length - 1; i >= 0; i--) {
       if (events[i].event_type === 'cleaning' && /^clean step \S+ (finished|failed)/.test(events[i].event)) start = i;
