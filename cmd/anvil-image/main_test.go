@@ -21,7 +21,7 @@ func TestParseSelection(t *testing.T) {
 		err                    string
 	}{
 		{name: "default: every class", want: all},
-		{name: "remove one", classes: "-usb", want: []string{"ethernet", "storage", "virtio", "md"}},
+		{name: "remove one", classes: "-usb", want: []string{"ethernet", "storage", "virtio", "md", "ipmi"}},
 		{name: "only some", classes: "storage,+virtio", want: []string{"storage", "virtio"}},
 		{name: "modules", modules: "+ixgbevf, -mlx4_core,+zfs", want: all, add: []string{"ixgbevf", "zfs"}, remove: []string{"mlx4_core"}},
 		{name: "unknown class", classes: "-sound", err: `no class "sound"`},

@@ -146,7 +146,10 @@ func TestVirtualMediaBootTimeoutEjects(t *testing.T) {
 	require.Equal(t, 202, e.provision("vm", "provide", nil).status)
 	e.waitState("vm", "clean failed")
 	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond)
-	assert.Contains(t, historyText(e, "vm"), "virtual media ejected (the agent operation ended)")
+	// the ISO is removed before the eject is recorded (ejectMedia)
+	require.Eventually(t, func() bool {
+		return strings.Contains(historyText(e, "vm"), "virtual media ejected (the agent operation ended)")
+	}, 10*time.Second, 20*time.Millisecond, historyText(e, "vm"))
 }
 
 // TestVirtualMediaBootWithoutISO: a controller without the agent ISO fails
@@ -174,7 +177,10 @@ func TestVirtualMediaServiceTimeoutEjects(t *testing.T) {
 	n := e.waitState("svm", "service failed")
 	assert.Contains(t, n["last_error"], "Timeout in service wait")
 	require.Eventually(t, func() bool { return !b.Active(id) }, 10*time.Second, 20*time.Millisecond, "the agent's ISO is out")
-	assert.Contains(t, historyText(e, "svm"), "virtual media ejected (servicing failed, leaving the ramdisk's media)")
+	// the ISO is removed before the eject is recorded (ejectMedia)
+	require.Eventually(t, func() bool {
+		return strings.Contains(historyText(e, "svm"), "virtual media ejected (servicing failed, leaving the ramdisk's media)")
+	}, 10*time.Second, 20*time.Millisecond, historyText(e, "svm"))
 	dii := e.do("GET", "/v1/nodes/svm", latest, nil).json(t)["driver_internal_info"].(map[string]any)
 	assert.NotContains(t, dii, "agent_secret_token", "the agent's token died with the service")
 }
