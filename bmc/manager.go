@@ -65,7 +65,11 @@ type opener interface {
 
 // RetryPolicy bounds retries of busy/unreachable failures.
 type RetryPolicy struct {
-	// Attempts is the maximum number of tries of one command (>= 1).
+	// Attempts is the maximum number of tries of one command (>= 1) when
+	// the BMC cannot be reached. A BMC that answers busy (409 during POST,
+	// 503, out of sessions) is retried until MaxElapsed instead: a server
+	// in POST refuses changes for tens of seconds, and giving up after a
+	// few quick tries would report a failure that waiting cures.
 	Attempts int
 	// Initial is the first backoff; it doubles per retry, with jitter.
 	Initial time.Duration
@@ -483,7 +487,7 @@ func (op *operation) retryGap(ctx context.Context, what string, gap time.Duratio
 		}
 		op.closeSession(ctx)
 		jittered := backoff/2 + rand.N(backoff/2+1)
-		if attempt >= pol.Attempts || time.Since(start)+jittered > pol.MaxElapsed {
+		if attempt >= pol.Attempts && kindOf(err) != kindBusy || time.Since(start)+jittered > pol.MaxElapsed {
 			return fmt.Errorf("%s: giving up after %d attempts in %s: %w", what, attempt, time.Since(start).Round(time.Millisecond), err)
 		}
 		op.log.WarnContext(ctx, "bmc: retrying", "command", what, "attempt", attempt, "backoff", jittered, "error", err)

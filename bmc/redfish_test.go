@@ -290,6 +290,33 @@ func TestRedfishBusyAfterPowerOffIsRetried(t *testing.T) {
 	assert.Contains(t, logs.String(), "HTTP 409")
 }
 
+// TestRedfishBusyDuringPOSTIsWaitedOut: a BMC that answers 409 for 20 s
+// after a power-off (a server in POST), with the default retry policy:
+// the power-on is retried past the attempt cap, which bounds unreachable
+// BMCs only, and succeeds once the BMC accepts it.
+func TestRedfishBusyDuringPOSTIsWaitedOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 20 s of BMC busy time")
+	}
+	t.Parallel()
+	env := startVBMC(t, "node-1")
+	env.srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: 20 * time.Second})
+	ctx := context.Background()
+	require.NoError(t, env.nodes["node-1"].PowerOn(ctx, vbmc.BootDisk))
+	cfg := fastConfig(nil)
+	cfg.Retry = bmc.RetryPolicy{} // the defaults: 4 attempts, 0.5 s doubling to 5 s, 30 s in all
+	m := bmc.New(cfg)
+	tg := env.target(t, "node-1", testPass)
+	_, err := m.SetPower(ctx, tg, bmc.ActionOff)
+	require.NoError(t, err)
+	start := time.Now()
+	out, err := m.SetPower(ctx, tg, bmc.ActionOn)
+	require.NoError(t, err, "20 s of 409 is within the default 30 s")
+	assert.True(t, env.on(t, "node-1"))
+	assert.Greater(t, out.Attempts, 4, "more tries than the attempt cap")
+	assert.GreaterOrEqual(t, time.Since(start), 15*time.Second)
+}
+
 func TestRedfishBusyForeverGivesUp(t *testing.T) {
 	env := startVBMC(t, "node-1")
 	env.srv.SetFaults(vbmc.Faults{BusyAfterPowerOff: time.Hour})
