@@ -48,6 +48,8 @@ type soakConfig struct {
 	timeout     time.Duration
 	seed        uint64
 	logDir      string
+	hangEvery   int
+	stepTimeout time.Duration
 }
 
 const soakUsage = `usage: anvil-bench soak [flags]
@@ -78,6 +80,8 @@ func parseSoak(args []string) (soakConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", time.Hour, "abort the whole run after this long")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed of lifecycles and kills (0: from the clock; printed)")
 	fs.StringVar(&c.logDir, "log-dir", "", "keep the controllers' logs here (default: a temp dir, removed)")
+	fs.IntVar(&c.hangEvery, "hang-every", 5, "every Nth machine's erase never finishes, so the controllers time it out (0: none)")
+	fs.DurationVar(&c.stepTimeout, "step-timeout", 15*time.Second, "the controllers' --step-timeout, which ends those erases")
 	if _, err := cli.Parse(fs, soakUsage, args); err != nil {
 		return c, err
 	}
@@ -88,8 +92,10 @@ func parseSoak(args []string) (soakConfig, error) {
 		return c, errors.New("SQLite is one controller's database: use -database postgres for several")
 	case c.controllers < 1 || c.nodes < 1:
 		return c, errors.New("want -controllers >= 1 and -nodes >= 1")
-	case c.duration <= 0 || c.heartbeat <= 0 || c.leaseTTL <= 0 || c.settle <= 0:
-		return c, errors.New("-duration, -heartbeat-interval, -lease-ttl and -settle must be positive")
+	case c.duration <= 0 || c.heartbeat <= 0 || c.leaseTTL <= 0 || c.settle <= 0 || c.stepTimeout <= 0:
+		return c, errors.New("-duration, -heartbeat-interval, -lease-ttl, -settle and -step-timeout must be positive")
+	case c.hangEvery < 0:
+		return c, errors.New("-hang-every must be >= 0")
 	}
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano())
@@ -272,7 +278,7 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 		c := &soakCtl{i: i, logPath: filepath.Join(logDir, fmt.Sprintf("soak-controller-%d.log", i)),
 			args: []string{"--database", r.db, "--host", fmt.Sprintf("soak-%d", i), "--log-level", "info",
 				"--heartbeat-interval", cfg.heartbeat.String(), "--lease-ttl", cfg.leaseTTL.String(),
-				"--bmc-min-interval", "0", "--timeout-check-interval", "500ms"}}
+				"--bmc-min-interval", "0", "--timeout-check-interval", "500ms", "--step-timeout", cfg.stepTimeout.String()}}
 		if err := c.start(cfg.bin); err != nil {
 			return nil, err
 		}
@@ -285,6 +291,7 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 
 	fctx, stopFleet := context.WithCancel(context.Background())
 	defer stopFleet()
+	machines := 0
 	r.fleet = simfleet.New(fctx, simfleet.Config{API: front.URL, Interval: cfg.heartbeat, BootDelay: 100 * time.Millisecond,
 		Prepare: func(m *simfleet.Machine) {
 			// Steps that last a few heartbeats, so that kills land in them;
@@ -292,6 +299,12 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 			m.Agent.Outcomes["deploy.erase_devices_metadata"] = simagent.Outcome{Runs: 2}
 			m.Agent.Outcomes["deploy.erase_devices"] = simagent.Outcome{Runs: 4, Result: simulatedErase(m.Name)}
 			m.Agent.Outcomes["deploy.write_image"] = simagent.Outcome{Runs: 3}
+			if cfg.hangEvery > 0 && machines%cfg.hangEvery == 0 {
+				// never released: the controller's step timeout ends it,
+				// the path whose result was once a second write
+				m.Agent.Outcomes["deploy.erase_devices"] = simagent.Outcome{Release: make(chan struct{})}
+			}
+			machines++
 		}}, "soak", cfg.nodes)
 	defer r.fleet.Close()
 	fmt.Fprintf(out, "anvil-bench soak: %d nodes, %d controller(s) on %s, %s of lifecycles, a SIGKILL about every %s, seed %d\n",

@@ -130,11 +130,18 @@ func (r *soakRun) do(ctx context.Context, n *soakNode, verb, want string) bool {
 	return false
 }
 
+// atRest: no operation runs on the node. A failed state keeps the failed
+// operation's target, as Ironic's does.
+func atRest(n *client.Node) bool {
+	return slices.Contains(stableStates, n.ProvisionState) && n.Reservation == nil &&
+		(n.TargetProvisionState == nil || strings.HasSuffix(n.ProvisionState, "failed"))
+}
+
 // rest waits for the node to be in a stable state with no reservation.
 func (r *soakRun) rest(ctx context.Context, n *soakNode) string {
 	for {
 		node, err := r.api.GetNode(ctx, n.uuid)
-		if err == nil && slices.Contains(stableStates, node.ProvisionState) && node.Reservation == nil && node.TargetProvisionState == nil {
+		if err == nil && atRest(node) {
 			return node.ProvisionState
 		}
 		if !pause.For(ctx, 250*time.Millisecond) {
@@ -217,8 +224,7 @@ func (r *soakRun) check(ctx context.Context, settled time.Duration) *soakReport 
 			continue
 		}
 		// no node stuck
-		atRest := slices.Contains(stableStates, node.ProvisionState) && node.Reservation == nil && node.TargetProvisionState == nil
-		if !atRest {
+		if !atRest(node) {
 			bad("%s: stuck in %q (target %v, reservation %v, last_error %v)", n.name, node.ProvisionState,
 				deref(node.TargetProvisionState), deref(node.Reservation), deref(node.LastError))
 		} else {
@@ -230,7 +236,7 @@ func (r *soakRun) check(ctx context.Context, settled time.Duration) *soakReport 
 			bad("%s: history cannot be read: %v", n.name, err)
 			continue
 		}
-		if !atRest {
+		if !atRest(node) {
 			// still moving: its history and results are checked only at rest
 			for _, e := range hist[max(0, len(hist)-8):] {
 				bad("%s:   history: %s %s", n.name, e.CreatedAt, e.Event)
@@ -294,7 +300,7 @@ func (r *soakRun) check(ctx context.Context, settled time.Duration) *soakReport 
 		}
 	}
 	rep.Checked = append(rep.Checked,
-		fmt.Sprintf("%d/%d nodes at rest (a stable state, no reservation, no target)", resting, len(r.nodes)),
+		fmt.Sprintf("%d/%d nodes at rest (a stable or failed state, no reservation, no target but a failed one's)", resting, len(r.nodes)),
 		fmt.Sprintf("%d/%d nodes in the state their history's last transition ends in", histories, len(r.nodes)),
 		fmt.Sprintf("%d agent steps started, each with its result, none run twice", steps),
 		fmt.Sprintf("%d erases succeeded, %d erase records", erases, records))
