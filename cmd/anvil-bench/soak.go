@@ -79,7 +79,7 @@ func parseSoak(args []string) (soakConfig, error) {
 	fs.DurationVar(&c.settle, "settle", 2*time.Minute, "how long the fleet may take to come to rest after -duration")
 	fs.DurationVar(&c.timeout, "timeout", time.Hour, "abort the whole run after this long")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed of lifecycles and kills (0: from the clock; printed)")
-	fs.StringVar(&c.logDir, "log-dir", "", "keep the controllers' logs here (default: a temp dir, removed)")
+	fs.StringVar(&c.logDir, "log-dir", "", "keep the controllers' logs (and the SQLite database) here (default: a temp dir, removed)")
 	fs.IntVar(&c.hangEvery, "hang-every", 5, "every Nth machine's erase never finishes, so the controllers time it out (0: none)")
 	fs.DurationVar(&c.stepTimeout, "step-timeout", 15*time.Second, "the controllers' --step-timeout, which ends those erases")
 	if _, err := cli.Parse(fs, soakUsage, args); err != nil {
@@ -263,7 +263,9 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 			return nil, err
 		}
 	}
-	r := &soakRun{cfg: cfg, out: out, db: "sqlite://" + filepath.Join(dir, "anvil.db"), nodes: map[string]*soakNode{}}
+	// with -log-dir the SQLite database is kept there too, for a look
+	// at what a violation left
+	r := &soakRun{cfg: cfg, out: out, db: "sqlite://" + filepath.Join(logDir, "anvil.db"), nodes: map[string]*soakNode{}}
 	if cfg.database == "postgres" {
 		pg, err := pgserver.Start(pgserver.Options{MaxConnections: 100})
 		if err != nil {
@@ -278,7 +280,9 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 		c := &soakCtl{i: i, logPath: filepath.Join(logDir, fmt.Sprintf("soak-controller-%d.log", i)),
 			args: []string{"--database", r.db, "--host", fmt.Sprintf("soak-%d", i), "--log-level", "info",
 				"--heartbeat-interval", cfg.heartbeat.String(), "--lease-ttl", cfg.leaseTTL.String(),
-				"--bmc-min-interval", "0", "--timeout-check-interval", "500ms", "--step-timeout", cfg.stepTimeout.String()}}
+				"--bmc-min-interval", "0", "--timeout-check-interval", "500ms", "--step-timeout", cfg.stepTimeout.String(),
+				// every agent comes from the balancer's one loopback address
+				"--max-unauth-conns-per-source", "0"}}
 		if err := c.start(cfg.bin); err != nil {
 			return nil, err
 		}

@@ -83,6 +83,15 @@ func (r *soakRun) drive(ctx context.Context, n *soakNode, rng *rand.Rand) {
 		if st != node.ProvisionState {
 			continue // moved meanwhile
 		}
+		if node.Maintenance {
+			// a failed clean step puts the node in maintenance (Ironic's
+			// policy); the operator clears it before trying again, or
+			// the next operation's timeouts would not apply
+			if err := r.api.Do(ctx, http.MethodDelete, "/v1/nodes/"+n.uuid+"/maintenance", nil, nil); err != nil {
+				pause.For(ctx, 200*time.Millisecond)
+			}
+			continue
+		}
 		if strings.HasSuffix(st, "failed") {
 			n.failures++
 			n.why = append(n.why, st+": "+deref(node.LastError))
