@@ -450,7 +450,9 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 				l.lookups.fail(err) // e.g. the node does not expect an agent yet
 			} else {
 				l.lookups.ok(time.Since(start))
-				lookedUp, lookedUpAt = true, start
+				// after the answer: a reboot event later than this is a
+				// reboot of the boot whose token the agent holds
+				lookedUp, lookedUpAt = true, time.Now()
 				continue // heartbeat right away
 			}
 		} else {
@@ -498,7 +500,7 @@ func (l *loadRun) rebootedSince(ctx context.Context, n *loadNode, since time.Tim
 	}
 	for _, e := range hist {
 		at, err := time.Parse(time.RFC3339Nano, e.CreatedAt)
-		if err == nil && at.After(since.Add(-time.Second)) && strings.Contains(e.Event, "rebooted") {
+		if err == nil && at.After(since) && strings.Contains(e.Event, "rebooted") {
 			return true
 		}
 	}
