@@ -506,46 +506,6 @@ func LeaseHolder(ctx context.Context) string {
 	return h
 }
 
-type resultsKey struct{}
-
-// WithStepResult makes the node write done with ctx (UpdateNode) store r
-// in the same transaction: a step the controller ends itself (a timeout,
-// an abort, a failure) fails the node and records how the step ended in
-// one write, so no crash between two writes loses the result. A write
-// that is refused (stale revision, lost lease) stores nothing; the retry
-// carries r again, and r's UUID makes it one result.
-func WithStepResult(ctx context.Context, r *StepResult) context.Context {
-	if r == nil {
-		return ctx
-	}
-	rs := append(append([]*StepResult(nil), StepResultsOf(ctx)...), r)
-	return context.WithValue(ctx, resultsKey{}, rs)
-}
-
-// StepResultsOf returns what WithStepResult put in ctx.
-func StepResultsOf(ctx context.Context) []*StepResult {
-	rs, _ := ctx.Value(resultsKey{}).([]*StepResult)
-	return rs
-}
-
-// Enrolment is a node created together with what it cannot be seen
-// without: its ports, its inventory and its first history lines.
-type Enrolment struct {
-	Node      *Node
-	Ports     []*Port
-	Inventory []byte // nil: none
-	Events    []*Event
-}
-
-// Enrolments creates a node and its parts in one transaction: readers
-// never see a half-made node, and a crash leaves all of it or none.
-type Enrolments interface {
-	// EnrolNode creates e.Node (setting its ID and Revision), its ports,
-	// its inventory and its events, or nothing: a port whose address is
-	// taken is ErrDuplicateAddr, as CreatePort would say.
-	EnrolNode(ctx context.Context, e *Enrolment) error
-}
-
 // Store is everything the controller persists.
 type Store interface {
 	Enrolments
