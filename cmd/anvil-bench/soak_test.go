@@ -75,3 +75,22 @@ func TestSoakFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestTransitionLines: the soak reads a node's last state from the
+// history lines of the engine's transitions and of the API's verbs.
+func TestTransitionLines(t *testing.T) {
+	for line, to := range map[string]string{
+		"clean wait -> clean failed (fail)":             "clean failed",
+		"clean failed -> manageable (manage requested)": "manageable",
+		"cleaning -> clean wait (wait)":                 "clean wait",
+		"step deploy.erase_devices finished":            "",
+	} {
+		m := transitionRe.FindStringSubmatch(line)
+		if to == "" {
+			assert.Nil(t, m, line)
+			continue
+		}
+		require.NotNil(t, m, line)
+		assert.Equal(t, to, m[2], line)
+	}
+}

@@ -211,7 +211,9 @@ func (rep *soakReport) print(out io.Writer) {
 	}
 }
 
-var transitionRe = regexp.MustCompile(`^(.+) -> (.+) \(([a-z_]+)\)$`)
+// transitionRe is a transition's history line: "from -> to (event)", the
+// event an API verb's ("manage requested") or the engine's ("fail").
+var transitionRe = regexp.MustCompile(`^(.+) -> (.+) \(([^()]+)\)$`)
 
 // check verifies the invariants on every node.
 func (r *soakRun) check(ctx context.Context, settled time.Duration) *soakReport {
