@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -358,9 +357,7 @@ func (r *soakRun) enrol(ctx context.Context) error {
 	return forEach(ctx, 8, r.fleet.Machines, func(m *simfleet.Machine) error {
 		n, err := r.api.CreateNode(ctx, map[string]any{"driver": "redfish", "name": m.Name, "deploy_interface": "direct",
 			"driver_info": m.DriverInfo(),
-			// the simulated agent writes no image: any URL and checksum do
-			"instance_info": map[string]any{"image_source": "http://127.0.0.1:9/soak.raw",
-				"image_checksum": "sha256:" + strings.Repeat("5a", 32)},
+
 			"properties": map[string]any{"cpus": 4, "memory_mb": 8192, "local_gb": 64, "cpu_arch": "x86_64"}})
 		if err != nil {
 			return err

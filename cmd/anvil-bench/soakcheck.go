@@ -35,6 +35,9 @@ type soakNode struct {
 	why        []string
 }
 
+// soakImage is every deploy's instance_info.
+var soakImage = map[string]any{"image_source": "http://127.0.0.1:9/soak.raw", "image_checksum": "sha256:" + strings.Repeat("5a", 32)}
+
 // stableStates are where a node rests: no operation runs.
 var stableStates = []string{"enroll", "manageable", "available", "active", "clean failed", "deploy failed",
 	"inspect failed", "error", "rescue", "rescue failed", "unrescue failed", "service failed", "adopt failed"}
@@ -112,6 +115,14 @@ func (r *soakRun) do(ctx context.Context, n *soakNode, verb, want string) bool {
 	for ctx.Err() == nil {
 		var err error
 		switch verb {
+		case "active":
+			// undeploying clears instance_info, as Ironic's does: set it
+			// again before each deploy (the simulated agent writes nothing)
+			err = r.api.Do(ctx, http.MethodPatch, "/v1/nodes/"+n.uuid, []map[string]any{
+				{"op": "add", "path": "/instance_info", "value": soakImage}}, nil)
+			if err == nil {
+				err = r.api.Provision(ctx, n.uuid, verb, nil)
+			}
 		case "retire", "unretire":
 			err = r.api.Do(ctx, http.MethodPatch, "/v1/nodes/"+n.uuid, []map[string]any{
 				{"op": "replace", "path": "/retired", "value": verb == "retire"}}, nil)
