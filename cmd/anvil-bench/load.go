@@ -463,9 +463,17 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 			case err == nil:
 				l.hb.ok(time.Since(start))
 			case errors.Is(err, simagent.ErrUnauthorized):
-				if st := l.finished(ctx, n); st != "" {
+				st := l.finished(ctx, n)
+				if st != "" {
 					l.afterEnd.Add(1)
 					return st
+				}
+				if ctx.Err() != nil {
+					// The run ended while the node's state was being read
+					// (finished gives up then): the refusal was most likely
+					// of a node that had just finished, and nothing was
+					// dropped that the run could still see.
+					return ""
 				}
 				lookedUp = false // as a real agent does: look up again
 				if l.rebootedSince(ctx, n, lookedUpAt) {
