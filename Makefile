@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: help build check-tidy test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic demo demo-sim demo-clean docs fmt vet clean
+.PHONY: help build check-tidy test test-quick test-vm test-e2e test-compat test-ironic bench bench-load bench-ironic soak-long demo demo-sim demo-clean docs fmt vet clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -52,6 +52,11 @@ bench-load: build ## load test: 10,000 nodes, 500 cleaning, API reads; SQLite x1
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database sqlite $(BENCH_LOAD_FLAGS)
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres $(BENCH_LOAD_FLAGS)
 	$(BIN)/anvil-bench load -controller $(BIN)/anvil-controller -database postgres -controllers 2 $(BENCH_LOAD_FLAGS)
+
+SOAK_FLAGS ?=
+soak-long: build ## the long crash soak: 1000 simulated machines, 30 min, two controllers on PostgreSQL, SIGKILLs, then the invariants (SOAK_FLAGS adds flags)
+	$(BIN)/anvil-bench soak -controller $(BIN)/anvil-controller -database postgres -controllers 2 -nodes 1000 \
+	  -duration 30m -kill-every 1m -heartbeat-interval 2s -lease-ttl 10s -step-timeout 2m -settle 15m -timeout 1h $(SOAK_FLAGS)
 
 BENCH_IRONIC_FLAGS ?=
 bench-ironic: build ## the same workload against anvil-controller and Debian's stock Ironic 21.4, side by side with the ratios (about 15 min; BENCH_IRONIC_FLAGS adds flags)

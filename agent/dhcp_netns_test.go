@@ -113,7 +113,11 @@ func dhcpInNamespace(t *testing.T) {
 	resolv := filepath.Join(t.TempDir(), "resolv.conf")
 	require.NoError(t, os.WriteFile(resolv, nil, 0o644))
 	require.NoError(t, unix.Mount(resolv, "/etc/resolv.conf", "", unix.MS_BIND, ""))
-	defer unix.Unmount("/etc/resolv.conf", 0)
+	// Never unmounted: the lease's renewal goroutine may still write
+	// resolv.conf after this function returns (its context ends, but it
+	// does not wait), and without the bind mount it would write the
+	// host's file, which this namespace shares. The mount goes with the
+	// namespace when this child process exits.
 
 	require.NoError(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "srv0"}, PeerName: "cli0"}))
 	srv, err := netlink.LinkByName("srv0")

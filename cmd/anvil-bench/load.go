@@ -240,6 +240,7 @@ type loadRun struct {
 	hb, lookups recorder
 	apiRec      map[string]*recorder
 	afterEnd    atomic.Int64
+	reboots     atomic.Int64 // agents restarted by a controller's reboot
 	cleanFailed atomic.Int64
 	mu          sync.Mutex
 	cleanTimes  []time.Duration
@@ -437,6 +438,7 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 	t := time.NewTicker(l.cfg.heartbeat)
 	defer t.Stop()
 	lookedUp := false
+	var lookedUpAt time.Time
 	for {
 		start := time.Now()
 		if !lookedUp {
@@ -448,7 +450,9 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 				l.lookups.fail(err) // e.g. the node does not expect an agent yet
 			} else {
 				l.lookups.ok(time.Since(start))
-				lookedUp = true
+				// after the answer: a reboot event later than this is a
+				// reboot of the boot whose token the agent holds
+				lookedUp, lookedUpAt = true, time.Now()
 				continue // heartbeat right away
 			}
 		} else {
@@ -459,12 +463,29 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 			case err == nil:
 				l.hb.ok(time.Since(start))
 			case errors.Is(err, simagent.ErrUnauthorized):
-				if st := l.finished(ctx, n); st != "" {
+				st := l.finished(ctx, n)
+				if st != "" {
 					l.afterEnd.Add(1)
 					return st
 				}
-				l.hb.fail(err)
+				if ctx.Err() != nil {
+					// The run ended while the node's state was being read
+					// (finished gives up then): the refusal was most likely
+					// of a node that had just finished, and nothing was
+					// dropped that the run could still see.
+					return ""
+				}
 				lookedUp = false // as a real agent does: look up again
+				if l.rebootedSince(ctx, n, lookedUpAt) {
+					// The controller rebooted the node into a new boot of the
+					// ramdisk, which revokes the token; fake power cannot stop
+					// this agent, so it does what the reboot does to a real
+					// one: a new process of a new boot, looking up again.
+					a.Boot()
+					l.reboots.Add(1)
+					continue
+				}
+				l.hb.fail(err)
 			default:
 				l.hb.fail(err)
 			}
@@ -475,6 +496,23 @@ func (l *loadRun) agent(ctx context.Context, n *loadNode) string {
 		case <-t.C:
 		}
 	}
+}
+
+// rebootedSince reads in the node's history whether the controller
+// rebooted it (into a new boot of the ramdisk, which revokes the agent's
+// token) since the agent looked up.
+func (l *loadRun) rebootedSince(ctx context.Context, n *loadNode, since time.Time) bool {
+	hist, err := l.api.History(ctx, n.uuid)
+	if err != nil {
+		return false
+	}
+	for _, e := range hist {
+		at, err := time.Parse(time.RFC3339Nano, e.CreatedAt)
+		if err == nil && at.After(since) && strings.Contains(e.Event, "rebooted") {
+			return true
+		}
+	}
+	return false
 }
 
 // finished reads whether the node left cleaning: "available", "clean

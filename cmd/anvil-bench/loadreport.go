@@ -31,6 +31,7 @@ type loadResult struct {
 	Heartbeats         calls              `json:"heartbeats"`
 	HeartbeatsPerSec   float64            `json:"heartbeats_per_s"`
 	HeartbeatsAfterEnd int64              `json:"heartbeats_after_end"`
+	AgentReboots       int64              `json:"agent_reboots"`
 	Lookups            calls              `json:"lookups"`
 	Cleaned            int                `json:"cleaned"`
 	CleanedPerMinute   float64            `json:"cleaned_per_minute"`
@@ -282,7 +283,7 @@ func (l *loadRun) result(f *fleet, elapsed, enrolled time.Duration, before, afte
 	secs := elapsed.Seconds()
 	r := &loadResult{Database: l.cfg.database, Controllers: len(f.procs), Nodes: l.cfg.nodes, Cleaning: l.cfg.cleaning,
 		Seconds: secs, HeartbeatInterval: l.cfg.heartbeat.Seconds(), EnrolSeconds: enrolled.Seconds(),
-		Heartbeats: l.hb.summary(), HeartbeatsAfterEnd: l.afterEnd.Load(), Lookups: l.lookups.summary(),
+		Heartbeats: l.hb.summary(), HeartbeatsAfterEnd: l.afterEnd.Load(), AgentReboots: l.reboots.Load(), Lookups: l.lookups.summary(),
 		CleanFailed: l.cleanFailed.Load(), API: map[string]calls{}, ControllerLogs: map[string]logTail{}}
 	r.HeartbeatsPerSec = float64(r.Heartbeats.OK+r.Heartbeats.Failed) / secs
 	slices.Sort(l.cleanTimes)
@@ -378,6 +379,7 @@ func (r *loadResult) print(out io.Writer) {
 	row("heartbeats failed or dropped", "%d", hb.Failed)
 	printReasons(out, hb.Reasons)
 	row("heartbeats refused after cleaning ended", "%d (expected: fake power cannot stop an agent)", r.HeartbeatsAfterEnd)
+	row("agents restarted by a controller's reboot", "%d (their old token refused, as a rebooted ramdisk's)", r.AgentReboots)
 	row("lookups ok / refused", "%d / %d (refused until the node waits for its agent)", r.Lookups.OK, r.Lookups.Failed)
 	printReasons(out, r.Lookups.Reasons)
 	row("nodes cleaned", "%d (%.0f/min, provide to available p50 %.1f s), clean failed %d", r.Cleaned, r.CleanedPerMinute, r.CleanP50Seconds, r.CleanFailed)

@@ -63,6 +63,9 @@ func run(args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "load" {
 		return runLoad(args[1:], out)
 	}
+	if len(args) > 0 && args[0] == "soak" {
+		return runSoak(args[1:], out)
+	}
 	if len(args) > 0 && args[0] == "ironic" {
 		return runIronic(args[1:], out)
 	}

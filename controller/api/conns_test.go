@@ -74,11 +74,21 @@ func faultOf(t *testing.T, body []byte) string {
 }
 
 // closedSoon asserts the server closes c within d.
+//
+// A server closing a socket with bytes it never read (the rest of a
+// trickled request, which keeps arriving) makes the kernel answer with a
+// reset, not a FIN: the read then ends in ECONNRESET rather than EOF.
+// Which one the client sees depends on whether its next byte reached
+// the server before the close, so a loaded machine turned the reset into
+// a flake; both mean the server closed the connection.
 func closedSoon(t *testing.T, c net.Conn, d time.Duration) {
 	t.Helper()
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
 	_, err := io.Copy(io.Discard, c)
-	require.NoError(t, err, "the server closes the connection (EOF), not our deadline")
+	if errors.Is(err, syscall.ECONNRESET) {
+		return
+	}
+	require.NoError(t, err, "the server closes the connection (EOF or reset), not our deadline")
 }
 
 // TestSlowBodyIsCutOff: clients that send a body one byte at a time are

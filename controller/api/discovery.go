@@ -270,8 +270,10 @@ func (s *Server) discoveryRoom(ctx context.Context, max int) error {
 	}
 }
 
-// enrolDiscovered creates the node, its ports and inventory, and the
-// history line. A port another controller created meanwhile undoes it.
+// enrolDiscovered creates the node with its ports, inventory and history
+// lines in one transaction: readers never see a half-made node, and a
+// crash leaves none. A port another controller created meanwhile refuses
+// the whole of it.
 func (s *Server) enrolDiscovered(ctx context.Context, driver string, req protocol.DiscoveryRequest, macs []string, from string) (*store.Node, error) {
 	inv := req.Inventory
 	now := time.Now().UTC()
@@ -288,40 +290,29 @@ func (s *Server) enrolDiscovered(ctx context.Context, driver string, req protoco
 		"serial": serial, "macs": macs}
 	n.Properties = discoveredProperties(inv)
 	s.defaultInterfaces(n)
-	if err := s.st.CreateNode(ctx, n); err != nil {
+	raw, err := json.Marshal(inv)
+	if err != nil {
 		return nil, err
 	}
-	undo := func(cause error) error {
-		if err := s.st.DeleteNode(context.WithoutCancel(ctx), n); err != nil {
-			s.log.Warn("discovery: removing a half-created node failed", "node", n.UUID, "err", err)
-		}
-		return cause
-	}
+	e := &store.Enrolment{Node: n, Inventory: raw}
 	for _, mac := range macs {
-		p := &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now,
-			LocalLinkConnection: discoveredLocalLink(inv, mac)}
-		if err := s.st.CreatePort(ctx, p); err != nil {
-			if errors.Is(err, store.ErrDuplicateAddr) {
-				s.log.Info("discovery: report refused, its MAC was enrolled meanwhile", "mac", mac)
-				return nil, undo(errAlreadyEnrolled())
-			}
-			return nil, undo(err)
-		}
-	}
-	raw, err := json.Marshal(inv)
-	if err == nil {
-		err = s.st.PutInventory(ctx, n.UUID, raw)
-	}
-	if err != nil {
-		return nil, undo(err)
+		e.Ports = append(e.Ports, &store.Port{UUID: uuid.NewString(), NodeUUID: n.UUID, Address: mac, PXEEnabled: true, CreatedAt: now,
+			LocalLinkConnection: discoveredLocalLink(inv, mac)})
 	}
 	msg := fmt.Sprintf("discovered by the boot service: agent at %s (boot %s) reported %s %s, serial %q, %d CPUs, %d MiB, %d disks, MACs %s; "+
 		"enrolled in enroll with driver %s and told to power off: nothing is cleaned or deployed until an operator acts",
 		from, clip(req.BootID, 64), clip(sv.Manufacturer, 64), clip(sv.ProductName, 64), serial, inv.CPU.Count, inv.Memory.PhysicalMB,
 		len(inv.Disks), strings.Join(macs, ", "), driver)
-	s.discoveryEvent(ctx, n.UUID, "INFO", msg)
+	e.Events = append(e.Events, s.newDiscoveryEvent(n.UUID, "INFO", msg))
 	if warn := protocol.DriverWarnings(inv); len(warn) > 0 {
-		s.discoveryEvent(ctx, n.UUID, "WARNING", "hardware without a driver in the ramdisk: "+clip(strings.Join(warn, "; "), 2048))
+		e.Events = append(e.Events, s.newDiscoveryEvent(n.UUID, "WARNING", "hardware without a driver in the ramdisk: "+clip(strings.Join(warn, "; "), 2048)))
+	}
+	if err := s.st.EnrolNode(ctx, e); err != nil {
+		if errors.Is(err, store.ErrDuplicateAddr) {
+			s.log.Info("discovery: report refused, its MAC was enrolled meanwhile", "macs", macs)
+			return nil, errAlreadyEnrolled()
+		}
+		return nil, err
 	}
 	s.log.Info("discovery: enrolled a new node", "node", n.UUID, "from", from, "macs", macs, "serial", serial)
 	return n, nil
@@ -360,11 +351,15 @@ func (s *Server) discoveryNote(ctx context.Context, nodeUUID, msg string) {
 }
 
 func (s *Server) discoveryEvent(ctx context.Context, nodeUUID, severity, msg string) {
-	e := &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
-		EventType: "provisioning", Event: msg, Conductor: s.cond.Host()}
+	e := s.newDiscoveryEvent(nodeUUID, severity, msg)
 	if err := s.st.AppendEvent(ctx, e); err != nil {
 		s.log.Warn("discovery: recording a history event failed", "node", nodeUUID, "err", err)
 	}
+}
+
+func (s *Server) newDiscoveryEvent(nodeUUID, severity, msg string) *store.Event {
+	return &store.Event{UUID: uuid.NewString(), NodeUUID: nodeUUID, CreatedAt: time.Now().UTC(), Severity: severity,
+		EventType: "provisioning", Event: msg, Conductor: s.cond.Host()}
 }
 
 // clip bounds a string from an unauthenticated report to n bytes, cutting

@@ -78,7 +78,13 @@ func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) 
 	if !ok {
 		return
 	}
-	_, err := c.transition(c.leases.fenced(ctx), n.UUID, state.State(n.ProvisionState), state.EvAbort, func(m *store.Node) error {
+	key := currentStepKey(n)
+	args, _ := (*ph.current(n))["args"].(map[string]any)
+	r := c.steps.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
+	if p := n.Operation.Agent.Command; p != nil {
+		r.UUID = p.ID
+	}
+	_, err := c.transition(withResult(c.leases.fenced(ctx), r), n.UUID, state.State(n.ProvisionState), state.EvAbort, func(m *store.Node) error {
 		m.LastError = strp(msg)
 		c.agents.tearDownAgent(m)
 		*ph.current(m) = map[string]any{}
@@ -90,13 +96,6 @@ func (c *stops) abortByPowerOff(ctx context.Context, n *store.Node, msg string) 
 		}
 		return
 	}
-	key := currentStepKey(n)
-	args, _ := (*ph.current(n))["args"].(map[string]any)
-	r := c.steps.runResult(n, ph, key, args, errors.New(msg), store.OutcomeAborted)
-	if p := n.Operation.Agent.Command; p != nil {
-		r.UUID = p.ID
-	}
-	c.steps.recordRun(ctx, r)
 	c.log.Warn("agent did not stop an aborted step; powered off", "node", n.UUID)
 	c.kick(n.UUID)
 }
@@ -178,7 +177,8 @@ func (c *stops) securityStop(ctx context.Context, n *store.Node) error {
 		cur, alarmText(cl))
 	ph, inPhase := phaseOf(n)
 	stepRunning := inPhase && len(*ph.current(n)) > 0
-	_, err := c.move(ctx, n.UUID, cur, state.EvFail, true, func(m *store.Node) error {
+	wctx := withResult(ctx, c.steps.stoppedResult(n, msg, store.OutcomeFailed))
+	_, err := c.move(wctx, n.UUID, cur, state.EvFail, true, func(m *store.Node) error {
 		m.LastError = strp(msg)
 		c.agents.tearDownAgent(m)
 		// Whatever answered as its agent, the node was booted for this
@@ -193,7 +193,6 @@ func (c *stops) securityStop(ctx context.Context, n *store.Node) error {
 	if err != nil {
 		return err
 	}
-	c.steps.recordStopped(ctx, n, msg, store.OutcomeFailed)
 	c.log.WarnContext(ctx, "operation stopped: second agent claimant", "node", n.UUID, "state", cur, "claimant", cl.Address, "holder", cl.HolderAddress)
 	return nil
 }

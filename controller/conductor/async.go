@@ -34,7 +34,7 @@ type agentReport struct {
 // completeAsync is CompleteAsyncStep applying mut in the same write. A
 // summary of what the step did (the agent's) goes into its "finished"
 // history event. Without an agent report (whose result is stored
-// already), the run's result is stored once the node moved on.
+// already), the run's result is stored by the write that moves the node on.
 func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string, stepErr error, summary string, agent *agentReport, mut func(m *store.Node)) error {
 	if mut == nil {
 		mut = func(*store.Node) {}
@@ -56,13 +56,11 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 	if agent != nil {
 		extra = agent.events
 	}
-	record := func() {
-		if agent == nil {
-			args, _ := cur["args"].(map[string]any)
-			r := c.runResult(n, ph, stepKey, args, stepErr, store.OutcomeSucceeded)
-			r.Summary = oneLine(summary)
-			c.recordRun(ctx, r)
-		}
+	if agent == nil {
+		args, _ := cur["args"].(map[string]any)
+		r := c.runResult(n, ph, stepKey, args, stepErr, store.OutcomeSucceeded)
+		r.Summary = oneLine(summary)
+		ctx = withResult(ctx, r)
 	}
 	if stepErr != nil {
 		msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), stepKey, nodeUUID, stepErr)
@@ -76,9 +74,6 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 			ph.onFailure(m, msg)
 			return nil
 		}, append(extra, c.newEvent(nodeUUID, "ERROR", ph.kind+"ing", msg))...)
-		if err == nil {
-			record()
-		}
 		return err
 	}
 	plan := *ph.plan(&n.Operation)
@@ -94,9 +89,6 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 	finished := c.newEvent(nodeUUID, "INFO", ph.kind+"ing", msg)
 	if abortAfter && idx+1 < len(steps) && ph.kind == servicePhase.kind {
 		err := c.abortServiceAfter(ctx, n, stepKey, append(extra, finished), mut)
-		if err == nil {
-			record()
-		}
 		return err
 	}
 	if abortAfter && idx+1 < len(steps) {
@@ -108,9 +100,6 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 			*ph.current(m) = map[string]any{}
 			return nil
 		}, append(extra, finished)...)
-		if err == nil {
-			record()
-		}
 		return err
 	}
 	_, err = c.transition(ctx, nodeUUID, wait, state.EvResume, func(m *store.Node) error {
@@ -123,7 +112,6 @@ func (c *stepRunner) completeAsync(ctx context.Context, nodeUUID, stepKey string
 	if err != nil {
 		return err
 	}
-	record()
 	c.kick(nodeUUID)
 	return nil
 }

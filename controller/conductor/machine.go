@@ -40,6 +40,24 @@ func (c *machine) transition(ctx context.Context, nodeUUID string, from state.St
 // move is transition; alarmed says it is the security stop, the one
 // transition a node with an alarm may make.
 func (c *machine) move(ctx context.Context, nodeUUID string, from state.State, ev state.Event, alarmed bool, mut func(n *store.Node) error, extra ...*store.Event) (*store.Node, error) {
+	return c.moveThrough(ctx, nodeUUID, from, alarmed, []hop{{ev, mut}}, extra...)
+}
+
+// hop is one transition of a moveThrough: its event and the change made
+// with it.
+type hop struct {
+	ev  state.Event
+	mut func(n *store.Node) error
+}
+
+// transitionThrough is transition by several events in one write: one
+// logical change Ironic makes as two transitions (a service failed and
+// aborted back to active) lands whole, never half.
+func (c *machine) transitionThrough(ctx context.Context, nodeUUID string, from state.State, hops []hop, extra ...*store.Event) (*store.Node, error) {
+	return c.moveThrough(ctx, nodeUUID, from, false, hops, extra...)
+}
+
+func (c *machine) moveThrough(ctx context.Context, nodeUUID string, from state.State, alarmed bool, hops []hop, extra ...*store.Event) (*store.Node, error) {
 	var to state.State
 	n, err := store.MutateNodeEvents(ctx, c.st, nodeUUID, func(n *store.Node) ([]*store.Event, error) {
 		if state.State(n.ProvisionState) != from {
@@ -48,18 +66,24 @@ func (c *machine) move(ctx context.Context, nodeUUID string, from state.State, e
 		if n.Operation.Agent.Alarm != nil && !alarmed {
 			return nil, fmt.Errorf("%w: a second agent claimant was seen; the operation stops instead", errStale)
 		}
-		next, err := state.Next(from, ev)
-		if err != nil {
-			return nil, err
-		}
-		to = next
-		c.applyState(n, next, ev)
-		if mut != nil {
-			if err := mut(n); err != nil {
+		events := append([]*store.Event(nil), extra...)
+		at := from
+		for _, h := range hops {
+			next, err := state.Next(at, h.ev)
+			if err != nil {
 				return nil, err
 			}
+			c.applyState(n, next, h.ev)
+			if h.mut != nil {
+				if err := h.mut(n); err != nil {
+					return nil, err
+				}
+			}
+			events = append(events, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", at, next, h.ev)))
+			at = next
 		}
-		return append(extra, c.newEvent(nodeUUID, "INFO", "provisioning", fmt.Sprintf("%s -> %s (%s)", from, to, ev))), nil
+		to = at
+		return events, nil
 	})
 	if err != nil {
 		if errors.Is(err, errStale) && !alarmed {
@@ -67,7 +91,7 @@ func (c *machine) move(ctx context.Context, nodeUUID string, from state.State, e
 		}
 		return nil, err
 	}
-	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", ev, "to", to)
+	c.log.Info("provision state changed", "node", nodeUUID, "from", from, "event", hops[len(hops)-1].ev, "to", to)
 	if n.TargetPowerState != nil {
 		c.kick(nodeUUID) // e.g. the power-off of a torn-down agent operation
 	}

@@ -72,7 +72,9 @@ func (c *stepRunner) agentResult(n *store.Node, ph stepPhase, cmd *store.AgentCo
 	return r
 }
 
-// recordRun stores a result after the node moved on: a failure to store
+// recordRun stores a result before the node moves on (an out-of-band
+// step that succeeded: a crash before the node's write runs the step
+// again, and the same start makes the same result id). A failure to store
 // it is logged, never fatal (the node's history has the step's outcome).
 func (c *stepRunner) recordRun(ctx context.Context, r *store.StepResult) {
 	if err := c.st.PutStepResult(ctx, r); err != nil {
@@ -80,21 +82,28 @@ func (c *stepRunner) recordRun(ctx context.Context, r *store.StepResult) {
 	}
 }
 
-// recordStopped stores the result of the step n (as it was before failing)
-// was running when the controller stopped it (a timeout, a security
-// alarm), if any.
-func (c *stepRunner) recordStopped(ctx context.Context, n *store.Node, msg, outcome string) {
+// withResult is ctx for the node write that ends a run: the write stores
+// r with the node (store.WithStepResult), so a failed node never lacks
+// its step's result and a result never tells of a write that was refused.
+func withResult(ctx context.Context, r *store.StepResult) context.Context {
+	return store.WithStepResult(ctx, r)
+}
+
+// stoppedResult is the result of the step n (as it was before failing)
+// was running when the controller stopped it (a timeout, an abort, a
+// security alarm); nil when none ran.
+func (c *stepRunner) stoppedResult(n *store.Node, msg, outcome string) *store.StepResult {
 	ph, ok := phaseOf(n)
 	key := currentStepKey(n)
 	if !ok || key == "" {
-		return
+		return nil
 	}
 	args, _ := (*ph.current(n))["args"].(map[string]any)
 	r := c.runResult(n, ph, key, args, errors.New(msg), outcome)
 	if p := n.Operation.Agent.Command; p != nil && p.Step != nil && p.Step.Key() == key {
 		r.UUID = p.ID // the agent's run: a late report of it is the same run
 	}
-	c.recordRun(ctx, r)
+	return r
 }
 
 // maskedArgs hides a configdrive in a step's recorded arguments: it may

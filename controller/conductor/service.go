@@ -225,29 +225,29 @@ func (c *requests) abortService(n *store.Node, d Driver) error {
 // abortServiceAfter ends a service whose step, marked abort_after, has
 // just finished with more steps to come: failed, then aborted out of
 // service failed to active as abortService does (two transitions, as
-// Ironic's continue_node_service makes them; called by the step runner's
-// completion).
+// Ironic's continue_node_service makes them, in one write: a crash
+// between them would leave a node in service failed that nobody failed;
+// called by the step runner's completion).
 func (c *stepRunner) abortServiceAfter(ctx context.Context, n *store.Node, stepKey string, extra []*store.Event, mut func(m *store.Node)) error {
 	msg := fmt.Sprintf("By request, the service operation was aborted during or after the completion of step %q", stepKey)
 	ramdisk := false
-	_, err := c.transition(ctx, n.UUID, state.ServiceWait, state.EvFail, func(m *store.Node) error {
-		mut(m)
-		ramdisk = m.Operation.Agent.Booted || m.Operation.Agent.Token != ""
-		wipeAgent(m)
-		m.ServiceStep = map[string]any{}
-		m.LastError = strp(msg)
-		return nil
-	}, extra...)
-	if err != nil {
-		return err
-	}
-	_, err = c.transition(ctx, n.UUID, state.ServiceFailed, state.EvAbort, func(m *store.Node) error {
-		clearService(&m.Operation)
-		if ramdisk && UsesAgent(m) {
-			m.TargetPowerState, m.Reservation = strp(Rebooting), strp(c.cfg.Host)
-		}
-		return nil
-	}, c.newEvent(n.UUID, "INFO", "servicing", msg))
+	_, err := c.transitionThrough(ctx, n.UUID, state.ServiceWait, []hop{
+		{state.EvFail, func(m *store.Node) error {
+			mut(m)
+			ramdisk = m.Operation.Agent.Booted || m.Operation.Agent.Token != ""
+			wipeAgent(m)
+			m.ServiceStep = map[string]any{}
+			m.LastError = strp(msg)
+			return nil
+		}},
+		{state.EvAbort, func(m *store.Node) error {
+			clearService(&m.Operation)
+			if ramdisk && UsesAgent(m) {
+				m.TargetPowerState, m.Reservation = strp(Rebooting), strp(c.cfg.Host)
+			}
+			return nil
+		}},
+	}, append(extra, c.newEvent(n.UUID, "INFO", "servicing", msg))...)
 	return err
 }
 

@@ -107,11 +107,8 @@ func (c *stepRunner) runSteps(ctx context.Context, n *store.Node, d Driver, ph s
 		status, serr := c.executeStep(ctx, n, d, ph.kind, step)
 		if serr != nil {
 			msg := fmt.Sprintf("%s step %s failed on node %s: %v", capital(ph.kind), step.Key(), n.UUID, serr)
-			err := c.failSteps(ctx, n.UUID, ph, msg, true)
-			if err == nil {
-				c.recordRun(ctx, c.runResult(n, ph, step.Key(), step.Args, serr, store.OutcomeFailed))
-			}
-			return false, nil, err
+			rctx := withResult(ctx, c.runResult(n, ph, step.Key(), step.Args, serr, store.OutcomeFailed))
+			return false, nil, c.failSteps(rctx, n.UUID, ph, msg, true)
 		}
 		if status == StepWait {
 			_, err := c.transition(ctx, n.UUID, ph.running, state.EvWait, nil)

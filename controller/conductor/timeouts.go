@@ -76,7 +76,9 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 			}
 			msg := w.msg(n) + c.whereBootStopped(ctx, n, *n.ProvisionUpdatedAt)
 			ph, stepRunning := runningPhase(n)
-			_, err := c.transition(c.leases.fenced(ctx), n.UUID, w.st, state.EvFail, func(m *store.Node) error {
+			// the step's result is stored by the write that fails the node
+			wctx := withResult(c.leases.fenced(ctx), c.steps.stoppedResult(n, msg, store.OutcomeTimedOut))
+			_, err := c.transition(wctx, n.UUID, w.st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				if stepRunning {
 					ph.onFailure(m, msg)
@@ -94,7 +96,6 @@ func (c *stops) checkTimeouts(ctx context.Context) {
 				continue
 			}
 			if err == nil {
-				c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
 				c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: st, Outcome: store.OutcomeTimedOut})
 			}
 			c.log.Warn("wait state timed out", "node", n.UUID, "state", st, "timeout", w.timeout)
@@ -139,7 +140,8 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 				msg += c.whereBootStopped(ctx, n, aw.Since)
 			}
 			ph, stepRunning := runningPhase(n)
-			_, err := c.transition(c.leases.fenced(ctx), n.UUID, st, state.EvFail, func(m *store.Node) error {
+			wctx := withResult(c.leases.fenced(ctx), c.steps.stoppedResult(n, msg, store.OutcomeTimedOut))
+			_, err := c.transition(wctx, n.UUID, st, state.EvFail, func(m *store.Node) error {
 				m.LastError = strp(msg)
 				c.agents.tearDownAgent(m)
 				if stepRunning {
@@ -154,9 +156,10 @@ func (c *stops) checkAgentTimers(ctx context.Context) {
 			if err == nil && st == state.ServiceWait {
 				c.steps.ejectAfterFailedService(c.leases.fenced(ctx), n.UUID)
 			}
-			c.steps.recordStopped(ctx, n, msg, store.OutcomeTimedOut)
-			c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: s, Outcome: store.OutcomeTimedOut})
-			c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
+			if err == nil {
+				c.stage(n.UUID, store.BootStage{Stage: store.StageTimeout, Detail: s, Outcome: store.OutcomeTimedOut})
+				c.log.Warn("agent timeout", "node", n.UUID, "state", s, "reason", msg)
+			}
 			c.kick(n.UUID)
 		}
 	}

@@ -99,3 +99,25 @@ type StepResults interface {
 	// ListEraseRecords pages records newest first, like ListStepResults.
 	ListEraseRecords(ctx context.Context, p ResultPage) ([]*EraseRecord, error)
 }
+
+type resultsKey struct{}
+
+// WithStepResult makes the node write done with ctx (UpdateNode) store r
+// in the same transaction: a step the controller ends itself (a timeout,
+// an abort, a failure) fails the node and records how the step ended in
+// one write, so no crash between two writes loses the result. A write
+// that is refused (stale revision, lost lease) stores nothing; the retry
+// carries r again, and r's UUID makes it one result.
+func WithStepResult(ctx context.Context, r *StepResult) context.Context {
+	if r == nil {
+		return ctx
+	}
+	rs := append(append([]*StepResult(nil), StepResultsOf(ctx)...), r)
+	return context.WithValue(ctx, resultsKey{}, rs)
+}
+
+// StepResultsOf returns what WithStepResult put in ctx.
+func StepResultsOf(ctx context.Context) []*StepResult {
+	rs, _ := ctx.Value(resultsKey{}).([]*StepResult)
+	return rs
+}

@@ -514,6 +514,7 @@ func LeaseHolder(ctx context.Context) string {
 
 // Store is everything the controller persists.
 type Store interface {
+	Enrolments
 	Nodes
 	Ports
 	Portgroups

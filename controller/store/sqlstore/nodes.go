@@ -42,6 +42,14 @@ func encodeNode(n *store.Node) (data, op, agent []byte, err error) {
 
 // CreateNode inserts n and sets its ID and Revision.
 func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
+	return s.EnrolNode(ctx, &store.Enrolment{Node: n})
+}
+
+// EnrolNode implements store.Enrolments: the node row, its agent state,
+// ports, inventory and events in one transaction (a bare node without
+// agent state is one statement).
+func (s *Store) EnrolNode(ctx context.Context, e *store.Enrolment) error {
+	n := e.Node
 	n.Normalize()
 	n.Revision = 1
 	data, op, agent, err := encodeNode(n)
@@ -57,16 +65,40 @@ func (s *Store) CreateNode(ctx context.Context, n *store.Node) error {
 			n.Description, n.Shard, n.Reservation, s.d.stamp(&n.CreatedAt), s.d.stamp(n.UpdatedAt),
 			s.d.stamp(n.ProvisionUpdatedAt), data, op, n.ParentNode).Scan(&n.ID)
 	}
-	if agent == nil && s.updates == nil {
+	if agent == nil && len(e.Ports) == 0 && e.Inventory == nil && len(e.Events) == 0 && s.updates == nil {
 		err = insert(s.w) // one statement, no transaction to open (PostgreSQL)
 	} else {
-		err = s.grouped(ctx, "create node "+n.UUID, func(ctx context.Context, db execer) error {
-			if err := insert(db); err != nil || agent == nil {
-				return err
+		// SQLite: in the group commit, so that creates from many clients
+		// share one fsync.
+		err = s.grouped(ctx, "create node "+n.UUID, func(ctx context.Context, tx execer) error {
+			if err := insert(tx); err != nil {
+				return s.mapErr(err, "node row")
 			}
-			_, err := s.exec(ctx, db, `INSERT INTO agent_state (node_uuid, data) VALUES ($1, $2)`, n.UUID, agent)
-			return err
+			if agent != nil {
+				if _, err := s.exec(ctx, tx, `INSERT INTO agent_state (node_uuid, data) VALUES ($1, $2)`, n.UUID, agent); err != nil {
+					return fmt.Errorf("agent state: %w", err)
+				}
+			}
+			for _, p := range e.Ports {
+				p.NodeUUID = n.UUID
+				if err := portKind.createOn(ctx, s, tx, p); err != nil {
+					return err
+				}
+			}
+			if e.Inventory != nil {
+				if err := s.putInventory(ctx, tx, n.UUID, e.Inventory); err != nil {
+					return err
+				}
+			}
+			return s.insertEvents(ctx, tx, e.Events)
 		})
+		if err != nil {
+			for _, p := range e.Ports {
+				p.ID, p.Revision = 0, 0 // none of them was created
+			}
+			n.ID = 0
+			return fmt.Errorf("create node %s: %w", n.UUID, err)
+		}
 	}
 	if err != nil {
 		return s.mapErr(err, "create node "+n.UUID)

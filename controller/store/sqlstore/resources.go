@@ -22,13 +22,13 @@ type resourceKeys struct {
 	name, addr *string
 }
 
-func (s *Store) createResource(ctx context.Context, kind string, k resourceKeys, v any) (int64, error) {
+func (s *Store) createResource(ctx context.Context, db execer, kind string, k resourceKeys, v any) (int64, error) {
 	data, err := stdjson.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s %s: %w", kind, k.uuid, err)
 	}
 	var id int64
-	err = s.queryRow(ctx, s.w, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
+	err = s.queryRow(ctx, db, `INSERT INTO resources (kind, uuid, node_uuid, name, address, revision, data)
 		VALUES ($1, $2, $3, $4, $5, 1, $6) RETURNING id`, kind, k.uuid, nullable(k.node), k.name, k.addr, data).Scan(&id)
 	if err != nil {
 		return 0, s.resourceErr(err, "create", kind, k)
@@ -129,7 +129,12 @@ func (k *resourceKind[T]) set(v *T, id, rev int64) {
 }
 
 func (k *resourceKind[T]) create(ctx context.Context, s *Store, v *T) error {
-	id, err := s.createResource(ctx, k.kind, k.keys(v), v)
+	return k.createOn(ctx, s, s.w, v)
+}
+
+// createOn is create on db (a transaction creating more with it).
+func (k *resourceKind[T]) createOn(ctx context.Context, s *Store, db execer, v *T) error {
+	id, err := s.createResource(ctx, db, k.kind, k.keys(v), v)
 	if err != nil {
 		return err
 	}
@@ -445,10 +450,14 @@ func (s *Store) ListEvents(ctx context.Context, nodeUUID string, limit int) ([]*
 // is atomic, so two controllers storing the same node's inventory at once
 // cannot both insert.
 func (s *Store) PutInventory(ctx context.Context, nodeUUID string, inventory []byte) error {
+	return s.putInventory(ctx, s.w, nodeUUID, inventory)
+}
+
+func (s *Store) putInventory(ctx context.Context, db execer, nodeUUID string, inventory []byte) error {
 	if !stdjson.Valid(inventory) {
 		return fmt.Errorf("inventory of node %s is not valid JSON", nodeUUID)
 	}
-	_, err := s.exec(ctx, s.w, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
+	_, err := s.exec(ctx, db, `INSERT INTO resources (kind, uuid, node_uuid, revision, data)
 		VALUES ('inventory', $1, $2, 1, $3)
 		ON CONFLICT (uuid) DO UPDATE SET data = excluded.data, revision = resources.revision + 1`,
 		"inventory-"+nodeUUID, nodeUUID, inventory)

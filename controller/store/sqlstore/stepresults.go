@@ -21,22 +21,46 @@ import (
 // writers for one node (PostgreSQL) can only prune more than needed by
 // the rows they add themselves.
 func (s *Store) PutStepResult(ctx context.Context, r *store.StepResult) error {
+	row, err := encodeStepResult(r)
+	if err != nil {
+		return err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error { return s.insertStepResults(ctx, tx, []stepResultRow{row}) })
+	if err != nil {
+		return fmt.Errorf("put step result: %w", err)
+	}
+	return nil
+}
+
+// stepResultRow is a step result ready for insertResult.
+type stepResultRow struct {
+	r    *store.StepResult
+	data []byte
+}
+
+func encodeStepResult(r *store.StepResult) (stepResultRow, error) {
 	r.Bound()
 	data, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("encode step result: %w", err)
+		return stepResultRow{}, fmt.Errorf("encode step result: %w", err)
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.insertResult(ctx, tx, "step_results", "finished_at", r.UUID, r.NodeUUID, &r.FinishedAt, data); err != nil {
+	return stepResultRow{r: r, data: data}, nil
+}
+
+// insertStepResults stores results on db (a transaction) and prunes each
+// one's node to store.MaxStepResultsPerNode.
+func (s *Store) insertStepResults(ctx context.Context, db execer, rows []stepResultRow) error {
+	for _, row := range rows {
+		r := row.r
+		if err := s.insertResult(ctx, db, "step_results", "finished_at", r.UUID, r.NodeUUID, &r.FinishedAt, row.data); err != nil {
 			return err
 		}
-		_, err := s.exec(ctx, tx, `DELETE FROM step_results WHERE node_uuid = $1 AND id <= (
+		_, err := s.exec(ctx, db, `DELETE FROM step_results WHERE node_uuid = $1 AND id <= (
 			SELECT id FROM step_results WHERE node_uuid = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)`,
 			r.NodeUUID, store.MaxStepResultsPerNode)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("put step result: %w", err)
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -74,7 +98,7 @@ func (s *Store) ListEraseRecords(ctx context.Context, p store.ResultPage) ([]*st
 // insertResult adds a row to table, one of the two results tables, with
 // its time in column at; a uuid already there (a report the agent
 // repeated) is left as it is.
-func (s *Store) insertResult(ctx context.Context, tx *sql.Tx, table, at, uuid, nodeUUID string, t *time.Time, data []byte) error {
+func (s *Store) insertResult(ctx context.Context, tx execer, table, at, uuid, nodeUUID string, t *time.Time, data []byte) error {
 	_, err := s.exec(ctx, tx, `INSERT INTO `+table+` (uuid, node_uuid, `+at+`, data) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (uuid) DO NOTHING`, uuid, nodeUUID, s.d.stamp(t), data)
 	return err

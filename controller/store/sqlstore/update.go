@@ -23,7 +23,9 @@ type updateReq struct {
 	keepAgent bool
 	holder    string // non-empty: write only under this holder's live lease
 	volatile  bool   // may be committed without waiting for the disk
-	done      chan error
+	// results are step results stored with the node (store.WithStepResult)
+	results []stepResultRow
+	done    chan error
 	// fn, when set, is another write sharing the group commit (a node
 	// created or deleted): it runs on the batch's transaction in place of
 	// a node update; what names it in errors.
@@ -74,10 +76,17 @@ func (s *Store) updateNode(ctx context.Context, n *store.Node, old int64, events
 		return err
 	}
 	r := &updateReq{n: n, old: old, events: events, agent: agent, keepAgent: n.Partial || bytes.Equal(agent, n.AgentStateRead),
-		holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx),
+		holder: store.LeaseHolder(ctx), volatile: store.IsVolatile(ctx) && len(store.StepResultsOf(ctx)) == 0,
 		args: params{n.UUID, n.Name, n.Revision, n.Driver, n.ProvisionState, n.PowerState, n.Maintenance, n.Retired,
 			n.InstanceUUID, n.ResourceClass, n.Fault, n.Owner, n.Lessee, n.ConductorGroup, n.ChassisUUID,
 			n.Description, n.Shard, n.Reservation, s.d.stamp(n.UpdatedAt), s.d.stamp(n.ProvisionUpdatedAt), data, op, old, n.ParentNode}}
+	for _, res := range store.StepResultsOf(ctx) {
+		row, err := encodeStepResult(res)
+		if err != nil {
+			return err
+		}
+		r.results = append(r.results, row)
+	}
 	if s.updates == nil {
 		err = s.updateNow(ctx, r)
 	} else {
@@ -117,7 +126,9 @@ func (s *Store) updateOneStatement(ctx context.Context, r *updateReq) error {
 		rows[i] = [4]any{e.UUID, e.NodeUUID, s.d.stamp(&e.CreatedAt), data}
 	}
 	q, ok := s.d.oneStatement(updateNodeSQL+s.fence(&args, r.holder), &args, r.agent, !r.keepAgent, rows)
-	if !ok {
+	if !ok || len(r.results) > 0 {
+		// SQLite, or step results to store with the node: a transaction
+		// (the results' pruning does not fit the one statement).
 		return s.inTx(ctx, func(tx *sql.Tx) error { return s.applyUpdate(ctx, tx, r) })
 	}
 	var updated int
@@ -177,14 +188,20 @@ func (s *Store) applyUpdate(ctx context.Context, db execer, r *updateReq) error 
 }
 
 // afterUpdate writes what goes with a node's row: its agent state (unless
-// the node was read without it) and its events.
+// the node was read without it), its events and step results.
 func (s *Store) afterUpdate(ctx context.Context, db execer, r *updateReq) error {
 	if !r.keepAgent {
 		if err := s.writeAgentState(ctx, db, r.n.UUID, r.agent); err != nil {
 			return fmt.Errorf("update agent state of node %s: %w", r.n.UUID, err)
 		}
 	}
-	return s.insertEvents(ctx, db, r.events)
+	if err := s.insertEvents(ctx, db, r.events); err != nil {
+		return err
+	}
+	if err := s.insertStepResults(ctx, db, r.results); err != nil {
+		return fmt.Errorf("store step results with node %s: %w", r.n.UUID, err)
+	}
+	return nil
 }
 
 // eventChunk bounds the rows of one multi-row INSERT of events.
