@@ -248,8 +248,15 @@ func TestLockedNodeRefusesVerbs(t *testing.T) {
 	ctx := context.Background()
 	n := storetest.NewNode("")
 	n.Driver, n.ProvisionState, n.Reservation = "script", string(state.Available), strp("other-host")
+	// other-host is alive and holds the node's lease, as a controller
+	// running an action does, from before the node exists: without the
+	// lease, this controller's takeOver clears the reservation as one a
+	// dead controller left (it raced this test).
+	ok, _, err := e.st.AcquireLease(ctx, n.UUID, "other-host", time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok)
 	require.NoError(t, e.st.CreateNode(ctx, n))
-	err := e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "active"})
+	err = e.c.Provision(ctx, n.UUID, ProvisionRequest{Target: "active"})
 	var ce *Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, CodeLocked, ce.Code)
