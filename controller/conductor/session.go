@@ -132,6 +132,19 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			a.Token, a.BootID, a.Address = token, req.BootID, req.Address
 			a.LastHeartbeat, a.BootTimings = time.Time{}, nil
 			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s at %s looked up; token issued", req.BootID, req.Address))}, nil
+		case req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address && a.LastHeartbeat.IsZero():
+			// The same agent again, with this boot's nonce, before any
+			// heartbeat with the token: the answer to its lookup was lost
+			// (a controller killed between the write and the answer, a
+			// dropped connection). A new token replaces the one nobody
+			// has used; without it the node would wait for its agent
+			// until the timeout. Once the token has been used, it is
+			// never issued again.
+			token = newToken()
+			a.Token = token
+			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf(
+				"agent of boot %s at %s looked up again before its first heartbeat (the answer to its lookup was lost); a new token issued, the first is void",
+				req.BootID, req.Address))}, nil
 		case req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address:
 			return nil, Conflict("The agent token for boot %s was already issued to this agent; it is not issued twice. "+
 				"An agent restarted within its boot keeps its token; the controller's next reboot of the node issues a new one.", req.BootID)
@@ -369,9 +382,13 @@ func (c *sessions) heartbeat(n *store.Node, addr string, hb *protocol.Heartbeat,
 		material = material || prev.ID != st.ID || prev.State != st.State
 		if st.State != protocol.CommandRunning {
 			resp.Ack = st.ID
-			if hasPending && st.ID == pending.ID && prev.State != st.State {
+			if hasPending && st.ID == pending.ID {
+				// Also when the result is already stored: the controller
+				// that stored it may have died before it woke the worker
+				// (a load balancer then sends the same heartbeat here),
+				// and while the command is pending nobody else will.
 				*kick = true
-			} else if !hasPending || st.ID != pending.ID {
+			} else {
 				events = append(events, c.newEvent(n.UUID, "WARNING", "agent", fmt.Sprintf("agent reported a result for command %s (%s), which the controller was not waiting for", st.ID, st.Name)))
 			}
 		}

@@ -85,8 +85,10 @@ func TestSecondClaimantEndsTheBootsTrust(t *testing.T) {
 			require.NoError(t, err)
 			token := first.Config.AgentToken
 			require.NotEmpty(t, token)
+			_, err = s.Heartbeat(ctx, n.UUID, agent.Address, &protocol.Heartbeat{AgentToken: token, BootID: agent.BootID})
+			require.NoError(t, err)
 			_, err = s.Lookup(ctx, agent)
-			assert.Equal(t, CodeConflict, codeOf(t, err), "the agent of this boot holds its token; it is not handed out twice")
+			assert.Equal(t, CodeConflict, codeOf(t, err), "the agent of this boot holds its token and used it; it is not handed out twice")
 			assert.NotErrorIs(t, err, ErrSecondClaimant)
 
 			err = tc.claim(s, n, token)
@@ -520,4 +522,36 @@ func TestLeftRamdiskAnswersNoLookup(t *testing.T) {
 	lr, err := s.Lookup(ctx, LookupRequest{NodeUUID: n.UUID, BootID: "boot-3", Address: "10.0.0.5"})
 	require.NoError(t, err)
 	assert.NotEmpty(t, lr.Config.AgentToken)
+}
+
+// TestLookupAnswerLostIsLookedUpAgain: a controller killed between the
+// write that issues the token and its answer (#38's soak found nodes stuck
+// in clean wait this way) leaves an agent without a token. Its next lookup,
+// same boot, address and nonce, before any heartbeat, gets a new token and
+// the first is void; after a heartbeat with the token it is never issued
+// again.
+func TestLookupAnswerLostIsLookedUpAgain(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	s, _ := newSessions(st)
+	n := sessionNode(t, st, "52:54:00:00:00:01")
+	agent := LookupRequest{MACs: []string{"52:54:00:00:00:01"}, BootID: "boot-1", Address: "10.0.0.5"}
+
+	lost, err := s.Lookup(ctx, agent)
+	require.NoError(t, err)
+	again, err := s.Lookup(ctx, agent)
+	require.NoError(t, err, "the answer to the first lookup never arrived")
+	token := again.Config.AgentToken
+	require.NotEmpty(t, token)
+	assert.NotEqual(t, lost.Config.AgentToken, token, "a new token")
+	assert.Equal(t, token, agentOf(t, st, n.UUID).Token)
+
+	_, err = s.Heartbeat(ctx, n.UUID, agent.Address, &protocol.Heartbeat{AgentToken: token, BootID: agent.BootID})
+	require.NoError(t, err)
+	_, err = s.Lookup(ctx, agent)
+	assert.Equal(t, CodeConflict, codeOf(t, err), "used: never issued again")
+	assert.Equal(t, token, agentOf(t, st, n.UUID).Token, "the agent keeps its token")
+
+	_, err = s.Lookup(ctx, LookupRequest{MACs: agent.MACs, BootID: "boot-1", Address: "10.0.0.66"})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "another address is still a second claimant")
 }
