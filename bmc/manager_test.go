@@ -63,10 +63,13 @@ func TestFakeKnobs(t *testing.T) {
 		boot         bool
 		wantErr      error
 		wantAttempts int // 0: do not check
+		minAttempts  int
 	}{
 		{name: "auth failure is not retried", knobs: bmc.FakeKnobs{FailAuth: true}, wantErr: bmc.ErrAuth, wantAttempts: 1},
 		{name: "two transient errors then success", knobs: bmc.FakeKnobs{TransientErrors: 2}, wantAttempts: 5},
-		{name: "transient errors beyond the attempt limit", knobs: bmc.FakeKnobs{TransientErrors: 100}, wantErr: bmc.ErrBusy, wantAttempts: 6},
+		// busy answers are retried past the attempt cap (6 here), until
+		// the time budget (300 ms here) is spent
+		{name: "busy beyond the time budget", knobs: bmc.FakeKnobs{TransientErrors: 1000}, wantErr: bmc.ErrBusy, minAttempts: 7},
 		{name: "ignored power change fails verification", knobs: bmc.FakeKnobs{IgnorePower: true}, wantErr: bmc.ErrVerify},
 		{name: "ignored boot override fails verification", knobs: bmc.FakeKnobs{IgnoreBootOverride: true}, boot: true, wantErr: bmc.ErrVerify},
 	}
@@ -75,6 +78,8 @@ func TestFakeKnobs(t *testing.T) {
 			cfg := fastConfig(nil)
 			cfg.VerifyTimeout = 50 * time.Millisecond
 			cfg.Retry.Initial = 5 * time.Millisecond
+			cfg.Retry.Max = 20 * time.Millisecond
+			cfg.Retry.MaxElapsed = 300 * time.Millisecond
 			m := bmc.New(cfg)
 			tg := fakeTarget(t, "n1")
 			m.Fake().SetKnobs("n1", tc.knobs)
@@ -93,6 +98,7 @@ func TestFakeKnobs(t *testing.T) {
 			if tc.wantAttempts > 0 {
 				assert.Equal(t, tc.wantAttempts, out.Attempts)
 			}
+			assert.GreaterOrEqual(t, out.Attempts, tc.minAttempts)
 		})
 	}
 }
