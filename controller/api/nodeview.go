@@ -142,7 +142,7 @@ var nodeFields = []nodeField{
 	viewOpt("name", 5, func(n *store.Node) *string { return n.Name }),
 	viewStr("driver", 1, func(n *store.Node) string { return n.Driver }),
 	viewMap("driver_info", 1, func(n *store.Node) map[string]any { return n.DriverInfo }, hideSecret),
-	viewMap("driver_internal_info", 3, func(n *store.Node) map[string]any { return n.InternalInfo() }, hideInternal),
+	viewMap("driver_internal_info", 3, func(n *store.Node) map[string]any { return maskCommandArgs(n.InternalInfo()) }, hideInternal),
 	viewMap("properties", 1, func(n *store.Node) map[string]any { return n.Properties }, nil),
 	viewMap("instance_info", 1, func(n *store.Node) map[string]any { return n.InstanceInfo }, hideInstanceInfo),
 	viewMap("extra", 1, func(n *store.Node) map[string]any { return n.Extra }, nil),
@@ -415,6 +415,21 @@ func isSecretKey(k string) bool {
 func hideSecret(k string, v any) bool { return isSecretKey(k) && v != nil && v != "" }
 
 func hideInternal(k string, v any) bool { return store.SecretInternalKey(k) && v != nil }
+
+// maskCommandArgs masks the secrets in the arguments of the agent command
+// driver_internal_info shows: write_image carries the tenant's config
+// drive (user_data may hold credentials), which readers of the node (an
+// owner's reader of a leased node among them) must not see while the step
+// runs. info is InternalInfo's fresh copy, changed in place.
+func maskCommandArgs(info map[string]any) map[string]any {
+	cmd, _ := info["agent_command"].(map[string]any)
+	step, _ := cmd["step"].(map[string]any)
+	args, _ := step["args"].(map[string]any)
+	if v, ok := args["configdrive"]; ok && v != nil {
+		args["configdrive"] = "******"
+	}
+	return info
+}
 
 func hideInstanceInfo(k string, v any) bool {
 	return (k == "configdrive" || k == "image_url" || k == "rescue_password") && v != nil
