@@ -98,7 +98,12 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 		case idleAgent(n):
 			// The agent left running holds its token and does not look
 			// up: whoever does (that agent restarted, another boot, a
-			// stranger) ends fast track (fasttrack.go).
+			// stranger) ends fast track (fasttrack.go), and the node is
+			// powered off as it would be without fast track. A rebooted
+			// machine's boot script carries no nonce (the node rests, it
+			// is not being booted), so nothing here can tell the machine
+			// from a stranger; a stranger on the provisioning network can
+			// thus cancel fast track's saving, and gains nothing.
 			absent, ended = "the agent left running (fast track) holds this node's token; a lookup ends fast track", true
 			return []*store.Event{c.endFastTrackOff(n, fmt.Sprintf("a lookup from %s (boot %s) while the agent of boot %s was kept running",
 				orUnknown(req.Address), orUnknown(req.BootID), orUnknown(a.BootID)))}, nil
@@ -132,14 +137,19 @@ func (c *sessions) Lookup(ctx context.Context, req LookupRequest) (*protocol.Loo
 			a.Token, a.BootID, a.Address = token, req.BootID, req.Address
 			a.LastHeartbeat, a.BootTimings = time.Time{}, nil
 			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf("agent of boot %s at %s looked up; token issued", req.BootID, req.Address))}, nil
-		case req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address && a.LastHeartbeat.IsZero():
-			// The same agent again, with this boot's nonce, before any
-			// heartbeat with the token: the answer to its lookup was lost
-			// (a controller killed between the write and the answer, a
-			// dropped connection). A new token replaces the one nobody
-			// has used; without it the node would wait for its agent
-			// until the timeout. Once the token has been used, it is
-			// never issued again.
+		case req.BootID != "" && req.BootID == a.BootID && req.Address == a.Address && a.LastHeartbeat.IsZero() && a.BootNonce != "":
+			// The same agent again, with this boot's nonce (checked
+			// above), before any heartbeat with the token: the answer to
+			// its lookup was lost (a controller killed between the write
+			// and the answer, a dropped connection). A new token replaces
+			// the one nobody has used; without it the node would wait for
+			// its agent until the timeout. Should the first one turn up
+			// after all, two parties hold this boot's secret: its
+			// heartbeat is a second claimant (heartbeatClaim). Without a
+			// nonce, boot id and address are all a stranger needs, so
+			// there is no second token; once the token has been used,
+			// neither.
+			a.VoidTokenSum = tokenSum(a.Token)
 			token = newToken()
 			a.Token = token
 			return []*store.Event{c.newEvent(n.UUID, "INFO", "agent", fmt.Sprintf(
@@ -315,6 +325,12 @@ func (c *sessions) Heartbeat(ctx context.Context, ident, addr string, hb *protoc
 // write an unauthenticated caller could multiply).
 func (c *sessions) heartbeatClaim(n *store.Node, addr string, hb *protocol.Heartbeat) *store.Claim {
 	a := &n.Operation.Agent
+	if a.VoidTokenSum != "" && hb.AgentToken != "" &&
+		subtle.ConstantTimeCompare([]byte(a.VoidTokenSum), []byte(tokenSum(hb.AgentToken))) == 1 {
+		// the token a second lookup of this boot replaced: whoever holds
+		// it and whoever looked up again are two parties
+		return &store.Claim{At: c.now(), Via: "heartbeat", Address: addr, BootID: hb.BootID, HolderAddress: a.Address, HolderBootID: a.BootID}
+	}
 	if a.Token == "" || subtle.ConstantTimeCompare([]byte(a.Token), []byte(hb.AgentToken)) != 1 {
 		return nil
 	}

@@ -112,6 +112,7 @@ func newBoot(a *store.AgentSession, via string, now time.Time) {
 		a.PreviousBootID = a.BootID
 	}
 	a.Token, a.BootID, a.Address, a.BootNonce, a.NonceVia, a.NonceServedTo, a.NonceLegacyServed = "", "", "", "", via, "", false
+	a.VoidTokenSum = ""
 	a.BootStartedAt = now
 	a.LeftRamdisk = false
 	if via != "" {

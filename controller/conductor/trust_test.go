@@ -525,17 +525,18 @@ func TestLeftRamdiskAnswersNoLookup(t *testing.T) {
 }
 
 // TestLookupAnswerLostIsLookedUpAgain: a controller killed between the
-// write that issues the token and its answer (#38's soak found nodes stuck
-// in clean wait this way) leaves an agent without a token. Its next lookup,
-// same boot, address and nonce, before any heartbeat, gets a new token and
-// the first is void; after a heartbeat with the token it is never issued
-// again.
+// write that issues the token and its answer (#38's soak and the SIGKILL
+// test found nodes stuck in clean wait this way) leaves an agent without a
+// token. Its next lookup, same boot, address and nonce, before any
+// heartbeat, gets a new token and the first is void; should the first turn
+// up after all, its heartbeat is a second claimant. After a heartbeat with
+// the token it is never issued again, and without a nonce never twice.
 func TestLookupAnswerLostIsLookedUpAgain(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t)
 	s, _ := newSessions(st)
-	n := sessionNode(t, st, "52:54:00:00:00:01")
-	agent := LookupRequest{MACs: []string{"52:54:00:00:00:01"}, BootID: "boot-1", Address: "10.0.0.5"}
+	n := bootingNode(t, st, "52:54:00:00:00:01", store.NonceNetboot)
+	agent := LookupRequest{MACs: []string{"52:54:00:00:00:01"}, BootID: "boot-1", Address: "10.0.0.5", Nonce: n.Operation.Agent.BootNonce}
 
 	lost, err := s.Lookup(ctx, agent)
 	require.NoError(t, err)
@@ -552,6 +553,19 @@ func TestLookupAnswerLostIsLookedUpAgain(t *testing.T) {
 	assert.Equal(t, CodeConflict, codeOf(t, err), "used: never issued again")
 	assert.Equal(t, token, agentOf(t, st, n.UUID).Token, "the agent keeps its token")
 
-	_, err = s.Lookup(ctx, LookupRequest{MACs: agent.MACs, BootID: "boot-1", Address: "10.0.0.66"})
-	assert.ErrorIs(t, err, ErrSecondClaimant, "another address is still a second claimant")
+	_, err = s.Heartbeat(ctx, n.UUID, agent.Address, &protocol.Heartbeat{AgentToken: lost.Config.AgentToken, BootID: agent.BootID})
+	assert.ErrorIs(t, err, ErrSecondClaimant, "the void token turned up: two parties hold this boot's secret")
+	a := agentOf(t, st, n.UUID)
+	assert.Empty(t, a.Token, "revoked")
+	require.NotNil(t, a.Alarm)
+
+	// without a nonce, boot id and address are all a stranger needs: no
+	// second token
+	plain := sessionNode(t, st, "52:54:00:00:00:02")
+	bare := LookupRequest{MACs: []string{"52:54:00:00:00:02"}, BootID: "boot-9", Address: "10.0.0.9"}
+	_, err = s.Lookup(ctx, bare)
+	require.NoError(t, err)
+	_, err = s.Lookup(ctx, bare)
+	assert.Equal(t, CodeConflict, codeOf(t, err))
+	assert.Empty(t, agentOf(t, st, plain.UUID).VoidTokenSum)
 }

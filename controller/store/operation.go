@@ -86,6 +86,10 @@ type StepPlan struct {
 type AgentSession struct {
 	Token  string `json:"token,omitempty"` // secret the agent proves itself with
 	BootID string `json:"boot_id,omitempty"`
+	// VoidTokenSum is the SHA-256 (hex) of a token of this boot that a
+	// second lookup replaced before any heartbeat used it (its answer was
+	// lost): a heartbeat that brings it is a second claimant.
+	VoidTokenSum string `json:"void_token_sum,omitempty"`
 	// Version is the agent's last reported version; like Ironic's
 	// agent_version it outlives the session (nil: never heard of).
 	Version       *string                 `json:"version,omitempty"`
