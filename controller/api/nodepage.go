@@ -2,26 +2,23 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 
 	"github.com/anvil-metal/anvil/controller/store"
 )
 
-// A node list is read and written in sub-pages of subPage nodes, from one
-// read snapshot, so that a page of 1000 detailed nodes is never held
-// decoded whole: eight concurrent detailed lists of 1000 nodes held 8 ×
-// 5 MB of decoded documents, and set the controller's peak memory. The
-// snapshot keeps the page as consistent as one query would; it lasts as
-// long as the response (bounded by --http-write-timeout).
+// A node list is read and written in sub-pages of subPage nodes, so that a
+// page of 1000 detailed nodes is never held decoded whole: eight
+// concurrent detailed lists of 1000 nodes held 8 × 5 MB of decoded
+// documents, and set the controller's peak memory. Each sub-page is its
+// own query, keyset-paged from the last node of the one before, as a
+// client's pages are: no read transaction is held while a slow client
+// reads (one would hold one of SQLite's four reader connections, and the
+// only one of :memory:, for up to --http-write-timeout). Sorted by id (the
+// default) the page is exact; sorted by a field that a node changes while
+// the page is written, that node may show in two sub-pages or in none, as
+// it may between a client's pages.
 const subPage = 100
-
-// snapshotter is a store that can read one consistent snapshot across
-// queries (both SQL stores; a fake without it reads each sub-page as it
-// comes).
-type snapshotter interface {
-	ReadSnapshot(ctx context.Context, fn func(st store.Store) error) error
-}
 
 // readNodePages calls fn with each sub-page of the page p of nodes that
 // match f, in order; fn is not called with an empty sub-page.
@@ -47,9 +44,6 @@ func (s *Server) readNodePages(r *http.Request, f store.NodeFilter, p store.Page
 			marker = nodes[len(nodes)-1].UUID
 		}
 		return nil
-	}
-	if snap, ok := s.st.(snapshotter); ok && p.Limit > subPage {
-		return snap.ReadSnapshot(r.Context(), read)
 	}
 	return read(s.st)
 }
