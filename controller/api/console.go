@@ -33,7 +33,7 @@ type Consoles interface {
 	Disable(nodeUUID string)
 	Enabled(nodeUUID string) bool
 	Token(nodeUUID string) string
-	Scrollback(nodeUUID string) ([]byte, bool)
+	ScrollbackOf(n *store.Node) ([]byte, bool)
 	Attach(nodeUUID string, wantInput bool) (*console.Viewer, error)
 }
 
@@ -222,9 +222,9 @@ func (s *Server) consoleLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, ok := s.consoles.Scrollback(n.UUID)
+	b, ok := s.consoles.ScrollbackOf(n)
 	if !ok {
-		return errf(http.StatusNotFound, "Node %s has no console log: its console has not been enabled since this controller started.", n.UUID)
+		return errf(http.StatusNotFound, "Node %s has no console log: its console has not been enabled since this controller started or since the node changed owner, lessee or instance.", n.UUID)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))

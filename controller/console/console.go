@@ -109,6 +109,12 @@ func (m *Manager) Enable(n *store.Node) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	node := *n
 	c.mu.Lock()
+	if t := tenancyOf(n); t != c.tenancy {
+		// another tenant (or none) since the scrollback was kept: what the
+		// previous one's server printed (typed passwords, cloud-init
+		// output) is not the new one's to read
+		c.ring, c.tenancy = newRing(m.cfg.Scrollback), t
+	}
 	c.token, c.cancel, c.done = hex.EncodeToString(tok), cancel, make(chan struct{})
 	done := c.done
 	c.mu.Unlock()
@@ -182,6 +188,35 @@ func (m *Manager) Token(nodeUUID string) string {
 
 // Scrollback returns the node's kept output, oldest first; ok is false
 // when this controller has never held the node's console.
+// ScrollbackOf is the scrollback of n's console if it was kept under n's
+// present owner, lessee and instance: a node that changed hands shows none
+// of what its console printed before.
+func (m *Manager) ScrollbackOf(n *store.Node) (b []byte, ok bool) {
+	c := m.get(n.UUID)
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tenancy != tenancyOf(n) {
+		return nil, false
+	}
+	return c.ring.Bytes(), true
+}
+
+// tenancyOf names who a node's console output belongs to.
+func tenancyOf(n *store.Node) string {
+	s := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	return s(n.Owner) + "\x00" + s(n.Lessee) + "\x00" + s(n.InstanceUUID)
+}
+
+// Scrollback is the kept scrollback of the node's console, whoever it
+// belongs to (tests, and callers that checked the node).
 func (m *Manager) Scrollback(nodeUUID string) (b []byte, ok bool) {
 	c := m.get(nodeUUID)
 	if c == nil {

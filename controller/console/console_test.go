@@ -140,3 +140,32 @@ func TestConsoleDropsASlowViewer(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, fresh.CanWrite(), "the dropped viewer's input is free again")
 }
+
+// A node that changes hands keeps nothing of its console for the next
+// tenant: the kept scrollback is served only under the owner, lessee and
+// instance it was recorded under, and enabling the console again for
+// another tenant starts an empty one.
+func TestConsoleScrollbackStaysWithItsTenant(t *testing.T) {
+	m, f := newManager(t)
+	acme, inst := "acme", "inst-1"
+	leased := &store.Node{UUID: node, Lessee: &acme, InstanceUUID: &inst}
+	require.NoError(t, m.Enable(leased))
+	waitOpened(t, f)
+	f.Print("password: hunter2\r\n")
+	require.Eventually(t, func() bool { b, _ := m.ScrollbackOf(leased); return strings.Contains(string(b), "hunter2") },
+		5*time.Second, 5*time.Millisecond)
+	m.Disable(node)
+
+	b, ok := m.ScrollbackOf(leased)
+	assert.True(t, ok, "the tenant still reads it after the console is disabled")
+	assert.Contains(t, string(b), "hunter2")
+	torn := &store.Node{UUID: node} // torn down: no lessee, no instance
+	_, ok = m.ScrollbackOf(torn)
+	assert.False(t, ok, "not for whoever has the node next")
+
+	require.NoError(t, m.Enable(torn))
+	b, ok = m.ScrollbackOf(torn)
+	assert.True(t, ok)
+	assert.NotContains(t, string(b), "hunter2", "a new tenancy starts an empty scrollback")
+	m.Disable(node)
+}

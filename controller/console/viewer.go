@@ -17,6 +17,9 @@ type nodeConsole struct {
 	writer  *Viewer        // holds the input; nil: free
 	input   *io.PipeWriter // the current session's input; nil between sessions
 	token   string
+	// tenancy is the node's owner, lessee and instance when its console
+	// was last enabled: the scrollback is theirs (tenancyOf).
+	tenancy string
 	cancel  context.CancelFunc // nil: stopped
 	done    chan struct{}
 }
