@@ -8,7 +8,6 @@ package main
 // the lifecycles and the checks are in soakcheck.go.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -32,6 +31,7 @@ import (
 	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
 	"github.com/anvil-metal/anvil/internal/cli"
 	"github.com/anvil-metal/anvil/internal/pause"
+	"github.com/anvil-metal/anvil/internal/roundrobin"
 )
 
 type soakConfig struct {
@@ -192,46 +192,6 @@ func (c *soakCtl) addr() string {
 	return c.url
 }
 
-// soakLB is the balancer in front of the controllers: round-robin over
-// the live ones, the next one tried when one refuses the connection (it
-// was just killed), as a load balancer's health check would.
-type soakLB struct {
-	ctls []*soakCtl
-	next atomic.Uint64
-	hc   *http.Client
-}
-
-func (b *soakLB) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	start := b.next.Add(1)
-	var lastErr error = errors.New("no controller is running")
-	for i := range b.ctls {
-		target := b.ctls[(int(start)+i)%len(b.ctls)].addr()
-		if target == "" {
-			continue
-		}
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		req.Header = r.Header.Clone()
-		res, err := b.hc.Do(req)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		defer res.Body.Close()
-		for k, v := range res.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(res.StatusCode)
-		_, _ = io.Copy(w, res.Body)
-		return
-	}
-	http.Error(w, fmt.Sprintf("no controller answered: %v", lastErr), http.StatusBadGateway)
-}
-
 // soakRun is the state of one soak.
 type soakRun struct {
 	cfg      soakConfig
@@ -288,7 +248,13 @@ func soak(ctx context.Context, cfg soakConfig, out io.Writer) (*soakReport, erro
 		defer c.stop()
 		r.ctls = append(r.ctls, c)
 	}
-	front := httptest.NewServer(&soakLB{ctls: r.ctls, hc: &http.Client{Timeout: 30 * time.Second}})
+	front := httptest.NewServer(&roundrobin.Balancer{Client: &http.Client{Timeout: 30 * time.Second}, Backends: func() []string {
+		urls := make([]string, len(r.ctls))
+		for i, c := range r.ctls {
+			urls[i] = c.addr() // "" while it is down
+		}
+		return urls
+	}})
 	defer front.Close()
 	r.api = client.New(front.URL, &http.Client{Timeout: 30 * time.Second})
 

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,49 +18,8 @@ import (
 	"github.com/anvil-metal/anvil/controller/simagent"
 	"github.com/anvil-metal/anvil/controller/simfleet"
 	"github.com/anvil-metal/anvil/controller/store/postgres/pgserver"
+	"github.com/anvil-metal/anvil/internal/roundrobin"
 )
-
-// balancer spreads requests over controllers round-robin, as any HTTP load
-// balancer in front of them would; a controller that refuses connections
-// (killed) is skipped.
-type balancer struct {
-	mu       sync.Mutex
-	backends []string
-	next     int
-	hc       *http.Client
-}
-
-func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	b.mu.Lock()
-	start := b.next
-	b.next++
-	backends := b.backends
-	b.mu.Unlock()
-	var lastErr error
-	for i := range backends {
-		target := backends[(start+i)%len(backends)]
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		req.Header = r.Header.Clone()
-		res, err := b.hc.Do(req)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		defer res.Body.Close()
-		for k, v := range res.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(res.StatusCode)
-		_, _ = io.Copy(w, res.Body)
-		return
-	}
-	http.Error(w, fmt.Sprintf("no controller answered: %v", lastErr), http.StatusBadGateway)
-}
 
 // TestControllersShareAFleetAndSurviveSIGKILL runs two and three real
 // controllers on one PostgreSQL database behind a round-robin balancer,
@@ -92,15 +48,16 @@ func testSharedFleet(t *testing.T, db string, controllers int) {
 		interval = 100 * time.Millisecond
 	)
 	var procs []*controllerProc
-	lb := &balancer{hc: &http.Client{Timeout: 10 * time.Second}}
+	var backends []string
 	for i := 0; i < controllers; i++ {
 		p := startController(t, "--database", db, "--host", fmt.Sprintf("ctl-%d", i), "--lease-ttl", leaseTTL.String(), "--bmc-min-interval", "0",
 			"--heartbeat-interval", interval.String(), "--timeout-check-interval", "500ms", "--power-sync-interval", "0",
 			"--log-level", "debug")
 		procs = append(procs, p)
-		lb.backends = append(lb.backends, p.URL)
+		backends = append(backends, p.URL)
 	}
-	front := httptest.NewServer(lb)
+	// a killed controller refuses connections: the balancer skips it
+	front := httptest.NewServer(&roundrobin.Balancer{Backends: func() []string { return backends }, Client: &http.Client{Timeout: 10 * time.Second}})
 	defer front.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
