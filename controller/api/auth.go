@@ -1,13 +1,14 @@
 package api
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 // Authenticator decides whether a request may use the operator API. The
@@ -27,25 +28,19 @@ type HTPasswd struct {
 // because they are weak.
 func ParseHTPasswd(r io.Reader) (*HTPasswd, error) {
 	h := &HTPasswd{users: map[string][]byte{}}
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		t := strings.TrimSpace(sc.Text())
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
+	err := textlist.Lines(r, "htpasswd", func(line int, t string) error {
 		user, hash, ok := strings.Cut(t, ":")
 		if !ok || user == "" {
-			return nil, fmt.Errorf("htpasswd line %d: expected user:hash", line)
+			return fmt.Errorf("htpasswd line %d: expected user:hash", line)
 		}
 		if !strings.HasPrefix(hash, "$2y$") && !strings.HasPrefix(hash, "$2a$") && !strings.HasPrefix(hash, "$2b$") {
-			return nil, fmt.Errorf("htpasswd line %d: user %q does not use a bcrypt hash (create it with htpasswd -B)", line, user)
+			return fmt.Errorf("htpasswd line %d: user %q does not use a bcrypt hash (create it with htpasswd -B)", line, user)
 		}
 		h.users[user] = []byte(hash)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read htpasswd: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(h.users) == 0 {
 		return nil, fmt.Errorf("htpasswd file has no users")

@@ -1,10 +1,11 @@
 package policy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/textlist"
 )
 
 // Users are the roles and scopes of anvil's own (http_basic) accounts,
@@ -35,24 +36,17 @@ func validRole(r string) bool {
 // number.
 func ParseUsers(r io.Reader) (*Users, error) {
 	u := &Users{byName: map[string]Creds{}}
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		t := strings.TrimSpace(sc.Text())
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
+	err := textlist.Lines(r, "users file", func(line int, t string) error {
 		f := strings.Fields(t)
 		if len(f) != 3 {
-			return nil, fmt.Errorf("users file line %d: expected \"name role scope\" (e.g. \"alice admin system\" or \"bob member project:acme\"), got %d fields", line, len(f))
+			return fmt.Errorf("users file line %d: expected \"name role scope\" (e.g. \"alice admin system\" or \"bob member project:acme\"), got %d fields", line, len(f))
 		}
 		name, role, scope := f[0], strings.ToLower(f[1]), f[2]
 		if strings.ContainsAny(name, ":") {
-			return nil, fmt.Errorf("users file line %d: user name %q has a ':', which htpasswd names cannot", line, name)
+			return fmt.Errorf("users file line %d: user name %q has a ':', which htpasswd names cannot", line, name)
 		}
 		if !validRole(role) {
-			return nil, fmt.Errorf("users file line %d: role %q is not admin, manager, member, reader or service", line, f[1])
+			return fmt.Errorf("users file line %d: role %q is not admin, manager, member, reader or service", line, f[1])
 		}
 		c := Creds{User: name, Roles: impliedRoles(role)}
 		switch {
@@ -61,18 +55,19 @@ func ParseUsers(r io.Reader) (*Users, error) {
 		case strings.HasPrefix(scope, "project:"):
 			c.ProjectID = strings.TrimPrefix(scope, "project:")
 			if c.ProjectID == "" || len(c.ProjectID) > 255 {
-				return nil, fmt.Errorf("users file line %d: project name must be 1 to 255 characters", line)
+				return fmt.Errorf("users file line %d: project name must be 1 to 255 characters", line)
 			}
 		default:
-			return nil, fmt.Errorf("users file line %d: scope %q is not \"system\" or \"project:NAME\"", line, scope)
+			return fmt.Errorf("users file line %d: scope %q is not \"system\" or \"project:NAME\"", line, scope)
 		}
 		if _, dup := u.byName[name]; dup {
-			return nil, fmt.Errorf("users file line %d: user %q is listed twice", line, name)
+			return fmt.Errorf("users file line %d: user %q is listed twice", line, name)
 		}
 		u.byName[name] = c
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read users file: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return u, nil
 }
