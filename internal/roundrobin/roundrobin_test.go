@@ -42,6 +42,3 @@ func TestBalancerSkipsDeadBackends(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusBadGateway, res.StatusCode)
 }
-
-
-
